@@ -1,0 +1,51 @@
+# pg_eventbox: PGXS build plus the project's entry points (make test, make demo, make bench).
+EXTENSION  = pg_eventbox
+EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(EXTENSION).control)
+MODULE_big = pg_eventbox
+PURE_SRCS  = src/error.cpp src/message_rules.cpp src/kafka_options.cpp src/relay_dispatch.cpp \
+             src/relay_recheck.cpp src/kafka_producer.cpp
+PG_SRCS    = src/pg_boundary.cpp src/guc.cpp src/shmem.cpp src/send.cpp src/module.cpp \
+             src/worker_common.cpp src/launcher.cpp src/relay_worker.cpp
+OBJS       = $(PURE_SRCS:.cpp=.o) $(PG_SRCS:.cpp=.o)
+DATA       = $(wildcard extension/$(EXTENSION)--*.sql)
+REGRESS    = $(sort $(basename $(notdir $(wildcard sql/*.sql))))
+REGRESS_OPTS = --load-extension=$(EXTENSION)
+SHLIB_LINK = -lrdkafka -lstdc++
+EXTRA_CLEAN = tools/devbroker/eventbox-devbroker build
+
+PG_CONFIG ?= pg_config
+# Our sources are C++; PostgreSQL's bitcode (JIT inlining) rules would need clang for them.
+override with_llvm = no
+PG_CPPFLAGS = -isystem $(shell $(PG_CONFIG) --includedir-server) -DEVENTBOX_VERSION='"$(EXTVERSION)"'
+PG_CXXFLAGS = -std=c++17 -fPIC -Wall -Wextra -Werror -Wno-missing-field-initializers
+
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+DEVBROKER = tools/devbroker/eventbox-devbroker
+$(DEVBROKER): tools/devbroker/devbroker.cpp
+	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -o $@ $< -lrdkafka -lpthread
+
+all: $(DEVBROKER)
+
+.PHONY: deps test demo bench format
+deps:
+	tools/deps.sh
+
+test: deps
+	$(MAKE) all
+	$(MAKE) install
+	tools/run_tests.sh
+
+demo: deps
+	$(MAKE) all
+	$(MAKE) install
+	tools/demo.sh
+
+bench: deps
+	$(MAKE) all
+	$(MAKE) install
+	bench/run.sh
+
+format:
+	clang-format -i src/*.cpp src/*.hpp test/unit/*.cpp tools/devbroker/*.cpp

@@ -1,0 +1,75 @@
+// eventbox.kafka_options parser (see kafka_options.hpp).
+#include "kafka_options.hpp"
+
+#include "error.hpp"
+
+namespace eventbox {
+
+namespace {
+
+std::string_view trim(std::string_view s) {
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+    return s;
+}
+
+// Splits on unescaped commas, resolving "\," and "\\".
+std::vector<std::string> split_items(std::string_view text) {
+    std::vector<std::string> items(1);
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        char c = text[i];
+        if (c == '\\' && i + 1 < text.size() && (text[i + 1] == ',' || text[i + 1] == '\\')) {
+            items.back() += text[++i];
+        } else if (c == ',') {
+            items.emplace_back();
+        } else {
+            items.back() += c;
+        }
+    }
+    return items;
+}
+
+}  // namespace
+
+std::vector<KafkaOption> parse_kafka_options(std::string_view text) {
+    std::vector<KafkaOption> out;
+    if (trim(text).empty()) return out;
+    const char* hint = "Write options as key=value pairs separated by commas, e.g. "
+                       "'security.protocol=SASL_SSL,sasl.mechanism=PLAIN'.";
+    int position = 0;
+    for (const std::string& item : split_items(text)) {
+        ++position;
+        std::string_view s = trim(item);
+        if (s.empty()) continue;
+        auto eq = s.find('=');
+        if (eq == std::string_view::npos)
+            throw Error(sqlstate::kInvalidParameterValue,
+                        "kafka option " + std::to_string(position) + " is not of the form key=value",
+                        {}, hint);
+        std::string_view key = trim(s.substr(0, eq));
+        std::string_view value = trim(s.substr(eq + 1));
+        if (key.empty())
+            throw Error(sqlstate::kInvalidParameterValue,
+                        "kafka option " + std::to_string(position) + " has an empty key", {}, hint);
+        if (key == "bootstrap.servers" || key == "metadata.broker.list")
+            throw Error(sqlstate::kInvalidParameterValue,
+                        "kafka option \"" + std::string(key) + "\" is set by eventbox.brokers", {},
+                        "Set the broker list in eventbox.brokers.");
+        out.emplace_back(std::string(key), std::string(value));
+    }
+    return out;
+}
+
+bool kafka_options_valid(const char* text, char* why, std::size_t why_size) noexcept {
+    try {
+        parse_kafka_options(text ? text : "");
+        return true;
+    } catch (...) {
+        ErrorReport report;
+        capture_current_exception(report);
+        copy_truncated(why, why_size, report.message);
+        return false;
+    }
+}
+
+}  // namespace eventbox

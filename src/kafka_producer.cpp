@@ -1,0 +1,176 @@
+// librdkafka producer wrapper (see kafka_producer.hpp).
+#include "kafka_producer.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "error.hpp"
+#include "message_rules.hpp"
+
+namespace eventbox::kafka {
+
+namespace {
+
+// Sets one property; the error names the key, never the value (it may be a credential).
+void set_conf(rd_kafka_conf_t* conf, const std::string& key, const std::string& value) {
+    char errstr[512];
+    if (rd_kafka_conf_set(conf, key.c_str(), value.c_str(), errstr, sizeof errstr) !=
+        RD_KAFKA_CONF_OK) {
+        rd_kafka_conf_destroy(conf);
+        throw Error(sqlstate::kConfigFileError,
+                    "kafka option \"" + key + "\" was rejected by librdkafka",
+                    {}, "Check the key and value in eventbox.kafka_options.");
+    }
+}
+
+}  // namespace
+
+Producer::Producer(const ProducerConfig& config) {
+    rd_kafka_conf_t* conf = rd_kafka_conf_new();
+    set_conf(conf, "bootstrap.servers", config.brokers);
+    set_conf(conf, "enable.idempotence", "true");
+    set_conf(conf, "acks", "all");
+    // Same key -> same partition as the Java client, so mixed producers agree.
+    set_conf(conf, "partitioner", "murmur2_random");
+    set_conf(conf, "linger.ms", std::to_string(config.linger_ms));
+    set_conf(conf, "message.timeout.ms", std::to_string(config.message_timeout_ms));
+    set_conf(conf, "queue.buffering.max.messages",
+             std::to_string(std::max(config.max_in_flight_messages * 2, 1000)));
+    set_conf(conf, "log.queue", "true");
+    set_conf(conf, "client.id", "pg_eventbox-relay");
+    for (const KafkaOption& option : config.options) set_conf(conf, option.first, option.second);
+
+    rd_kafka_conf_set_opaque(conf, this);
+    rd_kafka_conf_set_dr_msg_cb(conf, &Producer::on_delivery);
+    rd_kafka_conf_set_error_cb(conf, &Producer::on_error);
+    rd_kafka_conf_set_log_cb(conf, &Producer::on_log);
+
+    char errstr[512];
+    rk_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof errstr);
+    if (rk_ == nullptr) {
+        rd_kafka_conf_destroy(conf);
+        throw Error(sqlstate::kConfigFileError, "could not create the Kafka producer", errstr);
+    }
+    // Logs go to the main queue so they are emitted from poll(), on our thread.
+    rd_kafka_set_log_queue(rk_, nullptr);
+
+    if (pipe2(pipe_, O_NONBLOCK | O_CLOEXEC) != 0) {
+        rd_kafka_destroy(rk_);
+        rk_ = nullptr;
+        throw Error(sqlstate::kInternalError, "could not create the relay's event pipe",
+                    std::strerror(errno));
+    }
+    rd_kafka_queue_t* main_queue = rd_kafka_queue_get_main(rk_);
+    rd_kafka_queue_io_event_enable(main_queue, pipe_[1], "1", 1);
+    rd_kafka_queue_destroy(main_queue);
+}
+
+Producer::~Producer() {
+    if (rk_ != nullptr) {
+        rd_kafka_queue_t* main_queue = rd_kafka_queue_get_main(rk_);
+        rd_kafka_queue_io_event_enable(main_queue, -1, nullptr, 0);
+        rd_kafka_queue_destroy(main_queue);
+        rd_kafka_purge(rk_, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+        for (auto& entry : topics_) rd_kafka_topic_destroy(entry.second);
+        rd_kafka_destroy(rk_);
+    }
+    for (int fd : pipe_)
+        if (fd >= 0) close(fd);
+}
+
+rd_kafka_topic_t* Producer::topic(std::string_view name) {
+    std::string key(name);
+    auto it = topics_.find(key);
+    if (it != topics_.end()) return it->second;
+    rd_kafka_topic_t* rkt = rd_kafka_topic_new(rk_, key.c_str(), nullptr);
+    if (rkt != nullptr) topics_.emplace(std::move(key), rkt);
+    return rkt;
+}
+
+int Producer::produce(const relay::Row& row, std::string& error) {
+    rd_kafka_topic_t* rkt = topic(row.topic);
+    if (rkt == nullptr) {
+        rd_kafka_resp_err_t err = rd_kafka_last_error();
+        error = rd_kafka_err2str(err);
+        return err == 0 ? RD_KAFKA_RESP_ERR__INVALID_ARG : static_cast<int>(err);
+    }
+    rd_kafka_headers_t* headers = rd_kafka_headers_new(row.n_headers + 1);
+    rd_kafka_header_add(headers, kMessageIdHeader.data(), kMessageIdHeader.size(),
+                        row.message_id.data(), row.message_id.size());
+    for (std::size_t i = 0; i < row.n_headers; ++i)
+        rd_kafka_header_add(headers, row.headers[i].name.data(), row.headers[i].name.size(),
+                            row.headers[i].value.data(), row.headers[i].value.size());
+
+    rd_kafka_resp_err_t err = rd_kafka_producev(
+        rk_, RD_KAFKA_V_RKT(rkt), RD_KAFKA_V_PARTITION(RD_KAFKA_PARTITION_UA),
+        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+        RD_KAFKA_V_VALUE(const_cast<char*>(row.payload), row.payload_len),
+        RD_KAFKA_V_KEY(row.key, row.key_len), RD_KAFKA_V_HEADERS(headers),
+        RD_KAFKA_V_OPAQUE(reinterpret_cast<void*>(static_cast<intptr_t>(row.id))),
+        RD_KAFKA_V_END);
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        rd_kafka_headers_destroy(headers);  // not taken over on failure
+        error = rd_kafka_err2str(err);
+        return static_cast<int>(err);
+    }
+    return 0;
+}
+
+void Producer::poll() {
+    char buf[256];
+    while (read(pipe_[0], buf, sizeof buf) > 0) {
+    }
+    rd_kafka_poll(rk_, 0);
+}
+
+void Producer::purge() { rd_kafka_purge(rk_, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT); }
+
+bool Producer::is_permanent(rd_kafka_resp_err_t err) {
+    switch (err) {
+        case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+        case RD_KAFKA_RESP_ERR_INVALID_MSG:
+        case RD_KAFKA_RESP_ERR_INVALID_RECORD:
+        case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
+        case RD_KAFKA_RESP_ERR_INVALID_REQUIRED_ACKS:
+        case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+        case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
+        case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
+        case RD_KAFKA_RESP_ERR_UNSUPPORTED_FOR_MESSAGE_FORMAT:
+        case RD_KAFKA_RESP_ERR__INVALID_ARG:
+            return true;
+        default:
+            return false;
+    }
+}
+
+void Producer::on_delivery(rd_kafka_t*, const rd_kafka_message_t* msg, void* opaque) {
+    auto* self = static_cast<Producer*>(opaque);
+    rd_kafka_resp_err_t err = msg->err;
+    bool purged = err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT;
+    self->deliveries_.push_back(Delivery{
+        static_cast<int64_t>(reinterpret_cast<intptr_t>(msg->_private)), static_cast<int>(err),
+        is_permanent(err), !purged, msg->partition, msg->offset,
+        err == RD_KAFKA_RESP_ERR_NO_ERROR ? std::string() : std::string(rd_kafka_err2name(err)) +
+                                                                ": " + rd_kafka_err2str(err)});
+}
+
+void Producer::on_error(rd_kafka_t* rk, int err, const char* reason, void* opaque) {
+    auto* self = static_cast<Producer*>(opaque);
+    std::string text = reason ? reason : "";
+    if (err == RD_KAFKA_RESP_ERR__FATAL) {
+        char fatal[512];
+        rd_kafka_fatal_error(rk, fatal, sizeof fatal);
+        self->fatal_ = true;
+        text = std::string("fatal producer error: ") + fatal;
+    }
+    self->logs_.push_back(LogLine{err == RD_KAFKA_RESP_ERR__FATAL ? 3 : 4, std::move(text)});
+}
+
+void Producer::on_log(const rd_kafka_t* rk, int level, const char* fac, const char* buf) {
+    auto* self = static_cast<Producer*>(rd_kafka_opaque(rk));
+    self->logs_.push_back(LogLine{level, std::string(fac) + ": " + buf});
+}
+
+}  // namespace eventbox::kafka

@@ -1,0 +1,80 @@
+// The relay's librdkafka producer: idempotent, acks=all, Java-compatible key partitioning.
+// Callbacks (delivery reports, logs, errors) are served only from poll() on the caller's thread
+// and recorded here; librdkafka's own threads never reach the caller. Pure C++.
+#pragma once
+
+#include <librdkafka/rdkafka.h>
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kafka_options.hpp"
+#include "relay_dispatch.hpp"
+
+namespace eventbox::kafka {
+
+struct ProducerConfig {
+    std::string brokers;
+    std::vector<KafkaOption> options;  // user options, applied after our defaults
+    int message_timeout_ms = 30000;
+    int linger_ms = 5;
+    int max_in_flight_messages = 10000;
+};
+
+struct Delivery {
+    int64_t id;
+    int err;  // rd_kafka_resp_err_t
+    bool permanent;
+    bool counts;  // false for purges, which are not delivery attempts
+    int32_t partition;
+    int64_t offset;
+    std::string error;
+};
+
+struct LogLine {
+    int level;  // syslog level
+    std::string text;
+};
+
+class Producer final : public relay::Sink {
+public:
+    // Throws eventbox::Error when a configuration property is rejected (naming the key only).
+    explicit Producer(const ProducerConfig& config);
+    ~Producer() override;
+    Producer(const Producer&) = delete;
+    Producer& operator=(const Producer&) = delete;
+
+    int produce(const relay::Row& row, std::string& error) override;
+
+    // File descriptor that becomes readable when librdkafka has events for poll().
+    int event_fd() const { return pipe_[0]; }
+    // Drains the wake-up pipe and serves all queued callbacks.
+    void poll();
+
+    std::vector<Delivery>& deliveries() { return deliveries_; }
+    std::vector<LogLine>& logs() { return logs_; }
+    // True once librdkafka raised a fatal error: the producer must be recreated.
+    bool fatal() const { return fatal_; }
+    // Stops waiting for queued and in-flight messages (they are reported as purged).
+    void purge();
+
+    // Whether retrying a delivery that failed with `err` can ever succeed.
+    static bool is_permanent(rd_kafka_resp_err_t err);
+
+private:
+    static void on_delivery(rd_kafka_t*, const rd_kafka_message_t* msg, void* opaque);
+    static void on_error(rd_kafka_t*, int err, const char* reason, void* opaque);
+    static void on_log(const rd_kafka_t* rk, int level, const char* fac, const char* buf);
+    rd_kafka_topic_t* topic(std::string_view name);
+
+    rd_kafka_t* rk_ = nullptr;
+    int pipe_[2] = {-1, -1};
+    bool fatal_ = false;
+    std::unordered_map<std::string, rd_kafka_topic_t*> topics_;
+    std::vector<Delivery> deliveries_;
+    std::vector<LogLine> logs_;
+};
+
+}  // namespace eventbox::kafka

@@ -1,0 +1,25 @@
+// Call-time validation of what eventbox.send() accepts: Kafka topic names, header names and
+// values, and the message size limit. Pure C++; every failure is an eventbox::Error.
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+
+namespace eventbox {
+
+// Kafka's own limit on topic name length.
+inline constexpr std::size_t kMaxTopicLength = 249;
+// Header the relay sets on every record from the outbox row's uuid.
+inline constexpr std::string_view kMessageIdHeader = "message_id";
+
+// Throws unless `topic` is a legal Kafka topic name: 1..249 of [a-zA-Z0-9._-], not "." or "..".
+void validate_topic(std::string_view topic);
+
+// Throws unless a header is usable on the wire: non-empty name, no CR, LF or NUL in name or value,
+// and not the reserved message_id header.
+void validate_header(std::string_view name, std::string_view value);
+
+// Throws when the record (key + value + headers) exceeds `limit` bytes.
+void validate_message_size(std::size_t bytes, std::size_t limit);
+
+}  // namespace eventbox

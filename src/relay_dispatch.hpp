@@ -1,0 +1,141 @@
+// The relay's in-memory dispatcher: decides which outbox rows go to Kafka now, which wait, and
+// what must be written back after delivery reports. It keeps per-key order (also across retries),
+// bounds in-flight work and schedules retries with backoff and jitter. Pure C++: it talks to
+// Kafka through the Sink interface and to PostgreSQL not at all.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <random>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+namespace eventbox::relay {
+
+struct Header {
+    std::string_view name;
+    std::string_view value;
+};
+
+// One outbox row as read by the relay; views into memory owned by the caller for the call.
+struct Row {
+    int64_t id = 0;
+    std::string_view message_id;  // canonical uuid text
+    std::string_view topic;
+    const char* key = nullptr;  // nullptr: no key (no ordering lane)
+    std::size_t key_len = 0;
+    const char* payload = nullptr;  // nullptr: tombstone (null value)
+    std::size_t payload_len = 0;
+    const Header* headers = nullptr;
+    std::size_t n_headers = 0;
+    int32_t attempts = 0;       // delivery attempts recorded so far
+    int64_t not_before_ms = 0;  // next_attempt_at in epoch ms; 0 when due now
+};
+
+// Where rows go. produce() must copy what it needs; returns 0 when the message was enqueued,
+// else an error code (and fills `error`).
+class Sink {
+public:
+    virtual ~Sink() = default;
+    virtual int produce(const Row& row, std::string& error) = 0;
+};
+
+struct Limits {
+    std::size_t max_in_flight = 10000;
+    std::size_t max_waiting = 100000;  // rows held back or waiting for a retry (ids only)
+    int64_t backoff_ms = 1000;
+    int64_t backoff_max_ms = 60000;
+    int32_t max_attempts = 5;  // for permanent errors; transient errors retry forever
+};
+
+// A row the broker acknowledged.
+struct Acked {
+    int64_t id;
+    int32_t partition;
+    int64_t offset;
+};
+
+// A row whose delivery failed: write attempts + 1, last_error, next_attempt_at (or 'failed').
+struct Failed {
+    int64_t id;
+    std::string error;
+    int64_t retry_in_ms;
+    bool give_up;
+};
+
+class Dispatcher {
+public:
+    Dispatcher(Sink& sink, Limits limits, uint64_t seed = std::random_device{}());
+
+    // A row read by a claim, recheck or refetch. Rows the dispatcher already tracks are ignored
+    // unless it asked for them (refetch of a due row).
+    void offer(const Row& row, int64_t now_ms);
+
+    // A delivery report. `permanent` says retrying cannot help (e.g. message too large);
+    // `counts` is false for purges, which are not delivery attempts.
+    void on_delivery(int64_t id, int err, bool permanent, bool counts, int32_t partition,
+                     int64_t offset, std::string_view error, int64_t now_ms);
+
+    // Ids of waiting rows whose turn has come; the caller re-reads them and offers them back,
+    // then calls refetch_done() so rows that vanished from the outbox are forgotten.
+    const std::vector<int64_t>& due_ids(int64_t now_ms, std::size_t max);
+    void refetch_done();
+
+    // Outcomes to write back; clear after the writing transaction committed.
+    const std::vector<Acked>& acked() const { return acked_; }
+    const std::vector<Failed>& failed() const { return failed_; }
+    void clear_outcomes();
+
+    std::size_t in_flight() const { return in_flight_.size(); }
+    std::size_t waiting() const { return waiting_count_; }
+    // How many more rows a claim may read now.
+    std::size_t capacity() const;
+    // Earliest time a waiting row becomes due (INT64_MAX when none).
+    int64_t next_due_ms() const;
+    bool knows(int64_t id) const;
+
+    // Backoff for the n-th failed attempt (1-based), with jitter in [delay/2, delay].
+    int64_t backoff_for(int32_t attempts);
+
+private:
+    struct Wait {
+        int64_t id;
+        int64_t due_ms;
+    };
+    // Rows of one topic+key (or one keyless row) that must go out in order.
+    struct Lane {
+        std::size_t in_flight = 0;
+        std::map<uint64_t, Wait> waiting;  // by dispatch sequence
+        bool fetching = false;             // head asked for by due_ids()
+    };
+    struct Flight {
+        std::string lane;
+        uint64_t seq;
+        int32_t attempts;
+    };
+
+    static std::string lane_of(const Row& row);
+    void wait_in_lane(const std::string& lane, uint64_t seq, int64_t id, int64_t due_ms);
+    void produce_now(const Row& row, const std::string& lane, uint64_t seq, int64_t now_ms);
+    void forget_lane_if_idle(const std::string& lane);
+
+    Sink& sink_;
+    Limits limits_;
+    std::mt19937_64 rng_;
+    uint64_t next_seq_ = 1;
+    std::size_t waiting_count_ = 0;
+    std::unordered_map<int64_t, Flight> in_flight_;
+    std::unordered_map<std::string, Lane> lanes_;
+    std::unordered_set<std::string> blocked_;  // lanes with waiting rows
+    std::unordered_map<int64_t, std::pair<std::string, uint64_t>> waiting_ids_;
+    std::unordered_set<int64_t> fetching_ids_;
+    std::vector<int64_t> due_;
+    std::vector<Acked> acked_;
+    std::vector<Failed> failed_;
+};
+
+}  // namespace eventbox::relay

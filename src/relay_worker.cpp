@@ -1,0 +1,573 @@
+// The relay background worker: reads committed outbox rows, hands them to the Kafka producer and,
+// once the broker has acknowledged them, deletes them (or marks them sent) in one short
+// transaction per batch. It sleeps on one WaitEventSet: its latch (set by send() at COMMIT),
+// postmaster death, and librdkafka's queue event fd.
+//
+// PostgreSQL-side code: C++ objects live on the heap behind the pointers below and are reached
+// only through call_cpp(); no object with a destructor lives on these stack frames.
+extern "C" {
+#include "postgres.h"
+
+#include "access/transam.h"
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/procarray.h"
+#include "tcop/tcopprot.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+#include "utils/uuid.h"
+}
+
+#include <climits>
+
+#include "guc.hpp"
+#include "kafka_options.hpp"
+#include "kafka_producer.hpp"
+#include "pg_boundary.hpp"
+#include "relay_dispatch.hpp"
+#include "relay_recheck.hpp"
+#include "shmem.hpp"
+#include "worker_common.hpp"
+
+using eventbox::pg::call_cpp;
+using eventbox::pg::pg_guard;
+
+namespace eventbox {
+
+namespace {
+
+// Heap-owned C++ state, destroyed in reset() and at exit (never by static destructors).
+kafka::Producer* producer = nullptr;
+relay::Dispatcher* dispatcher = nullptr;
+relay::Rechecks* rechecks = nullptr;
+std::vector<uint32_t>* writers = nullptr;
+std::vector<int64_t>* scan_ids = nullptr;  // ids of the current claim scan
+
+int64 cursor = 0;                  // highest id read by a claim scan
+TimestampTz last_sweep = 0;        // last full re-read of pending rows
+TimestampTz last_purge = 0;        // last retention purge
+char* config_fingerprint = nullptr;  // settings the current producer was built with
+bool announced_idle = false;
+bool needs_reset = true;           // rebuild producer and dispatcher before the next pass
+WaitEventSet* wait_set = nullptr;
+MemoryContext batch_context = nullptr;
+
+// Rate limit for warnings coming from librdkafka (broker down and the like).
+TimestampTz last_warning = 0;
+int suppressed_warnings = 0;
+constexpr int kWarningIntervalMs = 10000;
+
+SPIPlanPtr claim_plan, range_plan, refetch_plan, delete_plan, sent_plan, failed_plan, purge_plan;
+
+constexpr const char* kRowColumns =
+    "SELECT id, message_id, topic, key, payload, headers, attempts, next_attempt_at "
+    "FROM eventbox.outbox ";
+
+int64 now_ms() { return GetCurrentTimestamp() / 1000; }
+
+SPIPlanPtr prepare(const char* sql, int nargs, Oid* types) {
+    SPIPlanPtr plan = SPI_prepare(sql, nargs, types);
+    if (plan == nullptr)
+        elog(ERROR, "eventbox relay: could not prepare \"%s\": %s", sql,
+             SPI_result_code_string(SPI_result));
+    if (SPI_keepplan(plan) != 0) elog(ERROR, "eventbox relay: SPI_keepplan failed");
+    return plan;
+}
+
+void prepare_plans() {
+    if (claim_plan != nullptr) return;
+    Oid claim_types[2] = {INT8OID, INT4OID};
+    claim_plan = prepare(psprintf("%s WHERE status = 'pending' AND id > $1 ORDER BY id LIMIT $2",
+                                  kRowColumns),
+                         2, claim_types);
+    Oid range_types[3] = {INT8OID, INT8OID, INT4OID};
+    range_plan = prepare(psprintf("%s WHERE status = 'pending' AND id >= $1 AND id <= $2 "
+                                  "ORDER BY id LIMIT $3",
+                                  kRowColumns),
+                         3, range_types);
+    Oid ids_type[1] = {INT8ARRAYOID};
+    refetch_plan = prepare(
+        psprintf("%s WHERE id = ANY($1) AND status = 'pending' ORDER BY id", kRowColumns), 1,
+        ids_type);
+    delete_plan = prepare("DELETE FROM eventbox.outbox WHERE id = ANY($1)", 1, ids_type);
+    Oid sent_types[3] = {INT8ARRAYOID, INT4ARRAYOID, INT8ARRAYOID};
+    sent_plan = prepare(
+        "UPDATE eventbox.outbox o SET status = 'sent', sent_at = now(), attempts = o.attempts + 1, "
+        "kafka_partition = u.p, kafka_offset = u.o, next_attempt_at = NULL, last_error = NULL "
+        "FROM unnest($1::int8[], $2::int4[], $3::int8[]) AS u(id, p, o) WHERE o.id = u.id",
+        3, sent_types);
+    Oid failed_types[4] = {INT8ARRAYOID, TEXTARRAYOID, INT8ARRAYOID, BOOLARRAYOID};
+    failed_plan = prepare(
+        "UPDATE eventbox.outbox o SET attempts = o.attempts + 1, last_error = u.err, "
+        "next_attempt_at = now() + u.delay * interval '1 millisecond', "
+        "status = CASE WHEN u.give_up THEN 'failed' ELSE o.status END "
+        "FROM unnest($1::int8[], $2::text[], $3::int8[], $4::bool[]) AS u(id, err, delay, give_up) "
+        "WHERE o.id = u.id AND o.status = 'pending'",
+        4, failed_types);
+    Oid purge_types[2] = {INT4OID, INT4OID};
+    purge_plan = prepare(
+        "DELETE FROM eventbox.outbox WHERE id IN (SELECT id FROM eventbox.outbox "
+        "WHERE status = 'sent' AND sent_at < now() - $1 * interval '1 second' "
+        "ORDER BY sent_at LIMIT $2)",
+        2, purge_types);
+}
+
+// Settings that require a new producer and dispatcher when they change.
+char* current_fingerprint() {
+    return MemoryContextStrdup(
+        TopMemoryContext,
+        psprintf("%s|%d|%d|%d|%d|%d|%d|%d", guc::brokers, guc::relay_max_in_flight,
+                 guc::relay_message_timeout_ms, guc::relay_linger_ms, guc::relay_retry_backoff_ms,
+                 guc::relay_retry_backoff_max_ms, guc::relay_max_attempts, guc::relay_batch_size));
+}
+
+void rebuild_wait_set() {
+    if (wait_set != nullptr) FreeWaitEventSet(wait_set);
+    wait_set = CreateWaitEventSet(TopMemoryContext, 3);
+    AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, nullptr);
+    AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, nullptr, nullptr);
+    if (producer != nullptr)
+        AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, producer->event_fd(), nullptr, nullptr);
+}
+
+// Drops all in-memory state; every pending row is read again from the outbox.
+void destroy_state() {
+    delete producer;
+    producer = nullptr;
+    delete dispatcher;
+    dispatcher = nullptr;
+    delete rechecks;
+    rechecks = nullptr;
+    delete writers;
+    writers = nullptr;
+    delete scan_ids;
+    scan_ids = nullptr;
+    cursor = 0;
+}
+
+void shutdown_relay(int, Datum) { destroy_state(); }
+
+// (Re)creates the producer and dispatcher for the current settings; leaves the relay idle when
+// eventbox.brokers is empty.
+void reset() {
+    destroy_state();
+    if (config_fingerprint != nullptr) pfree(config_fingerprint);
+    config_fingerprint = current_fingerprint();
+    if (guc::brokers[0] != '\0') {
+        call_cpp([] {
+            kafka::ProducerConfig config;
+            config.brokers = guc::brokers;
+            config.options = parse_kafka_options(guc::kafka_options ? guc::kafka_options : "");
+            config.message_timeout_ms = guc::relay_message_timeout_ms;
+            config.linger_ms = guc::relay_linger_ms;
+            config.max_in_flight_messages = guc::relay_max_in_flight;
+            relay::Limits limits;
+            limits.max_in_flight = static_cast<std::size_t>(guc::relay_max_in_flight);
+            limits.max_waiting = limits.max_in_flight * 10;
+            limits.backoff_ms = guc::relay_retry_backoff_ms;
+            limits.backoff_max_ms = guc::relay_retry_backoff_max_ms;
+            limits.max_attempts = guc::relay_max_attempts;
+            producer = new kafka::Producer(config);
+            dispatcher = new relay::Dispatcher(*producer, limits);
+            rechecks = new relay::Rechecks();
+            writers = new std::vector<uint32_t>();
+            scan_ids = new std::vector<int64_t>();
+        });
+        ereport(LOG, (errmsg("eventbox relay publishing to %s", guc::brokers)));
+        announced_idle = false;
+        shmem::set_state("running");
+    } else {
+        if (!announced_idle)
+            ereport(LOG, (errmsg("eventbox relay idle: eventbox.brokers is empty"),
+                          errhint("Set eventbox.brokers and reload the configuration.")));
+        announced_idle = true;
+        shmem::set_state("idle: no brokers");
+    }
+    rebuild_wait_set();
+}
+
+// Emits librdkafka's logs from this thread; warnings at most once per interval.
+void emit_kafka_logs() {
+    std::size_t n = call_cpp([] { return producer->logs().size(); });
+    for (std::size_t i = 0; i < n; ++i) {
+        const kafka::LogLine& line = producer->logs()[i];
+        if (line.level > 4) {
+            elog(DEBUG1, "eventbox relay: kafka: %s", line.text.c_str());
+            continue;
+        }
+        TimestampTz now = GetCurrentTimestamp();
+        if (last_warning != 0 && !TimestampDifferenceExceeds(last_warning, now, kWarningIntervalMs)) {
+            ++suppressed_warnings;
+            continue;
+        }
+        ereport(LOG, (errmsg("eventbox relay: kafka: %s", line.text.c_str()),
+                      suppressed_warnings ? errdetail("%d similar messages suppressed.",
+                                                      suppressed_warnings)
+                                          : 0));
+        shmem::record_error(line.text.c_str());
+        last_warning = now;
+        suppressed_warnings = 0;
+    }
+    call_cpp([] { producer->logs().clear(); });
+}
+
+// Feeds delivery reports to the dispatcher.
+void take_deliveries() {
+    call_cpp([] {
+        int64_t now = now_ms();
+        for (const kafka::Delivery& d : producer->deliveries())
+            dispatcher->on_delivery(d.id, d.err, d.permanent, d.counts, d.partition, d.offset,
+                                    d.error, now);
+        producer->deliveries().clear();
+    });
+}
+
+// Canonical text of a uuid, written into `out` (37 bytes).
+void format_uuid(const pg_uuid_t* uuid, char* out) {
+    static const char hex[] = "0123456789abcdef";
+    char* p = out;
+    for (int i = 0; i < UUID_LEN; ++i) {
+        if (i == 4 || i == 6 || i == 8 || i == 10) *p++ = '-';
+        *p++ = hex[uuid->data[i] >> 4];
+        *p++ = hex[uuid->data[i] & 15];
+    }
+    *p = '\0';
+}
+
+// Reads the headers of a row into a palloc'd array; returns the count.
+std::size_t read_headers(Jsonb* jb, relay::Header** out) {
+    *out = nullptr;
+    uint32 count = JB_ROOT_COUNT(jb);
+    if (count == 0 || !JB_ROOT_IS_OBJECT(jb)) return 0;
+    auto* headers = static_cast<relay::Header*>(palloc(sizeof(relay::Header) * count));
+    std::size_t n = 0;
+    JsonbIterator* it = JsonbIteratorInit(&jb->root);
+    JsonbValue key, value;
+    JsonbIteratorToken token;
+    while ((token = JsonbIteratorNext(&it, &key, true)) != WJB_DONE) {
+        if (token != WJB_KEY) continue;
+        JsonbIteratorNext(&it, &value, true);
+        if (value.type != jbvString || n >= count) continue;
+        headers[n].name = std::string_view(key.val.string.val, key.val.string.len);
+        headers[n].value = std::string_view(value.val.string.val, value.val.string.len);
+        ++n;
+    }
+    *out = headers;
+    return n;
+}
+
+// Offers every row of the last SPI result to the dispatcher; returns the ids in order.
+int64 offer_result(int64* last_id, std::vector<int64_t>* ids) {
+    SPITupleTable* table = SPI_tuptable;
+    TupleDesc desc = table->tupdesc;
+    int64 now = now_ms();
+    for (uint64 i = 0; i < SPI_processed; ++i) {
+        HeapTuple tuple = table->vals[i];
+        bool isnull;
+        relay::Row row;
+        row.id = DatumGetInt64(SPI_getbinval(tuple, desc, 1, &isnull));
+        char uuid_text[37];
+        format_uuid(DatumGetUUIDP(SPI_getbinval(tuple, desc, 2, &isnull)), uuid_text);
+        row.message_id = std::string_view(uuid_text, 36);
+        text* topic = DatumGetTextPP(SPI_getbinval(tuple, desc, 3, &isnull));
+        row.topic = std::string_view(VARDATA_ANY(topic), VARSIZE_ANY_EXHDR(topic));
+        Datum key = SPI_getbinval(tuple, desc, 4, &isnull);
+        if (!isnull) {
+            bytea* k = DatumGetByteaPP(key);
+            row.key = VARDATA_ANY(k);
+            row.key_len = VARSIZE_ANY_EXHDR(k);
+        }
+        Datum payload = SPI_getbinval(tuple, desc, 5, &isnull);
+        if (!isnull) {
+            bytea* p = DatumGetByteaPP(payload);
+            row.payload = VARDATA_ANY(p);
+            row.payload_len = VARSIZE_ANY_EXHDR(p);
+        }
+        relay::Header* headers;
+        row.n_headers = read_headers(DatumGetJsonbP(SPI_getbinval(tuple, desc, 6, &isnull)),
+                                     &headers);
+        row.headers = headers;
+        row.attempts = DatumGetInt32(SPI_getbinval(tuple, desc, 7, &isnull));
+        Datum next = SPI_getbinval(tuple, desc, 8, &isnull);
+        row.not_before_ms = isnull ? 0 : DatumGetTimestampTz(next) / 1000;
+        call_cpp([&] {
+            dispatcher->offer(row, now);
+            if (ids != nullptr) ids->push_back(row.id);
+        });
+        *last_id = row.id;
+    }
+    return static_cast<int64>(SPI_processed);
+}
+
+ArrayType* int8_array(const int64* values, int n) {
+    Datum* datums = static_cast<Datum*>(palloc(sizeof(Datum) * Max(n, 1)));
+    for (int i = 0; i < n; ++i) datums[i] = Int64GetDatum(values[i]);
+    return construct_array(datums, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE);
+}
+
+void exec(SPIPlanPtr plan, Datum* values, bool read_only, int expected) {
+    int rc = SPI_execute_plan(plan, values, nullptr, read_only, 0);
+    if (rc != expected)
+        elog(ERROR, "eventbox relay: query failed: %s", SPI_result_code_string(rc));
+}
+
+// Writes acknowledged and failed deliveries back to the outbox.
+void write_outcomes() {
+    const std::vector<relay::Acked>& acked = dispatcher->acked();
+    int n = static_cast<int>(acked.size());
+    if (n > 0) {
+        int64* ids = static_cast<int64*>(palloc(sizeof(int64) * n));
+        Datum* partitions = static_cast<Datum*>(palloc(sizeof(Datum) * n));
+        int64* offsets = static_cast<int64*>(palloc(sizeof(int64) * n));
+        for (int i = 0; i < n; ++i) {
+            ids[i] = acked[i].id;
+            partitions[i] = Int32GetDatum(acked[i].partition);
+            offsets[i] = acked[i].offset;
+        }
+        if (guc::outbox_retention_s == 0) {
+            Datum values[1] = {PointerGetDatum(int8_array(ids, n))};
+            exec(delete_plan, values, false, SPI_OK_DELETE);
+        } else {
+            Datum values[3] = {
+                PointerGetDatum(int8_array(ids, n)),
+                PointerGetDatum(construct_array(partitions, n, INT4OID, 4, true, TYPALIGN_INT)),
+                PointerGetDatum(int8_array(offsets, n))};
+            exec(sent_plan, values, false, SPI_OK_UPDATE);
+        }
+    }
+    const std::vector<relay::Failed>& failed = dispatcher->failed();
+    int m = static_cast<int>(failed.size());
+    if (m > 0) {
+        int64* ids = static_cast<int64*>(palloc(sizeof(int64) * m));
+        Datum* errors = static_cast<Datum*>(palloc(sizeof(Datum) * m));
+        int64* delays = static_cast<int64*>(palloc(sizeof(int64) * m));
+        Datum* give_up = static_cast<Datum*>(palloc(sizeof(Datum) * m));
+        for (int i = 0; i < m; ++i) {
+            ids[i] = failed[i].id;
+            errors[i] = CStringGetTextDatum(failed[i].error.c_str());
+            delays[i] = failed[i].retry_in_ms;
+            give_up[i] = BoolGetDatum(failed[i].give_up);
+        }
+        Datum values[4] = {
+            PointerGetDatum(int8_array(ids, m)),
+            PointerGetDatum(construct_array(errors, m, TEXTOID, -1, false, TYPALIGN_INT)),
+            PointerGetDatum(int8_array(delays, m)),
+            PointerGetDatum(construct_array(give_up, m, BOOLOID, 1, true, TYPALIGN_CHAR))};
+        exec(failed_plan, values, false, SPI_OK_UPDATE);
+        ereport(LOG, (errmsg("eventbox relay: %d message(s) failed delivery; first: %s", m,
+                             failed[0].error.c_str())));
+    }
+}
+
+bool xid_running(uint32_t xid) {
+    return pg_guard([&] { return TransactionIdIsInProgress(static_cast<TransactionId>(xid)); });
+}
+
+// Re-reads pending rows in [lo, hi] (late commits, sweeps); what does not fit in the dispatcher
+// now is scheduled again.
+void read_range(int64 lo, int64 hi) {
+    while (lo <= hi) {
+        std::size_t room = call_cpp([] { return dispatcher->capacity(); });
+        if (room == 0) {
+            call_cpp([&] { rechecks->add(lo, hi, {}); });
+            return;
+        }
+        int limit = static_cast<int>(Min(room, static_cast<std::size_t>(guc::relay_batch_size)));
+        Datum values[3] = {Int64GetDatum(lo), Int64GetDatum(hi), Int32GetDatum(limit)};
+        exec(range_plan, values, true, SPI_OK_SELECT);
+        int64 last = lo;
+        int64 n = offer_result(&last, nullptr);
+        if (n < limit) return;
+        lo = last + 1;
+    }
+}
+
+// One pass: write back outcomes, then read due, late and new rows and dispatch them.
+// Returns true when more work is already waiting.
+bool iterate() {
+    bool more = false;
+    int64 claimed = 0;
+    std::size_t acked = call_cpp([] { return dispatcher->acked().size(); });
+
+    StartTransactionCommand();
+    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "eventbox relay: SPI_connect failed");
+    prepare_plans();
+    PushActiveSnapshot(GetTransactionSnapshot());
+    write_outcomes();
+    PopActiveSnapshot();
+
+    // Which late-commit ranges are settled must be decided before the snapshot is taken.
+    TimestampTz now = GetCurrentTimestamp();
+    bool sweep = TimestampDifferenceExceeds(last_sweep, now, guc::relay_sweep_interval_s * 1000);
+    std::size_t n_ranges = call_cpp([&] {
+        if (sweep && cursor > 0) rechecks->add(1, cursor, {});
+        return rechecks->size();
+    });
+    if (sweep) last_sweep = now;
+    relay::IdRange* ranges = nullptr;
+    int n_due = 0;
+    if (n_ranges > 0) {
+        ranges = static_cast<relay::IdRange*>(palloc(sizeof(relay::IdRange) * n_ranges));
+        n_due = call_cpp([&] {
+            std::vector<relay::IdRange> due = rechecks->take_due(xid_running);
+            std::copy(due.begin(), due.end(), ranges);
+            return static_cast<int>(due.size());
+        });
+    }
+
+    PushActiveSnapshot(GetTransactionSnapshot());
+    // Writers read after the snapshot: any id this scan cannot see yet belongs to one of them.
+    call_cpp([] { shmem::outbox_writers(*writers); });
+
+    // Rows whose retry or turn has come.
+    int n_refetch = 0;
+    int64* refetch_ids = nullptr;
+    call_cpp([&] {
+        const std::vector<int64_t>& due =
+            dispatcher->due_ids(now_ms(), static_cast<std::size_t>(guc::relay_batch_size));
+        n_refetch = static_cast<int>(due.size());
+        if (n_refetch > 0) {
+            refetch_ids = static_cast<int64*>(pg_guard([&] { return palloc(sizeof(int64) * due.size()); }));
+            std::copy(due.begin(), due.end(), refetch_ids);
+        }
+    });
+    if (n_refetch > 0) {
+        Datum values[1] = {PointerGetDatum(int8_array(refetch_ids, n_refetch))};
+        exec(refetch_plan, values, true, SPI_OK_SELECT);
+        int64 last = 0;
+        offer_result(&last, nullptr);
+        call_cpp([] { dispatcher->refetch_done(); });
+    }
+
+    for (int i = 0; i < n_due; ++i) read_range(ranges[i].lo, ranges[i].hi);
+
+    // New rows above the cursor.
+    std::size_t room = call_cpp([] { return dispatcher->capacity(); });
+    if (room > 0) {
+        int limit = static_cast<int>(Min(room, static_cast<std::size_t>(guc::relay_batch_size)));
+        Datum values[2] = {Int64GetDatum(cursor), Int32GetDatum(limit)};
+        exec(claim_plan, values, true, SPI_OK_SELECT);
+        int64 last = cursor;
+        call_cpp([] { scan_ids->clear(); });
+        claimed = offer_result(&last, scan_ids);
+        call_cpp([] {
+            relay::IdRange gaps = relay::scan_gaps(cursor, *scan_ids);
+            rechecks->add(gaps.lo, gaps.hi, *writers);
+        });
+        cursor = last;
+        more = claimed == limit;
+    }
+    PopActiveSnapshot();
+
+    if (guc::outbox_retention_s > 0 && TimestampDifferenceExceeds(last_purge, now, 1000)) {
+        Datum values[2] = {Int32GetDatum(guc::outbox_retention_s),
+                           Int32GetDatum(guc::relay_batch_size)};
+        PushActiveSnapshot(GetTransactionSnapshot());
+        exec(purge_plan, values, false, SPI_OK_DELETE);
+        PopActiveSnapshot();
+        if (SPI_processed < static_cast<uint64>(guc::relay_batch_size)) last_purge = now;
+        else more = true;
+    }
+
+    SPI_finish();
+    CommitTransactionCommand();
+    call_cpp([] { dispatcher->clear_outcomes(); });
+    shmem::count_messages(acked);
+    return more;
+}
+
+}  // namespace
+
+}  // namespace eventbox
+
+extern "C" PGDLLEXPORT void eventbox_relay_main(Datum);
+
+extern "C" void eventbox_relay_main(Datum arg) {
+    using namespace eventbox;
+    worker::setup_signals();
+    BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(arg), InvalidOid, 0);
+    worker::apply_worker_settings(true);
+    shmem::attach_worker(shmem::Role::kRelay);
+    before_shmem_exit(shutdown_relay, 0);
+    batch_context = AllocSetContextCreate(TopMemoryContext, "eventbox relay batch",
+                                          ALLOCSET_DEFAULT_SIZES);
+
+    static int error_backoff_ms = 0;  // static: survives the longjmp back to sigsetjmp
+    sigjmp_buf local_sigjmp_buf;
+    if (sigsetjmp(local_sigjmp_buf, 1) != 0) {
+        // An ERROR in a batch: report and record it, abort, start over from the outbox.
+        error_context_stack = nullptr;
+        HOLD_INTERRUPTS();
+        EmitErrorReport();
+        MemoryContextSwitchTo(TopMemoryContext);
+        ErrorData* edata = CopyErrorData();
+        shmem::record_error(edata->message);
+        FreeErrorData(edata);
+        AbortCurrentTransaction();
+        FlushErrorState();
+        MemoryContextReset(batch_context);
+        RESUME_INTERRUPTS();
+        error_backoff_ms = Min(Max(error_backoff_ms * 2, 1000), 30000);
+        shmem::set_state("error backoff");
+        (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, error_backoff_ms,
+                        PG_WAIT_EXTENSION);
+        ResetLatch(MyLatch);
+        CHECK_FOR_INTERRUPTS();
+        needs_reset = true;
+    }
+    PG_exception_stack = &local_sigjmp_buf;
+
+    for (;;) {
+        if (needs_reset) {
+            reset();
+            needs_reset = false;
+        }
+        bool more = false;
+        MemoryContextSwitchTo(batch_context);
+        if (producer != nullptr) {
+            call_cpp([] { producer->poll(); });
+            emit_kafka_logs();
+            if (call_cpp([] { return producer->fatal(); })) {
+                ereport(LOG, (errmsg("eventbox relay: recreating the Kafka producer after a "
+                                     "fatal error")));
+                needs_reset = true;
+                continue;
+            }
+            take_deliveries();
+            more = iterate();
+            error_backoff_ms = 0;
+        }
+        MemoryContextSwitchTo(TopMemoryContext);
+        MemoryContextReset(batch_context);
+
+        long timeout = guc::relay_poll_interval_ms;
+        if (producer != nullptr) {
+            int64 due = call_cpp([] { return dispatcher->next_due_ms(); });
+            if (due != INT64_MAX) timeout = Min(timeout, Max(due - now_ms(), 0L));
+            if (!call_cpp([] { return rechecks->empty(); })) timeout = Min(timeout, 250L);
+        }
+        if (more) timeout = 0;
+        WaitEvent event;
+        (void)WaitEventSetWait(wait_set, timeout, &event, 1, PG_WAIT_EXTENSION);
+        ResetLatch(MyLatch);
+        CHECK_FOR_INTERRUPTS();
+        if (worker::reload_if_requested()) {
+            char* fingerprint = current_fingerprint();
+            if (strcmp(fingerprint, config_fingerprint) != 0) {
+                ereport(LOG, (errmsg("eventbox relay: settings changed; restarting the producer")));
+                needs_reset = true;
+            }
+            pfree(fingerprint);
+        }
+    }
+}

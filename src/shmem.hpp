@@ -1,0 +1,36 @@
+// Shared state of the eventbox workers: one slot per worker (for eventbox.workers and wake-ups)
+// and, per backend, the xid of its transaction that last drew an outbox id (for the relay's
+// late-commit rechecks).
+#pragma once
+
+extern "C" {
+#include "postgres.h"
+}
+
+#include <cstdint>
+#include <vector>
+
+namespace eventbox::shmem {
+
+enum class Role : int { kLauncher = 0, kRelay = 1 };
+
+// Registers the shared memory request and startup hooks; called from _PG_init.
+void install_hooks();
+// True when the library was preloaded and the shared state exists.
+bool available();
+
+// Claims the slot of `role` for this process, released automatically at exit.
+void attach_worker(Role role);
+void set_state(const char* state);
+void count_messages(uint64 n);
+void record_error(const char* message);
+
+// Sets the relay's latch, if a relay is running.
+void wake_relay();
+
+// Publishes the current top-level xid as an outbox writer (before an outbox id is drawn).
+void publish_outbox_writer(TransactionId xid);
+// Xids of all backends' latest outbox-writing transactions (some may have finished).
+void outbox_writers(std::vector<uint32_t>& out);
+
+}  // namespace eventbox::shmem
