@@ -3,9 +3,11 @@ EXTENSION  = pg_eventbox
 EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(EXTENSION).control)
 MODULE_big = pg_eventbox
 PURE_SRCS  = src/error.cpp src/message_rules.cpp src/kafka_options.cpp src/relay_dispatch.cpp \
-             src/relay_recheck.cpp src/kafka_producer.cpp
+             src/relay_recheck.cpp src/kafka_client.cpp src/kafka_producer.cpp \
+             src/inbox_record.cpp src/kafka_consumer.cpp
 PG_SRCS    = src/pg_boundary.cpp src/guc.cpp src/shmem.cpp src/send.cpp src/module.cpp \
-             src/worker_common.cpp src/launcher.cpp src/relay_worker.cpp
+             src/worker_common.cpp src/launcher.cpp src/relay_worker.cpp src/pg_arrays.cpp \
+             src/sql_api.cpp src/ingest_worker.cpp
 OBJS       = $(PURE_SRCS:.cpp=.o) $(PG_SRCS:.cpp=.o)
 DATA       = $(wildcard extension/$(EXTENSION)--*.sql)
 REGRESS    = $(sort $(basename $(notdir $(wildcard sql/*.sql))))

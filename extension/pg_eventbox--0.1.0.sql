@@ -82,12 +82,285 @@ COMMENT ON FUNCTION eventbox.send(text, bytea, text, jsonb, uuid) IS
 -- Running workers as seen by the launcher's shared state.
 CREATE FUNCTION eventbox.workers(OUT pid integer, OUT role text, OUT state text,
                                  OUT last_activity timestamptz, OUT started_at timestamptz,
-                                 OUT messages bigint, OUT errors bigint, OUT last_error text)
+                                 OUT messages bigint, OUT errors bigint, OUT last_error text,
+                                 OUT duplicates bigint, OUT transport_ids bigint)
 RETURNS SETOF record
 LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', 'eventbox_workers';
 
 CREATE VIEW eventbox.workers AS SELECT * FROM eventbox.workers();
+
+
+-- ---------------------------------------------------------------------------------------------
+-- Inbox: subscriptions, received messages and the offsets stored with them.
+-- ---------------------------------------------------------------------------------------------
+
+-- Who may change a subscription is checked against `owner`. The tables are written only by the
+-- API functions below, which run as the extension owner after recording the calling role.
+CREATE TABLE eventbox.subscriptions (
+    name             text        PRIMARY KEY,
+    topics           text[]      NOT NULL,
+    owner            regrole     NOT NULL,
+    start_from       text        NOT NULL DEFAULT 'earliest',
+    ordering         text        NOT NULL DEFAULT 'partition',
+    max_attempts     integer     NOT NULL DEFAULT 10,
+    backoff          interval    NOT NULL DEFAULT '1 second',
+    backoff_max      interval    NOT NULL DEFAULT '10 minutes',
+    message_id_field text,
+    unhandled        text        NOT NULL DEFAULT 'ignore',
+    batch_size       integer     NOT NULL DEFAULT 1000,
+    group_id         text,
+    enabled          boolean     NOT NULL DEFAULT true,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT subscriptions_name_check CHECK (name ~ '^[A-Za-z0-9_.-]{1,63}$'),
+    CONSTRAINT subscriptions_topics_check CHECK (cardinality(topics) > 0),
+    CONSTRAINT subscriptions_start_from_check CHECK (start_from IN ('earliest', 'latest')),
+    CONSTRAINT subscriptions_ordering_check CHECK (ordering IN ('partition', 'key', 'none')),
+    CONSTRAINT subscriptions_unhandled_check CHECK (unhandled IN ('ignore', 'keep')),
+    CONSTRAINT subscriptions_max_attempts_check CHECK (max_attempts >= 1),
+    CONSTRAINT subscriptions_backoff_check CHECK (backoff > '0' AND backoff_max >= backoff),
+    CONSTRAINT subscriptions_batch_size_check CHECK (batch_size BETWEEN 1 AND 100000)
+);
+SELECT pg_catalog.pg_extension_config_dump('eventbox.subscriptions', '');
+
+-- One row per received message per subscription; payload is NULL when the bytes are not JSON,
+-- and then raw_payload holds them: nothing is ever dropped.
+CREATE TABLE eventbox.inbox (
+    subscription    text        NOT NULL,
+    message_id      text        NOT NULL,
+    topic           text        NOT NULL,
+    "partition"     integer     NOT NULL,
+    "offset"        bigint      NOT NULL,
+    key             bytea,
+    headers         jsonb       NOT NULL DEFAULT '{}',
+    payload         jsonb,
+    raw_payload     bytea,
+    event_type      text,
+    status          text        NOT NULL DEFAULT 'received',
+    attempts        integer     NOT NULL DEFAULT 0,
+    next_attempt_at timestamptz,
+    received_at     timestamptz NOT NULL DEFAULT now(),
+    processed_at    timestamptz,
+    last_error      text,
+    PRIMARY KEY (subscription, message_id),
+    CONSTRAINT inbox_status_check
+        CHECK (status IN ('received', 'processed', 'retry', 'dead', 'ignored', 'unparsable'))
+);
+SELECT pg_catalog.pg_extension_config_dump('eventbox.inbox', '');
+
+-- Next offset to read per subscription and partition, written in the same transaction as the
+-- inbox rows it covers. high_watermark is the broker's, as last seen by the ingest worker.
+CREATE TABLE eventbox.offsets (
+    subscription   text        NOT NULL,
+    topic          text        NOT NULL,
+    "partition"    integer     NOT NULL,
+    next_offset    bigint      NOT NULL,
+    high_watermark bigint,
+    updated_at     timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (subscription, topic, "partition")
+);
+SELECT pg_catalog.pg_extension_config_dump('eventbox.offsets', '');
+
+CREATE VIEW eventbox.inbox_stats AS
+SELECT subscription, status, count(*) AS messages, min(received_at) AS oldest,
+       max(received_at) AS newest
+  FROM eventbox.inbox
+ GROUP BY subscription, status;
+
+CREATE VIEW eventbox.lag AS
+SELECT subscription, topic, "partition", next_offset, high_watermark,
+       greatest(high_watermark - next_offset, 0) AS lag, updated_at
+  FROM eventbox.offsets;
+
+-- Internal helpers (not granted to anyone).
+CREATE FUNCTION eventbox._check_topic(topic text) RETURNS void
+LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'eventbox_check_topic';
+
+CREATE FUNCTION eventbox._notify_ingest() RETURNS void
+LANGUAGE c AS 'MODULE_PATHNAME', 'eventbox_notify_ingest';
+
+-- Validates subscription options; raises 22023 with a hint.
+CREATE FUNCTION eventbox._check_subscription_options(
+    topics text[], start_from text, ordering text, max_attempts integer, backoff interval,
+    backoff_max interval, unhandled text, batch_size integer)
+RETURNS text[]
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    t text;
+BEGIN
+    IF topics IS NULL OR cardinality(topics) = 0 THEN
+        RAISE EXCEPTION 'topics must not be empty'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass the Kafka topics to consume, e.g. topics => ARRAY[''orders''].';
+    END IF;
+    FOREACH t IN ARRAY topics LOOP
+        IF t IS NULL THEN
+            RAISE EXCEPTION 'topics must not contain NULL'
+                USING ERRCODE = 'null_value_not_allowed', HINT = 'Remove the NULL element.';
+        END IF;
+        PERFORM eventbox._check_topic(t);
+    END LOOP;
+    IF start_from IS NULL OR start_from NOT IN ('earliest', 'latest') THEN
+        RAISE EXCEPTION 'invalid start_from: %', coalesce(quote_literal(start_from), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Use ''earliest'' or ''latest''.';
+    END IF;
+    IF ordering IS NULL OR ordering NOT IN ('partition', 'key', 'none') THEN
+        RAISE EXCEPTION 'invalid ordering: %', coalesce(quote_literal(ordering), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use ''partition'', ''key'' or ''none''.';
+    END IF;
+    IF unhandled IS NULL OR unhandled NOT IN ('ignore', 'keep') THEN
+        RAISE EXCEPTION 'invalid unhandled: %', coalesce(quote_literal(unhandled), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Use ''ignore'' or ''keep''.';
+    END IF;
+    IF max_attempts IS NULL OR max_attempts < 1 THEN
+        RAISE EXCEPTION 'max_attempts must be at least 1'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF backoff IS NULL OR backoff <= '0' OR backoff_max IS NULL OR backoff_max < backoff THEN
+        RAISE EXCEPTION 'backoff must be positive and backoff_max at least backoff'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'For example backoff => ''1 second'', backoff_max => ''10 minutes''.';
+    END IF;
+    IF batch_size IS NULL OR batch_size NOT BETWEEN 1 AND 100000 THEN
+        RAISE EXCEPTION 'batch_size must be between 1 and 100000'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN ARRAY(SELECT DISTINCT u FROM unnest(topics) u ORDER BY u);
+END $$;
+
+-- The subscription `name`, locked, after checking that `caller` may manage it.
+CREATE FUNCTION eventbox._managed_subscription(caller oid, name text)
+RETURNS eventbox.subscriptions
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s eventbox.subscriptions;
+BEGIN
+    SELECT * INTO s FROM eventbox.subscriptions WHERE subscriptions.name = _managed_subscription.name
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'subscription % does not exist', coalesce(quote_literal(name), 'NULL')
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'See SELECT name FROM eventbox.subscriptions.';
+    END IF;
+    IF NOT pg_has_role(caller, s.owner::oid, 'USAGE') THEN
+        RAISE EXCEPTION 'permission denied for subscription %', quote_literal(name)
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = format('Only members of its owner role %s can change it.', s.owner);
+    END IF;
+    RETURN s;
+END $$;
+
+CREATE FUNCTION eventbox._create_subscription(
+    caller oid, name text, topics text[], start_from text, ordering text, max_attempts integer,
+    backoff interval, backoff_max interval, message_id_field text, unhandled text,
+    batch_size integer, group_id text)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    clean_topics text[];
+BEGIN
+    IF name IS NULL OR name !~ '^[A-Za-z0-9_.-]{1,63}$' THEN
+        RAISE EXCEPTION 'invalid subscription name: %', coalesce(quote_literal(name), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use 1 to 63 letters, digits, ''_'', ''.'' or ''-''.';
+    END IF;
+    clean_topics := eventbox._check_subscription_options(topics, start_from, ordering,
+        max_attempts, backoff, backoff_max, unhandled, batch_size);
+    IF group_id = '' THEN
+        RAISE EXCEPTION 'group_id must not be empty' USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'Pass NULL to derive it from the database and subscription names.';
+    END IF;
+    IF message_id_field = '' THEN
+        RAISE EXCEPTION 'message_id_field must not be empty'
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Pass NULL for none.';
+    END IF;
+    BEGIN
+        INSERT INTO eventbox.subscriptions (name, topics, owner, start_from, ordering,
+            max_attempts, backoff, backoff_max, message_id_field, unhandled, batch_size, group_id)
+        VALUES (name, clean_topics, caller::regrole, start_from, ordering, max_attempts, backoff,
+            backoff_max, message_id_field, unhandled, batch_size, group_id);
+    EXCEPTION WHEN unique_violation THEN
+        RAISE EXCEPTION 'subscription % already exists', quote_literal(name)
+            USING ERRCODE = 'duplicate_object',
+                  HINT = 'Use eventbox.alter_subscription() to change it.';
+    END;
+    PERFORM eventbox._notify_ingest();
+END $$;
+
+CREATE FUNCTION eventbox._alter_subscription(
+    caller oid, name text, topics text[], start_from text, ordering text, max_attempts integer,
+    backoff interval, backoff_max interval, message_id_field text, unhandled text,
+    batch_size integer, group_id text, enabled boolean)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s eventbox.subscriptions;
+    clean_topics text[];
+BEGIN
+    s := eventbox._managed_subscription(caller, name);
+    clean_topics := eventbox._check_subscription_options(
+        coalesce(topics, s.topics), coalesce(start_from, s.start_from),
+        coalesce(ordering, s.ordering), coalesce(max_attempts, s.max_attempts),
+        coalesce(backoff, s.backoff), coalesce(backoff_max, s.backoff_max),
+        coalesce(unhandled, s.unhandled), coalesce(batch_size, s.batch_size));
+    UPDATE eventbox.subscriptions SET
+        topics = clean_topics,
+        start_from = coalesce(_alter_subscription.start_from, s.start_from),
+        ordering = coalesce(_alter_subscription.ordering, s.ordering),
+        max_attempts = coalesce(_alter_subscription.max_attempts, s.max_attempts),
+        backoff = coalesce(_alter_subscription.backoff, s.backoff),
+        backoff_max = coalesce(_alter_subscription.backoff_max, s.backoff_max),
+        message_id_field = CASE WHEN _alter_subscription.message_id_field IS NULL
+                                THEN s.message_id_field
+                                ELSE nullif(_alter_subscription.message_id_field, '') END,
+        unhandled = coalesce(_alter_subscription.unhandled, s.unhandled),
+        batch_size = coalesce(_alter_subscription.batch_size, s.batch_size),
+        group_id = CASE WHEN _alter_subscription.group_id IS NULL THEN s.group_id
+                        ELSE nullif(_alter_subscription.group_id, '') END,
+        enabled = coalesce(_alter_subscription.enabled, s.enabled)
+     WHERE subscriptions.name = s.name;
+    PERFORM eventbox._notify_ingest();
+END $$;
+
+CREATE FUNCTION eventbox._drop_subscription(caller oid, name text)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s eventbox.subscriptions;
+BEGIN
+    s := eventbox._managed_subscription(caller, name);
+    DELETE FROM eventbox.inbox WHERE subscription = s.name;
+    DELETE FROM eventbox.offsets WHERE subscription = s.name;
+    DELETE FROM eventbox.subscriptions WHERE subscriptions.name = s.name;
+    PERFORM eventbox._notify_ingest();
+END $$;
+
+-- The API: each runs eventbox._<name>(calling role, ...) as the extension owner.
+CREATE FUNCTION eventbox.create_subscription(
+    name text, topics text[], start_from text DEFAULT 'earliest', ordering text DEFAULT 'partition',
+    max_attempts integer DEFAULT 10, backoff interval DEFAULT '1 second',
+    backoff_max interval DEFAULT '10 minutes', message_id_field text DEFAULT NULL,
+    unhandled text DEFAULT 'ignore', batch_size integer DEFAULT 1000, group_id text DEFAULT NULL)
+RETURNS void
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
+
+CREATE FUNCTION eventbox.alter_subscription(
+    name text, topics text[] DEFAULT NULL, start_from text DEFAULT NULL,
+    ordering text DEFAULT NULL, max_attempts integer DEFAULT NULL, backoff interval DEFAULT NULL,
+    backoff_max interval DEFAULT NULL, message_id_field text DEFAULT NULL,
+    unhandled text DEFAULT NULL, batch_size integer DEFAULT NULL, group_id text DEFAULT NULL,
+    enabled boolean DEFAULT NULL)
+RETURNS void
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
+
+CREATE FUNCTION eventbox.drop_subscription(name text)
+RETURNS void
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
+
+COMMENT ON FUNCTION eventbox.alter_subscription(text, text[], text, text, integer, interval,
+    interval, text, text, integer, text, boolean) IS
+    'Change a subscription''s options; NULL keeps an option (pass '''' to clear message_id_field or group_id)';
 
 REVOKE ALL ON ALL TABLES IN SCHEMA eventbox FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA eventbox FROM PUBLIC;

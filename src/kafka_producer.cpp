@@ -1,51 +1,27 @@
 // librdkafka producer wrapper (see kafka_producer.hpp).
 #include "kafka_producer.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cstring>
+#include <algorithm>
 
 #include "error.hpp"
 #include "message_rules.hpp"
 
 namespace eventbox::kafka {
 
-namespace {
-
-// Sets one property; the error names the key, never the value (it may be a credential).
-void set_conf(rd_kafka_conf_t* conf, const std::string& key, const std::string& value) {
-    char errstr[512];
-    if (rd_kafka_conf_set(conf, key.c_str(), value.c_str(), errstr, sizeof errstr) !=
-        RD_KAFKA_CONF_OK) {
-        rd_kafka_conf_destroy(conf);
-        throw Error(sqlstate::kConfigFileError,
-                    "kafka option \"" + key + "\" was rejected by librdkafka",
-                    {}, "Check the key and value in eventbox.kafka_options.");
-    }
-}
-
-}  // namespace
-
 Producer::Producer(const ProducerConfig& config) {
-    rd_kafka_conf_t* conf = rd_kafka_conf_new();
-    set_conf(conf, "bootstrap.servers", config.brokers);
-    set_conf(conf, "enable.idempotence", "true");
-    set_conf(conf, "acks", "all");
-    // Same key -> same partition as the Java client, so mixed producers agree.
-    set_conf(conf, "partitioner", "murmur2_random");
-    set_conf(conf, "linger.ms", std::to_string(config.linger_ms));
-    set_conf(conf, "message.timeout.ms", std::to_string(config.message_timeout_ms));
-    set_conf(conf, "queue.buffering.max.messages",
-             std::to_string(std::max(config.max_in_flight_messages * 2, 1000)));
-    set_conf(conf, "log.queue", "true");
-    set_conf(conf, "client.id", "pg_eventbox-relay");
-    for (const KafkaOption& option : config.options) set_conf(conf, option.first, option.second);
-
-    rd_kafka_conf_set_opaque(conf, this);
+    std::vector<KafkaOption> ours = {
+        {"enable.idempotence", "true"},
+        {"acks", "all"},
+        // Same key -> same partition as the Java client, so mixed producers agree.
+        {"partitioner", "murmur2_random"},
+        {"linger.ms", std::to_string(config.linger_ms)},
+        {"message.timeout.ms", std::to_string(config.message_timeout_ms)},
+        {"queue.buffering.max.messages",
+         std::to_string(std::max(config.max_in_flight_messages * 2, 1000))},
+        {"client.id", "pg_eventbox-relay"},
+    };
+    rd_kafka_conf_t* conf = new_conf(config.brokers, ours, config.options);
     rd_kafka_conf_set_dr_msg_cb(conf, &Producer::on_delivery);
-    rd_kafka_conf_set_error_cb(conf, &Producer::on_error);
-    rd_kafka_conf_set_log_cb(conf, &Producer::on_log);
 
     char errstr[512];
     rk_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof errstr);
@@ -53,31 +29,29 @@ Producer::Producer(const ProducerConfig& config) {
         rd_kafka_conf_destroy(conf);
         throw Error(sqlstate::kConfigFileError, "could not create the Kafka producer", errstr);
     }
-    // Logs go to the main queue so they are emitted from poll(), on our thread.
     rd_kafka_set_log_queue(rk_, nullptr);
-
-    if (pipe2(pipe_, O_NONBLOCK | O_CLOEXEC) != 0) {
+    rd_kafka_queue_t* main_queue = rd_kafka_queue_get_main(rk_);
+    try {
+        enable_queue_events(main_queue);
+    } catch (...) {
+        rd_kafka_queue_destroy(main_queue);
         rd_kafka_destroy(rk_);
         rk_ = nullptr;
-        throw Error(sqlstate::kInternalError, "could not create the relay's event pipe",
-                    std::strerror(errno));
+        throw;
     }
-    rd_kafka_queue_t* main_queue = rd_kafka_queue_get_main(rk_);
-    rd_kafka_queue_io_event_enable(main_queue, pipe_[1], "1", 1);
     rd_kafka_queue_destroy(main_queue);
 }
 
 Producer::~Producer() {
     if (rk_ != nullptr) {
         rd_kafka_queue_t* main_queue = rd_kafka_queue_get_main(rk_);
-        rd_kafka_queue_io_event_enable(main_queue, -1, nullptr, 0);
+        disable_queue_events(main_queue);
         rd_kafka_queue_destroy(main_queue);
         rd_kafka_purge(rk_, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
         for (auto& entry : topics_) rd_kafka_topic_destroy(entry.second);
         rd_kafka_destroy(rk_);
     }
-    for (int fd : pipe_)
-        if (fd >= 0) close(fd);
+    close_pipe();
 }
 
 rd_kafka_topic_t* Producer::topic(std::string_view name) {
@@ -119,9 +93,7 @@ int Producer::produce(const relay::Row& row, std::string& error) {
 }
 
 void Producer::poll() {
-    char buf[256];
-    while (read(pipe_[0], buf, sizeof buf) > 0) {
-    }
+    drain_pipe();
     rd_kafka_poll(rk_, 0);
 }
 
@@ -146,7 +118,8 @@ bool Producer::is_permanent(rd_kafka_resp_err_t err) {
 }
 
 void Producer::on_delivery(rd_kafka_t*, const rd_kafka_message_t* msg, void* opaque) {
-    auto* self = static_cast<Producer*>(opaque);
+    // The handle's opaque is the ClientEvents base of this producer.
+    auto* self = static_cast<Producer*>(static_cast<ClientEvents*>(opaque));
     rd_kafka_resp_err_t err = msg->err;
     bool purged = err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT;
     self->deliveries_.push_back(Delivery{
@@ -154,23 +127,6 @@ void Producer::on_delivery(rd_kafka_t*, const rd_kafka_message_t* msg, void* opa
         is_permanent(err), !purged, msg->partition, msg->offset,
         err == RD_KAFKA_RESP_ERR_NO_ERROR ? std::string() : std::string(rd_kafka_err2name(err)) +
                                                                 ": " + rd_kafka_err2str(err)});
-}
-
-void Producer::on_error(rd_kafka_t* rk, int err, const char* reason, void* opaque) {
-    auto* self = static_cast<Producer*>(opaque);
-    std::string text = reason ? reason : "";
-    if (err == RD_KAFKA_RESP_ERR__FATAL) {
-        char fatal[512];
-        rd_kafka_fatal_error(rk, fatal, sizeof fatal);
-        self->fatal_ = true;
-        text = std::string("fatal producer error: ") + fatal;
-    }
-    self->logs_.push_back(LogLine{err == RD_KAFKA_RESP_ERR__FATAL ? 3 : 4, std::move(text)});
-}
-
-void Producer::on_log(const rd_kafka_t* rk, int level, const char* fac, const char* buf) {
-    auto* self = static_cast<Producer*>(rd_kafka_opaque(rk));
-    self->logs_.push_back(LogLine{level, std::string(fac) + ": " + buf});
 }
 
 }  // namespace eventbox::kafka

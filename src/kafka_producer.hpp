@@ -10,7 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kafka_options.hpp"
+#include "kafka_client.hpp"
 #include "relay_dispatch.hpp"
 
 namespace eventbox::kafka {
@@ -33,12 +33,7 @@ struct Delivery {
     std::string error;
 };
 
-struct LogLine {
-    int level;  // syslog level
-    std::string text;
-};
-
-class Producer final : public relay::Sink {
+class Producer final : public relay::Sink, public ClientEvents {
 public:
     // Throws eventbox::Error when a configuration property is rejected (naming the key only).
     explicit Producer(const ProducerConfig& config);
@@ -54,9 +49,6 @@ public:
     void poll();
 
     std::vector<Delivery>& deliveries() { return deliveries_; }
-    std::vector<LogLine>& logs() { return logs_; }
-    // True once librdkafka raised a fatal error: the producer must be recreated.
-    bool fatal() const { return fatal_; }
     // Stops waiting for queued and in-flight messages (they are reported as purged).
     void purge();
 
@@ -65,16 +57,11 @@ public:
 
 private:
     static void on_delivery(rd_kafka_t*, const rd_kafka_message_t* msg, void* opaque);
-    static void on_error(rd_kafka_t*, int err, const char* reason, void* opaque);
-    static void on_log(const rd_kafka_t* rk, int level, const char* fac, const char* buf);
     rd_kafka_topic_t* topic(std::string_view name);
 
     rd_kafka_t* rk_ = nullptr;
-    int pipe_[2] = {-1, -1};
-    bool fatal_ = false;
     std::unordered_map<std::string, rd_kafka_topic_t*> topics_;
     std::vector<Delivery> deliveries_;
-    std::vector<LogLine> logs_;
 };
 
 }  // namespace eventbox::kafka

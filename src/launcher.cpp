@@ -35,6 +35,7 @@ struct Managed {
 };
 
 Managed relay = {"eventbox_relay_main", "eventbox relay", nullptr, 0, 0, 1000};
+Managed ingest = {"eventbox_ingest_main", "eventbox ingest", nullptr, 0, 0, 1000};
 
 constexpr int kMinBackoffMs = 1000;
 constexpr int kMaxBackoffMs = 60000;
@@ -129,7 +130,7 @@ extern "C" void eventbox_launcher_main(Datum) {
                                      guc::database)));
             announced_wait = false;
             shmem::set_state("supervising");
-            timeout_ms = Min(supervise(relay), 10000L);
+            timeout_ms = Min(Min(supervise(relay), supervise(ingest)), 10000L);
         } else {
             if (!announced_wait)
                 ereport(LOG, (errmsg("eventbox launcher waiting for CREATE EXTENSION pg_eventbox "
@@ -137,6 +138,7 @@ extern "C" void eventbox_launcher_main(Datum) {
                                      guc::database)));
             announced_wait = true;
             stop(relay);
+            stop(ingest);
             shmem::set_state("waiting for extension");
         }
         (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,

@@ -41,6 +41,7 @@ extern "C" {
 
 using eventbox::pg::call_cpp;
 using eventbox::pg::pg_guard;
+using eventbox::worker::now_ms;
 
 namespace eventbox {
 
@@ -62,18 +63,11 @@ bool needs_reset = true;           // rebuild producer and dispatcher before the
 WaitEventSet* wait_set = nullptr;
 MemoryContext batch_context = nullptr;
 
-// Rate limit for warnings coming from librdkafka (broker down and the like).
-TimestampTz last_warning = 0;
-int suppressed_warnings = 0;
-constexpr int kWarningIntervalMs = 10000;
-
 SPIPlanPtr claim_plan, range_plan, refetch_plan, delete_plan, sent_plan, failed_plan, purge_plan;
 
 constexpr const char* kRowColumns =
     "SELECT id, message_id, topic, key, payload, headers, attempts, next_attempt_at "
     "FROM eventbox.outbox ";
-
-int64 now_ms() { return GetCurrentTimestamp() / 1000; }
 
 SPIPlanPtr prepare(const char* sql, int nargs, Oid* types) {
     SPIPlanPtr plan = SPI_prepare(sql, nargs, types);
@@ -194,31 +188,6 @@ void reset() {
         shmem::set_state("idle: no brokers");
     }
     rebuild_wait_set();
-}
-
-// Emits librdkafka's logs from this thread; warnings at most once per interval.
-void emit_kafka_logs() {
-    std::size_t n = call_cpp([] { return producer->logs().size(); });
-    for (std::size_t i = 0; i < n; ++i) {
-        const kafka::LogLine& line = producer->logs()[i];
-        if (line.level > 4) {
-            elog(DEBUG1, "eventbox relay: kafka: %s", line.text.c_str());
-            continue;
-        }
-        TimestampTz now = GetCurrentTimestamp();
-        if (last_warning != 0 && !TimestampDifferenceExceeds(last_warning, now, kWarningIntervalMs)) {
-            ++suppressed_warnings;
-            continue;
-        }
-        ereport(LOG, (errmsg("eventbox relay: kafka: %s", line.text.c_str()),
-                      suppressed_warnings ? errdetail("%d similar messages suppressed.",
-                                                      suppressed_warnings)
-                                          : 0));
-        shmem::record_error(line.text.c_str());
-        last_warning = now;
-        suppressed_warnings = 0;
-    }
-    call_cpp([] { producer->logs().clear(); });
 }
 
 // Feeds delivery reports to the dispatcher.
@@ -536,7 +505,7 @@ extern "C" void eventbox_relay_main(Datum arg) {
         MemoryContextSwitchTo(batch_context);
         if (producer != nullptr) {
             call_cpp([] { producer->poll(); });
-            emit_kafka_logs();
+            worker::emit_kafka_logs(*producer, "eventbox relay");
             if (call_cpp([] { return producer->fatal(); })) {
                 ereport(LOG, (errmsg("eventbox relay: recreating the Kafka producer after a "
                                      "fatal error")));

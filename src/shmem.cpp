@@ -21,8 +21,8 @@ namespace eventbox::shmem {
 
 namespace {
 
-constexpr int kSlots = 16;
-const char* const kRoleNames[] = {"launcher", "relay"};
+constexpr int kSlots = static_cast<int>(Role::kHandler) + kMaxHandlerWorkers;
+const char* const kRoleNames[] = {"launcher", "relay", "ingest", "handler"};
 
 struct WorkerSlot {
     pid_t pid;
@@ -32,6 +32,8 @@ struct WorkerSlot {
     TimestampTz last_activity;
     uint64 messages;
     uint64 errors;
+    uint64 duplicates;
+    uint64 transport_ids;
     char state[32];
     char last_error[256];
 };
@@ -39,6 +41,7 @@ struct WorkerSlot {
 struct Shared {
     slock_t mutex;
     WorkerSlot slots[kSlots];
+    pg_atomic_uint64 subscriptions_generation;
     int n_writers;
     pg_atomic_uint32 writers[FLEXIBLE_ARRAY_MEMBER];  // indexed by pgprocno
 };
@@ -68,6 +71,7 @@ void startup_hook() {
     if (!found) {
         memset(shared, 0, offsetof(Shared, writers));
         SpinLockInit(&shared->mutex);
+        pg_atomic_init_u64(&shared->subscriptions_generation, 1);
         shared->n_writers = writer_count();
         for (int i = 0; i < shared->n_writers; ++i) pg_atomic_init_u32(&shared->writers[i], 0);
     }
@@ -83,6 +87,14 @@ void detach_worker(int, Datum) {
     my_slot = -1;
 }
 
+// Sets the latch in `slot`, if its worker runs.
+void wake_slot(int slot) {
+    SpinLockAcquire(&shared->mutex);
+    Latch* latch = shared->slots[slot].latch;
+    SpinLockRelease(&shared->mutex);
+    if (latch != nullptr) SetLatch(latch);
+}
+
 }  // namespace
 
 void install_hooks() {
@@ -94,16 +106,17 @@ void install_hooks() {
 
 bool available() { return shared != nullptr; }
 
-void attach_worker(Role role) {
+void attach_worker(Role role, int index) {
     if (shared == nullptr) return;
-    int slot = static_cast<int>(role);
+    int slot = static_cast<int>(role) + (role == Role::kHandler ? index : 0);
+    if (slot >= kSlots) return;
     SpinLockAcquire(&shared->mutex);
     WorkerSlot& s = shared->slots[slot];
     s.pid = MyProcPid;
-    s.role = slot;
+    s.role = static_cast<int>(role);
     s.latch = &MyProc->procLatch;
     s.started_at = s.last_activity = GetCurrentTimestamp();
-    s.messages = s.errors = 0;
+    s.messages = s.errors = s.duplicates = s.transport_ids = 0;
     strlcpy(s.state, "starting", sizeof s.state);
     s.last_error[0] = '\0';
     SpinLockRelease(&shared->mutex);
@@ -129,6 +142,20 @@ void count_messages(uint64 n) {
     SpinLockRelease(&shared->mutex);
 }
 
+void count_duplicates(uint64 n) {
+    if (shared == nullptr || my_slot < 0 || n == 0) return;
+    SpinLockAcquire(&shared->mutex);
+    shared->slots[my_slot].duplicates += n;
+    SpinLockRelease(&shared->mutex);
+}
+
+void count_transport_ids(uint64 n) {
+    if (shared == nullptr || my_slot < 0 || n == 0) return;
+    SpinLockAcquire(&shared->mutex);
+    shared->slots[my_slot].transport_ids += n;
+    SpinLockRelease(&shared->mutex);
+}
+
 void record_error(const char* message) {
     if (shared == nullptr || my_slot < 0) return;
     SpinLockAcquire(&shared->mutex);
@@ -138,11 +165,22 @@ void record_error(const char* message) {
 }
 
 void wake_relay() {
+    if (shared != nullptr) wake_slot(static_cast<int>(Role::kRelay));
+}
+
+void wake_handlers() {
     if (shared == nullptr) return;
-    SpinLockAcquire(&shared->mutex);
-    Latch* latch = shared->slots[static_cast<int>(Role::kRelay)].latch;
-    SpinLockRelease(&shared->mutex);
-    if (latch != nullptr) SetLatch(latch);
+    for (int i = 0; i < kMaxHandlerWorkers; ++i) wake_slot(static_cast<int>(Role::kHandler) + i);
+}
+
+void subscriptions_changed() {
+    if (shared == nullptr) return;
+    pg_atomic_fetch_add_u64(&shared->subscriptions_generation, 1);
+    wake_slot(static_cast<int>(Role::kIngest));
+}
+
+uint64 subscriptions_generation() {
+    return shared ? pg_atomic_read_u64(&shared->subscriptions_generation) : 0;
 }
 
 void publish_outbox_writer(TransactionId xid) {
@@ -182,8 +220,9 @@ extern "C" Datum eventbox_workers(PG_FUNCTION_ARGS) {
         copy = shared->slots[i];
         SpinLockRelease(&shared->mutex);
         if (copy.pid == 0) continue;
-        Datum values[8];
-        bool nulls[8] = {false, false, false, false, false, false, false, copy.last_error[0] == 0};
+        Datum values[10];
+        bool nulls[10] = {false, false, false, false, false, false, false,
+                          copy.last_error[0] == 0, false, false};
         values[0] = Int32GetDatum(copy.pid);
         values[1] = CStringGetTextDatum(kRoleNames[copy.role]);
         values[2] = CStringGetTextDatum(copy.state);
@@ -192,6 +231,8 @@ extern "C" Datum eventbox_workers(PG_FUNCTION_ARGS) {
         values[5] = Int64GetDatum(static_cast<int64>(copy.messages));
         values[6] = Int64GetDatum(static_cast<int64>(copy.errors));
         values[7] = copy.last_error[0] ? CStringGetTextDatum(copy.last_error) : (Datum)0;
+        values[8] = Int64GetDatum(static_cast<int64>(copy.duplicates));
+        values[9] = Int64GetDatum(static_cast<int64>(copy.transport_ids));
         tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
     }
     return (Datum)0;

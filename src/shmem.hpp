@@ -12,21 +12,31 @@ extern "C" {
 
 namespace eventbox::shmem {
 
-enum class Role : int { kLauncher = 0, kRelay = 1 };
+enum class Role : int { kLauncher = 0, kRelay = 1, kIngest = 2, kHandler = 3 };
+// Handler workers take slots kHandler + index.
+inline constexpr int kMaxHandlerWorkers = 12;
 
 // Registers the shared memory request and startup hooks; called from _PG_init.
 void install_hooks();
 // True when the library was preloaded and the shared state exists.
 bool available();
 
-// Claims the slot of `role` for this process, released automatically at exit.
-void attach_worker(Role role);
+// Claims the slot of `role` (plus `index` for handler workers) for this process, released
+// automatically at exit.
+void attach_worker(Role role, int index = 0);
 void set_state(const char* state);
 void count_messages(uint64 n);
+void count_duplicates(uint64 n);     // records already in the inbox (ingest)
+void count_transport_ids(uint64 n);  // records identified by topic/partition/offset (ingest)
 void record_error(const char* message);
 
 // Sets the relay's latch, if a relay is running.
 void wake_relay();
+// Sets the latches of all running handler workers.
+void wake_handlers();
+// Announces committed subscription changes: bumps the generation and wakes the ingest worker.
+void subscriptions_changed();
+uint64 subscriptions_generation();
 
 // Publishes the current top-level xid as an outbox writer (before an outbox id is drawn).
 void publish_outbox_writer(TransactionId xid);

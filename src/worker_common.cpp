@@ -7,7 +7,12 @@ extern "C" {
 #include "postmaster/interrupt.h"
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
+#include "utils/timestamp.h"
 }
+
+#include "kafka_client.hpp"
+#include "pg_boundary.hpp"
+#include "shmem.hpp"
 
 namespace eventbox::worker {
 
@@ -33,5 +38,37 @@ bool reload_if_requested() {
     ProcessConfigFile(PGC_SIGHUP);
     return true;
 }
+
+namespace {
+TimestampTz last_warning = 0;
+int suppressed_warnings = 0;
+constexpr int kWarningIntervalMs = 10000;
+}  // namespace
+
+void emit_kafka_logs(kafka::ClientEvents& client, const char* who) {
+    std::size_t n = pg::call_cpp([&] { return client.logs().size(); });
+    for (std::size_t i = 0; i < n; ++i) {
+        const kafka::LogLine& line = client.logs()[i];
+        if (line.level > 4) {
+            elog(DEBUG1, "%s: kafka: %s", who, line.text.c_str());
+            continue;
+        }
+        TimestampTz now = GetCurrentTimestamp();
+        if (last_warning != 0 && !TimestampDifferenceExceeds(last_warning, now, kWarningIntervalMs)) {
+            ++suppressed_warnings;
+            continue;
+        }
+        ereport(LOG, (errmsg("%s: kafka: %s", who, line.text.c_str()),
+                      suppressed_warnings
+                          ? errdetail("%d similar messages suppressed.", suppressed_warnings)
+                          : 0));
+        shmem::record_error(line.text.c_str());
+        last_warning = now;
+        suppressed_warnings = 0;
+    }
+    pg::call_cpp([&] { client.logs().clear(); });
+}
+
+int64 now_ms() { return GetCurrentTimestamp() / 1000; }
 
 }  // namespace eventbox::worker

@@ -1,0 +1,29 @@
+// One column of a batch, built as a PostgreSQL array parameter for an unnest() statement.
+// Trivially destructible (palloc'd storage): safe on frames an ERROR can longjmp across.
+#pragma once
+
+extern "C" {
+#include "postgres.h"
+}
+
+namespace eventbox::pg {
+
+class ArrayColumn {
+public:
+    // `n` elements of type `element_type`, all NULL until set.
+    ArrayColumn(int n, Oid element_type);
+    void set(int i, Datum value) {
+        values_[i] = value;
+        nulls_[i] = false;
+    }
+    // The array as a Datum (palloc'd in the current memory context).
+    Datum get() const;
+
+private:
+    int n_;
+    Oid type_;
+    Datum* values_;
+    bool* nulls_;
+};
+
+}  // namespace eventbox::pg
