@@ -18,6 +18,9 @@ Consumer::Consumer(const ConsumerConfig& config) : start_latest_(config.start_la
         {"enable.partition.eof", "false"},
         // Bound what librdkafka prefetches for us.
         {"queued.max.messages.kbytes", "16384"},
+        // A broker without data answers a fetch after at most this long; brokers that answer as
+        // soon as data arrives (real Kafka) are unaffected, others then add at most this latency.
+        {"fetch.wait.max.ms", "100"},
     };
     rd_kafka_conf_t* conf = new_conf(config.brokers, ours, config.options);
     rd_kafka_conf_set_rebalance_cb(conf, &Consumer::on_rebalance);
