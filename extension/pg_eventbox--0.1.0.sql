@@ -169,12 +169,17 @@ SELECT subscription, status, count(*) AS messages, min(received_at) AS oldest,
 
 CREATE VIEW eventbox.lag AS
 SELECT subscription, topic, "partition", next_offset, high_watermark,
-       greatest(high_watermark - next_offset, 0) AS lag, updated_at
+       CASE WHEN high_watermark IS NOT NULL THEN greatest(high_watermark - next_offset, 0) END
+           AS lag, updated_at
   FROM eventbox.offsets;
 
 -- Internal helpers (not granted to anyone).
 CREATE FUNCTION eventbox._check_topic(topic text) RETURNS void
 LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'eventbox_check_topic';
+
+-- A value quoted for an error message, control characters and malformed bytes escaped.
+CREATE FUNCTION eventbox._quote(value text) RETURNS text
+LANGUAGE c IMMUTABLE STRICT AS 'MODULE_PATHNAME', 'eventbox_quote';
 
 CREATE FUNCTION eventbox._notify_ingest() RETURNS void
 LANGUAGE c AS 'MODULE_PATHNAME', 'eventbox_notify_ingest';
@@ -201,21 +206,22 @@ BEGIN
         PERFORM eventbox._check_topic(t);
     END LOOP;
     IF start_from IS NULL OR start_from NOT IN ('earliest', 'latest') THEN
-        RAISE EXCEPTION 'invalid start_from: %', coalesce(quote_literal(start_from), 'NULL')
+        RAISE EXCEPTION 'invalid start_from: %', coalesce(eventbox._quote(start_from), 'NULL')
             USING ERRCODE = 'invalid_parameter_value', HINT = 'Use ''earliest'' or ''latest''.';
     END IF;
     IF ordering IS NULL OR ordering NOT IN ('partition', 'key', 'none') THEN
-        RAISE EXCEPTION 'invalid ordering: %', coalesce(quote_literal(ordering), 'NULL')
+        RAISE EXCEPTION 'invalid ordering: %', coalesce(eventbox._quote(ordering), 'NULL')
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Use ''partition'', ''key'' or ''none''.';
     END IF;
     IF unhandled IS NULL OR unhandled NOT IN ('ignore', 'keep') THEN
-        RAISE EXCEPTION 'invalid unhandled: %', coalesce(quote_literal(unhandled), 'NULL')
+        RAISE EXCEPTION 'invalid unhandled: %', coalesce(eventbox._quote(unhandled), 'NULL')
             USING ERRCODE = 'invalid_parameter_value', HINT = 'Use ''ignore'' or ''keep''.';
     END IF;
     IF max_attempts IS NULL OR max_attempts < 1 THEN
         RAISE EXCEPTION 'max_attempts must be at least 1'
-            USING ERRCODE = 'invalid_parameter_value';
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'It counts handler attempts before a message goes dead, e.g. 10.';
     END IF;
     IF backoff IS NULL OR backoff <= '0' OR backoff_max IS NULL OR backoff_max < backoff THEN
         RAISE EXCEPTION 'backoff must be positive and backoff_max at least backoff'
@@ -224,7 +230,8 @@ BEGIN
     END IF;
     IF batch_size IS NULL OR batch_size NOT BETWEEN 1 AND 100000 THEN
         RAISE EXCEPTION 'batch_size must be between 1 and 100000'
-            USING ERRCODE = 'invalid_parameter_value';
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'It is the number of records stored per transaction, e.g. 1000.';
     END IF;
     RETURN ARRAY(SELECT DISTINCT u FROM unnest(topics) u ORDER BY u);
 END $$;
@@ -239,12 +246,12 @@ BEGIN
     SELECT * INTO s FROM eventbox.subscriptions WHERE subscriptions.name = _managed_subscription.name
        FOR UPDATE;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'subscription % does not exist', coalesce(quote_literal(name), 'NULL')
+        RAISE EXCEPTION 'subscription % does not exist', coalesce(eventbox._quote(name), 'NULL')
             USING ERRCODE = 'undefined_object',
-                  HINT = 'See SELECT name FROM eventbox.subscriptions.';
+                  HINT = 'Check the subscription name.';
     END IF;
     IF NOT pg_has_role(caller, s.owner::oid, 'USAGE') THEN
-        RAISE EXCEPTION 'permission denied for subscription %', quote_literal(name)
+        RAISE EXCEPTION 'permission denied for subscription %', eventbox._quote(name)
             USING ERRCODE = 'insufficient_privilege',
                   HINT = format('Only members of its owner role %s can change it.', s.owner);
     END IF;
@@ -261,7 +268,7 @@ DECLARE
     clean_topics text[];
 BEGIN
     IF name IS NULL OR name !~ '^[A-Za-z0-9_.-]{1,63}$' THEN
-        RAISE EXCEPTION 'invalid subscription name: %', coalesce(quote_literal(name), 'NULL')
+        RAISE EXCEPTION 'invalid subscription name: %', coalesce(eventbox._quote(name), 'NULL')
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Use 1 to 63 letters, digits, ''_'', ''.'' or ''-''.';
     END IF;
@@ -281,7 +288,7 @@ BEGIN
         VALUES (name, clean_topics, caller::regrole, start_from, ordering, max_attempts, backoff,
             backoff_max, message_id_field, unhandled, batch_size, group_id);
     EXCEPTION WHEN unique_violation THEN
-        RAISE EXCEPTION 'subscription % already exists', quote_literal(name)
+        RAISE EXCEPTION 'subscription % already exists', eventbox._quote(name)
             USING ERRCODE = 'duplicate_object',
                   HINT = 'Use eventbox.alter_subscription() to change it.';
     END;

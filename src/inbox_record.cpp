@@ -3,6 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "json_scan.hpp"
+
 namespace eventbox::inbox {
 
 namespace {
@@ -32,6 +34,23 @@ nlohmann::json header_string(const char* data, std::size_t len) {
     return out;
 }
 
+// A message id must be non-empty UTF-8 of at most kMaxMessageIdBytes.
+bool usable_id(std::string_view id) {
+    return !id.empty() && id.size() <= kMaxMessageIdBytes && valid_utf8(id.data(), id.size());
+}
+
+// The last header `name` whose value is a usable message id.
+std::optional<std::string_view> id_candidate(const Record& r, std::string_view name) {
+    std::optional<std::string_view> found;
+    for (std::size_t i = 0; i < r.n_headers; ++i) {
+        const KafkaHeader& h = r.headers[i];
+        if (h.name != name || h.value == nullptr) continue;
+        std::string_view value(h.value, h.value_len);
+        if (usable_id(value)) found = value;
+    }
+    return found;
+}
+
 std::string headers_to_json(const Record& r) {
     nlohmann::json object = nlohmann::json::object();
     for (std::size_t i = 0; i < r.n_headers; ++i) {
@@ -40,55 +59,6 @@ std::string headers_to_json(const Record& r) {
         object[name] = h.value ? header_string(h.value, h.value_len) : nlohmann::json(nullptr);
     }
     return object.dump();
-}
-
-// A top-level string or integer field of a JSON object, as text.
-std::optional<std::string> json_field(const nlohmann::json& doc, const std::string& field) {
-    if (!doc.is_object()) return std::nullopt;
-    auto it = doc.find(field);
-    if (it == doc.end()) return std::nullopt;
-    if (it->is_string()) return it->get<std::string>();
-    if (it->is_number_unsigned()) return std::to_string(it->get<uint64_t>());
-    if (it->is_number_integer()) return std::to_string(it->get<int64_t>());
-    return std::nullopt;
-}
-
-// Validates JSON syntax and rejects numbers PostgreSQL's numeric (inside jsonb) refuses: an
-// exponent beyond +-1000 ("value overflows numeric format").
-class JsonbCompatible final : public nlohmann::json_sax<nlohmann::json> {
-public:
-    bool null() override { return true; }
-    bool boolean(bool) override { return true; }
-    bool number_integer(number_integer_t) override { return true; }
-    bool number_unsigned(number_unsigned_t) override { return true; }
-    bool number_float(number_float_t, const string_t& text) override {
-        auto e = text.find_first_of("eE");
-        if (e == string_t::npos) return true;
-        const char* p = text.c_str() + e + 1;
-        if (*p == '-' || *p == '+') ++p;
-        long exponent = 0;
-        for (; *p; ++p) {
-            exponent = exponent * 10 + (*p - '0');
-            if (exponent > 100000) break;
-        }
-        return exponent <= 1000;
-    }
-    bool string(string_t&) override { return true; }
-    bool binary(binary_t&) override { return true; }
-    bool start_object(std::size_t) override { return true; }
-    bool key(string_t&) override { return true; }
-    bool end_object() override { return true; }
-    bool start_array(std::size_t) override { return true; }
-    bool end_array() override { return true; }
-    bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
-        return false;
-    }
-};
-
-bool jsonb_compatible(const char* data, std::size_t len) {
-    JsonbCompatible sax;
-    return nlohmann::json::sax_parse(data, data + len, &sax, nlohmann::json::input_format_t::json,
-                                     true);
 }
 
 }  // namespace
@@ -125,8 +95,13 @@ Classified classify(const Record& r, const Options& options) {
     Classified out;
     out.headers_json = headers_to_json(r);
 
-    // The value: JSON that jsonb accepts, or raw bytes with a note.
-    std::optional<nlohmann::json> doc;
+    // The value: JSON that jsonb accepts, or raw bytes with a note. Whether numeric can hold
+    // every number is left to jsonb_in, whose refusal the ingest worker also records this way.
+    std::optional<std::string_view> id_header = id_candidate(r, "message_id");
+    std::optional<std::string_view> ce_id = id_candidate(r, "ce_id");
+    std::optional<std::string_view> type_header = header_text(r, "event_type");
+    std::optional<std::string_view> ce_type = header_text(r, "ce_type");
+    JsonScan scan;
     if (r.value == nullptr) {
         out.raw_null = true;
         out.note = "null value (tombstone)";
@@ -141,31 +116,28 @@ Classified classify(const Record& r, const Options& options) {
     } else if (!valid_utf8(r.value, r.value_len)) {
         out.raw_len = r.value_len;
         out.note = "value is not valid UTF-8";
-    } else if (std::string_view(r.value, r.value_len).find("\\u0000") != std::string_view::npos) {
-        out.raw_len = r.value_len;
-        out.note = "value contains \\u0000, which jsonb cannot store";
-    } else if (!jsonb_compatible(r.value, r.value_len)) {
-        out.raw_len = r.value_len;
-        out.note = "value is not valid JSON";
     } else {
-        out.parsable = true;
-        // Fields are read from the document only when no header names the id or type.
-        bool need_id = !header_text(r, "message_id") && !header_text(r, "ce_id") &&
-                       !options.message_id_field.empty();
-        bool need_type = !header_text(r, "event_type") && !header_text(r, "ce_type");
-        if (need_id || need_type) {
-            auto parsed = nlohmann::json::parse(r.value, r.value + r.value_len, nullptr, false);
-            if (!parsed.is_discarded()) doc = std::move(parsed);
+        std::vector<std::string_view> fields;
+        if (!options.message_id_field.empty()) fields.push_back(options.message_id_field);
+        fields.push_back("type");
+        scan = scan_json(std::string_view(r.value, r.value_len), fields);
+        out.parsable = scan.valid;
+        if (!scan.valid) {
+            out.raw_len = r.value_len;
+            out.note = "value is not valid JSON: " + scan.error;
         }
+    }
+    std::optional<std::string> id_field, type_field;
+    if (scan.valid) {
+        if (!options.message_id_field.empty()) id_field = scan.fields[0];
+        type_field = scan.fields.back();
     }
 
     // Message id: header message_id, CloudEvents ce_id, the configured field, else transport.
     std::optional<std::string> id;
-    if (auto h = header_text(r, "message_id")) id = std::string(*h);
-    else if (auto ce = header_text(r, "ce_id")) id = std::string(*ce);
-    else if (doc && !options.message_id_field.empty()) id = json_field(*doc, options.message_id_field);
-    if (id && (id->empty() || id->size() > kMaxMessageIdBytes || !valid_utf8(id->data(), id->size())))
-        id.reset();
+    if (id_header) id = std::string(*id_header);
+    else if (ce_id) id = std::string(*ce_id);
+    else if (id_field && usable_id(*id_field)) id = std::move(id_field);
     if (id) {
         out.message_id = std::move(*id);
     } else {
@@ -175,9 +147,9 @@ Classified classify(const Record& r, const Options& options) {
     }
 
     // Event type: header event_type, CloudEvents ce_type, JSON field "type", else none.
-    if (auto h = header_text(r, "event_type")) out.event_type = std::string(*h);
-    else if (auto ce = header_text(r, "ce_type")) out.event_type = std::string(*ce);
-    else if (doc) out.event_type = json_field(*doc, "type");
+    if (type_header) out.event_type = std::string(*type_header);
+    else if (ce_type) out.event_type = std::string(*ce_type);
+    else out.event_type = std::move(type_field);
     if (out.event_type && out.event_type->empty()) out.event_type.reset();
     return out;
 }

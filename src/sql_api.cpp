@@ -57,6 +57,18 @@ extern "C" {
 PG_FUNCTION_INFO_V1(eventbox_api_call);
 PG_FUNCTION_INFO_V1(eventbox_check_topic);
 PG_FUNCTION_INFO_V1(eventbox_notify_ingest);
+PG_FUNCTION_INFO_V1(eventbox_quote);
+}
+
+// eventbox._quote(value): 'value' with control characters and malformed bytes as \xHH.
+extern "C" Datum eventbox_quote(PG_FUNCTION_ARGS) {
+    text* value = PG_GETARG_TEXT_PP(0);
+    std::string_view view(VARDATA_ANY(value), VARSIZE_ANY_EXHDR(value));
+    char* quoted = eventbox::pg::call_cpp([&] {
+        std::string s = "'" + eventbox::printable(view, 200) + "'";
+        return eventbox::pg::pg_guard([&] { return pstrdup(s.c_str()); });
+    });
+    PG_RETURN_TEXT_P(cstring_to_text(quoted));
 }
 
 extern "C" Datum eventbox_api_call(PG_FUNCTION_ARGS) {

@@ -1,0 +1,706 @@
+// Classification of Kafka records for the inbox (src/inbox_record.cpp): message id and event type
+// rules (DESIGN.md section 3), the headers object, and what is stored as unparsable (section 5).
+#include "inbox_record.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace eventbox::inbox {
+namespace {
+
+// A record under construction; owns the bytes the Record and KafkaHeader views point into.
+class Rec {
+  public:
+    Rec& value(std::string v) {
+        value_ = std::move(v);
+        has_value_ = true;
+        return *this;
+    }
+    Rec& tombstone() {
+        has_value_ = false;
+        return *this;
+    }
+    Rec& header(std::string name, std::string value) {
+        headers_.push_back({std::move(name), std::move(value), false});
+        return *this;
+    }
+    Rec& null_header(std::string name) {
+        headers_.push_back({std::move(name), std::string(), true});
+        return *this;
+    }
+    Rec& at(std::string topic, int32_t partition, int64_t offset) {
+        topic_ = std::move(topic);
+        partition_ = partition;
+        offset_ = offset;
+        return *this;
+    }
+
+    Classified classify(const Options& options = Options()) {
+        views_.clear();
+        for (const auto& h : headers_) {
+            KafkaHeader k;
+            k.name = h.name;
+            k.value = h.is_null ? nullptr : h.value.data();
+            k.value_len = h.is_null ? 0 : h.value.size();
+            views_.push_back(k);
+        }
+        Record r;
+        r.topic = topic_;
+        r.partition = partition_;
+        r.offset = offset_;
+        r.value = has_value_ ? value_.data() : nullptr;
+        r.value_len = has_value_ ? value_.size() : 0;
+        r.headers = views_.empty() ? nullptr : views_.data();
+        r.n_headers = views_.size();
+        return eventbox::inbox::classify(r, options);
+    }
+
+  private:
+    struct Header {
+        std::string name;
+        std::string value;
+        bool is_null;
+    };
+    std::string topic_ = "orders";
+    int32_t partition_ = 2;
+    int64_t offset_ = 41;
+    std::string value_ = "{}";
+    bool has_value_ = true;
+    std::vector<Header> headers_;
+    std::vector<KafkaHeader> views_;
+};
+
+Options with_field(std::string field) {
+    Options o;
+    o.message_id_field = std::move(field);
+    return o;
+}
+
+bool utf8(const std::string& s) {
+    return valid_utf8(s.data(), s.size());
+}
+
+// Expects a value stored as raw bytes (payload NULL) with `note` in last_error.
+void expect_unparsable(const std::string& value, std::size_t raw_len, const std::string& note) {
+    Classified c = Rec().value(value).classify();
+    EXPECT_FALSE(c.parsable) << value;
+    EXPECT_FALSE(c.raw_null) << value;
+    EXPECT_EQ(c.raw_len, raw_len) << value;
+    // JSON notes go on with the reason ("value is not valid JSON: expected ':'").
+    EXPECT_EQ(c.note.substr(0, note.size()), note) << value;
+}
+
+void expect_parsable(const std::string& value) {
+    Classified c = Rec().value(value).classify();
+    EXPECT_TRUE(c.parsable) << value;
+    EXPECT_FALSE(c.raw_null) << value;
+    EXPECT_EQ(c.raw_len, 0u) << value;
+    EXPECT_EQ(c.note, "") << value;
+}
+
+// ---- message id ---------------------------------------------------------------------------
+
+TEST(MessageId, TransportIdentityWhenNothingNamesTheMessage) {
+    Classified c = Rec().at("orders.v1", 3, 1234567890123).value(R"({"id":"x"})").classify();
+    EXPECT_EQ(c.message_id, "orders.v1/3/1234567890123");
+    EXPECT_TRUE(c.transport_id);
+}
+
+TEST(MessageId, TransportIdentityOfOffsetZero) {
+    Classified c = Rec().at("t", 0, 0).classify();
+    EXPECT_EQ(c.message_id, "t/0/0");
+    EXPECT_TRUE(c.transport_id);
+}
+
+TEST(MessageId, HeaderMessageId) {
+    Classified c = Rec().header("message_id", "m-1").classify();
+    EXPECT_EQ(c.message_id, "m-1");
+    EXPECT_FALSE(c.transport_id);
+}
+
+TEST(MessageId, CloudEventsIdWhenNoMessageIdHeader) {
+    Classified c = Rec().header("ce_id", "ce-7").classify();
+    EXPECT_EQ(c.message_id, "ce-7");
+    EXPECT_FALSE(c.transport_id);
+}
+
+TEST(MessageId, MessageIdHeaderBeatsCloudEventsId) {
+    EXPECT_EQ(Rec().header("ce_id", "ce-7").header("message_id", "m-1").classify().message_id,
+              "m-1");
+    EXPECT_EQ(Rec().header("message_id", "m-1").header("ce_id", "ce-7").classify().message_id,
+              "m-1");
+}
+
+TEST(MessageId, HeadersBeatTheConfiguredField) {
+    Options o = with_field("id");
+    EXPECT_EQ(Rec().value(R"({"id":"f"})").header("message_id", "m").classify(o).message_id, "m");
+    EXPECT_EQ(Rec().value(R"({"id":"f"})").header("ce_id", "c").classify(o).message_id, "c");
+}
+
+TEST(MessageId, ConfiguredStringField) {
+    Classified c =
+        Rec().value(R"({"type":"x","event_id":"e-99"})").classify(with_field("event_id"));
+    EXPECT_EQ(c.message_id, "e-99");
+    EXPECT_FALSE(c.transport_id);
+}
+
+TEST(MessageId, ConfiguredIntegerField) {
+    EXPECT_EQ(Rec().value(R"({"id":42})").classify(with_field("id")).message_id, "42");
+    EXPECT_EQ(Rec().value(R"({"id":-7})").classify(with_field("id")).message_id, "-7");
+    EXPECT_EQ(Rec().value(R"({"id":0})").classify(with_field("id")).message_id, "0");
+    EXPECT_EQ(Rec().value(R"({"id":18446744073709551615})").classify(with_field("id")).message_id,
+              "18446744073709551615");
+    EXPECT_EQ(Rec().value(R"({"id":-9223372036854775808})").classify(with_field("id")).message_id,
+              "-9223372036854775808");
+}
+
+TEST(MessageId, ConfiguredFieldOfAnotherTypeFallsBackToTransport) {
+    for (const char* v : {R"({"id":1.5})", R"({"id":1e3})", R"({"id":true})", R"({"id":null})",
+                          R"({"id":{"a":"b"}})", R"({"id":["a"]})"}) {
+        Classified c = Rec().at("t", 1, 5).value(v).classify(with_field("id"));
+        EXPECT_EQ(c.message_id, "t/1/5") << v;
+        EXPECT_TRUE(c.transport_id) << v;
+    }
+}
+
+TEST(MessageId, ConfiguredFieldIsTopLevelOnly) {
+    Classified c =
+        Rec().at("t", 1, 5).value(R"({"data":{"id":"inner"}})").classify(with_field("id"));
+    EXPECT_EQ(c.message_id, "t/1/5");
+    EXPECT_TRUE(c.transport_id);
+}
+
+TEST(MessageId, ConfiguredFieldMissingOrDocumentNotAnObject) {
+    for (const char* v : {R"({"other":"x"})", R"(["id"])", R"("id")", "42", "null"}) {
+        Classified c = Rec().at("t", 1, 5).value(v).classify(with_field("id"));
+        EXPECT_EQ(c.message_id, "t/1/5") << v;
+        EXPECT_TRUE(c.transport_id) << v;
+    }
+}
+
+TEST(MessageId, NoConfiguredFieldMeansTheDocumentIsNotLookedAt) {
+    Classified c = Rec().at("t", 1, 5).value(R"({"id":"x","message_id":"y"})").classify();
+    EXPECT_EQ(c.message_id, "t/1/5");
+    EXPECT_TRUE(c.transport_id);
+}
+
+TEST(MessageId, ConfiguredFieldIsReadEvenWhenAHeaderGivesTheEventType) {
+    Classified c =
+        Rec().value(R"({"id":"f-1"})").header("event_type", "T").classify(with_field("id"));
+    EXPECT_EQ(c.message_id, "f-1");
+    EXPECT_EQ(c.event_type, std::optional<std::string>("T"));
+}
+
+TEST(MessageId, ConfiguredFieldIsNotReadFromAnUnparsableValue) {
+    Classified c = Rec().at("t", 1, 5).value(R"({"id":"f-1",)").classify(with_field("id"));
+    EXPECT_FALSE(c.parsable);
+    EXPECT_EQ(c.message_id, "t/1/5");
+    EXPECT_TRUE(c.transport_id);
+}
+
+TEST(MessageId, HeadersStillNameUnparsableRecords) {
+    Classified c = Rec().tombstone().header("message_id", "m-1").classify();
+    EXPECT_TRUE(c.raw_null);
+    EXPECT_EQ(c.message_id, "m-1");
+    EXPECT_FALSE(c.transport_id);
+    c = Rec().value("\xff").header("ce_id", "c-1").classify();
+    EXPECT_EQ(c.note, "value is not valid UTF-8");
+    EXPECT_EQ(c.message_id, "c-1");
+}
+
+TEST(MessageId, TheLastUsableMessageIdHeaderWins) {
+    EXPECT_EQ(Rec().header("message_id", "a").header("message_id", "b").classify().message_id, "b");
+    EXPECT_EQ(Rec().header("message_id", "a").header("message_id", "").classify().message_id, "a");
+    EXPECT_EQ(Rec().header("message_id", "a").null_header("message_id").classify().message_id, "a");
+    EXPECT_EQ(Rec().header("message_id", "a").header("message_id", "\xff").classify().message_id,
+              "a");
+}
+
+TEST(MessageId, HeaderNamesAreCaseSensitive) {
+    Classified c = Rec().at("t", 0, 1).header("Message_ID", "m").header("CE_ID", "c").classify();
+    EXPECT_EQ(c.message_id, "t/0/1");
+    EXPECT_TRUE(c.transport_id);
+}
+
+TEST(MessageId, EmptyIdsFallBackToTransport) {
+    Classified c = Rec().at("t", 0, 1).header("message_id", "").classify();
+    EXPECT_EQ(c.message_id, "t/0/1");
+    EXPECT_TRUE(c.transport_id);
+    c = Rec().at("t", 0, 1).header("ce_id", "").classify();
+    EXPECT_EQ(c.message_id, "t/0/1");
+    c = Rec().at("t", 0, 1).value(R"({"id":""})").classify(with_field("id"));
+    EXPECT_EQ(c.message_id, "t/0/1");
+    EXPECT_TRUE(c.transport_id);
+}
+
+TEST(MessageId, NullHeaderValuesAreIgnored) {
+    Classified c = Rec().at("t", 0, 1).null_header("message_id").null_header("ce_id").classify();
+    EXPECT_EQ(c.message_id, "t/0/1");
+    EXPECT_TRUE(c.transport_id);
+}
+
+TEST(MessageId, AnUnusableMessageIdHeaderGivesWayToCloudEventsId) {
+    EXPECT_EQ(Rec().header("message_id", "").header("ce_id", "c").classify().message_id, "c");
+    EXPECT_EQ(Rec().header("message_id", "\xc3").header("ce_id", "c").classify().message_id, "c");
+    EXPECT_EQ(Rec().null_header("message_id").header("ce_id", "c").classify().message_id, "c");
+}
+
+TEST(MessageId, NonUtf8IdsFallBackToTransport) {
+    for (const std::string& bad : {std::string("\xff\xfe"), std::string("a\0b", 3),
+                                   std::string("\xed\xa0\x80"), std::string("\xc0\xaf")}) {
+        Classified c = Rec().at("t", 0, 1).header("message_id", bad).classify();
+        EXPECT_EQ(c.message_id, "t/0/1");
+        EXPECT_TRUE(c.transport_id);
+        c = Rec().at("t", 0, 1).header("ce_id", bad).classify();
+        EXPECT_EQ(c.message_id, "t/0/1");
+        EXPECT_TRUE(c.transport_id);
+    }
+}
+
+TEST(MessageId, UnicodeIdsAreKept) {
+    EXPECT_EQ(Rec().header("message_id", "caf\xc3\xa9-\xf0\x9f\x98\x80").classify().message_id,
+              "caf\xc3\xa9-\xf0\x9f\x98\x80");
+    // An escaped field value is decoded to UTF-8.
+    EXPECT_EQ(Rec().value(R"({"id":"caf\u00e9"})").classify(with_field("id")).message_id,
+              "caf\xc3\xa9");
+}
+
+TEST(MessageId, IdsOfUpTo256BytesAreKept) {
+    std::string id256(kMaxMessageIdBytes, 'a');
+    ASSERT_EQ(id256.size(), 256u);
+    EXPECT_EQ(Rec().header("message_id", id256).classify().message_id, id256);
+    EXPECT_EQ(Rec().header("ce_id", id256).classify().message_id, id256);
+    EXPECT_EQ(Rec().value("{\"id\":\"" + id256 + "\"}").classify(with_field("id")).message_id,
+              id256);
+    // 256 bytes of two-byte characters: the limit is in bytes.
+    std::string wide;
+    for (int i = 0; i < 128; ++i) wide += "\xc3\xa9";
+    EXPECT_EQ(Rec().header("message_id", wide).classify().message_id, wide);
+}
+
+TEST(MessageId, IdsLongerThan256BytesFallBackToTransport) {
+    std::string id257(kMaxMessageIdBytes + 1, 'a');
+    Classified c = Rec().at("t", 0, 1).header("message_id", id257).classify();
+    EXPECT_EQ(c.message_id, "t/0/1");
+    EXPECT_TRUE(c.transport_id);
+    c = Rec().at("t", 0, 1).header("ce_id", id257).classify();
+    EXPECT_EQ(c.message_id, "t/0/1");
+    EXPECT_TRUE(c.transport_id);
+    c = Rec().at("t", 0, 1).value("{\"id\":\"" + id257 + "\"}").classify(with_field("id"));
+    EXPECT_EQ(c.message_id, "t/0/1");
+    EXPECT_TRUE(c.transport_id);
+    std::string wide;
+    for (int i = 0; i < 129; ++i) wide += "\xc3\xa9";  // 129 characters, 258 bytes
+    c = Rec().at("t", 0, 1).header("message_id", wide).classify();
+    EXPECT_EQ(c.message_id, "t/0/1");
+}
+
+// ---- event type ---------------------------------------------------------------------------
+
+TEST(EventType, NoneWhenNothingNamesIt) {
+    EXPECT_EQ(Rec().value(R"({"kind":"x"})").classify().event_type, std::nullopt);
+    EXPECT_EQ(Rec().value("[1,2]").classify().event_type, std::nullopt);
+    EXPECT_EQ(Rec().value(R"("type")").classify().event_type, std::nullopt);
+}
+
+TEST(EventType, HeaderEventType) {
+    EXPECT_EQ(Rec().header("event_type", "OrderCreated").classify().event_type,
+              std::optional<std::string>("OrderCreated"));
+}
+
+TEST(EventType, CloudEventsTypeWhenNoEventTypeHeader) {
+    EXPECT_EQ(Rec().header("ce_type", "com.example.order").classify().event_type,
+              std::optional<std::string>("com.example.order"));
+}
+
+TEST(EventType, JsonTypeField) {
+    EXPECT_EQ(Rec().value(R"({"type":"OrderCreated","id":1})").classify().event_type,
+              std::optional<std::string>("OrderCreated"));
+}
+
+TEST(EventType, Precedence) {
+    Rec all;
+    all.value(R"({"type":"json"})").header("ce_type", "ce").header("event_type", "header");
+    EXPECT_EQ(all.classify().event_type, std::optional<std::string>("header"));
+    EXPECT_EQ(Rec().value(R"({"type":"json"})").header("ce_type", "ce").classify().event_type,
+              std::optional<std::string>("ce"));
+    EXPECT_EQ(Rec().value(R"({"type":"json"})").header("event_type", "h").classify().event_type,
+              std::optional<std::string>("h"));
+}
+
+TEST(EventType, UnusableHeadersGiveWayToTheNextRule) {
+    EXPECT_EQ(Rec().value(R"({"type":"json"})").header("event_type", "").classify().event_type,
+              std::optional<std::string>("json"));
+    EXPECT_EQ(Rec().value(R"({"type":"json"})").header("event_type", "\xff").classify().event_type,
+              std::optional<std::string>("json"));
+    EXPECT_EQ(Rec().value(R"({"type":"json"})").null_header("ce_type").classify().event_type,
+              std::optional<std::string>("json"));
+    EXPECT_EQ(Rec().header("event_type", "").header("ce_type", "ce").classify().event_type,
+              std::optional<std::string>("ce"));
+}
+
+TEST(EventType, EmptyOrNonTextJsonTypeIsNone) {
+    for (const char* v : {R"({"type":""})", R"({"type":null})", R"({"type":true})",
+                          R"({"type":{"name":"x"}})", R"({"type":["x"]})", R"({"type":1.5})",
+                          R"({"data":{"type":"inner"}})", R"([{"type":"x"}])"}) {
+        EXPECT_EQ(Rec().value(v).classify().event_type, std::nullopt) << v;
+    }
+}
+
+TEST(EventType, NotReadFromUnparsableValues) {
+    Classified c = Rec().value(R"({"type":"x")").classify();
+    EXPECT_FALSE(c.parsable);
+    EXPECT_EQ(c.event_type, std::nullopt);
+    c = Rec().value(R"({"type":"x"})").header("event_type", "h").classify(Options{"", 5});
+    EXPECT_FALSE(c.parsable);
+    EXPECT_EQ(c.event_type, std::optional<std::string>("h"));
+}
+
+TEST(EventType, UnicodeIsKept) {
+    EXPECT_EQ(Rec().value(R"({"type":"Bestellung\u00e4"})").classify().event_type,
+              std::optional<std::string>("Bestellung\xc3\xa4"));
+    EXPECT_EQ(Rec().header("event_type", "\xe6\xb3\xa8\xe6\x96\x87").classify().event_type,
+              std::optional<std::string>("\xe6\xb3\xa8\xe6\x96\x87"));
+}
+
+// ---- headers ------------------------------------------------------------------------------
+
+TEST(Headers, NoHeadersIsAnEmptyObject) {
+    EXPECT_EQ(Rec().classify().headers_json, "{}");
+}
+
+TEST(Headers, Utf8ValuesAreStrings) {
+    Classified c =
+        Rec().header("event_type", "OrderCreated").header("trace", "caf\xc3\xa9").classify();
+    EXPECT_EQ(c.headers_json, "{\"event_type\":\"OrderCreated\",\"trace\":\"caf\xc3\xa9\"}");
+}
+
+TEST(Headers, EmptyValueIsAnEmptyString) {
+    EXPECT_EQ(Rec().header("a", "").classify().headers_json, R"({"a":""})");
+}
+
+TEST(Headers, NullValuesAreNull) {
+    EXPECT_EQ(Rec().null_header("a").header("b", "x").classify().headers_json,
+              R"({"a":null,"b":"x"})");
+}
+
+TEST(Headers, BinaryValuesAreHex) {
+    EXPECT_EQ(Rec().header("bin", std::string("\x00\x01\xfe\xff", 4)).classify().headers_json,
+              R"({"bin":"\\x0001feff"})");
+    EXPECT_EQ(Rec().header("bin", "\xc3").classify().headers_json, R"({"bin":"\\xc3"})");
+    // NUL is valid UTF-8 but PostgreSQL text cannot hold it.
+    EXPECT_EQ(Rec().header("nul", std::string("a\0", 2)).classify().headers_json,
+              R"({"nul":"\\x6100"})");
+}
+
+TEST(Headers, BinaryNamesAreHex) {
+    EXPECT_EQ(Rec().header("\xff\x00", "v").classify().headers_json, R"({"\\xff":"v"})");
+    EXPECT_EQ(Rec().header(std::string("a\0", 2), "v").classify().headers_json,
+              R"({"\\x6100":"v"})");
+}
+
+TEST(Headers, ControlCharactersAndQuotesAreEscaped) {
+    EXPECT_EQ(Rec().header("q\"", "a\tb\n\\").classify().headers_json, R"({"q\"":"a\tb\n\\"})");
+    EXPECT_EQ(Rec().header("c", "\x01").classify().headers_json, R"({"c":"\u0001"})");
+}
+
+TEST(Headers, LastValueOfARepeatedNameWins) {
+    EXPECT_EQ(Rec().header("k", "1").header("k", "2").classify().headers_json, R"({"k":"2"})");
+    EXPECT_EQ(Rec().header("k", "1").null_header("k").classify().headers_json, R"({"k":null})");
+}
+
+TEST(Headers, KeptForUnparsableRecords) {
+    EXPECT_EQ(Rec().tombstone().header("a", "b").classify().headers_json, R"({"a":"b"})");
+    EXPECT_EQ(Rec().value("not json").header("a", "b").classify().headers_json, R"({"a":"b"})");
+}
+
+// ---- unparsable values --------------------------------------------------------------------
+
+TEST(Unparsable, NullValueIsATombstone) {
+    Classified c = Rec().tombstone().classify();
+    EXPECT_FALSE(c.parsable);
+    EXPECT_TRUE(c.raw_null);
+    EXPECT_EQ(c.raw_len, 0u);
+    EXPECT_EQ(c.note, "null value (tombstone)");
+    EXPECT_TRUE(c.transport_id);
+}
+
+TEST(Unparsable, EmptyValue) {
+    Classified c = Rec().value("").classify();
+    EXPECT_FALSE(c.parsable);
+    EXPECT_FALSE(c.raw_null);
+    EXPECT_EQ(c.raw_len, 0u);
+    EXPECT_EQ(c.note, "empty value");
+}
+
+TEST(Unparsable, OversizedValueKeepsTheFirstMaxBytesAndANote) {
+    Options o;
+    o.max_message_bytes = 10;
+    Classified c = Rec().value(R"({"a":"123456"})").classify(o);  // 14 bytes of valid JSON
+    EXPECT_FALSE(c.parsable);
+    EXPECT_FALSE(c.raw_null);
+    EXPECT_EQ(c.raw_len, 10u);
+    EXPECT_EQ(c.note,
+              "value of 14 bytes exceeds eventbox.max_message_bytes (10); raw_payload holds the "
+              "first 10 bytes");
+    EXPECT_TRUE(c.transport_id);
+}
+
+TEST(Unparsable, OversizedBeatsEveryOtherReason) {
+    Options o;
+    o.max_message_bytes = 2;
+    Classified c = Rec().value("\xff\xff\xff").classify(o);
+    EXPECT_EQ(c.raw_len, 2u);
+    EXPECT_EQ(c.note.rfind("value of 3 bytes exceeds eventbox.max_message_bytes (2)", 0), 0u)
+        << c.note;
+}
+
+TEST(Unparsable, ValueOfExactlyMaxBytesIsKept) {
+    Options o;
+    o.max_message_bytes = 14;
+    Classified c = Rec().value(R"({"a":"123456"})").classify(o);
+    EXPECT_TRUE(c.parsable);
+    EXPECT_EQ(c.raw_len, 0u);
+    EXPECT_EQ(c.note, "");
+}
+
+TEST(Unparsable, DefaultMaximumIsOneMillionBytes) {
+    EXPECT_EQ(Options().max_message_bytes, 1000000u);
+    std::string big = "\"" + std::string(1000000 - 2, 'x') + "\"";
+    EXPECT_TRUE(Rec().value(big).classify().parsable);
+    Classified c = Rec().value(big + " ").classify();
+    EXPECT_FALSE(c.parsable);
+    EXPECT_EQ(c.raw_len, 1000000u);
+}
+
+TEST(Unparsable, InvalidUtf8) {
+    expect_unparsable("\xff", 1, "value is not valid UTF-8");
+    expect_unparsable("{\"a\":\"\xc3\x28\"}", 10, "value is not valid UTF-8");
+    expect_unparsable("\"\xed\xa0\x80\"", 5, "value is not valid UTF-8");  // surrogate
+    expect_unparsable("\"\xc0\xaf\"", 4, "value is not valid UTF-8");      // overlong
+    expect_unparsable(std::string("{}\0", 3), 3, "value is not valid UTF-8");
+}
+
+TEST(Unparsable, InvalidJson) {
+    const std::vector<std::string> values = {"{",
+                                             "}",
+                                             "not json",
+                                             "{'a':1}",
+                                             "{\"a\":1,}",
+                                             "[1,]",
+                                             "{} x",
+                                             "{}{}",
+                                             "[1] [2]",
+                                             "NaN",
+                                             "Infinity",
+                                             "-",
+                                             "01",
+                                             "1.",
+                                             ".5",
+                                             "+1",
+                                             "0x10",
+                                             "tru",
+                                             "\"unterminated",
+                                             "\"a\tb\"",
+                                             "{\"a\"}",
+                                             "{1:2}",
+                                             "// c\n{}",
+                                             "\"\\x41\"",
+                                             "\"\\ud800\"",
+                                             "\"\\udc00x\"",
+                                             " ",
+                                             "\n\t\r "};
+    for (const std::string& v : values) expect_unparsable(v, v.size(), "value is not valid JSON");
+}
+
+TEST(Unparsable, EscapedNulCannotBeStoredInJsonb) {
+    const std::string note = "value is not valid JSON: \\u0000 cannot be stored in jsonb";
+    expect_unparsable(R"({"a":"\u0000"})", 14, note);
+    expect_unparsable(R"(["x\u0000y"])", 12, note);
+    expect_unparsable(R"({"\u0000":1})", 12, note);
+}
+
+TEST(Parsable, NumericRangeIsLeftToJsonbIn) {
+    // Syntactically valid numbers pass the scan whatever their size: whether numeric can hold
+    // them ('1e131072'::jsonb fails, '1e131071' does not) is for jsonb_in to say, and the ingest
+    // worker stores a refused value as unparsable with jsonb's message (integration tests).
+    for (const std::string v :
+         {"1e1000000", "[1E+1000000]", "{\"n\":1e-1000000}", "1e99999999999999999999"}) {
+        Classified c = Rec().value(v).classify();
+        EXPECT_TRUE(c.parsable) << v;
+    }
+}
+
+// ---- parsable values ----------------------------------------------------------------------
+
+TEST(Parsable, ScalarsAndContainers) {
+    for (const char* v :
+         {"{}", "[]", "0", "-0", "42", "-1.25e-3", "1E2", "\"s\"", "\"\"", "null", "true", "false",
+          "18446744073709551616", "123456789012345678901234567890.123456789"}) {
+        expect_parsable(v);
+    }
+}
+
+TEST(Parsable, NumbersWithinTheDoubleRange) {
+    for (const char* v : {"1e308", "-1.7976931348623157e308", "1e-400", "1e-1000", "[2.5e-1000]",
+                          "{\"n\":-1E-0001000}", "0.000000000000000000000000000000000000001"}) {
+        expect_parsable(v);
+    }
+}
+
+TEST(Parsable, SurroundingWhitespace) {
+    expect_parsable(" {\"a\": 1} ");
+    expect_parsable("\n\t\r[1, 2]\r\n");
+}
+
+TEST(Parsable, NestedDocuments) {
+    expect_parsable(R"({"a":{"b":[1,{"c":[true,null,"x"]}]},"d":[[[[]]]],"e":{}})");
+    std::string deep = std::string(200, '[') + std::string(200, ']');
+    expect_parsable(deep);
+}
+
+TEST(Parsable, Unicode) {
+    expect_parsable("{\"name\":\"caf\xc3\xa9 \xe6\xb3\xa8\xe6\x96\x87 \xf0\x9f\x98\x80\"}");
+    expect_parsable(R"({"e":"caf\u00e9","smile":"\ud83d\ude00","nbsp":"\u00A0"})");
+    expect_parsable("{\"caf\xc3\xa9\":1}");
+    expect_parsable(R"(["\u0001","\u001f","\"\\\/\b\f\n\r\t"])");
+}
+
+TEST(Parsable, DuplicateKeysLastOneCounts) {
+    Classified c =
+        Rec().value(R"({"type":"a","type":"b","id":1,"id":2})").classify(with_field("id"));
+    EXPECT_TRUE(c.parsable);
+    EXPECT_EQ(c.event_type, std::optional<std::string>("b"));
+    EXPECT_EQ(c.message_id, "2");
+}
+
+TEST(Parsable, DeeplyNestedValueDoesNotCrash) {
+    // A classification must never bring the worker down, whatever the record holds.
+    std::string deep = std::string(400000, '[') + std::string(400000, ']');
+    Classified c = Rec().value(deep).classify();
+    EXPECT_EQ(c.event_type, std::nullopt);
+    EXPECT_TRUE(c.transport_id);
+}
+
+// ---- where classify disagrees with jsonb --------------------------------------------------
+// Checked against PostgreSQL 15.20 (SELECT '<value>'::jsonb): classify must call a value
+// parsable exactly when jsonb_in accepts it, or the payload of a good record is left NULL.
+
+TEST(JsonbAgreement, EscapedBackslashFollowedByU0000IsStorable) {
+    // SELECT '{"a":"\\u0000"}'::jsonb  ->  {"a": "\\u0000"}: a backslash and "u0000", no NUL.
+    expect_parsable(R"({"a":"\\u0000"})");
+    expect_parsable(R"(["\\\\u0000"])");
+}
+
+TEST(JsonbAgreement, NumbersBeyondTheDoubleRangeAreStorable) {
+    // numeric has no double range: SELECT '1e309'::jsonb, '-1e309'::jsonb, '1e1000'::jsonb and
+    // ('1' || repeat('0', 400))::jsonb all succeed.
+    for (const std::string& v :
+         {std::string("1e309"), std::string("-1e309"), std::string("1E+1000"),
+          std::string("[2.5e1000]"), std::string("{\"n\":1e0001000}"), "1" + std::string(400, '0'),
+          "{\"big\":-" + std::string(400, '9') + "}"}) {
+        expect_parsable(v);
+    }
+}
+
+TEST(JsonbAgreement, ExponentsBeyondOneThousandThatNumericAccepts) {
+    // SELECT '1e-1001'::jsonb, '1e1001'::jsonb, '1e131071'::jsonb, '1e-16383'::jsonb all succeed.
+    for (const char* v : {"1e-1001", "[1e-16383]", "1e1001", "{\"n\":9.9e131071}"}) {
+        expect_parsable(v);
+    }
+}
+
+TEST(JsonbAgreement, ByteOrderMarkIsNotJson) {
+    // SELECT E'\xEF\xBB\xBF{}'::jsonb  ->  invalid input syntax for type json.
+    Classified c = Rec().value("\xef\xbb\xbf{}").classify();
+    EXPECT_FALSE(c.parsable);
+    EXPECT_EQ(c.raw_len, 5u);
+}
+
+// ---- valid_utf8 ---------------------------------------------------------------------------
+
+TEST(ValidUtf8, EmptyAndAscii) {
+    EXPECT_TRUE(valid_utf8("", 0));
+    EXPECT_TRUE(valid_utf8(nullptr, 0));
+    EXPECT_TRUE(utf8("hello, world ~\x7f"));
+    EXPECT_TRUE(utf8("\x01"));
+}
+
+TEST(ValidUtf8, NulIsRefused) {
+    EXPECT_FALSE(utf8(std::string("\0", 1)));
+    EXPECT_FALSE(utf8(std::string("ab\0cd", 5)));
+    EXPECT_FALSE(utf8(std::string("\xc3\xa9\0", 3)));
+    // The length counts, not the terminator.
+    EXPECT_TRUE(valid_utf8("ab\0cd", 2));
+}
+
+TEST(ValidUtf8, BoundariesOfEachLength) {
+    EXPECT_TRUE(utf8("\xc2\x80"));          // U+0080
+    EXPECT_TRUE(utf8("\xdf\xbf"));          // U+07FF
+    EXPECT_TRUE(utf8("\xe0\xa0\x80"));      // U+0800
+    EXPECT_TRUE(utf8("\xed\x9f\xbf"));      // U+D7FF
+    EXPECT_TRUE(utf8("\xee\x80\x80"));      // U+E000
+    EXPECT_TRUE(utf8("\xef\xbf\xbd"));      // U+FFFD
+    EXPECT_TRUE(utf8("\xef\xbf\xbf"));      // U+FFFF (noncharacter, but valid)
+    EXPECT_TRUE(utf8("\xf0\x90\x80\x80"));  // U+10000
+    EXPECT_TRUE(utf8("\xf0\x9f\x98\x80"));  // U+1F600
+    EXPECT_TRUE(utf8("\xf4\x8f\xbf\xbf"));  // U+10FFFF
+    EXPECT_TRUE(utf8("a\xc3\xa9z\xe2\x82\xac\xf0\x9f\x98\x80!"));
+}
+
+TEST(ValidUtf8, Overlongs) {
+    EXPECT_FALSE(utf8("\xc0\x80"));          // U+0000 in two bytes
+    EXPECT_FALSE(utf8("\xc0\xaf"));          // '/'
+    EXPECT_FALSE(utf8("\xc1\xbf"));          // U+007F
+    EXPECT_FALSE(utf8("\xe0\x80\x80"));      // U+0000 in three bytes
+    EXPECT_FALSE(utf8("\xe0\x9f\xbf"));      // U+07FF in three bytes
+    EXPECT_FALSE(utf8("\xf0\x80\x80\x80"));  // U+0000 in four bytes
+    EXPECT_FALSE(utf8("\xf0\x8f\xbf\xbf"));  // U+FFFF in four bytes
+}
+
+TEST(ValidUtf8, Surrogates) {
+    EXPECT_FALSE(utf8("\xed\xa0\x80"));              // U+D800
+    EXPECT_FALSE(utf8("\xed\xaf\xbf"));              // U+DBFF
+    EXPECT_FALSE(utf8("\xed\xb0\x80"));              // U+DC00
+    EXPECT_FALSE(utf8("\xed\xbf\xbf"));              // U+DFFF
+    EXPECT_FALSE(utf8("\xed\xa0\xbd\xed\xb8\x80"));  // CESU-8 pair for U+1F600
+}
+
+TEST(ValidUtf8, BeyondU10FFFF) {
+    EXPECT_FALSE(utf8("\xf4\x90\x80\x80"));  // U+110000
+    EXPECT_FALSE(utf8("\xf5\x80\x80\x80"));
+    EXPECT_FALSE(utf8("\xf7\xbf\xbf\xbf"));
+    EXPECT_FALSE(utf8("\xf8\x88\x80\x80\x80"));      // five-byte form
+    EXPECT_FALSE(utf8("\xfc\x84\x80\x80\x80\x80"));  // six-byte form
+    EXPECT_FALSE(utf8("\xfe"));
+    EXPECT_FALSE(utf8("\xff"));
+}
+
+TEST(ValidUtf8, StrayContinuationBytes) {
+    EXPECT_FALSE(utf8("\x80"));
+    EXPECT_FALSE(utf8("\xbf"));
+    EXPECT_FALSE(utf8("a\x80"));
+    EXPECT_FALSE(utf8("\xc3\xa9\xa9"));  // one continuation too many
+}
+
+TEST(ValidUtf8, TruncatedSequences) {
+    EXPECT_FALSE(utf8("\xc3"));
+    EXPECT_FALSE(utf8("\xe2\x82"));
+    EXPECT_FALSE(utf8("\xe2"));
+    EXPECT_FALSE(utf8("\xf0\x9f\x98"));
+    EXPECT_FALSE(utf8("\xf0\x9f"));
+    EXPECT_FALSE(utf8("abc\xf0"));
+    // Truncated, then followed by a byte that is not a continuation.
+    EXPECT_FALSE(utf8("\xc3\x41"));
+    EXPECT_FALSE(utf8("\xe2\x82\x41"));
+    EXPECT_FALSE(utf8("\xf0\x9f\x98\x41"));
+    EXPECT_FALSE(utf8("\xe2\xc3\xa9"));
+    // The length bounds the check: a sequence cut by `len` is truncated.
+    EXPECT_FALSE(valid_utf8("\xc3\xa9", 1));
+    EXPECT_FALSE(valid_utf8("\xf0\x9f\x98\x80", 3));
+}
+
+}  // namespace
+}  // namespace eventbox::inbox
