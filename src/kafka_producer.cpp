@@ -27,7 +27,7 @@ void set_conf(rd_kafka_conf_t* conf, const std::string& key, const std::string& 
 
 }  // namespace
 
-Producer::Producer(const ProducerConfig& config) {
+Producer::Producer(const ProducerConfig& config) : scrubber_(config.options) {
     rd_kafka_conf_t* conf = rd_kafka_conf_new();
     set_conf(conf, "bootstrap.servers", config.brokers);
     set_conf(conf, "enable.idempotence", "true");
@@ -51,7 +51,8 @@ Producer::Producer(const ProducerConfig& config) {
     rk_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof errstr);
     if (rk_ == nullptr) {
         rd_kafka_conf_destroy(conf);
-        throw Error(sqlstate::kConfigFileError, "could not create the Kafka producer", errstr);
+        throw Error(sqlstate::kConfigFileError, "could not create the Kafka producer",
+                    scrubber_.scrub(errstr));
     }
     // Logs go to the main queue so they are emitted from poll(), on our thread.
     rd_kafka_set_log_queue(rk_, nullptr);
@@ -165,12 +166,13 @@ void Producer::on_error(rd_kafka_t* rk, int err, const char* reason, void* opaqu
         self->fatal_ = true;
         text = std::string("fatal producer error: ") + fatal;
     }
-    self->logs_.push_back(LogLine{err == RD_KAFKA_RESP_ERR__FATAL ? 3 : 4, std::move(text)});
+    self->logs_.push_back(
+        LogLine{err == RD_KAFKA_RESP_ERR__FATAL ? 3 : 4, self->scrubber_.scrub(std::move(text))});
 }
 
 void Producer::on_log(const rd_kafka_t* rk, int level, const char* fac, const char* buf) {
     auto* self = static_cast<Producer*>(rd_kafka_opaque(rk));
-    self->logs_.push_back(LogLine{level, std::string(fac) + ": " + buf});
+    self->logs_.push_back(LogLine{level, self->scrubber_.scrub(std::string(fac) + ": " + buf)});
 }
 
 }  // namespace eventbox::kafka

@@ -18,7 +18,10 @@ namespace eventbox::kafka {
 struct ProducerConfig {
     std::string brokers;
     std::vector<KafkaOption> options;  // user options, applied after our defaults
-    int message_timeout_ms = 30000;
+    // 0: librdkafka retries until delivered. The idempotent producer keeps a partition's order
+    // through retries, but a message that times out in flight leaves a gap that later messages
+    // of its key fill first; without timeouts there are no such gaps.
+    int message_timeout_ms = 0;
     int linger_ms = 5;
     int max_in_flight_messages = 10000;
 };
@@ -48,7 +51,8 @@ public:
 
     int produce(const relay::Row& row, std::string& error) override;
 
-    // File descriptor that becomes readable when librdkafka has events for poll().
+    // File descriptor that becomes readable when librdkafka queues an event on an empty queue:
+    // call poll() once after creating the producer, then after each wake-up.
     int event_fd() const { return pipe_[0]; }
     // Drains the wake-up pipe and serves all queued callbacks.
     void poll();
@@ -69,6 +73,7 @@ private:
     static void on_log(const rd_kafka_t* rk, int level, const char* fac, const char* buf);
     rd_kafka_topic_t* topic(std::string_view name);
 
+    SecretScrubber scrubber_;
     rd_kafka_t* rk_ = nullptr;
     int pipe_[2] = {-1, -1};
     bool fatal_ = false;
