@@ -40,6 +40,9 @@ Producer::Producer(const ProducerConfig& config) : scrubber_(config.options) {
              std::to_string(std::max(config.max_in_flight_messages * 2, 1000)));
     set_conf(conf, "log.queue", "true");
     set_conf(conf, "client.id", "pg_eventbox-relay");
+    // Headroom for record framing: whatever send() accepted is never refused locally.
+    set_conf(conf, "message.max.bytes",
+             std::to_string(std::max(config.max_message_bytes + 65536, 1000000)));
     for (const KafkaOption& option : config.options) set_conf(conf, option.first, option.second);
 
     rd_kafka_conf_set_opaque(conf, this);
@@ -90,12 +93,12 @@ rd_kafka_topic_t* Producer::topic(std::string_view name) {
     return rkt;
 }
 
-int Producer::produce(const relay::Row& row, std::string& error) {
+relay::Produced Producer::produce(const relay::Row& row, std::string& error) {
     rd_kafka_topic_t* rkt = topic(row.topic);
     if (rkt == nullptr) {
         rd_kafka_resp_err_t err = rd_kafka_last_error();
-        error = rd_kafka_err2str(err);
-        return err == 0 ? RD_KAFKA_RESP_ERR__INVALID_ARG : static_cast<int>(err);
+        error = std::string("could not use topic: ") + rd_kafka_err2str(err);
+        return relay::Produced::kFailed;
     }
     rd_kafka_headers_t* headers = rd_kafka_headers_new(row.n_headers + 1);
     rd_kafka_header_add(headers, kMessageIdHeader.data(), kMessageIdHeader.size(),
@@ -111,12 +114,11 @@ int Producer::produce(const relay::Row& row, std::string& error) {
         RD_KAFKA_V_KEY(row.key, row.key_len), RD_KAFKA_V_HEADERS(headers),
         RD_KAFKA_V_OPAQUE(reinterpret_cast<void*>(static_cast<intptr_t>(row.id))),
         RD_KAFKA_V_END);
-    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        rd_kafka_headers_destroy(headers);  // not taken over on failure
-        error = rd_kafka_err2str(err);
-        return static_cast<int>(err);
-    }
-    return 0;
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return relay::Produced::kQueued;
+    rd_kafka_headers_destroy(headers);  // not taken over on failure
+    error = std::string(rd_kafka_err2name(err)) + ": " + rd_kafka_err2str(err);
+    if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL) return relay::Produced::kBusy;
+    return is_permanent(err) ? relay::Produced::kFailedPermanently : relay::Produced::kFailed;
 }
 
 void Producer::poll() {

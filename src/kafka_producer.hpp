@@ -24,6 +24,9 @@ struct ProducerConfig {
     int message_timeout_ms = 0;
     int linger_ms = 5;
     int max_in_flight_messages = 10000;
+    // eventbox.max_message_bytes: librdkafka's own limit gets headroom for record framing, so
+    // that whatever send() accepted is never refused locally.
+    int max_message_bytes = 1000000;
 };
 
 struct Delivery {
@@ -49,7 +52,7 @@ public:
     Producer(const Producer&) = delete;
     Producer& operator=(const Producer&) = delete;
 
-    int produce(const relay::Row& row, std::string& error) override;
+    relay::Produced produce(const relay::Row& row, std::string& error) override;
 
     // File descriptor that becomes readable when librdkafka queues an event on an empty queue:
     // call poll() once after creating the producer, then after each wake-up.

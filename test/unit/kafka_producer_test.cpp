@@ -156,7 +156,7 @@ TEST(Producer, DestroyWithQueuedMessagesIsQuick) {
     {
         Producer p(config_with({}));
         std::string error;
-        for (int64_t id = 1; id <= 100; ++id) ASSERT_EQ(p.produce(data.row(id), error), 0) << error;
+        for (int64_t id = 1; id <= 100; ++id) ASSERT_EQ(p.produce(data.row(id), error), relay::Produced::kQueued) << error;
     }
     EXPECT_LT(seconds_since(t0), 5.0);
 }
@@ -166,7 +166,7 @@ TEST(Producer, ProduceCopiesTheRow) {
     std::string error;
     {
         RowData data;  // the row's bytes die right after produce()
-        ASSERT_EQ(p.produce(data.row(1), error), 0) << error;
+        ASSERT_EQ(p.produce(data.row(1), error), relay::Produced::kQueued) << error;
     }
     relay::Row tombstone = RowData().row(2);
     tombstone.payload = nullptr;
@@ -175,7 +175,7 @@ TEST(Producer, ProduceCopiesTheRow) {
     tombstone.key_len = 0;
     tombstone.headers = nullptr;
     tombstone.n_headers = 0;
-    EXPECT_EQ(p.produce(tombstone, error), 0) << error;
+    EXPECT_EQ(p.produce(tombstone, error), relay::Produced::kQueued) << error;
 }
 
 TEST(Producer, PurgedMessagesAreReportedAsNotCounting) {
@@ -186,8 +186,8 @@ TEST(Producer, PurgedMessagesAreReportedAsNotCounting) {
     // (before the fd was attached) would otherwise keep it silent.
     p.poll();
     std::string error;
-    ASSERT_EQ(p.produce(data.row(41), error), 0) << error;
-    ASSERT_EQ(p.produce(data.row(42), error), 0) << error;
+    ASSERT_EQ(p.produce(data.row(41), error), relay::Produced::kQueued) << error;
+    ASSERT_EQ(p.produce(data.row(42), error), relay::Produced::kQueued) << error;
     p.purge();
     // The event fd wakes the caller up; poll() then serves the delivery reports.
     struct pollfd pfd = {p.event_fd(), POLLIN, 0};
@@ -260,6 +260,24 @@ TEST(SecretScrubber, RemovesSensitiveValuesAndTheirParts) {
     EXPECT_EQ(s.scrub("auth failed for hunter2-Sup3rS3cret"), "auth failed for ***");
     EXPECT_EQ(s.scrub("bad config at: extension_token=tok-abcdef"), "bad config at: ***=***");
     EXPECT_EQ(s.scrub("using SASL_SSL"), "using SASL_SSL") << "not a sensitive option";
+}
+
+}  // namespace
+}  // namespace eventbox::kafka
+
+namespace eventbox::kafka {
+namespace {
+
+// Whatever send() accepted (up to eventbox.max_message_bytes) librdkafka takes, framing and all.
+TEST(Producer, RecordAtTheSendLimitIsAccepted) {
+    ProducerConfig c;
+    c.brokers = "127.0.0.1:1";
+    c.max_message_bytes = 1000000;
+    Producer p(c);
+    RowData data;
+    data.payload = std::string(1000000 - 100, 'x');
+    std::string error;
+    EXPECT_EQ(p.produce(data.row(1), error), relay::Produced::kQueued) << error;
 }
 
 }  // namespace

@@ -23,19 +23,24 @@ constexpr int kErrQueueFull = -184;   // RD_KAFKA_RESP_ERR__QUEUE_FULL
 // Records what the dispatcher hands to Kafka; can refuse to enqueue chosen ids.
 class FakeSink : public Sink {
   public:
-    int produce(const Row& row, std::string& error) override {
+    Produced produce(const Row& row, std::string& error) override {
         ++calls;
         if (refuse.count(row.id) != 0 || refuse_all) {
             error = "Local: Queue full";
-            return kErrQueueFull;
+            return Produced::kBusy;
+        }
+        if (too_large.count(row.id) != 0) {
+            error = "MSG_SIZE_TOO_LARGE: Broker: Message size too large";
+            return Produced::kFailedPermanently;
         }
         produced.push_back(row.id);
         payloads.emplace_back(row.payload ? std::string(row.payload, row.payload_len) : "<null>");
-        return 0;
+        return Produced::kQueued;
     }
     std::vector<int64_t> produced;
     std::vector<std::string> payloads;
     std::set<int64_t> refuse;
+    std::set<int64_t> too_large;  // refused locally as too large
     bool refuse_all = false;
     int calls = 0;
 };
@@ -711,6 +716,39 @@ TEST(Dispatcher, FailedRowWaitsForItsReportedBackoff) {
     EXPECT_EQ(d.next_due_ms(), 1000 + retry_in);
     EXPECT_TRUE(refetch(d, outbox, 1000 + retry_in - 1).empty());
     EXPECT_EQ(refetch(d, outbox, 1000 + retry_in), std::vector<int64_t>{1});
+}
+
+}  // namespace
+}  // namespace eventbox::relay
+
+namespace eventbox::relay {
+namespace {
+
+// A record librdkafka refuses outright is a failed attempt: counted, recorded, retried with
+// backoff, and given up after max_attempts (it used to be retried silently forever).
+TEST(Dispatcher, LocallyRefusedRowIsAFailedAttemptAndGivesUp) {
+    FakeSink sink;
+    sink.too_large.insert(1);
+    Limits limits = small_limits();
+    limits.max_attempts = 2;
+    Dispatcher d(sink, limits, 3);
+    std::map<int64_t, TestRow> outbox = {{1, keyed(1, "k")}, {2, keyed(2, "k")}};
+    d.offer(outbox[1].row(), 0);
+    ASSERT_EQ(d.failed().size(), 1u);
+    EXPECT_FALSE(d.failed()[0].give_up);
+    EXPECT_NE(d.failed()[0].error.find("MSG_SIZE_TOO_LARGE"), std::string::npos);
+    d.clear_outcomes();
+    outbox[1].attempts = 1;
+    d.offer(outbox[2].row(), 1);
+    EXPECT_TRUE(sink.produced.empty()) << "row 2 waits behind row 1 of its key";
+    for (int64_t now = 1000; now < 1000000 && d.failed().empty(); now += 1000)
+        refetch(d, outbox, now);
+    ASSERT_EQ(d.failed().size(), 1u);
+    EXPECT_TRUE(d.failed()[0].give_up) << "second permanent failure with max_attempts 2";
+    d.clear_outcomes();
+    for (int64_t now = 1000000; now < 2000000 && sink.produced.empty(); now += 1000)
+        refetch(d, outbox, now);
+    EXPECT_EQ(sink.produced, (std::vector<int64_t>{2})) << "the key moves on once row 1 failed";
 }
 
 }  // namespace

@@ -73,171 +73,123 @@ TEST(ScanGaps, StartsAtCursorZeroAndLargeIds) {
 
 // ---- Rechecks -----------------------------------------------------------------------------
 
+// One pass as the relay runs it: every range is read whole.
+std::vector<IdRange> pass(Rechecks& r, const Running& running) {
+    std::vector<IdRange> ranges = r.begin_pass(running.fn());
+    r.end_pass(ranges.size());
+    return ranges;
+}
+
 TEST(Rechecks, StartsEmpty) {
     Rechecks r;
     EXPECT_TRUE(r.empty());
-    EXPECT_EQ(r.size(), 0u);
     Running running;
-    EXPECT_TRUE(r.take_due(running.fn()).empty());
+    EXPECT_TRUE(pass(r, running).empty());
 }
 
 TEST(Rechecks, EmptyRangeIsIgnored) {
     Rechecks r;
     r.add(5, 4, {1});
-    r.add(0, -1, {});
     EXPECT_TRUE(r.empty());
 }
 
-TEST(Rechecks, RangeWithoutWritersIsDueAtOnce) {
+TEST(Rechecks, RangeWithoutWritersIsReadOnceThenForgotten) {
     Rechecks r;
-    r.add(11, 14, {});
-    EXPECT_FALSE(r.empty());
     Running running;
-    auto due = r.take_due(running.fn());
-    ASSERT_EQ(due.size(), 1u);
-    EXPECT_EQ(due[0], (IdRange{11, 14}));
+    r.add(11, 14, {});
+    EXPECT_EQ(pass(r, running), (std::vector<IdRange>{{11, 14}}));
     EXPECT_TRUE(r.empty());
+    EXPECT_TRUE(pass(r, running).empty());
 }
 
-TEST(Rechecks, DueOnlyWhenAllWritersFinished) {
+// The fix for late rows being overtaken: a gap is read in every pass while its writers run, not
+// only once they have finished.
+TEST(Rechecks, RangeIsReadInEveryPassWhileAWriterRuns) {
     Rechecks r;
-    r.add(11, 14, {100, 101});
     Running running;
     running.xids = {100, 101};
-    EXPECT_TRUE(r.take_due(running.fn()).empty());
-    EXPECT_EQ(r.size(), 1u);
+    r.add(20, 25, {100, 101, 7});
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(pass(r, running), (std::vector<IdRange>{{20, 25}}));
     running.xids = {101};
-    EXPECT_TRUE(r.take_due(running.fn()).empty()) << "101 still runs";
-    EXPECT_EQ(r.size(), 1u);
+    EXPECT_EQ(pass(r, running), (std::vector<IdRange>{{20, 25}})) << "101 still runs";
     running.xids = {};
-    auto due = r.take_due(running.fn());
-    ASSERT_EQ(due.size(), 1u);
-    EXPECT_EQ(due[0], (IdRange{11, 14}));
+    EXPECT_EQ(pass(r, running), (std::vector<IdRange>{{20, 25}})) << "read a last time";
     EXPECT_TRUE(r.empty());
-    EXPECT_TRUE(r.take_due(running.fn()).empty()) << "taken only once";
 }
 
 TEST(Rechecks, FinishedWritersAreNotAskedAboutAgain) {
     Rechecks r;
-    r.add(1, 1, {100, 101});
     Running running;
     running.xids = {101};
-    r.take_due(running.fn());
+    r.add(1, 2, {100, 101});
+    pass(r, running);
     running.asked.clear();
-    r.take_due(running.fn());
-    EXPECT_EQ(running.asked, std::vector<uint32_t>{101});
+    pass(r, running);
+    EXPECT_EQ(running.asked, (std::vector<uint32_t>{101}));
 }
 
-TEST(Rechecks, RangesAreIndependent) {
+TEST(Rechecks, RangesAreMergedAndAscendingForReading) {
     Rechecks r;
-    r.add(1, 2, {100});
-    r.add(5, 6, {200});
     Running running;
-    running.xids = {200};
-    auto due = r.take_due(running.fn());
-    ASSERT_EQ(due.size(), 1u);
-    EXPECT_EQ(due[0], (IdRange{1, 2}));
-    EXPECT_EQ(r.size(), 1u);
-    running.xids = {};
-    due = r.take_due(running.fn());
-    ASSERT_EQ(due.size(), 1u);
-    EXPECT_EQ(due[0], (IdRange{5, 6}));
+    running.xids = {9};
+    r.add(30, 35, {9});
+    r.add(10, 12, {9});
+    r.add(13, 15, {});
+    r.add(34, 40, {9});
+    EXPECT_EQ(pass(r, running), (std::vector<IdRange>{{10, 15}, {30, 40}}));
+    EXPECT_EQ(pass(r, running), (std::vector<IdRange>{{10, 12}, {30, 40}}))
+        << "[13, 15] had no writers and was forgotten";
 }
 
-TEST(Rechecks, DueRangesAreSortedAndMerged) {
+TEST(Rechecks, RangesNotReadWholeAreKept) {
     Rechecks r;
-    r.add(20, 25, {});
+    Running running;
     r.add(1, 5, {});
-    r.add(6, 10, {});   // adjacent to [1, 5]
-    r.add(8, 12, {});   // overlaps [6, 10]
-    r.add(14, 15, {});  // separate (13 is not covered)
-    r.add(21, 22, {});  // inside [20, 25]
-    Running running;
-    auto due = r.take_due(running.fn());
-    EXPECT_EQ(due, (std::vector<IdRange>{{1, 12}, {14, 15}, {20, 25}}));
+    r.add(10, 15, {});
+    std::vector<IdRange> ranges = r.begin_pass(running.fn());
+    ASSERT_EQ(ranges.size(), 2u);
+    r.end_pass(1);  // the relay ran out of room in the second range
+    EXPECT_EQ(pass(r, running), (std::vector<IdRange>{{10, 15}}));
     EXPECT_TRUE(r.empty());
-}
-
-TEST(Rechecks, NotDueRangesAreNotMergedIn) {
-    Rechecks r;
-    r.add(1, 5, {});
-    r.add(6, 10, {7});
-    r.add(11, 15, {});
-    Running running;
-    running.xids = {7};
-    auto due = r.take_due(running.fn());
-    EXPECT_EQ(due, (std::vector<IdRange>{{1, 5}, {11, 15}}));
-    EXPECT_EQ(r.size(), 1u);
-    running.xids = {};
-    EXPECT_EQ(r.take_due(running.fn()), (std::vector<IdRange>{{6, 10}}));
 }
 
 TEST(Rechecks, FoldsIntoTheNewestEntryWhenFull) {
     Rechecks r;
-    const std::size_t max = Rechecks::kMaxRanges;
-    EXPECT_EQ(max, 64u);
-    for (std::size_t i = 0; i < max; ++i) {
-        int64_t lo = static_cast<int64_t>(i) * 10;
-        r.add(lo, lo + 1, {static_cast<uint32_t>(1000 + i)});
-    }
-    EXPECT_EQ(r.size(), max);
-    // Full: the next range is folded into the newest entry (ids 630..631, writer 1063).
-    r.add(5000, 5001, {9000});
-    EXPECT_EQ(r.size(), max);
-    r.add(4000, 4000, {9001, 1063});
-    EXPECT_EQ(r.size(), max);
-
     Running running;
-    for (std::size_t i = 0; i < max; ++i) running.xids.insert(static_cast<uint32_t>(1000 + i));
-    running.xids.insert({9000, 9001});
-    EXPECT_TRUE(r.take_due(running.fn()).empty());
-
-    // All original writers finish, the folded writers still run: the folded entry stays.
-    running.xids = {9000, 9001};
-    auto due = r.take_due(running.fn());
-    EXPECT_EQ(due.size(), max - 1);
-    EXPECT_EQ(due.front(), (IdRange{0, 1}));
-    EXPECT_EQ(due.back(), (IdRange{620, 621}));
-    EXPECT_EQ(r.size(), 1u);
-
-    // 9000 finishes: 9001 still holds the folded entry back.
-    running.xids = {9001};
-    EXPECT_TRUE(r.take_due(running.fn()).empty());
-
-    // Then it covers everything folded into it: 630..5001.
-    running.xids = {};
-    due = r.take_due(running.fn());
-    ASSERT_EQ(due.size(), 1u);
-    EXPECT_EQ(due[0], (IdRange{630, 5001}));
-    EXPECT_TRUE(r.empty());
+    running.xids = {1000};
+    for (std::size_t i = 0; i < Rechecks::kMaxRanges; ++i)
+        r.add(static_cast<int64_t>(i * 10), static_cast<int64_t>(i * 10 + 1), {1000});
+    EXPECT_EQ(r.size(), Rechecks::kMaxRanges);
+    r.add(5000, 5001, {2000});
+    EXPECT_EQ(r.size(), Rechecks::kMaxRanges);
+    running.xids = {2000};  // only the folded-in writer runs
+    std::vector<IdRange> ranges = pass(r, running);
+    EXPECT_EQ(ranges.back(), (IdRange{630, 5001}));
+    EXPECT_EQ(r.size(), 1u) << "the folded entry waits for its own writers";
 }
 
 TEST(Rechecks, FoldingNeverLosesAnId) {
     Rechecks r;
-    std::vector<IdRange> added;
-    for (int64_t i = 0; i < 200; ++i) {
-        int64_t lo = 1000 - i * 5;  // descending, so folds widen downwards too
-        r.add(lo, lo + 2, {static_cast<uint32_t>(i + 1)});
-        added.push_back({lo, lo + 2});
-        EXPECT_LE(r.size(), Rechecks::kMaxRanges);
-    }
     Running running;
-    auto due = r.take_due(running.fn());
-    EXPECT_TRUE(r.empty());
-    for (const IdRange& a : added) {
+    running.xids = {1};
+    std::set<int64_t> added;
+    for (int64_t i = 0; i < 500; ++i) {
+        r.add(i * 7, i * 7 + 2, {1});
+        for (int64_t id = i * 7; id <= i * 7 + 2; ++id) added.insert(id);
+    }
+    std::vector<IdRange> ranges = pass(r, running);
+    for (int64_t id : added) {
         bool covered = false;
-        for (const IdRange& d : due) covered = covered || (d.lo <= a.lo && a.hi <= d.hi);
-        EXPECT_TRUE(covered) << "[" << a.lo << ", " << a.hi << "] lost";
+        for (const IdRange& range : ranges) covered |= id >= range.lo && id <= range.hi;
+        EXPECT_TRUE(covered) << id;
     }
 }
 
 TEST(Rechecks, ClearForgetsEverything) {
     Rechecks r;
-    r.add(1, 2, {5});
+    r.add(1, 2, {1});
     r.clear();
     EXPECT_TRUE(r.empty());
-    Running running;
-    EXPECT_TRUE(r.take_due(running.fn()).empty());
 }
 
 }  // namespace
