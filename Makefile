@@ -2,9 +2,8 @@
 EXTENSION  = pg_eventbox
 EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(EXTENSION).control)
 MODULE_big = pg_eventbox
-PURE_SRCS  = src/error.cpp src/message_rules.cpp src/kafka_options.cpp src/relay_dispatch.cpp \
-             src/relay_recheck.cpp src/kafka_client.cpp src/kafka_producer.cpp \
-             src/inbox_record.cpp src/json_scan.cpp src/kafka_consumer.cpp
+# Pure C++ sources (no postgres.h), listed once for this Makefile and CMakeLists.txt.
+PURE_SRCS  = $(addprefix src/,$(shell cat src/pure_sources.txt))
 PG_SRCS    = src/pg_boundary.cpp src/guc.cpp src/shmem.cpp src/send.cpp src/module.cpp \
              src/worker_common.cpp src/launcher.cpp src/relay_worker.cpp src/pg_arrays.cpp \
              src/sql_api.cpp src/ingest_worker.cpp

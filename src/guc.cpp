@@ -22,7 +22,7 @@ int outbox_retention_s = 0;
 int relay_batch_size = 1000;
 int relay_max_in_flight = 20000;
 int relay_poll_interval_ms = 1000;
-int relay_message_timeout_ms = 30000;
+int relay_message_timeout_ms = 0;
 int relay_linger_ms = 5;
 int relay_retry_backoff_ms = 1000;
 int relay_retry_backoff_max_ms = 60000;
@@ -114,9 +114,11 @@ void define() {
         nullptr);
     DefineCustomIntVariable(
         "eventbox.relay_message_timeout",
-        "How long librdkafka tries to deliver a message before reporting a failure.",
-        "The row is then retried with backoff; nothing is dropped.", &relay_message_timeout_ms,
-        30000, 1000, 3600 * 1000, PGC_SIGHUP, GUC_UNIT_MS, nullptr, nullptr, nullptr);
+        "How long librdkafka tries to deliver a message before reporting a failure; 0 = forever.",
+        "0 keeps per-key order through any outage. A timed-out row is retried with backoff and "
+        "nothing is dropped, but later rows of its key already in flight may overtake it.",
+        &relay_message_timeout_ms, 0, 0, 3600 * 1000, PGC_SIGHUP, GUC_UNIT_MS, nullptr, nullptr,
+        nullptr);
     DefineCustomIntVariable("eventbox.relay_linger", "librdkafka linger.ms for the relay.", nullptr,
                             &relay_linger_ms, 5, 0, 10000, PGC_SIGHUP, GUC_UNIT_MS, nullptr,
                             nullptr, nullptr);

@@ -239,6 +239,7 @@ void reload() {
     }
     announced_idle = false;
     loaded_generation = shmem::subscriptions_generation();
+    SetCurrentStatementStartTimestamp();  // now() of this transaction
     StartTransactionCommand();
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "eventbox ingest: SPI_connect failed");
     PushActiveSnapshot(GetTransactionSnapshot());
@@ -333,6 +334,7 @@ std::size_t ingest(Subscription* sub) {
         }
     });
 
+    SetCurrentStatementStartTimestamp();  // now() of this transaction
     StartTransactionCommand();
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "eventbox ingest: SPI_connect failed");
     PushActiveSnapshot(GetTransactionSnapshot());

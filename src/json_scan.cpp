@@ -195,8 +195,10 @@ JsonScan scan_json(std::string_view text, const std::vector<std::string_view>& f
                     result.error = "invalid token";
                     return result;
                 }
-                if (top_field) result.fields[field] = out ? std::optional<std::string>(scalar)
-                                                          : std::nullopt;
+                if (top_field) {
+                    if (out) result.fields[field] = scalar;
+                    else result.fields[field].reset();
+                }
                 field = -1;
                 if (is_scalar) state = State::kAfterValue;
                 break;

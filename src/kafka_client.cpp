@@ -30,6 +30,7 @@ void set_conf(rd_kafka_conf_t* conf, const std::string& key, const std::string& 
 rd_kafka_conf_t* ClientEvents::new_conf(const std::string& brokers,
                                         const std::vector<KafkaOption>& ours,
                                         const std::vector<KafkaOption>& user) {
+    scrubber_ = SecretScrubber(user);
     rd_kafka_conf_t* conf = rd_kafka_conf_new();
     set_conf(conf, "bootstrap.servers", brokers);
     // Logs go to the main queue so they are emitted from the poll call, on our thread.
@@ -75,12 +76,13 @@ void ClientEvents::on_error(rd_kafka_t* rk, int err, const char* reason, void* o
         self->fatal_ = true;
         text = std::string("fatal error: ") + fatal;
     }
-    self->logs_.push_back(LogLine{err == RD_KAFKA_RESP_ERR__FATAL ? 3 : 4, std::move(text)});
+    self->logs_.push_back(
+        LogLine{err == RD_KAFKA_RESP_ERR__FATAL ? 3 : 4, self->scrubber_.scrub(std::move(text))});
 }
 
 void ClientEvents::on_log(const rd_kafka_t* rk, int level, const char* fac, const char* buf) {
     auto* self = static_cast<ClientEvents*>(rd_kafka_opaque(rk));
-    self->logs_.push_back(LogLine{level, std::string(fac) + ": " + buf});
+    self->logs_.push_back(LogLine{level, self->scrubber_.scrub(std::string(fac) + ": " + buf)});
 }
 
 }  // namespace eventbox::kafka

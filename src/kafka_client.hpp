@@ -39,6 +39,7 @@ protected:
     int pipe_[2] = {-1, -1};
     std::vector<LogLine> logs_;
     bool fatal_ = false;
+    SecretScrubber scrubber_;  // applied to everything librdkafka says
 
 private:
     static void on_error(rd_kafka_t* rk, int err, const char* reason, void* opaque);

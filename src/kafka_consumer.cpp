@@ -29,7 +29,8 @@ Consumer::Consumer(const ConsumerConfig& config) : start_latest_(config.start_la
     rk_ = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof errstr);
     if (rk_ == nullptr) {
         rd_kafka_conf_destroy(conf);
-        throw Error(sqlstate::kConfigFileError, "could not create the Kafka consumer", errstr);
+        throw Error(sqlstate::kConfigFileError, "could not create the Kafka consumer",
+                    scrubber_.scrub(errstr));
     }
     // Logs, errors and rebalances all arrive on the consumer queue, served by poll().
     rd_kafka_poll_set_consumer(rk_);

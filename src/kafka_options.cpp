@@ -1,6 +1,8 @@
 // eventbox.kafka_options parser (see kafka_options.hpp).
 #include "kafka_options.hpp"
 
+#include <algorithm>
+
 #include "error.hpp"
 
 namespace eventbox {
@@ -58,6 +60,46 @@ std::vector<KafkaOption> parse_kafka_options(std::string_view text) {
         out.emplace_back(std::string(key), std::string(value));
     }
     return out;
+}
+
+namespace {
+
+bool is_sensitive_key(const std::string& key) {
+    static const char* const kMarkers[] = {"password", "secret", "token", "jaas", "oauthbearer",
+                                           "ssl.key", "keystore", "credential", "private",
+                                           "sasl.username"};
+    for (const char* marker : kMarkers)
+        if (key.find(marker) != std::string::npos) return true;
+    return false;
+}
+
+}  // namespace
+
+SecretScrubber::SecretScrubber(const std::vector<KafkaOption>& options) {
+    for (const KafkaOption& option : options) {
+        if (!is_sensitive_key(option.first) || option.second.empty()) continue;
+        secrets_.push_back(option.second);
+        std::string token;
+        for (char c : option.second + " ") {
+            if (c == ' ' || c == ',' || c == ';' || c == '=' || c == '\t') {
+                if (token.size() >= 4) secrets_.push_back(token);
+                token.clear();
+            } else {
+                token += c;
+            }
+        }
+    }
+    std::sort(secrets_.begin(), secrets_.end(),
+              [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
+}
+
+std::string SecretScrubber::scrub(std::string text) const {
+    for (const std::string& secret : secrets_) {
+        for (std::size_t at = text.find(secret); at != std::string::npos;
+             at = text.find(secret, at + 3))
+            text.replace(at, secret.size(), "***");
+    }
+    return text;
 }
 
 bool kafka_options_valid(const char* text, char* why, std::size_t why_size) noexcept {

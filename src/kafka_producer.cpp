@@ -19,6 +19,8 @@ Producer::Producer(const ProducerConfig& config) {
         {"queue.buffering.max.messages",
          std::to_string(std::max(config.max_in_flight_messages * 2, 1000))},
         {"client.id", "pg_eventbox-relay"},
+        // Headroom for record framing: whatever send() accepted is never refused locally.
+        {"message.max.bytes", std::to_string(std::max(config.max_message_bytes + 65536, 1000000))},
     };
     rd_kafka_conf_t* conf = new_conf(config.brokers, ours, config.options);
     rd_kafka_conf_set_dr_msg_cb(conf, &Producer::on_delivery);
@@ -27,7 +29,8 @@ Producer::Producer(const ProducerConfig& config) {
     rk_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof errstr);
     if (rk_ == nullptr) {
         rd_kafka_conf_destroy(conf);
-        throw Error(sqlstate::kConfigFileError, "could not create the Kafka producer", errstr);
+        throw Error(sqlstate::kConfigFileError, "could not create the Kafka producer",
+                    scrubber_.scrub(errstr));
     }
     rd_kafka_set_log_queue(rk_, nullptr);
     rd_kafka_queue_t* main_queue = rd_kafka_queue_get_main(rk_);
@@ -63,12 +66,12 @@ rd_kafka_topic_t* Producer::topic(std::string_view name) {
     return rkt;
 }
 
-int Producer::produce(const relay::Row& row, std::string& error) {
+relay::Produced Producer::produce(const relay::Row& row, std::string& error) {
     rd_kafka_topic_t* rkt = topic(row.topic);
     if (rkt == nullptr) {
         rd_kafka_resp_err_t err = rd_kafka_last_error();
-        error = rd_kafka_err2str(err);
-        return err == 0 ? RD_KAFKA_RESP_ERR__INVALID_ARG : static_cast<int>(err);
+        error = std::string("could not use topic: ") + rd_kafka_err2str(err);
+        return relay::Produced::kFailed;
     }
     rd_kafka_headers_t* headers = rd_kafka_headers_new(row.n_headers + 1);
     rd_kafka_header_add(headers, kMessageIdHeader.data(), kMessageIdHeader.size(),
@@ -84,12 +87,11 @@ int Producer::produce(const relay::Row& row, std::string& error) {
         RD_KAFKA_V_KEY(row.key, row.key_len), RD_KAFKA_V_HEADERS(headers),
         RD_KAFKA_V_OPAQUE(reinterpret_cast<void*>(static_cast<intptr_t>(row.id))),
         RD_KAFKA_V_END);
-    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        rd_kafka_headers_destroy(headers);  // not taken over on failure
-        error = rd_kafka_err2str(err);
-        return static_cast<int>(err);
-    }
-    return 0;
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return relay::Produced::kQueued;
+    rd_kafka_headers_destroy(headers);  // not taken over on failure
+    error = std::string(rd_kafka_err2name(err)) + ": " + rd_kafka_err2str(err);
+    if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL) return relay::Produced::kBusy;
+    return is_permanent(err) ? relay::Produced::kFailedPermanently : relay::Produced::kFailed;
 }
 
 void Producer::poll() {

@@ -18,9 +18,15 @@ namespace eventbox::kafka {
 struct ProducerConfig {
     std::string brokers;
     std::vector<KafkaOption> options;  // user options, applied after our defaults
-    int message_timeout_ms = 30000;
+    // 0: librdkafka retries until delivered. The idempotent producer keeps a partition's order
+    // through retries, but a message that times out in flight leaves a gap that later messages
+    // of its key fill first; without timeouts there are no such gaps.
+    int message_timeout_ms = 0;
     int linger_ms = 5;
     int max_in_flight_messages = 10000;
+    // eventbox.max_message_bytes: librdkafka's own limit gets headroom for record framing, so
+    // that whatever send() accepted is never refused locally.
+    int max_message_bytes = 1000000;
 };
 
 struct Delivery {
@@ -41,9 +47,10 @@ public:
     Producer(const Producer&) = delete;
     Producer& operator=(const Producer&) = delete;
 
-    int produce(const relay::Row& row, std::string& error) override;
+    relay::Produced produce(const relay::Row& row, std::string& error) override;
 
-    // File descriptor that becomes readable when librdkafka has events for poll().
+    // File descriptor that becomes readable when librdkafka queues an event on an empty queue:
+    // call poll() once after creating the producer, then after each wake-up.
     int event_fd() const { return pipe_[0]; }
     // Drains the wake-up pipe and serves all queued callbacks.
     void poll();

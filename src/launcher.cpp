@@ -43,6 +43,7 @@ constexpr int kMaxBackoffMs = 60000;
 constexpr int kHealthyRunMs = 60000;
 
 bool extension_exists() {
+    SetCurrentStatementStartTimestamp();
     StartTransactionCommand();
     bool exists = OidIsValid(get_extension_oid("pg_eventbox", true));
     CommitTransactionCommand();

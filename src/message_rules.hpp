@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <string_view>
 
 namespace eventbox {
@@ -11,6 +12,10 @@ namespace eventbox {
 inline constexpr std::size_t kMaxTopicLength = 249;
 // Header the relay sets on every record from the outbox row's uuid.
 inline constexpr std::string_view kMessageIdHeader = "message_id";
+
+// `s` made safe to show in an error message: control characters and bytes that are not part of
+// a well-formed UTF-8 character become \xHH; cut after `max_chars` characters with "...".
+std::string printable(std::string_view s, std::size_t max_chars = 80);
 
 // Throws unless `topic` is a legal Kafka topic name: 1..249 of [a-zA-Z0-9._-], not "." or "..".
 void validate_topic(std::string_view topic);

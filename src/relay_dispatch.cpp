@@ -54,14 +54,31 @@ void Dispatcher::wait_in_lane(const std::string& lane, uint64_t seq, int64_t id,
 void Dispatcher::produce_now(const Row& row, const std::string& lane, uint64_t seq,
                              int64_t now_ms) {
     std::string error;
-    int err = sink_.produce(row, error);
-    if (err != 0) {
-        // Not enqueued (e.g. local queue full): count nothing, try again after a backoff.
-        wait_in_lane(lane, seq, row.id, now_ms + backoff_for(1));
-        return;
+    Produced result = sink_.produce(row, error);
+    switch (result) {
+        case Produced::kQueued:
+            ++lanes_[lane].in_flight;
+            in_flight_.emplace(row.id, Flight{lane, seq, row.attempts});
+            return;
+        case Produced::kBusy:
+            // Local queue full: count nothing, try again after a backoff.
+            wait_in_lane(lane, seq, row.id, now_ms + backoff_for(1));
+            return;
+        case Produced::kFailed:
+        case Produced::kFailedPermanently:
+            record_failure(row.id, lane, seq, row.attempts + 1,
+                           result == Produced::kFailedPermanently, error, now_ms);
+            return;
     }
-    ++lanes_[lane].in_flight;
-    in_flight_.emplace(row.id, Flight{lane, seq, row.attempts});
+}
+
+void Dispatcher::record_failure(int64_t id, const std::string& lane, uint64_t seq,
+                                int32_t attempts, bool permanent, std::string_view error,
+                                int64_t now_ms) {
+    bool give_up = permanent && attempts >= limits_.max_attempts;
+    int64_t delay = give_up ? 0 : backoff_for(attempts);
+    failed_.push_back(Failed{id, std::string(error), delay, give_up});
+    if (!give_up) wait_in_lane(lane, seq, id, now_ms + delay);
 }
 
 void Dispatcher::offer(const Row& row, int64_t now_ms) {
@@ -119,11 +136,7 @@ void Dispatcher::on_delivery(int64_t id, int err, bool permanent, bool counts, i
     } else if (!counts) {
         wait_in_lane(flight.lane, flight.seq, id, now_ms);
     } else {
-        int32_t attempts = flight.attempts + 1;
-        bool give_up = permanent && attempts >= limits_.max_attempts;
-        int64_t delay = give_up ? 0 : backoff_for(attempts);
-        failed_.push_back(Failed{id, std::string(error), delay, give_up});
-        if (!give_up) wait_in_lane(flight.lane, flight.seq, id, now_ms + delay);
+        record_failure(id, flight.lane, flight.seq, flight.attempts + 1, permanent, error, now_ms);
     }
     forget_lane_if_idle(flight.lane);
 }

@@ -36,12 +36,19 @@ struct Row {
     int64_t not_before_ms = 0;  // next_attempt_at in epoch ms; 0 when due now
 };
 
-// Where rows go. produce() must copy what it needs; returns 0 when the message was enqueued,
-// else an error code (and fills `error`).
+// What handing a row to Kafka's client came to.
+enum class Produced {
+    kQueued,             // on its way; a delivery report follows
+    kBusy,               // the local queue is full: try again later, no attempt counted
+    kFailed,             // refused: a failed delivery attempt that may succeed later
+    kFailedPermanently,  // refused, and retrying cannot help (e.g. too large)
+};
+
+// Where rows go. produce() must copy what it needs and fills `error` unless kQueued.
 class Sink {
 public:
     virtual ~Sink() = default;
-    virtual int produce(const Row& row, std::string& error) = 0;
+    virtual Produced produce(const Row& row, std::string& error) = 0;
 };
 
 struct Limits {
@@ -122,6 +129,9 @@ private:
     void wait_in_lane(const std::string& lane, uint64_t seq, int64_t id, int64_t due_ms);
     void produce_now(const Row& row, const std::string& lane, uint64_t seq, int64_t now_ms);
     void forget_lane_if_idle(const std::string& lane);
+    // Records a failed attempt of row `id` and schedules its retry unless it gives up.
+    void record_failure(int64_t id, const std::string& lane, uint64_t seq, int32_t attempts,
+                        bool permanent, std::string_view error, int64_t now_ms);
 
     Sink& sink_;
     Limits limits_;

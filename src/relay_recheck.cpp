@@ -9,7 +9,7 @@ void Rechecks::add(int64_t lo, int64_t hi, const std::vector<uint32_t>& writers)
     if (lo > hi) return;
     if (pending_.size() >= kMaxRanges) {
         // Full: fold into the newest entry. A wider range waiting for more writers is still
-        // correct, only rechecked later.
+        // correct, only read longer.
         Pending& last = pending_.back();
         last.range.lo = std::min(last.range.lo, lo);
         last.range.hi = std::max(last.range.hi, hi);
@@ -22,28 +22,34 @@ void Rechecks::add(int64_t lo, int64_t hi, const std::vector<uint32_t>& writers)
     pending_.push_back(Pending{{lo, hi}, writers});
 }
 
-std::vector<IdRange> Rechecks::take_due(const std::function<bool(uint32_t)>& running) {
-    std::vector<IdRange> due;
-    auto keep = std::remove_if(pending_.begin(), pending_.end(), [&](Pending& p) {
+const std::vector<IdRange>& Rechecks::begin_pass(const std::function<bool(uint32_t)>& running) {
+    for (Pending& p : pending_) {
         // Forget writers that finished so later checks are cheaper.
         p.writers.erase(std::remove_if(p.writers.begin(), p.writers.end(),
                                        [&](uint32_t xid) { return !running(xid); }),
                         p.writers.end());
-        if (!p.writers.empty()) return false;
-        due.push_back(p.range);
-        return true;
-    });
-    pending_.erase(keep, pending_.end());
-    std::sort(due.begin(), due.end(),
-              [](const IdRange& a, const IdRange& b) { return a.lo < b.lo; });
-    std::vector<IdRange> merged;
-    for (const IdRange& r : due) {
-        if (!merged.empty() && r.lo <= merged.back().hi + 1)
-            merged.back().hi = std::max(merged.back().hi, r.hi);
-        else
-            merged.push_back(r);
+        p.last_time = p.writers.empty();
     }
-    return merged;
+    std::sort(pending_.begin(), pending_.end(),
+              [](const Pending& a, const Pending& b) { return a.range.lo < b.range.lo; });
+    pass_.clear();
+    for (Pending& p : pending_) {
+        if (!pass_.empty() && p.range.lo <= pass_.back().hi + 1)
+            pass_.back().hi = std::max(pass_.back().hi, p.range.hi);
+        else
+            pass_.push_back(p.range);
+        p.merged_index = pass_.size() - 1;
+    }
+    return pass_;
+}
+
+void Rechecks::end_pass(std::size_t fully_read) {
+    pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
+                                  [&](const Pending& p) {
+                                      return p.last_time && p.merged_index < fully_read;
+                                  }),
+                   pending_.end());
+    pass_.clear();
 }
 
 IdRange scan_gaps(int64_t cursor, const std::vector<int64_t>& ids) {

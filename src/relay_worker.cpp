@@ -120,7 +120,8 @@ void prepare_plans() {
 char* current_fingerprint() {
     return MemoryContextStrdup(
         TopMemoryContext,
-        psprintf("%s|%d|%d|%d|%d|%d|%d|%d", guc::brokers, guc::relay_max_in_flight,
+        psprintf("%s|%d|%d|%d|%d|%d|%d|%d|%d", guc::brokers, guc::max_message_bytes,
+                 guc::relay_max_in_flight,
                  guc::relay_message_timeout_ms, guc::relay_linger_ms, guc::relay_retry_backoff_ms,
                  guc::relay_retry_backoff_max_ms, guc::relay_max_attempts, guc::relay_batch_size));
 }
@@ -165,6 +166,7 @@ void reset() {
             config.message_timeout_ms = guc::relay_message_timeout_ms;
             config.linger_ms = guc::relay_linger_ms;
             config.max_in_flight_messages = guc::relay_max_in_flight;
+            config.max_message_bytes = guc::max_message_bytes;
             relay::Limits limits;
             limits.max_in_flight = static_cast<std::size_t>(guc::relay_max_in_flight);
             limits.max_waiting = limits.max_in_flight * 10;
@@ -344,21 +346,21 @@ bool xid_running(uint32_t xid) {
 
 // Re-reads pending rows in [lo, hi] (late commits, sweeps); what does not fit in the dispatcher
 // now is scheduled again.
-void read_range(int64 lo, int64 hi) {
+// Re-reads pending rows in [lo, hi] (late commits, sweeps). Returns false when the dispatcher
+// ran out of room before the whole range was read.
+bool read_range(int64 lo, int64 hi) {
     while (lo <= hi) {
         std::size_t room = call_cpp([] { return dispatcher->capacity(); });
-        if (room == 0) {
-            call_cpp([&] { rechecks->add(lo, hi, {}); });
-            return;
-        }
+        if (room == 0) return false;
         int limit = static_cast<int>(Min(room, static_cast<std::size_t>(guc::relay_batch_size)));
         Datum values[3] = {Int64GetDatum(lo), Int64GetDatum(hi), Int32GetDatum(limit)};
         exec(range_plan, values, true, SPI_OK_SELECT);
         int64 last = lo;
         int64 n = offer_result(&last, nullptr);
-        if (n < limit) return;
+        if (n < limit) return true;
         lo = last + 1;
     }
+    return true;
 }
 
 // One pass: write back outcomes, then read due, late and new rows and dispatch them.
@@ -368,6 +370,7 @@ bool iterate() {
     int64 claimed = 0;
     std::size_t acked = call_cpp([] { return dispatcher->acked().size(); });
 
+    SetCurrentStatementStartTimestamp();  // now() of this transaction
     StartTransactionCommand();
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "eventbox relay: SPI_connect failed");
     prepare_plans();
@@ -375,24 +378,22 @@ bool iterate() {
     write_outcomes();
     PopActiveSnapshot();
 
-    // Which late-commit ranges are settled must be decided before the snapshot is taken.
+    // Which gaps are read for the last time must be decided before the snapshot is taken.
     TimestampTz now = GetCurrentTimestamp();
     bool sweep = TimestampDifferenceExceeds(last_sweep, now, guc::relay_sweep_interval_s * 1000);
-    std::size_t n_ranges = call_cpp([&] {
-        if (sweep && cursor > 0) rechecks->add(1, cursor, {});
-        return rechecks->size();
-    });
     if (sweep) last_sweep = now;
+    int n_ranges = 0;
     relay::IdRange* ranges = nullptr;
-    int n_due = 0;
-    if (n_ranges > 0) {
-        ranges = static_cast<relay::IdRange*>(palloc(sizeof(relay::IdRange) * n_ranges));
-        n_due = call_cpp([&] {
-            std::vector<relay::IdRange> due = rechecks->take_due(xid_running);
-            std::copy(due.begin(), due.end(), ranges);
-            return static_cast<int>(due.size());
-        });
-    }
+    call_cpp([&] {
+        if (sweep && cursor > 0) rechecks->add(1, cursor, {});
+        const std::vector<relay::IdRange>& pass = rechecks->begin_pass(xid_running);
+        n_ranges = static_cast<int>(pass.size());
+        if (n_ranges > 0) {
+            ranges = static_cast<relay::IdRange*>(
+                pg_guard([&] { return palloc(sizeof(relay::IdRange) * pass.size()); }));
+            std::copy(pass.begin(), pass.end(), ranges);
+        }
+    });
 
     PushActiveSnapshot(GetTransactionSnapshot());
     // Writers read after the snapshot: any id this scan cannot see yet belongs to one of them.
@@ -418,11 +419,16 @@ bool iterate() {
         call_cpp([] { dispatcher->refetch_done(); });
     }
 
-    for (int i = 0; i < n_due; ++i) read_range(ranges[i].lo, ranges[i].hi);
+    // Gaps first, then new rows, in one snapshot: a row that committed late is offered before
+    // any row of its key that committed after it.
+    int fully_read = 0;
+    while (fully_read < n_ranges && read_range(ranges[fully_read].lo, ranges[fully_read].hi))
+        ++fully_read;
+    call_cpp([&] { rechecks->end_pass(static_cast<std::size_t>(fully_read)); });
 
-    // New rows above the cursor.
+    // New rows above the cursor, only when every gap was read whole in this snapshot.
     std::size_t room = call_cpp([] { return dispatcher->capacity(); });
-    if (room > 0) {
+    if (fully_read == n_ranges && room > 0) {
         int limit = static_cast<int>(Min(room, static_cast<std::size_t>(guc::relay_batch_size)));
         Datum values[2] = {Int64GetDatum(cursor), Int32GetDatum(limit)};
         exec(claim_plan, values, true, SPI_OK_SELECT);

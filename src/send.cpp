@@ -92,7 +92,7 @@ size_t validate_headers(Jsonb* headers) {
         std::string_view name(key.val.string.val, key.val.string.len);
         if (value.type != jbvString)
             throw Error(sqlstate::kInvalidParameterValue,
-                        "value of header \"" + std::string(name) + "\" is not a string",
+                        "value of header \"" + printable(name) + "\" is not a string",
                         {}, "Headers must be a flat JSON object of string values.");
         std::string_view text(value.val.string.val, value.val.string.len);
         validate_header(name, text);
@@ -181,6 +181,7 @@ extern "C" Datum eventbox_send_bytea(PG_FUNCTION_ARGS) {
 // Default of eventbox.outbox.id: assigns the transaction's xid and publishes it as an outbox
 // writer before drawing the id, so the relay can tell when a gap below its cursor is settled.
 extern "C" Datum eventbox_next_outbox_id(PG_FUNCTION_ARGS) {
+    (void)fcinfo;
     eventbox::shmem::publish_outbox_writer(GetTopTransactionId());
     static Oid sequence = InvalidOid;
     // Looked up again when the extension was re-created in this session.

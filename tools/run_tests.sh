@@ -3,8 +3,8 @@
 # environment (tools/cluster.sh), always stop it, then scan its server log.
 #
 # Usage: tools/run_tests.sh [LAYER ...]
-#   LAYER: regress pgtap unit devbroker integration logscan  (default: all, in that order)
-#   Layers that need the cluster (regress pgtap integration) start it once;
+#   LAYER: regress pgtap unit devbroker integration fault logscan  (default: all, in that order)
+#   Layers that need the cluster (regress pgtap integration fault) start it once;
 #   whenever the cluster was started, logscan runs at the end too.
 #   Every selected layer runs even after another failed; the exit status is
 #   non-zero when any failed, and the failed layers are listed.
@@ -23,7 +23,7 @@ set -euo pipefail
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$SCRIPT_DIR/.." && pwd)
 PYTHON=/usr/bin/python3
-ALL_LAYERS=(regress pgtap unit devbroker integration logscan)
+ALL_LAYERS=(regress pgtap unit devbroker integration fault logscan)
 
 export PYTHONDONTWRITEBYTECODE=1
 export EVENTBOX_DEVBROKER=${EVENTBOX_DEVBROKER:-$REPO/tools/devbroker/eventbox-devbroker}
@@ -38,7 +38,7 @@ if (($# == 0)); then
 else
   for a in "$@"; do
     case "$a" in
-      regress | pgtap | unit | devbroker | integration | logscan) layers+=("$a") ;;
+      regress | pgtap | unit | devbroker | integration | fault | logscan) layers+=("$a") ;;
       log) layers+=(logscan) ;;
       -h | --help) sed -n '2,21p' "$0"; exit 0 ;;
       *) echo "run_tests: unknown layer '$a' (known: ${ALL_LAYERS[*]})" >&2; exit 2 ;;
@@ -51,7 +51,7 @@ has_layer() {
   return 1
 }
 need_cluster=0
-for l in regress pgtap integration; do has_layer "$l" && need_cluster=1; done
+for l in regress pgtap integration fault; do has_layer "$l" && need_cluster=1; done
 if ((need_cluster)) && ! has_layer logscan; then layers+=(logscan); fi
 
 cd "$REPO"
@@ -197,6 +197,15 @@ layer_integration() {
   run_pytest test/integration
 }
 
+layer_fault() {
+  need_cluster_ok || return 1
+  if [[ ! -d test/fault ]]; then
+    echo "ERROR: test/fault does not exist" >&2
+    return 1
+  fi
+  run_pytest test/fault
+}
+
 layer_logscan() {
   need_cluster_ok
   "$SCRIPT_DIR/check_log.sh" "$EVENTBOX_LOG" "$EVENTBOX_KILLED_PIDS"
@@ -238,7 +247,7 @@ for l in "${layers[@]}"; do
   else
     failed+=("$l")
     echo "==================== [$l] FAIL (exit $rc, ${dt}s) ===================="
-    if [[ "$l" =~ ^(regress|pgtap|integration)$ ]] && ((cluster_ok)); then
+    if [[ "$l" =~ ^(regress|pgtap|integration|fault)$ ]] && ((cluster_ok)); then
       echo "---- last 30 lines of $EVENTBOX_LOG ----"
       tail -n 30 "$EVENTBOX_LOG" || true
       echo "----"

@@ -1,0 +1,8 @@
+"""Fixtures of the fault tests (shared with test/integration): see
+test/lib/eventbox_fixtures.py."""
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "lib"))
+
+from eventbox_fixtures import *  # noqa: E402,F401,F403

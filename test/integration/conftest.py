@@ -1,0 +1,7 @@
+"""Fixtures of the integration tests: see test/lib/eventbox_fixtures.py."""
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "lib"))
+
+from eventbox_fixtures import *  # noqa: E402,F401,F403

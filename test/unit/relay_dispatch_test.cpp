@@ -1,0 +1,755 @@
+// The relay's dispatcher (src/relay_dispatch.cpp), driven through a fake Sink.
+#include "relay_dispatch.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <deque>
+#include <limits>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace eventbox::relay {
+namespace {
+
+constexpr int kErrTimedOut = -192;    // RD_KAFKA_RESP_ERR__MSG_TIMED_OUT
+constexpr int kErrPurgeQueue = -152;  // RD_KAFKA_RESP_ERR__PURGE_QUEUE
+constexpr int kErrTooLarge = 10;      // RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE
+constexpr int kErrQueueFull = -184;   // RD_KAFKA_RESP_ERR__QUEUE_FULL
+
+// Records what the dispatcher hands to Kafka; can refuse to enqueue chosen ids.
+class FakeSink : public Sink {
+  public:
+    Produced produce(const Row& row, std::string& error) override {
+        ++calls;
+        if (refuse.count(row.id) != 0 || refuse_all) {
+            error = "Local: Queue full";
+            return Produced::kBusy;
+        }
+        if (too_large.count(row.id) != 0) {
+            error = "MSG_SIZE_TOO_LARGE: Broker: Message size too large";
+            return Produced::kFailedPermanently;
+        }
+        produced.push_back(row.id);
+        payloads.emplace_back(row.payload ? std::string(row.payload, row.payload_len) : "<null>");
+        return Produced::kQueued;
+    }
+    std::vector<int64_t> produced;
+    std::vector<std::string> payloads;
+    std::set<int64_t> refuse;
+    std::set<int64_t> too_large;  // refused locally as too large
+    bool refuse_all = false;
+    int calls = 0;
+};
+
+// Owns the bytes a Row points to.
+struct TestRow {
+    int64_t id = 0;
+    std::string topic = "orders";
+    bool has_key = true;
+    std::string key;
+    std::string payload = "{}";
+    int32_t attempts = 0;
+    int64_t not_before_ms = 0;
+    std::string message_id = "0190a6d2-0000-7000-8000-000000000000";
+
+    Row row() const {
+        Row r;
+        r.id = id;
+        r.message_id = message_id;
+        r.topic = topic;
+        r.key = has_key ? key.data() : nullptr;
+        r.key_len = has_key ? key.size() : 0;
+        r.payload = payload.data();
+        r.payload_len = payload.size();
+        r.attempts = attempts;
+        r.not_before_ms = not_before_ms;
+        return r;
+    }
+};
+
+TestRow keyed(int64_t id, std::string key, std::string topic = "orders") {
+    TestRow r;
+    r.id = id;
+    r.key = std::move(key);
+    r.topic = std::move(topic);
+    r.payload = "payload-" + std::to_string(id);
+    return r;
+}
+
+TestRow keyless(int64_t id) {
+    TestRow r;
+    r.id = id;
+    r.has_key = false;
+    r.payload = "payload-" + std::to_string(id);
+    return r;
+}
+
+Limits small_limits() {
+    Limits l;
+    l.max_in_flight = 100;
+    l.max_waiting = 100;
+    l.backoff_ms = 100;
+    l.backoff_max_ms = 1000;
+    l.max_attempts = 3;
+    return l;
+}
+
+void ack(Dispatcher& d, int64_t id, int64_t now, int64_t offset = 0) {
+    d.on_delivery(id, 0, false, true, 0, offset, "", now);
+}
+void fail(Dispatcher& d, int64_t id, int64_t now, int err = kErrTimedOut, bool permanent = false) {
+    d.on_delivery(id, err, permanent, true, -1, -1, "Local: Message timed out", now);
+}
+void purge(Dispatcher& d, int64_t id, int64_t now) {
+    d.on_delivery(id, kErrPurgeQueue, false, false, -1, -1, "Local: Purged in queue", now);
+}
+
+std::vector<int64_t> acked_ids(const Dispatcher& d) {
+    std::vector<int64_t> ids;
+    for (const Acked& a : d.acked()) ids.push_back(a.id);
+    return ids;
+}
+
+std::vector<int64_t> sorted(std::vector<int64_t> v) {
+    std::sort(v.begin(), v.end());
+    return v;
+}
+
+// Plays the relay's refetch protocol: ask for due ids, re-read them (here: from `rows`, the
+// outbox as it is now; rows missing from it have vanished) and offer them back.
+std::vector<int64_t> refetch(Dispatcher& d, const std::map<int64_t, TestRow>& rows, int64_t now,
+                             std::size_t max = 1000) {
+    std::vector<int64_t> due = d.due_ids(now, max);
+    for (int64_t id : due) {
+        auto it = rows.find(id);
+        if (it != rows.end()) d.offer(it->second.row(), now);
+    }
+    d.refetch_done();
+    return due;
+}
+
+// ---- basics -------------------------------------------------------------------------------
+
+TEST(Dispatcher, ProducesAndReportsAcks) {
+    FakeSink sink;
+    Dispatcher d(sink, small_limits(), 1);
+    TestRow a = keyed(1, "k");
+    d.offer(a.row(), 0);
+    EXPECT_EQ(sink.produced, std::vector<int64_t>{1});
+    EXPECT_EQ(sink.payloads, std::vector<std::string>{"payload-1"});
+    EXPECT_EQ(d.in_flight(), 1u);
+    EXPECT_TRUE(d.knows(1));
+    d.on_delivery(1, 0, false, true, 3, 42, "", 5);
+    ASSERT_EQ(d.acked().size(), 1u);
+    EXPECT_EQ(d.acked()[0].id, 1);
+    EXPECT_EQ(d.acked()[0].partition, 3);
+    EXPECT_EQ(d.acked()[0].offset, 42);
+    EXPECT_TRUE(d.failed().empty());
+    EXPECT_EQ(d.in_flight(), 0u);
+    EXPECT_FALSE(d.knows(1));
+    d.clear_outcomes();
+    EXPECT_TRUE(d.acked().empty());
+    EXPECT_EQ(d.next_due_ms(), std::numeric_limits<int64_t>::max());
+}
+
+TEST(Dispatcher, TombstonesAreProducedWithNullPayload) {
+    FakeSink sink;
+    Dispatcher d(sink, small_limits(), 1);
+    TestRow t = keyed(1, "k");
+    Row r = t.row();
+    r.payload = nullptr;
+    r.payload_len = 0;
+    d.offer(r, 0);
+    EXPECT_EQ(sink.payloads, std::vector<std::string>{"<null>"});
+}
+
+TEST(Dispatcher, OfferingAKnownRowAgainIsIgnored) {
+    FakeSink sink;
+    Dispatcher d(sink, small_limits(), 1);
+    TestRow a = keyed(1, "k");
+    d.offer(a.row(), 0);
+    d.offer(a.row(), 0);  // e.g. the sweep read it again while in flight
+    EXPECT_EQ(sink.produced, std::vector<int64_t>{1});
+    fail(d, 1, 10);
+    d.offer(a.row(), 20);  // read again while waiting for its retry
+    EXPECT_EQ(sink.produced, std::vector<int64_t>{1});
+    EXPECT_EQ(d.waiting(), 1u);
+}
+
+TEST(Dispatcher, UnknownDeliveryReportsAreIgnored) {
+    FakeSink sink;
+    Dispatcher d(sink, small_limits(), 1);
+    d.on_delivery(99, 0, false, true, 0, 0, "", 0);
+    fail(d, 98, 0);
+    EXPECT_TRUE(d.acked().empty());
+    EXPECT_TRUE(d.failed().empty());
+    EXPECT_EQ(d.waiting(), 0u);
+}
+
+TEST(Dispatcher, RowsOfDifferentKeysGoOutTogether) {
+    FakeSink sink;
+    Dispatcher d(sink, small_limits(), 1);
+    TestRow a = keyed(1, "a"), b = keyed(2, "b"), c = keyed(3, "c");
+    d.offer(a.row(), 0);
+    d.offer(b.row(), 0);
+    d.offer(c.row(), 0);
+    EXPECT_EQ(sink.produced, (std::vector<int64_t>{1, 2, 3}));
+    EXPECT_EQ(d.in_flight(), 3u);
+}
+
+// ---- per-key order ------------------------------------------------------------------------
+
+// A fails; B (same key) is claimed after that: B waits until A was re-offered and acked.
+TEST(Dispatcher, SameKeyRowWaitsBehindAFailedRowUntilItIsAcked) {
+    FakeSink sink;
+    Dispatcher d(sink, small_limits(), 7);
+    std::map<int64_t, TestRow> outbox = {{1, keyed(1, "k")}, {2, keyed(2, "k")}};
+
+    d.offer(outbox[1].row(), 0);
+    fail(d, 1, 10);
+    ASSERT_EQ(d.failed().size(), 1u);
+    const Failed& f = d.failed()[0];
+    EXPECT_EQ(f.id, 1);
+    EXPECT_FALSE(f.give_up);
+    EXPECT_GE(f.retry_in_ms, 50);
+    EXPECT_LE(f.retry_in_ms, 100);
+    int64_t retry_at = 10 + f.retry_in_ms;
+    outbox[1].attempts = 1;  // what the relay writes back
+
+    d.offer(outbox[2].row(), 20);  // B is claimed now
+    EXPECT_EQ(sink.produced, std::vector<int64_t>{1}) << "B must not overtake A";
+    EXPECT_EQ(d.waiting(), 2u);
+
+    // Before A is due nothing is asked for: B is not the head of its lane.
+    EXPECT_TRUE(refetch(d, outbox, retry_at - 1).empty());
+    EXPECT_EQ(d.next_due_ms(), retry_at);
+
+    // A is due: re-offered and produced; B still waits while A is in flight.
+    EXPECT_EQ(refetch(d, outbox, retry_at), std::vector<int64_t>{1});
+    EXPECT_EQ(sink.produced, (std::vector<int64_t>{1, 1}));
+    EXPECT_TRUE(refetch(d, outbox, retry_at + 100000).empty());
+    EXPECT_EQ(sink.produced, (std::vector<int64_t>{1, 1}));
+
+    // A acked: now B goes.
+    ack(d, 1, retry_at + 5);
+    EXPECT_EQ(refetch(d, outbox, retry_at + 5), std::vector<int64_t>{2});
+    EXPECT_EQ(sink.produced, (std::vector<int64_t>{1, 1, 2}));
+    ack(d, 2, retry_at + 6);
+    EXPECT_EQ(acked_ids(d), (std::vector<int64_t>{1, 2}));
+    EXPECT_EQ(d.waiting(), 0u);
+    EXPECT_EQ(d.in_flight(), 0u);
+}
+
+TEST(Dispatcher, ManyRowsOfOneKeyStayInOrderThroughRepeatedFailures) {
+    FakeSink sink;
+    Dispatcher d(sink, small_limits(), 3);
+    std::map<int64_t, TestRow> outbox;
+    for (int64_t id = 1; id <= 3; ++id) outbox[id] = keyed(id, "k");
+    d.offer(outbox[1].row(), 0);
+    fail(d, 1, 0);
+    d.offer(outbox[2].row(), 0);
+    d.offer(outbox[3].row(), 0);
+    int64_t now = 0;
+    // A fails twice more before it gets through.
+    for (int round = 0; round < 2; ++round) {
+        now += 10000;
+        ASSERT_EQ(refetch(d, outbox, now), std::vector<int64_t>{1});
+        fail(d, 1, now);
+    }
+    now += 10000;
+    ASSERT_EQ(refetch(d, outbox, now), std::vector<int64_t>{1});
+    ack(d, 1, now);
+    ASSERT_EQ(refetch(d, outbox, now), std::vector<int64_t>{2});
+    ack(d, 2, now);
+    ASSERT_EQ(refetch(d, outbox, now), std::vector<int64_t>{3});
+    ack(d, 3, now);
+    EXPECT_EQ(sink.produced, (std::vector<int64_t>{1, 1, 1, 1, 2, 3}));
+    EXPECT_EQ(acked_ids(d), (std::vector<int64_t>{1, 2, 3}));
+}
+
+// The outcome that matters: the broker gets the rows of one key in id order. Here A and B of
+// one key are both claimed at once; the broker times A out (as librdkafka's idempotent producer
+// may do for one message while the next one still succeeds: see "Message timeout
+// considerations" in librdkafka's INTRODUCTION.md) and accepts everything else. The simulated
+// partition acknowledges in the order it received the messages.
+// A row that failed while later rows of its key were already in flight cannot be put back in
+// front of them by the dispatcher: the relay prevents that case instead by never letting
+// librdkafka time messages out (eventbox.relay_message_timeout = 0, see kafka_producer_test).
+// What the dispatcher guarantees is that nothing it still holds overtakes the failed row.
+TEST(Dispatcher, RowsOfAKeyOfferedAfterAFailureWaitBehindTheRetriedRow) {
+    FakeSink sink;
+    Dispatcher d(sink, small_limits(), 11);
+    std::map<int64_t, TestRow> outbox = {{1, keyed(1, "k")}, {2, keyed(2, "k")}, {3, keyed(3, "k")}};
+    d.offer(outbox[1].row(), 0);
+    fail(d, 1, 10);
+    d.offer(outbox[2].row(), 20);
+    d.offer(outbox[3].row(), 30);
+    EXPECT_EQ(sink.produced, (std::vector<int64_t>{1})) << "2 and 3 must wait behind 1";
+    for (int64_t now = 1000; now < 100000 && sink.produced.size() < 2; now += 1000)
+        refetch(d, outbox, now);
+    ASSERT_EQ(sink.produced, (std::vector<int64_t>{1, 1}));
+    ack(d, 1, 200000);
+    refetch(d, outbox, 200001);  // the lane's next row, and only that one
+    EXPECT_EQ(sink.produced, (std::vector<int64_t>{1, 1, 2}));
+    ack(d, 2, 200002);
+    refetch(d, outbox, 200003);
+    EXPECT_EQ(sink.produced, (std::vector<int64_t>{1, 1, 2, 3}));
+}
+
+TEST(Dispatcher, SameKeyInAnotherTopicIsAnotherLane) {
+    FakeSink sink;
+    Dispatcher d(sink, small_limits(), 1);
+    TestRow a = keyed(1, "k", "orders"), b = keyed(2, "k", "invoices");
+    d.offer(a.row(), 0);
+    fail(d, 1, 0);
+    d.offer(b.row(), 0);
+    EXPECT_EQ(sink.produced, (std::vector<int64_t>{1, 2}));
+}
+
+TEST(Dispatcher, EmptyKeyIsAKeyNotTheAbsenceOfOne) {
+    FakeSink sink;
+    Dispatcher d(sink, small_limits(), 1);
+    TestRow a = keyed(1, ""), b = keyed(2, "");
+    d.offer(a.row(), 0);
+    fail(d, 1, 0);
+    d.offer(b.row(), 0);
+    EXPECT_EQ(sink.produced, std::vector<int64_t>{1}) << "rows with an empty key share a lane";
+}
+
+TEST(Dispatcher, KeysAreComparedAsBytes) {
+    FakeSink sink;
+    Dispatcher d(sink, small_limits(), 1);
+    TestRow a = keyed(1, std::string("a\0b", 3)), b = keyed(2, std::string("a\0c", 3));
+    d.offer(a.row(), 0);
+    fail(d, 1, 0);
+    d.offer(b.row(), 0);
+    EXPECT_EQ(sink.produced, (std::vector<int64_t>{1, 2}));
+}
+
+TEST(Dispatcher, KeylessRowsDoNotBlockEachOther) {
+    FakeSink sink;
+    Dispatcher d(sink, small_limits(), 1);
+    TestRow x = keyless(1), y = keyless(2), z = keyless(3);
+    d.offer(x.row(), 0);
+    fail(d, 1, 0);
+    d.offer(y.row(), 1);
+    d.offer(z.row(), 1);
+    EXPECT_EQ(sink.produced, (std::vector<int64_t>{1, 2, 3}));
+    ack(d, 2, 2);
+    ack(d, 3, 2);
+    EXPECT_EQ(d.waiting(), 1u);
+}
+
+// ---- failures -----------------------------------------------------------------------------
+
+TEST(Dispatcher, PermanentErrorsGiveUpAfterMaxAttempts) {
+    FakeSink sink;
+    Limits limits = small_limits();
+    limits.max_attempts = 3;
+    Dispatcher d(sink, limits, 1);
+    std::map<int64_t, TestRow> outbox = {{1, keyed(1, "k")}, {2, keyed(2, "k")}};
+    d.offer(outbox[1].row(), 0);
+    d.offer(outbox[2].row(), 0);  // in flight behind A
+    ack(d, 2, 0);
+    d.clear_outcomes();
+    int64_t now = 0;
+    for (int32_t attempt = 1; attempt <= 3; ++attempt) {
+        fail(d, 1, now, kErrTooLarge, true);
+        ASSERT_EQ(d.failed().size(), 1u) << attempt;
+        const Failed& f = d.failed()[0];
+        EXPECT_EQ(f.id, 1);
+        EXPECT_EQ(f.error, "Local: Message timed out");
+        if (attempt < 3) {
+            EXPECT_FALSE(f.give_up) << attempt;
+            EXPECT_GT(f.retry_in_ms, 0);
+            EXPECT_TRUE(d.knows(1));
+            d.clear_outcomes();
+            outbox[1].attempts = attempt;  // the relay stored attempts + 1
+            now += 100000;
+            ASSERT_EQ(refetch(d, outbox, now), std::vector<int64_t>{1});
+        } else {
+            EXPECT_TRUE(f.give_up);
+            EXPECT_EQ(f.retry_in_ms, 0);
+        }
+    }
+    EXPECT_FALSE(d.knows(1));
+    EXPECT_EQ(d.waiting(), 0u);
+    EXPECT_EQ(d.in_flight(), 0u);
+    EXPECT_EQ(sink.produced, (std::vector<int64_t>{1, 2, 1, 1}));
+}
+
+TEST(Dispatcher, GivingUpReleasesTheRowsHeldBehind) {
+    FakeSink sink;
+    Limits limits = small_limits();
+    limits.max_attempts = 1;
+    Dispatcher d(sink, limits, 1);
+    std::map<int64_t, TestRow> outbox = {{1, keyed(1, "k")}, {2, keyed(2, "k")}};
+    d.offer(outbox[1].row(), 0);
+    fail(d, 1, 0, kErrTooLarge, false);  // transient first: A waits, B will queue behind
+    d.offer(outbox[2].row(), 1);
+    EXPECT_EQ(sink.produced, std::vector<int64_t>{1});
+    ASSERT_EQ(refetch(d, outbox, 100000), std::vector<int64_t>{1});
+    fail(d, 1, 100000, kErrTooLarge, true);  // permanent, max_attempts reached
+    EXPECT_TRUE(d.failed().back().give_up);
+    EXPECT_EQ(refetch(d, outbox, 100000), std::vector<int64_t>{2});
+    EXPECT_EQ(sink.produced, (std::vector<int64_t>{1, 1, 2}));
+}
+
+TEST(Dispatcher, TransientErrorsNeverGiveUp) {
+    FakeSink sink;
+    Limits limits = small_limits();
+    limits.max_attempts = 2;
+    Dispatcher d(sink, limits, 1);
+    TestRow a = keyed(1, "k");
+    a.attempts = 1000;
+    d.offer(a.row(), 0);
+    fail(d, 1, 0, kErrTimedOut, false);
+    ASSERT_EQ(d.failed().size(), 1u);
+    EXPECT_FALSE(d.failed()[0].give_up);
+    EXPECT_TRUE(d.knows(1));
+    EXPECT_LE(d.failed()[0].retry_in_ms, limits.backoff_max_ms);
+}
+
+TEST(Dispatcher, MaxAttemptsCountsAttemptsStoredBeforeTheRowWasRead) {
+    FakeSink sink;
+    Limits limits = small_limits();
+    limits.max_attempts = 5;
+    Dispatcher d(sink, limits, 1);
+    TestRow a = keyed(1, "k");
+    a.attempts = 4;  // e.g. after a relay restart
+    d.offer(a.row(), 0);
+    fail(d, 1, 0, kErrTooLarge, true);
+    ASSERT_EQ(d.failed().size(), 1u);
+    EXPECT_TRUE(d.failed()[0].give_up);
+}
+
+TEST(Dispatcher, PurgesAreNotAttempts) {
+    FakeSink sink;
+    Dispatcher d(sink, small_limits(), 1);
+    std::map<int64_t, TestRow> outbox = {{1, keyed(1, "k")}, {2, keyed(2, "k")}};
+    d.offer(outbox[1].row(), 0);
+    d.offer(outbox[2].row(), 0);
+    purge(d, 1, 5);
+    purge(d, 2, 5);
+    EXPECT_TRUE(d.failed().empty()) << "a purge writes nothing back";
+    EXPECT_TRUE(d.acked().empty());
+    EXPECT_EQ(d.waiting(), 2u);
+    EXPECT_EQ(d.in_flight(), 0u);
+    // Due at once, and in their order: A first, B after A was acked.
+    EXPECT_EQ(d.next_due_ms(), 5);
+    EXPECT_EQ(refetch(d, outbox, 5), std::vector<int64_t>{1});
+    ack(d, 1, 6);
+    EXPECT_EQ(refetch(d, outbox, 6), std::vector<int64_t>{2});
+    ack(d, 2, 7);
+    EXPECT_EQ(sink.produced, (std::vector<int64_t>{1, 2, 1, 2}));
+    EXPECT_EQ(acked_ids(d), (std::vector<int64_t>{1, 2}));
+}
+
+TEST(Dispatcher, PurgedRowKeepsItsAttemptCountForGivingUp) {
+    FakeSink sink;
+    Limits limits = small_limits();
+    limits.max_attempts = 2;
+    Dispatcher d(sink, limits, 1);
+    std::map<int64_t, TestRow> outbox = {{1, keyed(1, "k")}};
+    outbox[1].attempts = 1;
+    d.offer(outbox[1].row(), 0);
+    for (int i = 0; i < 5; ++i) {
+        purge(d, 1, i);
+        ASSERT_EQ(refetch(d, outbox, i), std::vector<int64_t>{1});
+    }
+    EXPECT_TRUE(d.failed().empty());
+    fail(d, 1, 10, kErrTooLarge, true);
+    ASSERT_EQ(d.failed().size(), 1u);
+    EXPECT_TRUE(d.failed()[0].give_up) << "attempts 1 + this one = max_attempts 2";
+}
+
+TEST(Dispatcher, SinkRefusalWaitsAndRetriesWithoutCounting) {
+    FakeSink sink;
+    Dispatcher d(sink, small_limits(), 1);
+    std::map<int64_t, TestRow> outbox = {{1, keyed(1, "k")}, {2, keyed(2, "k")}};
+    sink.refuse.insert(1);
+    d.offer(outbox[1].row(), 0);
+    EXPECT_EQ(sink.calls, 1);
+    EXPECT_TRUE(sink.produced.empty());
+    EXPECT_EQ(d.in_flight(), 0u);
+    EXPECT_EQ(d.waiting(), 1u);
+    EXPECT_TRUE(d.failed().empty()) << "not enqueued is not a delivery attempt";
+    EXPECT_TRUE(d.knows(1));
+    int64_t due = d.next_due_ms();
+    EXPECT_GE(due, 50);
+    EXPECT_LE(due, 100);
+
+    // A row of the same key does not overtake the refused one.
+    d.offer(outbox[2].row(), 1);
+    EXPECT_TRUE(sink.produced.empty());
+
+    EXPECT_TRUE(refetch(d, outbox, due - 1).empty());
+    sink.refuse.clear();
+    EXPECT_EQ(refetch(d, outbox, due), std::vector<int64_t>{1});
+    EXPECT_EQ(sink.produced, std::vector<int64_t>{1});
+    ack(d, 1, due);
+    EXPECT_EQ(refetch(d, outbox, due), std::vector<int64_t>{2});
+    EXPECT_EQ(sink.produced, (std::vector<int64_t>{1, 2}));
+}
+
+TEST(Dispatcher, SinkRefusalOnRefetchWaitsAgain) {
+    FakeSink sink;
+    Dispatcher d(sink, small_limits(), 1);
+    std::map<int64_t, TestRow> outbox = {{1, keyless(1)}};
+    sink.refuse_all = true;
+    d.offer(outbox[1].row(), 0);
+    ASSERT_EQ(refetch(d, outbox, 1000), std::vector<int64_t>{1});
+    EXPECT_EQ(sink.calls, 2);
+    EXPECT_EQ(d.waiting(), 1u);
+    EXPECT_GT(d.next_due_ms(), 1000);
+    sink.refuse_all = false;
+    ASSERT_EQ(refetch(d, outbox, 10000), std::vector<int64_t>{1});
+    EXPECT_EQ(sink.produced, std::vector<int64_t>{1});
+    EXPECT_EQ(d.waiting(), 0u);
+}
+
+// ---- waiting rows -------------------------------------------------------------------------
+
+TEST(Dispatcher, RowsWithNotBeforeInTheFutureWait) {
+    FakeSink sink;
+    Dispatcher d(sink, small_limits(), 1);
+    std::map<int64_t, TestRow> outbox = {{1, keyed(1, "k")}, {2, keyed(2, "k")}, {3, keyless(3)}};
+    outbox[1].not_before_ms = 5000;
+    outbox[3].not_before_ms = 100;  // already due at now = 100
+    d.offer(outbox[1].row(), 100);
+    d.offer(outbox[2].row(), 100);  // same key: behind the waiting row
+    d.offer(outbox[3].row(), 100);
+    EXPECT_EQ(sink.produced, std::vector<int64_t>{3});
+    EXPECT_EQ(d.waiting(), 2u);
+    EXPECT_EQ(d.next_due_ms(), 5000);
+    EXPECT_TRUE(refetch(d, outbox, 4999).empty());
+    EXPECT_EQ(refetch(d, outbox, 5000), std::vector<int64_t>{1});
+    ack(d, 1, 5001);
+    EXPECT_EQ(refetch(d, outbox, 5001), std::vector<int64_t>{2});
+    EXPECT_EQ(sink.produced, (std::vector<int64_t>{3, 1, 2}));
+}
+
+TEST(Dispatcher, RefetchDoneForgetsRowsThatVanished) {
+    FakeSink sink;
+    Dispatcher d(sink, small_limits(), 1);
+    std::map<int64_t, TestRow> outbox = {{1, keyed(1, "k")}, {2, keyed(2, "k")}};
+    d.offer(outbox[1].row(), 0);
+    fail(d, 1, 0);
+    d.offer(outbox[2].row(), 0);
+    outbox.erase(1);  // deleted (or no longer pending) meanwhile
+    EXPECT_EQ(refetch(d, outbox, 100000), std::vector<int64_t>{1});
+    EXPECT_FALSE(d.knows(1));
+    EXPECT_EQ(d.waiting(), 1u);
+    // B is now the head of the lane and goes.
+    EXPECT_EQ(refetch(d, outbox, 100000), std::vector<int64_t>{2});
+    EXPECT_EQ(sink.produced, (std::vector<int64_t>{1, 2}));
+    EXPECT_EQ(d.waiting(), 0u);
+}
+
+TEST(Dispatcher, DueIdsAreBoundedAndAskedOnce) {
+    FakeSink sink;
+    Dispatcher d(sink, small_limits(), 1);
+    std::map<int64_t, TestRow> outbox;
+    for (int64_t id = 1; id <= 5; ++id) {
+        outbox[id] = keyless(id);
+        outbox[id].not_before_ms = 10;
+        d.offer(outbox[id].row(), 0);
+    }
+    EXPECT_EQ(d.waiting(), 5u);
+    std::vector<int64_t> first = d.due_ids(10, 2);
+    EXPECT_EQ(first.size(), 2u);
+    // Asked-for rows are not asked for again before the refetch is done.
+    std::vector<int64_t> second = d.due_ids(10, 10);
+    for (int64_t id : second)
+        EXPECT_EQ(std::count(first.begin(), first.end(), id), 0) << "asked twice: " << id;
+    std::set<int64_t> all(first.begin(), first.end());
+    all.insert(second.begin(), second.end());
+    EXPECT_EQ(all.size(), 5u);
+    for (int64_t id : all) d.offer(outbox[id].row(), 10);
+    d.refetch_done();
+    EXPECT_EQ(d.waiting(), 0u);
+    EXPECT_EQ(sorted(sink.produced), (std::vector<int64_t>{1, 2, 3, 4, 5}));
+}
+
+// ---- capacity -----------------------------------------------------------------------------
+
+TEST(Dispatcher, CapacityIsBoundedByInFlightAndWaiting) {
+    FakeSink sink;
+    Limits limits = small_limits();
+    limits.max_in_flight = 3;
+    limits.max_waiting = 5;
+    Dispatcher d(sink, limits, 1);
+    EXPECT_EQ(d.capacity(), 3u);
+    std::vector<TestRow> rows;
+    for (int64_t id = 1; id <= 10; ++id) rows.push_back(keyless(id));
+    d.offer(rows[0].row(), 0);
+    d.offer(rows[1].row(), 0);
+    EXPECT_EQ(d.capacity(), 1u);
+    d.offer(rows[2].row(), 0);
+    EXPECT_EQ(d.capacity(), 0u);
+    ack(d, 1, 0);
+    EXPECT_EQ(d.capacity(), 1u);
+    // Waiting rows count against max_waiting.
+    fail(d, 2, 0);
+    fail(d, 3, 0);
+    EXPECT_EQ(d.in_flight(), 0u);
+    EXPECT_EQ(d.waiting(), 2u);
+    EXPECT_EQ(d.capacity(), 3u);  // min(3 - 0, 5 - 2)
+    for (int i = 3; i < 6; ++i) {
+        TestRow& r = rows[static_cast<std::size_t>(i)];
+        r.not_before_ms = 1000000;
+        d.offer(r.row(), 0);
+    }
+    EXPECT_EQ(d.waiting(), 5u);
+    EXPECT_EQ(d.capacity(), 0u);
+}
+
+TEST(Dispatcher, CapacityNeverUnderflows) {
+    FakeSink sink;
+    Limits limits = small_limits();
+    limits.max_in_flight = 1;
+    Dispatcher d(sink, limits, 1);
+    // The caller may offer more than capacity (e.g. refetched rows): capacity stays 0, not huge.
+    std::vector<TestRow> rows = {keyless(1), keyless(2), keyless(3)};
+    for (const TestRow& r : rows) d.offer(r.row(), 0);
+    EXPECT_EQ(d.in_flight(), 3u);
+    EXPECT_EQ(d.capacity(), 0u);
+}
+
+// ---- backoff ------------------------------------------------------------------------------
+
+TEST(Dispatcher, BackoffGrowsExponentiallyWithJitterAndCap) {
+    FakeSink sink;
+    Limits limits = small_limits();
+    limits.backoff_ms = 100;
+    limits.backoff_max_ms = 1000;
+    Dispatcher d(sink, limits, 42);
+    // attempts -> nominal delay d; every draw must lie in [d/2, d].
+    const std::vector<std::pair<int32_t, int64_t>> nominal = {
+        {1, 100}, {2, 200}, {3, 400}, {4, 800}, {5, 1000}, {6, 1000}, {40, 1000}, {1 << 30, 1000}};
+    for (auto [attempts, delay] : nominal) {
+        int64_t lo = std::numeric_limits<int64_t>::max(), hi = 0;
+        for (int i = 0; i < 2000; ++i) {
+            int64_t b = d.backoff_for(attempts);
+            ASSERT_GE(b, delay / 2) << "attempts " << attempts;
+            ASSERT_LE(b, delay) << "attempts " << attempts;
+            lo = std::min(lo, b);
+            hi = std::max(hi, b);
+        }
+        // Jitter covers the range (2000 draws over at most 501 values).
+        EXPECT_LE(lo, delay / 2 + delay / 20) << "attempts " << attempts;
+        EXPECT_GE(hi, delay - delay / 20) << "attempts " << attempts;
+    }
+}
+
+TEST(Dispatcher, BackoffForZeroOrNegativeAttemptsIsTheFirstDelay) {
+    FakeSink sink;
+    Dispatcher d(sink, small_limits(), 1);
+    for (int32_t attempts : {0, -1, std::numeric_limits<int32_t>::min()}) {
+        int64_t b = d.backoff_for(attempts);
+        EXPECT_GE(b, 50);
+        EXPECT_LE(b, 100);
+    }
+}
+
+TEST(Dispatcher, BackoffIsCappedWhenTheCapIsBelowTheFirstDelay) {
+    FakeSink sink;
+    Limits limits = small_limits();
+    limits.backoff_ms = 5000;
+    limits.backoff_max_ms = 300;
+    Dispatcher d(sink, limits, 1);
+    for (int i = 0; i < 100; ++i) {
+        int64_t b = d.backoff_for(1);
+        EXPECT_GE(b, 150);
+        EXPECT_LE(b, 300);
+    }
+}
+
+TEST(Dispatcher, BackoffWithTheLargestSettingsDoesNotOverflow) {
+    FakeSink sink;
+    Limits limits = small_limits();
+    limits.backoff_ms = 3600 * 1000;           // eventbox.relay_retry_backoff max
+    limits.backoff_max_ms = 24 * 3600 * 1000;  // eventbox.relay_retry_backoff_max max
+    Dispatcher d(sink, limits, 1);
+    for (int32_t attempts : {1, 2, 10, 100, std::numeric_limits<int32_t>::max()}) {
+        int64_t b = d.backoff_for(attempts);
+        EXPECT_GT(b, 0);
+        EXPECT_LE(b, limits.backoff_max_ms);
+    }
+}
+
+TEST(Dispatcher, TinyBackoffIsExact) {
+    FakeSink sink;
+    Limits limits = small_limits();
+    limits.backoff_ms = 1;
+    limits.backoff_max_ms = 1;
+    Dispatcher d(sink, limits, 1);
+    EXPECT_EQ(d.backoff_for(1), 1);
+    EXPECT_EQ(d.backoff_for(10), 1);
+}
+
+TEST(Dispatcher, BackoffIsDeterministicForASeed) {
+    FakeSink sink;
+    Dispatcher a(sink, small_limits(), 12345), b(sink, small_limits(), 12345),
+        c(sink, small_limits(), 54321);
+    std::vector<int64_t> va, vb, vc;
+    for (int i = 0; i < 50; ++i) {
+        va.push_back(a.backoff_for(5));
+        vb.push_back(b.backoff_for(5));
+        vc.push_back(c.backoff_for(5));
+    }
+    EXPECT_EQ(va, vb);
+    EXPECT_NE(va, vc);
+}
+
+TEST(Dispatcher, FailedRowWaitsForItsReportedBackoff) {
+    FakeSink sink;
+    Dispatcher d(sink, small_limits(), 9);
+    std::map<int64_t, TestRow> outbox = {{1, keyless(1)}};
+    d.offer(outbox[1].row(), 0);
+    fail(d, 1, 1000);
+    int64_t retry_in = d.failed()[0].retry_in_ms;
+    EXPECT_EQ(d.next_due_ms(), 1000 + retry_in);
+    EXPECT_TRUE(refetch(d, outbox, 1000 + retry_in - 1).empty());
+    EXPECT_EQ(refetch(d, outbox, 1000 + retry_in), std::vector<int64_t>{1});
+}
+
+}  // namespace
+}  // namespace eventbox::relay
+
+namespace eventbox::relay {
+namespace {
+
+// A record librdkafka refuses outright is a failed attempt: counted, recorded, retried with
+// backoff, and given up after max_attempts (it used to be retried silently forever).
+TEST(Dispatcher, LocallyRefusedRowIsAFailedAttemptAndGivesUp) {
+    FakeSink sink;
+    sink.too_large.insert(1);
+    Limits limits = small_limits();
+    limits.max_attempts = 2;
+    Dispatcher d(sink, limits, 3);
+    std::map<int64_t, TestRow> outbox = {{1, keyed(1, "k")}, {2, keyed(2, "k")}};
+    d.offer(outbox[1].row(), 0);
+    ASSERT_EQ(d.failed().size(), 1u);
+    EXPECT_FALSE(d.failed()[0].give_up);
+    EXPECT_NE(d.failed()[0].error.find("MSG_SIZE_TOO_LARGE"), std::string::npos);
+    d.clear_outcomes();
+    outbox[1].attempts = 1;
+    d.offer(outbox[2].row(), 1);
+    EXPECT_TRUE(sink.produced.empty()) << "row 2 waits behind row 1 of its key";
+    for (int64_t now = 1000; now < 1000000 && d.failed().empty(); now += 1000)
+        refetch(d, outbox, now);
+    ASSERT_EQ(d.failed().size(), 1u);
+    EXPECT_TRUE(d.failed()[0].give_up) << "second permanent failure with max_attempts 2";
+    d.clear_outcomes();
+    for (int64_t now = 1000000; now < 2000000 && sink.produced.empty(); now += 1000)
+        refetch(d, outbox, now);
+    EXPECT_EQ(sink.produced, (std::vector<int64_t>{2})) << "the key moves on once row 1 failed";
+}
+
+}  // namespace
+}  // namespace eventbox::relay
