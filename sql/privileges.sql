@@ -34,7 +34,7 @@ SELECT count(*) AS objects_not_owned_by_extension_owner
 
 -- send() runs as its owner with a pinned search_path; the other functions are not definers.
 SELECT p.oid::regprocedure AS function, p.prosecdef AS security_definer, p.proconfig
-  FROM pg_proc p WHERE p.pronamespace = 'eventbox'::regnamespace ORDER BY 1::text;
+  FROM pg_proc p WHERE p.pronamespace = 'eventbox'::regnamespace ORDER BY p.oid::regprocedure::text;
 
 -- The extension created no roles.
 SELECT count(*) AS eventbox_roles FROM pg_roles
