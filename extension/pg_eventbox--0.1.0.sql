@@ -337,6 +337,7 @@ DECLARE
     s eventbox.subscriptions;
 BEGIN
     s := eventbox._managed_subscription(caller, name);
+    DELETE FROM eventbox.handlers WHERE subscription = s.name;
     DELETE FROM eventbox.inbox WHERE subscription = s.name;
     DELETE FROM eventbox.offsets WHERE subscription = s.name;
     DELETE FROM eventbox.subscriptions WHERE subscriptions.name = s.name;
@@ -368,6 +369,225 @@ LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
 COMMENT ON FUNCTION eventbox.alter_subscription(text, text[], text, text, integer, interval,
     interval, text, text, integer, text, boolean) IS
     'Change a subscription''s options; NULL keeps an option (pass '''' to clear message_id_field or group_id)';
+
+
+-- ---------------------------------------------------------------------------------------------
+-- Handlers: registered SQL functions run on inbox messages, and the operations on messages.
+-- ---------------------------------------------------------------------------------------------
+
+-- A handler is any function taking one eventbox.inbox row; it runs as run_as. registered_by is
+-- kept so that authority can be checked again when the handler runs.
+CREATE TABLE eventbox.handlers (
+    subscription  text         NOT NULL,
+    event_type    text,
+    handler       regprocedure NOT NULL,
+    run_as        regrole      NOT NULL,
+    registered_by regrole      NOT NULL,
+    created_at    timestamptz  NOT NULL DEFAULT now(),
+    CONSTRAINT handlers_unique UNIQUE NULLS NOT DISTINCT (subscription, event_type, handler)
+);
+SELECT pg_catalog.pg_extension_config_dump('eventbox.handlers', '');
+
+-- Handler passes read each partition's messages that still need handling, in offset order.
+CREATE INDEX inbox_todo_idx ON eventbox.inbox (subscription, topic, "partition", "offset")
+    WHERE status IN ('received', 'retry');
+
+CREATE FUNCTION eventbox._register_handler(caller oid, subscription text, handler regprocedure,
+                                           event_type text, run_as name)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s eventbox.subscriptions;
+    role_oid oid;
+    inbox_type oid := 'eventbox.inbox'::regtype;
+BEGIN
+    s := eventbox._managed_subscription(caller, subscription);
+    IF handler IS NULL THEN
+        RAISE EXCEPTION 'handler must not be NULL' USING ERRCODE = 'null_value_not_allowed',
+            HINT = 'Pass the function, e.g. ''billing.on_order(eventbox.inbox)''::regprocedure.';
+    END IF;
+    IF (SELECT p.pronargs <> 1 OR p.proargtypes[0] <> inbox_type FROM pg_proc p
+         WHERE p.oid = handler) THEN
+        RAISE EXCEPTION 'handler % must take exactly one eventbox.inbox argument', handler
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Declare it as f(msg eventbox.inbox).';
+    END IF;
+    IF event_type = '' THEN
+        RAISE EXCEPTION 'event_type must not be empty' USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'Pass NULL to handle every event type.';
+    END IF;
+    SELECT r.oid INTO role_oid FROM pg_roles r WHERE r.rolname = run_as;
+    IF role_oid IS NULL THEN
+        RAISE EXCEPTION 'role % does not exist', coalesce(eventbox._quote(run_as), 'NULL')
+            USING ERRCODE = 'undefined_object', HINT = 'Pass an existing role as run_as.';
+    END IF;
+    IF NOT pg_has_role(caller, role_oid, 'MEMBER') THEN
+        RAISE EXCEPTION 'permission denied to register a handler running as %',
+            quote_ident(run_as) USING ERRCODE = 'insufficient_privilege',
+            HINT = 'You must be a member of the run_as role.';
+    END IF;
+    IF (SELECT rolsuper FROM pg_roles WHERE oid = role_oid)
+       AND NOT current_setting('eventbox.allow_superuser_handlers')::boolean THEN
+        RAISE EXCEPTION 'handlers may not run as superuser %', quote_ident(run_as)
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Register the handler with a non-superuser run_as role.';
+    END IF;
+    IF NOT has_function_privilege(caller, handler, 'EXECUTE')
+       OR NOT has_function_privilege(role_oid, handler, 'EXECUTE') THEN
+        RAISE EXCEPTION 'permission denied for function %', handler
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'You and the run_as role both need EXECUTE on the handler.';
+    END IF;
+    BEGIN
+        INSERT INTO eventbox.handlers (subscription, event_type, handler, run_as, registered_by)
+        VALUES (s.name, event_type, handler, role_oid::regrole, caller::regrole);
+    EXCEPTION WHEN unique_violation THEN
+        RAISE EXCEPTION 'handler % is already registered for subscription % and event type %',
+            handler, eventbox._quote(s.name), coalesce(eventbox._quote(event_type), 'NULL (every type)')
+            USING ERRCODE = 'duplicate_object',
+                  HINT = 'Unregister it first to change its run_as role.';
+    END;
+    PERFORM eventbox._notify_ingest();
+END $$;
+
+CREATE FUNCTION eventbox._unregister_handler(caller oid, subscription text, handler regprocedure,
+                                             event_type text)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s eventbox.subscriptions;
+BEGIN
+    s := eventbox._managed_subscription(caller, subscription);
+    DELETE FROM eventbox.handlers h
+     WHERE h.subscription = s.name AND h.handler = _unregister_handler.handler
+       AND h.event_type IS NOT DISTINCT FROM _unregister_handler.event_type;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'handler % is not registered for subscription % and event type %',
+            handler, eventbox._quote(s.name), coalesce(eventbox._quote(event_type), 'NULL (every type)')
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'See the subscription''s rows in eventbox.handlers.';
+    END IF;
+    PERFORM eventbox._notify_ingest();
+END $$;
+
+-- The message `message_id` of `subscription`, locked, for an operation by `caller`.
+CREATE FUNCTION eventbox._managed_message(caller oid, subscription text, message_id text)
+RETURNS eventbox.inbox
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s eventbox.subscriptions;
+    m eventbox.inbox;
+BEGIN
+    s := eventbox._managed_subscription(caller, subscription);
+    SELECT * INTO m FROM eventbox.inbox i
+     WHERE i.subscription = s.name AND i.message_id = _managed_message.message_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'message % of subscription % does not exist',
+            coalesce(eventbox._quote(message_id), 'NULL'), eventbox._quote(s.name)
+            USING ERRCODE = 'undefined_object', HINT = 'Check the message id.';
+    END IF;
+    RETURN m;
+END $$;
+
+CREATE FUNCTION eventbox._retry(caller oid, subscription text, message_id text)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    m eventbox.inbox;
+BEGIN
+    m := eventbox._managed_message(caller, subscription, message_id);
+    IF m.status = 'processed' THEN
+        RAISE EXCEPTION 'message % was already processed', eventbox._quote(message_id)
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Processed messages are not run again.';
+    END IF;
+    UPDATE eventbox.inbox i SET status = 'retry', attempts = 0, next_attempt_at = now()
+     WHERE i.subscription = m.subscription AND i.message_id = m.message_id;
+    PERFORM eventbox._notify_ingest();
+END $$;
+
+CREATE FUNCTION eventbox._redrive(caller oid, subscription text, event_type text)
+RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s eventbox.subscriptions;
+    n bigint;
+BEGIN
+    s := eventbox._managed_subscription(caller, subscription);
+    UPDATE eventbox.inbox i SET status = 'retry', attempts = 0, next_attempt_at = now()
+     WHERE i.subscription = s.name AND i.status = 'dead'
+       AND (_redrive.event_type IS NULL OR i.event_type = _redrive.event_type);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    PERFORM eventbox._notify_ingest();
+    RETURN n;
+END $$;
+
+CREATE FUNCTION eventbox._skip(caller oid, subscription text, message_id text)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    m eventbox.inbox;
+BEGIN
+    m := eventbox._managed_message(caller, subscription, message_id);
+    IF m.status NOT IN ('received', 'retry', 'dead', 'unparsable') THEN
+        RAISE EXCEPTION 'message % is %, not waiting to be handled', eventbox._quote(message_id),
+            m.status USING ERRCODE = 'object_not_in_prerequisite_state',
+            HINT = 'Only received, retry, dead and unparsable messages can be skipped.';
+    END IF;
+    UPDATE eventbox.inbox i SET status = 'ignored', processed_at = now(),
+           last_error = concat_ws('; ', i.last_error, format('skipped by %s', caller::regrole))
+     WHERE i.subscription = m.subscription AND i.message_id = m.message_id;
+    PERFORM eventbox._notify_ingest();
+END $$;
+
+CREATE FUNCTION eventbox._replay(caller oid, subscription text, topic text, "partition" integer,
+                                 from_offset bigint)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s eventbox.subscriptions;
+BEGIN
+    s := eventbox._managed_subscription(caller, subscription);
+    IF topic IS NULL OR NOT topic = ANY (s.topics) THEN
+        RAISE EXCEPTION 'subscription % does not consume topic %', eventbox._quote(s.name),
+            coalesce(eventbox._quote(topic), 'NULL') USING ERRCODE = 'invalid_parameter_value',
+            HINT = format('Its topics are %s.', array_to_string(s.topics, ', '));
+    END IF;
+    IF "partition" IS NULL OR "partition" < 0 OR from_offset IS NULL OR from_offset < 0 THEN
+        RAISE EXCEPTION 'partition and from_offset must be 0 or more'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Kafka partitions and offsets start at 0.';
+    END IF;
+    INSERT INTO eventbox.offsets (subscription, topic, "partition", next_offset)
+    VALUES (s.name, topic, "partition", from_offset)
+    ON CONFLICT ON CONSTRAINT offsets_pkey DO UPDATE SET next_offset = excluded.next_offset,
+        updated_at = now();
+    PERFORM eventbox._notify_ingest();
+END $$;
+
+-- Runs handlers now, in the caller's session and transaction (the workers' code path).
+CREATE FUNCTION eventbox._process(caller oid, subscription text, max_messages integer)
+RETURNS integer
+LANGUAGE c AS 'MODULE_PATHNAME', 'eventbox_process';
+
+CREATE FUNCTION eventbox.register_handler(subscription text, handler regprocedure,
+                                          event_type text DEFAULT NULL,
+                                          run_as name DEFAULT current_user)
+RETURNS void LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
+CREATE FUNCTION eventbox.unregister_handler(subscription text, handler regprocedure,
+                                            event_type text DEFAULT NULL)
+RETURNS void LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
+CREATE FUNCTION eventbox.process(subscription text, max_messages integer DEFAULT 100)
+RETURNS integer LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
+CREATE FUNCTION eventbox.retry(subscription text, message_id text)
+RETURNS void LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
+CREATE FUNCTION eventbox.redrive(subscription text, event_type text DEFAULT NULL)
+RETURNS bigint LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
+CREATE FUNCTION eventbox.skip(subscription text, message_id text)
+RETURNS void LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
+CREATE FUNCTION eventbox.replay(subscription text, topic text, "partition" integer,
+                                from_offset bigint)
+RETURNS void LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
 
 REVOKE ALL ON ALL TABLES IN SCHEMA eventbox FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA eventbox FROM PUBLIC;

@@ -7,6 +7,8 @@ extern "C" {
 #include "utils/guc.h"
 }
 
+#include "shmem.hpp"
+
 #include <cctype>
 #include <climits>
 #include <cstdlib>
@@ -28,6 +30,9 @@ int relay_retry_backoff_ms = 1000;
 int relay_retry_backoff_max_ms = 60000;
 int relay_max_attempts = 5;
 int relay_sweep_interval_s = 60;
+int handler_workers = 2;
+int handler_timeout_ms = 30000;
+bool allow_superuser_handlers = false;
 
 namespace {
 
@@ -140,6 +145,19 @@ void define() {
         "How often the relay re-reads all pending rows as a safety net (e.g. two-phase commits).",
         nullptr, &relay_sweep_interval_s, 60, 1, 24 * 3600, PGC_SIGHUP, GUC_UNIT_S, nullptr,
         nullptr, nullptr);
+    DefineCustomIntVariable("eventbox.handler_workers",
+                            "Background workers that run handlers (lanes run in parallel).",
+                            nullptr, &handler_workers, 2, 0, shmem::kMaxHandlerWorkers,
+                            PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "eventbox.handler_timeout", "Longest a handler may run on one message; 0 = no limit.",
+        "A handler still running then is cancelled and the attempt counts as failed.",
+        &handler_timeout_ms, 30000, 0, INT_MAX, PGC_SIGHUP, GUC_UNIT_MS, nullptr, nullptr,
+        nullptr);
+    DefineCustomBoolVariable(
+        "eventbox.allow_superuser_handlers", "Whether handlers may run as a superuser.",
+        "Off: registering or running a handler whose run_as role is a superuser is refused.",
+        &allow_superuser_handlers, false, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
     MarkGUCPrefixReserved("eventbox");
 }
 

@@ -28,14 +28,16 @@ namespace {
 struct Managed {
     const char* function;
     const char* type;
+    int index;  // handler workers: which one (passed in bgw_extra)
     BackgroundWorkerHandle* handle;
     TimestampTz started_at;
     TimestampTz next_start;
     int backoff_ms;
 };
 
-Managed relay = {"eventbox_relay_main", "eventbox relay", nullptr, 0, 0, 1000};
-Managed ingest = {"eventbox_ingest_main", "eventbox ingest", nullptr, 0, 0, 1000};
+Managed relay = {"eventbox_relay_main", "eventbox relay", 0, nullptr, 0, 0, 1000};
+Managed ingest = {"eventbox_ingest_main", "eventbox ingest", 0, nullptr, 0, 0, 1000};
+Managed handler_workers[shmem::kMaxHandlerWorkers];
 
 constexpr int kMinBackoffMs = 1000;
 constexpr int kMaxBackoffMs = 60000;
@@ -79,6 +81,7 @@ void start(Managed& w) {
     snprintf(worker.bgw_name, BGW_MAXLEN, "%s", w.type);
     snprintf(worker.bgw_type, BGW_MAXLEN, "%s", w.type);
     worker.bgw_main_arg = ObjectIdGetDatum(MyDatabaseId);
+    memcpy(worker.bgw_extra, &w.index, sizeof w.index);
     worker.bgw_notify_pid = MyProcPid;
     w.started_at = GetCurrentTimestamp();
     if (!RegisterDynamicBackgroundWorker(&worker, &w.handle)) {
@@ -122,6 +125,8 @@ extern "C" void eventbox_launcher_main(Datum) {
     shmem::attach_worker(shmem::Role::kLauncher);
     pgstat_report_activity(STATE_IDLE, nullptr);
 
+    for (int i = 0; i < shmem::kMaxHandlerWorkers; ++i)
+        handler_workers[i] = {"eventbox_handler_main", "eventbox handler", i, nullptr, 0, 0, 1000};
     bool announced_wait = false;
     for (;;) {
         long timeout_ms = 1000;  // how soon to look for the extension again
@@ -132,6 +137,8 @@ extern "C" void eventbox_launcher_main(Datum) {
             announced_wait = false;
             shmem::set_state("supervising");
             timeout_ms = Min(Min(supervise(relay), supervise(ingest)), 10000L);
+            for (int i = 0; i < guc::handler_workers; ++i)
+                timeout_ms = Min(timeout_ms, supervise(handler_workers[i]));
         } else {
             if (!announced_wait)
                 ereport(LOG, (errmsg("eventbox launcher waiting for CREATE EXTENSION pg_eventbox "
@@ -140,6 +147,7 @@ extern "C" void eventbox_launcher_main(Datum) {
             announced_wait = true;
             stop(relay);
             stop(ingest);
+            for (int i = 0; i < guc::handler_workers; ++i) stop(handler_workers[i]);
             shmem::set_state("waiting for extension");
         }
         (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,

@@ -1,0 +1,674 @@
+// One handler pass (see handler_runner.hpp).
+//
+// PostgreSQL-side code. The lanes read by a pass live in a heap-held C++ structure reached only
+// through call_cpp(); handler runs use PG_TRY around an internal subtransaction, like PL/pgSQL's
+// exception blocks.
+extern "C" {
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "common/hashfn.h"
+#include "nodes/makefuncs.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "storage/latch.h"
+#include "storage/lock.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/guc.h"
+#include "utils/regproc.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+#include "utils/timeout.h"
+#include "utils/timestamp.h"
+}
+
+#include <climits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "guc.hpp"
+#include "handler_plan.hpp"
+#include "handler_runner.hpp"
+#include "pg_arrays.hpp"
+#include "pg_boundary.hpp"
+#include "shmem.hpp"
+#include "worker_common.hpp"
+
+using eventbox::pg::call_cpp;
+
+namespace eventbox::handlers {
+
+namespace {
+
+// Messages of one partition that still need handling, in offset order.
+struct Lane {
+    std::string topic;
+    int32_t partition = 0;
+    std::vector<Candidate> candidates;
+    std::vector<std::string> keys;  // owns the bytes candidates[i].key points to
+    std::vector<std::string> ids;
+    std::vector<int32_t> attempts;
+    std::vector<std::string> event_types;
+    std::vector<bool> has_type;
+};
+
+struct Chosen {
+    std::size_t lane;
+    std::size_t index;
+};
+
+// A pass's working set (heap; cleared at the start of each pass).
+struct PassState {
+    std::vector<Lane> lanes;
+    std::vector<Chosen> chosen;
+    std::vector<bool> lane_locked;
+    std::mt19937_64 rng{std::random_device{}()};
+    uint64_t rotation = 0;
+};
+
+struct HandlerRef {
+    char* event_type;  // NULL: every type
+    Oid fn;
+    Oid run_as;
+    Oid registered_by;
+};
+
+struct Options {
+    Ordering ordering;
+    int32 max_attempts;
+    int64 backoff_ms;
+    int64 backoff_max_ms;
+    bool unhandled_keep;
+};
+
+PassState* state = nullptr;
+// What a pass allocates lives here, across its two transactions and SPI connections.
+MemoryContext pass_context = nullptr;
+
+// eventbox.handler_timeout: a timeout of our own (not the statement timeout, which
+// eventbox.process() must leave to its caller) that cancels the running handler.
+TimeoutId handler_timeout_id = MAX_TIMEOUTS;
+volatile sig_atomic_t handler_timed_out = false;
+
+void on_handler_timeout() {
+    handler_timed_out = true;
+    QueryCancelPending = true;
+    InterruptPending = true;
+    SetLatch(MyLatch);
+}
+SPIPlanPtr options_plan, handlers_plan, candidates_plan, count_plan, crash_plan, rows_plan,
+    processed_plan, ignored_plan, failed_plan, unrun_plan;
+Oid inbox_type = InvalidOid;
+
+// Kept SPI plans of handler calls, by function.
+constexpr int kMaxHandlerPlans = 256;
+struct HandlerPlan {
+    Oid fn;
+    SPIPlanPtr plan;
+};
+HandlerPlan handler_plans[kMaxHandlerPlans];
+int n_handler_plans = 0;
+
+SPIPlanPtr prepare(const char* sql, int nargs, Oid* types) {
+    SPIPlanPtr plan = SPI_prepare(sql, nargs, types);
+    if (plan == nullptr)
+        elog(ERROR, "eventbox handlers: could not prepare \"%s\": %s", sql,
+             SPI_result_code_string(SPI_result));
+    if (SPI_keepplan(plan) != 0) elog(ERROR, "eventbox handlers: SPI_keepplan failed");
+    return plan;
+}
+
+void prepare_plans() {
+    if (options_plan != nullptr) return;
+    Oid text1[1] = {TEXTOID};
+    options_plan = prepare(
+        "SELECT ordering, max_attempts, (extract(epoch FROM backoff) * 1000)::int8, "
+        "(extract(epoch FROM backoff_max) * 1000)::int8, unhandled = 'keep' "
+        "FROM eventbox.subscriptions WHERE name = $1 AND enabled",
+        1, text1);
+    handlers_plan = prepare(
+        "SELECT event_type, handler::oid, run_as::oid, registered_by::oid "
+        "FROM eventbox.handlers WHERE subscription = $1 ORDER BY created_at, handler::oid",
+        1, text1);
+    // Each lane with work (a loose index scan over the todo index), then its first messages.
+    Oid candidate_types[2] = {TEXTOID, INT4OID};
+    candidates_plan = prepare(
+        "WITH RECURSIVE lanes AS ("
+        " (SELECT topic, \"partition\" FROM eventbox.inbox"
+        "   WHERE subscription = $1 AND status IN ('received', 'retry')"
+        "   ORDER BY topic, \"partition\" LIMIT 1)"
+        " UNION ALL"
+        " SELECT n.topic, n.\"partition\" FROM lanes l CROSS JOIN LATERAL"
+        "  (SELECT i.topic, i.\"partition\" FROM eventbox.inbox i"
+        "    WHERE i.subscription = $1 AND i.status IN ('received', 'retry')"
+        "      AND (i.topic, i.\"partition\") > (l.topic, l.\"partition\")"
+        "    ORDER BY i.topic, i.\"partition\" LIMIT 1) n)"
+        "SELECT l.topic, l.\"partition\", m.message_id, m.key, m.event_type, m.attempts,"
+        "       m.next_attempt_at"
+        "  FROM lanes l CROSS JOIN LATERAL"
+        "  (SELECT i.message_id, i.key, i.event_type, i.attempts, i.next_attempt_at, i.\"offset\""
+        "     FROM eventbox.inbox i"
+        "    WHERE i.subscription = $1 AND i.topic = l.topic AND i.\"partition\" = l.\"partition\""
+        "      AND i.status IN ('received', 'retry')"
+        "    ORDER BY i.\"offset\" LIMIT $2) m",
+        2, candidate_types);
+    Oid sub_ids[2] = {TEXTOID, TEXTARRAYOID};
+    count_plan = prepare(
+        "UPDATE eventbox.inbox SET attempts = attempts + 1, next_attempt_at = NULL "
+        "WHERE subscription = $1 AND message_id = ANY($2)",
+        2, sub_ids);
+    crash_plan = prepare(
+        "UPDATE eventbox.inbox SET status = 'dead', next_attempt_at = NULL, "
+        "last_error = format('attempt %s never finished: the backend running it crashed or was "
+        "killed', attempts) WHERE subscription = $1 AND message_id = ANY($2)",
+        2, sub_ids);
+    rows_plan = prepare(
+        "SELECT i.message_id, i FROM eventbox.inbox i "
+        "WHERE i.subscription = $1 AND i.message_id = ANY($2)",
+        2, sub_ids);
+    processed_plan = prepare(
+        "UPDATE eventbox.inbox SET status = 'processed', processed_at = now() "
+        "WHERE subscription = $1 AND message_id = ANY($2)",
+        2, sub_ids);
+    ignored_plan = prepare(
+        "UPDATE eventbox.inbox SET status = 'ignored', processed_at = now() "
+        "WHERE subscription = $1 AND message_id = ANY($2)",
+        2, sub_ids);
+    Oid failed_types[5] = {TEXTOID, TEXTARRAYOID, TEXTARRAYOID, INT8ARRAYOID, BOOLARRAYOID};
+    failed_plan = prepare(
+        "UPDATE eventbox.inbox i SET status = CASE WHEN u.dead THEN 'dead' ELSE 'retry' END, "
+        "last_error = u.err, "
+        "next_attempt_at = CASE WHEN u.dead THEN NULL "
+        "                  ELSE now() + u.delay * interval '1 millisecond' END "
+        "FROM unnest($2::text[], $3::text[], $4::int8[], $5::bool[]) AS u(id, err, delay, dead) "
+        "WHERE i.subscription = $1 AND i.message_id = u.id",
+        5, failed_types);
+    // Chosen but not run (held back behind a failure in this pass): undo the counted attempt.
+    unrun_plan = prepare(
+        "UPDATE eventbox.inbox SET attempts = attempts - 1, "
+        "next_attempt_at = CASE WHEN attempts > 1 THEN now() END "
+        "WHERE subscription = $1 AND message_id = ANY($2)",
+        2, sub_ids);
+    inbox_type = get_rel_type_id(RangeVarGetRelid(
+        makeRangeVar(const_cast<char*>("eventbox"), const_cast<char*>("inbox"), -1), NoLock,
+        false));
+}
+
+void exec(SPIPlanPtr plan, Datum* values, bool read_only, int expected) {
+    int rc = SPI_execute_plan(plan, values, nullptr, read_only, 0);
+    if (rc != expected)
+        elog(ERROR, "eventbox handlers: query failed: %s", SPI_result_code_string(rc));
+}
+
+// The advisory lock of a lane, in a field4 of our own so it never meets users' advisory locks.
+LOCKTAG lane_tag(const char* subscription, const char* topic, int32 partition) {
+    LOCKTAG tag;
+    uint32 key1 = hash_bytes(reinterpret_cast<const unsigned char*>(subscription),
+                             static_cast<int>(strlen(subscription)));
+    uint32 key2 = hash_bytes(reinterpret_cast<const unsigned char*>(topic),
+                             static_cast<int>(strlen(topic))) ^
+                  static_cast<uint32>(partition) * 2654435761u;
+    SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, key1, key2, 0x4542);
+    return tag;
+}
+
+// Held session lane locks, to release after the pass (or after an error).
+constexpr int kMaxHeld = 1024;
+LOCKTAG held_locks[kMaxHeld];
+int n_held = 0;
+
+bool try_lock_lane(const char* subscription, const char* topic, int32 partition, bool session) {
+    LOCKTAG tag = lane_tag(subscription, topic, partition);
+    if (session && n_held >= kMaxHeld) return false;
+    LockAcquireResult r = LockAcquire(&tag, ExclusiveLock, session, true);
+    if (r == LOCKACQUIRE_NOT_AVAIL) return false;
+    if (session) held_locks[n_held++] = tag;
+    return true;
+}
+
+// The kept plan calling `fn` with one eventbox.inbox argument.
+SPIPlanPtr plan_for(Oid fn) {
+    for (int i = 0; i < n_handler_plans; ++i)
+        if (handler_plans[i].fn == fn) return handler_plans[i].plan;
+    HeapTuple tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
+    if (!HeapTupleIsValid(tuple))
+        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_FUNCTION),
+                        errmsg("handler function %u no longer exists", fn),
+                        errhint("Unregister the handler or register an existing function.")));
+    ReleaseSysCache(tuple);
+    char* sql = psprintf("SELECT %s($1)",
+                         quote_qualified_identifier(get_namespace_name(get_func_namespace(fn)),
+                                                    get_func_name(fn)));
+    Oid types[1] = {inbox_type};
+    SPIPlanPtr plan = prepare(sql, 1, types);
+    if (n_handler_plans < kMaxHandlerPlans) handler_plans[n_handler_plans++] = {fn, plan};
+    return plan;
+}
+
+// Authority, checked again at every run (DESIGN.md section 6); raises ERROR 42501 when lost.
+void check_authority(const HandlerRef& h) {
+    if (!SearchSysCacheExists1(PROCOID, ObjectIdGetDatum(h.fn)))
+        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_FUNCTION),
+                        errmsg("handler function %u no longer exists", h.fn),
+                        errhint("Unregister the handler or register an existing function.")));
+    if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(h.run_as)))
+        ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                        errmsg("the handler's run_as role %u no longer exists", h.run_as)));
+    if (superuser_arg(h.run_as) && !guc::allow_superuser_handlers)
+        ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                        errmsg("handler %s would run as superuser %s",
+                               format_procedure(h.fn), GetUserNameFromId(h.run_as, false)),
+                        errhint("eventbox.allow_superuser_handlers is off.")));
+    if (!is_member_of_role(h.registered_by, h.run_as))
+        ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                        errmsg("role %s, which registered handler %s, is no longer a member of %s",
+                               GetUserNameFromId(h.registered_by, true), format_procedure(h.fn),
+                               GetUserNameFromId(h.run_as, false)),
+                        errhint("Register the handler again as a member of its run_as role.")));
+    if (pg_proc_aclcheck(h.fn, h.run_as, ACL_EXECUTE) != ACLCHECK_OK)
+        ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                        errmsg("role %s may not execute handler %s",
+                               GetUserNameFromId(h.run_as, false), format_procedure(h.fn)),
+                        errhint("GRANT EXECUTE on the function to the run_as role.")));
+}
+
+// Runs the handlers of one message in a subtransaction; NULL on success, else the error text.
+char* run_message(Datum row, HandlerRef* const* handlers, int n) {
+    MemoryContext caller_context = CurrentMemoryContext;
+    ResourceOwner caller_owner = CurrentResourceOwner;
+    char* volatile error = nullptr;
+    BeginInternalSubTransaction(nullptr);
+    MemoryContextSwitchTo(caller_context);
+    PG_TRY();
+    {
+        for (int i = 0; i < n; ++i) {
+            const HandlerRef& h = *handlers[i];
+            check_authority(h);
+            SPIPlanPtr plan = plan_for(h.fn);
+            Oid saved_user;
+            int saved_context;
+            GetUserIdAndSecContext(&saved_user, &saved_context);
+            SetUserIdAndSecContext(h.run_as, saved_context | SECURITY_LOCAL_USERID_CHANGE |
+                                                 SECURITY_RESTRICTED_OPERATION);
+            int nest = NewGUCNestLevel();
+            // The workers pin their own search_path at this source; the handler's is pinned too,
+            // to PostgreSQL's default, whatever the session had.
+            (void)set_config_option("search_path", "\"$user\", public", PGC_USERSET,
+                                    PGC_S_OVERRIDE, GUC_ACTION_SAVE, true, 0, false);
+            handler_timed_out = false;
+            if (guc::handler_timeout_ms > 0)
+                enable_timeout_after(handler_timeout_id, guc::handler_timeout_ms);
+            int rc = SPI_execute_plan(plan, &row, nullptr, false, 0);
+            disable_timeout(handler_timeout_id, false);
+            AtEOXact_GUC(true, nest);
+            SetUserIdAndSecContext(saved_user, saved_context);
+            if (rc < 0) elog(ERROR, "handler call failed: %s", SPI_result_code_string(rc));
+        }
+        ReleaseCurrentSubTransaction();
+        MemoryContextSwitchTo(caller_context);
+        CurrentResourceOwner = caller_owner;
+    }
+    PG_CATCH();
+    {
+        // The subtransaction's abort also restores the user id and the settings.
+        disable_timeout(handler_timeout_id, false);
+        MemoryContextSwitchTo(caller_context);
+        ErrorData* edata = CopyErrorData();
+        FlushErrorState();
+        RollbackAndReleaseCurrentSubTransaction();
+        MemoryContextSwitchTo(caller_context);
+        CurrentResourceOwner = caller_owner;
+        if (handler_timed_out && edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
+            error = psprintf("57014: handler cancelled after eventbox.handler_timeout (%d ms)",
+                             guc::handler_timeout_ms);
+        else
+            error = psprintf("%s: %s%s%s", unpack_sql_state(edata->sqlerrcode), edata->message,
+                             edata->detail ? " DETAIL: " : "", edata->detail ? edata->detail : "");
+        handler_timed_out = false;
+        FreeErrorData(edata);
+    }
+    PG_END_TRY();
+    return error;
+}
+
+char* nullable_text(HeapTuple tuple, TupleDesc desc, int column) {
+    bool isnull;
+    Datum d = SPI_getbinval(tuple, desc, column, &isnull);
+    return isnull ? nullptr : TextDatumGetCString(d);
+}
+
+// Reads the subscription's options; returns false when it is gone or disabled.
+bool read_options(Datum name, Options* options) {
+    Datum args[1] = {name};
+    exec(options_plan, args, true, SPI_OK_SELECT);
+    if (SPI_processed == 0) return false;
+    HeapTuple t = SPI_tuptable->vals[0];
+    TupleDesc d = SPI_tuptable->tupdesc;
+    bool isnull;
+    options->ordering = ordering_from(nullable_text(t, d, 1));
+    options->max_attempts = DatumGetInt32(SPI_getbinval(t, d, 2, &isnull));
+    options->backoff_ms = DatumGetInt64(SPI_getbinval(t, d, 3, &isnull));
+    options->backoff_max_ms = DatumGetInt64(SPI_getbinval(t, d, 4, &isnull));
+    options->unhandled_keep = DatumGetBool(SPI_getbinval(t, d, 5, &isnull));
+    return true;
+}
+
+// Reads the subscription's lanes (up to `per_lane` messages each) into `state`.
+void read_lanes(Datum name, int per_lane) {
+    bool isnull;
+    Datum cargs[2] = {name, Int32GetDatum(per_lane)};
+    exec(candidates_plan, cargs, true, SPI_OK_SELECT);
+    call_cpp([] {
+        state->lanes.clear();
+        state->chosen.clear();
+    });
+    for (uint64 r = 0; r < SPI_processed; ++r) {
+        HeapTuple tuple = SPI_tuptable->vals[r];
+        TupleDesc desc = SPI_tuptable->tupdesc;
+        char* topic = nullable_text(tuple, desc, 1);
+        int32 partition = DatumGetInt32(SPI_getbinval(tuple, desc, 2, &isnull));
+        char* id = nullable_text(tuple, desc, 3);
+        Datum key = SPI_getbinval(tuple, desc, 4, &isnull);
+        bytea* key_bytes = isnull ? nullptr : DatumGetByteaPP(key);
+        char* type = nullable_text(tuple, desc, 5);
+        int32 attempts = DatumGetInt32(SPI_getbinval(tuple, desc, 6, &isnull));
+        Datum next = SPI_getbinval(tuple, desc, 7, &isnull);
+        int64 not_before = isnull ? 0 : DatumGetTimestampTz(next) / 1000;
+        bool next_null = isnull;
+        call_cpp([&] {
+            if (state->lanes.empty() || state->lanes.back().topic != topic ||
+                state->lanes.back().partition != partition) {
+                state->lanes.emplace_back();
+                state->lanes.back().topic = topic;
+                state->lanes.back().partition = partition;
+            }
+            Lane& lane = state->lanes.back();
+            lane.keys.emplace_back(key_bytes ? std::string(VARDATA_ANY(key_bytes),
+                                                           VARSIZE_ANY_EXHDR(key_bytes))
+                                             : std::string());
+            lane.ids.emplace_back(id);
+            lane.attempts.push_back(attempts);
+            lane.event_types.emplace_back(type ? type : "");
+            lane.has_type.push_back(type != nullptr);
+            Candidate c;
+            c.has_key = key_bytes != nullptr;
+            c.not_before_ms = not_before;
+            c.suspect = attempts > 0 && next_null;
+            lane.candidates.push_back(c);
+        });
+    }
+    // Keys point into the lanes' own strings, fixed only now that they are complete.
+    call_cpp([] {
+        for (Lane& lane : state->lanes)
+            for (std::size_t i = 0; i < lane.candidates.size(); ++i)
+                lane.candidates[i].key = lane.keys[i];
+    });
+}
+
+bool type_matches(const HandlerRef& h, const char* event_type) {
+    return h.event_type == nullptr || (event_type != nullptr && strcmp(h.event_type, event_type) == 0);
+}
+
+}  // namespace
+
+void release_lane_locks() {
+    for (int i = 0; i < n_held; ++i) LockRelease(&held_locks[i], ExclusiveLock, true);
+    n_held = 0;
+}
+
+int run_pass(const char* subscription, int max, bool own_transactions, int64* next_due_ms) {
+    *next_due_ms = INT64_MAX;
+    if (state == nullptr) state = call_cpp([] { return new PassState(); });
+    if (handler_timeout_id == MAX_TIMEOUTS)
+        handler_timeout_id = RegisterTimeout(USER_TIMEOUT, on_handler_timeout);
+    if (pass_context == nullptr)
+        pass_context = AllocSetContextCreate(TopMemoryContext, "eventbox handler pass",
+                                             ALLOCSET_DEFAULT_SIZES);
+    MemoryContextReset(pass_context);
+    if (own_transactions) {
+        SetCurrentStatementStartTimestamp();
+        StartTransactionCommand();
+    }
+    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "eventbox handlers: SPI_connect failed");
+    MemoryContextSwitchTo(pass_context);
+    PushActiveSnapshot(GetTransactionSnapshot());
+    prepare_plans();
+    Datum name = CStringGetTextDatum(subscription);
+
+    // Handlers and lanes.
+    Datum args[1] = {name};
+    exec(handlers_plan, args, true, SPI_OK_SELECT);
+    // SPI calls return in SPI's own context, which the commit between the two transactions
+    // frees: everything the pass keeps is allocated in pass_context explicitly.
+    MemoryContextSwitchTo(pass_context);
+    int n_handlers = static_cast<int>(SPI_processed);
+    HandlerRef* handlers = static_cast<HandlerRef*>(palloc0(sizeof(HandlerRef) * Max(n_handlers, 1)));
+    for (int i = 0; i < n_handlers; ++i) {
+        HeapTuple t = SPI_tuptable->vals[i];
+        TupleDesc d = SPI_tuptable->tupdesc;
+        bool isnull;
+        handlers[i].event_type = nullable_text(t, d, 1);
+        handlers[i].fn = DatumGetObjectId(SPI_getbinval(t, d, 2, &isnull));
+        handlers[i].run_as = DatumGetObjectId(SPI_getbinval(t, d, 3, &isnull));
+        handlers[i].registered_by = DatumGetObjectId(SPI_getbinval(t, d, 4, &isnull));
+    }
+    Options options{Ordering::kPartition, 1, 1000, 1000, false};
+    bool found = read_options(name, &options);
+    // With key ordering a waiting key holds back only its own messages: read further ahead.
+    if (found) read_lanes(name, options.ordering == Ordering::kKey ? 1000 : max);
+
+    // Choose messages lane by lane, starting at a rotating lane for fairness.
+    int64 now = worker::now_ms();
+    std::size_t n_lanes = found ? call_cpp([] { return state->lanes.size(); }) : 0;
+    uint64 rotation = call_cpp([] { return state->rotation++; });
+    call_cpp([&] { state->lane_locked.assign(n_lanes, false); });
+    for (std::size_t k = 0; k < n_lanes; ++k) {
+        std::size_t l = (k + rotation) % n_lanes;
+        if (call_cpp([&] { return state->chosen.size(); }) >= static_cast<std::size_t>(max)) break;
+        Lane* lane = call_cpp([&] { return &state->lanes[l]; });
+        // Which messages have a handler (event type known by now).
+        call_cpp([&] {
+            for (std::size_t i = 0; i < lane->candidates.size(); ++i) {
+                bool handled = false;
+                for (int h = 0; h < n_handlers && !handled; ++h)
+                    handled = type_matches(handlers[h], lane->has_type[i]
+                                                            ? lane->event_types[i].c_str()
+                                                            : nullptr);
+                lane->candidates[i].handled = handled;
+            }
+        });
+        if (!try_lock_lane(subscription, lane->topic.c_str(), lane->partition, own_transactions))
+            continue;
+        bool stop = call_cpp([&] {
+            state->lane_locked[l] = true;
+            std::vector<std::size_t> picks;
+            std::size_t room = static_cast<std::size_t>(max) - state->chosen.size();
+            long suspect = plan_lane(lane->candidates, options.ordering, options.unhandled_keep,
+                                     now, room, picks);
+            for (const Candidate& c : lane->candidates)
+                if (c.not_before_ms > now && c.not_before_ms < *next_due_ms)
+                    *next_due_ms = c.not_before_ms;
+            if (suspect >= 0) {
+                // A message whose last attempt never finished runs alone.
+                if (state->chosen.empty()) {
+                    state->chosen.push_back({l, static_cast<std::size_t>(suspect)});
+                    return true;
+                }
+                for (std::size_t p : picks)
+                    if (p < static_cast<std::size_t>(suspect)) state->chosen.push_back({l, p});
+                return true;
+            }
+            for (std::size_t p : picks) state->chosen.push_back({l, p});
+            return false;
+        });
+        if (stop) break;
+    }
+
+    MemoryContextSwitchTo(pass_context);
+    int n_chosen = static_cast<int>(call_cpp([] { return state->chosen.size(); }));
+    if (own_transactions)
+        for (std::size_t l = 0; l < n_lanes; ++l)
+            if (call_cpp([&] { return state->lane_locked[l]; })) {
+                bool used = call_cpp([&] {
+                    for (const Chosen& c : state->chosen)
+                        if (c.lane == l) return true;
+                    return false;
+                });
+                if (!used) {
+                    Lane* lane = call_cpp([&] { return &state->lanes[l]; });
+                    LOCKTAG tag = lane_tag(subscription, lane->topic.c_str(), lane->partition);
+                    LockRelease(&tag, ExclusiveLock, true);
+                    for (int i = 0; i < n_held; ++i)
+                        if (memcmp(&held_locks[i], &tag, sizeof tag) == 0) {
+                            held_locks[i] = held_locks[--n_held];
+                            break;
+                        }
+                }
+            }
+    if (n_chosen == 0) {
+        PopActiveSnapshot();
+        SPI_finish();
+        if (own_transactions) CommitTransactionCommand();
+        release_lane_locks();
+        return 0;
+    }
+
+    // Count the attempts (a message whose attempts ran out in crashes goes dead unrun).
+    pg::ArrayColumn run_ids(n_chosen, TEXTOID), crash_ids(n_chosen, TEXTOID);
+    bool* crashed = static_cast<bool*>(palloc0(sizeof(bool) * n_chosen));
+    for (int c = 0; c < n_chosen; ++c) {
+        Chosen ch = call_cpp([&] { return state->chosen[c]; });
+        Lane* lane = call_cpp([&] { return &state->lanes[ch.lane]; });
+        Datum id = CStringGetTextDatum(lane->ids[ch.index].c_str());
+        crashed[c] = lane->candidates[ch.index].suspect &&
+                     lane->attempts[ch.index] >= options.max_attempts;
+        if (crashed[c]) crash_ids.set(c, id);
+        else run_ids.set(c, id);
+    }
+    Datum run_array = run_ids.get();
+    Datum count_args[2] = {name, run_array};
+    exec(count_plan, count_args, false, SPI_OK_UPDATE);
+    MemoryContextSwitchTo(pass_context);
+    Datum crash_args[2] = {name, crash_ids.get()};
+    exec(crash_plan, crash_args, false, SPI_OK_UPDATE);
+    PopActiveSnapshot();
+    if (own_transactions) {
+        // The attempts are counted before any handler runs, so a handler that kills the
+        // backend cannot run forever.
+        SPI_finish();
+        CommitTransactionCommand();
+        SetCurrentStatementStartTimestamp();
+        StartTransactionCommand();
+        if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "eventbox handlers: SPI_connect failed");
+        MemoryContextSwitchTo(pass_context);
+    }
+    PushActiveSnapshot(GetTransactionSnapshot());
+
+    // The rows as handlers see them.
+    Datum rows_args[2] = {name, run_array};
+    exec(rows_plan, rows_args, true, SPI_OK_SELECT);
+    MemoryContextSwitchTo(pass_context);
+    Datum* rows = static_cast<Datum*>(palloc0(sizeof(Datum) * n_chosen));
+    uint64 n_rows = SPI_processed;
+    SPITupleTable* row_table = SPI_tuptable;
+    for (int c = 0; c < n_chosen; ++c) {
+        if (crashed[c]) continue;
+        Chosen ch = call_cpp([&] { return state->chosen[c]; });
+        Lane* lane = call_cpp([&] { return &state->lanes[ch.lane]; });
+        const char* id = lane->ids[ch.index].c_str();
+        for (uint64 r = 0; r < n_rows; ++r) {
+            bool isnull;
+            char* row_id = TextDatumGetCString(
+                SPI_getbinval(row_table->vals[r], row_table->tupdesc, 1, &isnull));
+            if (strcmp(row_id, id) != 0) continue;
+            Datum row = SPI_getbinval(row_table->vals[r], row_table->tupdesc, 2, &isnull);
+            rows[c] = datumCopy(row, false, -1);
+            break;
+        }
+    }
+
+    // Run, in lane order; a failure holds back the rest of its lane (or key) in this pass.
+    pg::ArrayColumn processed(n_chosen, TEXTOID), ignored(n_chosen, TEXTOID),
+        unrun(n_chosen, TEXTOID), failed_ids(n_chosen, TEXTOID), failed_errors(n_chosen, TEXTOID),
+        failed_delays(n_chosen, INT8OID), failed_dead(n_chosen, BOOLOID);
+    int* failed_at = static_cast<int*>(palloc(sizeof(int) * n_chosen));  // chosen index
+    int n_failed = 0, handled = 0;
+    HandlerRef** matching = static_cast<HandlerRef**>(palloc(sizeof(HandlerRef*) * Max(n_handlers, 1)));
+    for (int c = 0; c < n_chosen; ++c) {
+        if (crashed[c]) {
+            ++handled;
+            continue;
+        }
+        Chosen ch = call_cpp([&] { return state->chosen[c]; });
+        Lane* lane = call_cpp([&] { return &state->lanes[ch.lane]; });
+        Datum id = CStringGetTextDatum(lane->ids[ch.index].c_str());
+        bool held = call_cpp([&] {
+            for (int f = 0; f < n_failed; ++f) {
+                const Chosen& fc = state->chosen[failed_at[f]];
+                if (fc.lane == ch.lane &&
+                    held_back_by(lane->candidates[fc.index], lane->candidates[ch.index],
+                                 options.ordering))
+                    return true;
+            }
+            return false;
+        });
+        if (held || rows[c] == (Datum)0) {
+            unrun.set(c, id);
+            continue;
+        }
+        const char* type = lane->has_type[ch.index] ? lane->event_types[ch.index].c_str() : nullptr;
+        int n_matching = 0;
+        for (int h = 0; h < n_handlers; ++h)
+            if (type_matches(handlers[h], type)) matching[n_matching++] = &handlers[h];
+        ++handled;
+        if (n_matching == 0) {
+            ignored.set(c, id);
+            continue;
+        }
+        char* error = run_message(rows[c], matching, n_matching);
+        if (error == nullptr) {
+            processed.set(c, id);
+            continue;
+        }
+        int32 attempts = lane->attempts[ch.index] + 1;
+        bool dead = attempts >= options.max_attempts;
+        double unit = call_cpp([] {
+            return std::uniform_real_distribution<double>(0.0, 1.0)(state->rng);
+        });
+        int64 delay = retry_delay_ms(attempts, options.backoff_ms, options.backoff_max_ms, unit);
+        failed_ids.set(c, id);
+        failed_errors.set(c, CStringGetTextDatum(error));
+        failed_delays.set(c, Int64GetDatum(delay));
+        failed_dead.set(c, BoolGetDatum(dead));
+        failed_at[n_failed++] = c;
+        if (!dead && now + delay < *next_due_ms) *next_due_ms = now + delay;
+    }
+
+    // Record the outcomes; they commit with the handlers' effects.
+    Datum p_args[2] = {name, processed.get()};
+    exec(processed_plan, p_args, false, SPI_OK_UPDATE);
+    Datum i_args[2] = {name, ignored.get()};
+    exec(ignored_plan, i_args, false, SPI_OK_UPDATE);
+    Datum u_args[2] = {name, unrun.get()};
+    exec(unrun_plan, u_args, false, SPI_OK_UPDATE);
+    Datum f_args[5] = {name, failed_ids.get(), failed_errors.get(), failed_delays.get(),
+                       failed_dead.get()};
+    exec(failed_plan, f_args, false, SPI_OK_UPDATE);
+    PopActiveSnapshot();
+    SPI_finish();
+    if (own_transactions) {
+        CommitTransactionCommand();
+        release_lane_locks();
+    }
+    shmem::count_messages(static_cast<uint64>(handled));
+    return handled;
+}
+
+}  // namespace eventbox::handlers

@@ -1,0 +1,23 @@
+// One handler pass for one subscription: the code path shared by the handler workers and
+// eventbox.process() (DESIGN.md sections 3 and 4).
+#pragma once
+
+extern "C" {
+#include "postgres.h"
+}
+
+namespace eventbox::handlers {
+
+// Chooses up to `max` messages lane by lane (taking each lane's advisory lock), counts their
+// attempts, runs their handlers one subtransaction each as the registered role, and records what
+// happened. With `own_transactions` (the workers) the attempt count commits before any handler
+// runs and the outcome commits in a second transaction, and lane locks are session locks;
+// otherwise (eventbox.process) all of it belongs to the caller's transaction. Returns how many
+// messages were handled (processed, ignored, failed or dead); `*next_due_ms` gets the earliest
+// retry time of a message it saw waiting (INT64_MAX if none), on PostgreSQL's clock.
+int run_pass(const char* subscription, int max, bool own_transactions, int64* next_due_ms);
+
+// Releases every lane lock this session holds (after an error in a worker).
+void release_lane_locks();
+
+}  // namespace eventbox::handlers
