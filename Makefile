@@ -12,16 +12,19 @@ DATA       = $(wildcard extension/$(EXTENSION)--*.sql)
 REGRESS    = $(sort $(basename $(notdir $(wildcard sql/*.sql))))
 REGRESS_OPTS = --load-extension=$(EXTENSION)
 SHLIB_LINK = -lrdkafka -lstdc++
-EXTRA_CLEAN = tools/devbroker/eventbox-devbroker build
+EXTRA_CLEAN = tools/devbroker/eventbox-devbroker build $(OBJS:.o=.d)
 
 PG_CONFIG ?= pg_config
 # Our sources are C++; PostgreSQL's bitcode (JIT inlining) rules would need clang for them.
 override with_llvm = no
 PG_CPPFLAGS = -isystem $(shell $(PG_CONFIG) --includedir-server) -DEVENTBOX_VERSION='"$(EXTVERSION)"'
-PG_CXXFLAGS = -std=c++17 -fPIC -Wall -Wextra -Werror -Wno-missing-field-initializers
+PG_CXXFLAGS = -std=c++17 -fPIC -Wall -Wextra -Werror -Wno-missing-field-initializers -MMD -MP
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# Header dependencies (-MMD): an object is rebuilt when a header it includes changes.
+-include $(OBJS:.o=.d)
 
 DEVBROKER = tools/devbroker/eventbox-devbroker
 $(DEVBROKER): tools/devbroker/devbroker.cpp

@@ -28,6 +28,7 @@ extern "C" {
 #include "utils/uuid.h"
 }
 
+#include <algorithm>
 #include <climits>
 
 #include "guc.hpp"
@@ -93,7 +94,12 @@ void prepare_plans() {
     refetch_plan = prepare(
         psprintf("%s WHERE id = ANY($1) AND status = 'pending' ORDER BY id", kRowColumns), 1,
         ids_type);
-    delete_plan = prepare("DELETE FROM eventbox.outbox WHERE id = ANY($1)", 1, ids_type);
+    // Acknowledged ids come mostly in runs: delete by ranges of consecutive acked ids.
+    Oid range_pair_types[2] = {INT8ARRAYOID, INT8ARRAYOID};
+    delete_plan = prepare(
+        "DELETE FROM eventbox.outbox o USING unnest($1::int8[], $2::int8[]) AS r(lo, hi) "
+        "WHERE o.id BETWEEN r.lo AND r.hi",
+        2, range_pair_types);
     Oid sent_types[3] = {INT8ARRAYOID, INT4ARRAYOID, INT8ARRAYOID};
     sent_plan = prepare(
         "UPDATE eventbox.outbox o SET status = 'sent', sent_at = now(), attempts = o.attempts + 1, "
@@ -306,7 +312,21 @@ void write_outcomes() {
             offsets[i] = acked[i].offset;
         }
         if (guc::outbox_retention_s == 0) {
-            Datum values[1] = {PointerGetDatum(int8_array(ids, n))};
+            // Runs of consecutive ids, every one of them acknowledged.
+            std::sort(ids, ids + n);
+            int64* los = static_cast<int64*>(palloc(sizeof(int64) * n));
+            int64* his = static_cast<int64*>(palloc(sizeof(int64) * n));
+            int runs = 0;
+            for (int i = 0; i < n; ++i) {
+                if (runs > 0 && ids[i] <= his[runs - 1] + 1) {
+                    his[runs - 1] = Max(his[runs - 1], ids[i]);
+                } else {
+                    los[runs] = his[runs] = ids[i];
+                    ++runs;
+                }
+            }
+            Datum values[2] = {PointerGetDatum(int8_array(los, runs)),
+                               PointerGetDatum(int8_array(his, runs))};
             exec(delete_plan, values, false, SPI_OK_DELETE);
         } else {
             Datum values[3] = {
@@ -456,6 +476,7 @@ bool iterate() {
 
     SPI_finish();
     CommitTransactionCommand();
+    pgstat_report_stat(false);  // lets autovacuum see the deletes
     call_cpp([] { dispatcher->clear_outcomes(); });
     shmem::count_messages(acked);
     return more;

@@ -27,6 +27,10 @@ void apply_worker_settings(bool async_commit) {
     // generic plan kept across batches avoids re-planning.
     SetConfigOption("jit", "off", PGC_SUSET, PGC_S_OVERRIDE);
     SetConfigOption("plan_cache_mode", "force_generic_plan", PGC_SUSET, PGC_S_OVERRIDE);
+    // Every worker query is meant to walk an index. A generic plan built while a table was empty
+    // (or its statistics stale) would otherwise read the whole table and sort it on every batch.
+    SetConfigOption("enable_seqscan", "off", PGC_SUSET, PGC_S_OVERRIDE);
+    SetConfigOption("enable_sort", "off", PGC_SUSET, PGC_S_OVERRIDE);
     SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
     // A lost relay commit only means a message is sent again (at-least-once), never lost.
     if (async_commit) SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# bench/run.sh — pg_eventbox benchmarks (`make bench` runs it after building and installing).
+#
+# Starts its own PostgreSQL 15 + dev broker with tools/cluster.sh (port 54331), runs
+# bench/bench.py, prints the table and writes it to bench/results/latest.txt, and always stops
+# the environment again. Every figure is a ratio against a baseline measured in the same run
+# (see bench/README.md). Exits 0 unless something is functionally broken.
+#
+# Environment knobs:
+#   BENCH_MESSAGES          messages per throughput run (default 300000)
+#   BENCH_REPEAT            throughput runs per side and payload size, best one kept (default 3)
+#   BENCH_LATENCY_SECONDS   length of the latency run at 1k msg/s (default 10; 0 skips it)
+#   BENCH_BURST=0           skip the burst runs (relay running, one big transaction)
+#   BENCH_PORT              PostgreSQL port (default 54331)
+#   BENCH_KEEP=1            leave the cluster running and its directory in place afterwards
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/.." && pwd)
+PY=/usr/bin/python3
+MESSAGES=${BENCH_MESSAGES:-300000}
+REPEAT=${BENCH_REPEAT:-3}
+LATENCY_SECONDS=${BENCH_LATENCY_SECONDS:-10}
+BURST=${BENCH_BURST:-1}
+PORT=${BENCH_PORT:-54331}
+KEEP=${BENCH_KEEP:-0}
+RESULTS=$HERE/results
+
+for v in MESSAGES REPEAT; do
+  [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || { echo "bench: BENCH_$v must be a positive integer" >&2; exit 2; }
+done
+[[ "$LATENCY_SECONDS" =~ ^[0-9]+$ ]] || { echo "bench: BENCH_LATENCY_SECONDS must be an integer" >&2; exit 2; }
+command -v kcat >/dev/null || { echo "bench: kcat not found (run tools/deps.sh)" >&2; exit 1; }
+
+PKGLIB=$(pg_config --pkglibdir 2>/dev/null || echo /usr/lib/postgresql/15/lib)
+if [[ -f "$REPO/pg_eventbox.so" ]] && ! cmp -s "$REPO/pg_eventbox.so" "$PKGLIB/pg_eventbox.so"; then
+  echo "bench: WARNING: $PKGLIB/pg_eventbox.so differs from $REPO/pg_eventbox.so (run make install)" >&2
+fi
+
+DIR=$(mktemp -d /tmp/eventbox-bench.XXXXXX)
+cleanup() {
+  local rc=$?
+  if [[ "$KEEP" == 1 ]]; then
+    echo "bench: BENCH_KEEP=1: environment left running: . $DIR/env; stop: tools/cluster.sh stop $DIR" >&2
+    return
+  fi
+  "$REPO/tools/cluster.sh" stop "$DIR" >/dev/null 2>&1 || "$REPO/tools/cluster.sh" stop "$DIR" || true
+  if ((rc == 0)); then
+    rm -rf "$DIR"
+  else
+    echo "bench: failed (rc=$rc); logs kept in $DIR (postgres.log, broker.log)" >&2
+  fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+echo "bench: starting the environment in $DIR (port $PORT)" >&2
+"$REPO/tools/cluster.sh" start "$DIR" --port "$PORT" --db eventbox_bench \
+  --conf 'max_wal_size=4GB' \
+  --conf 'checkpoint_timeout=1h' \
+  --conf 'shared_buffers=256MB' >&2
+
+mkdir -p "$RESULTS"
+"$PY" "$HERE/bench.py" run --env-dir "$DIR" --messages "$MESSAGES" \
+  --repeat "$REPEAT" --burst "$([[ "$BURST" == 0 ]] && echo 0 || echo 1)" --latency-seconds "$LATENCY_SECONDS" \
+  --out "$RESULTS/latest.txt" --json "$RESULTS/latest.json"
+echo "bench: table written to $RESULTS/latest.txt" >&2
