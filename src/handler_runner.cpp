@@ -103,7 +103,7 @@ void on_handler_timeout() {
     InterruptPending = true;
     SetLatch(MyLatch);
 }
-SPIPlanPtr options_plan, handlers_plan, candidates_plan, count_plan, crash_plan, rows_plan,
+SPIPlanPtr options_plan, handlers_plan, lanes_plan, lane_plan, count_plan, crash_plan, rows_plan,
     processed_plan, ignored_plan, failed_plan, unrun_plan;
 Oid inbox_type = InvalidOid;
 
@@ -137,9 +137,8 @@ void prepare_plans() {
         "SELECT event_type, handler::oid, run_as::oid, registered_by::oid "
         "FROM eventbox.handlers WHERE subscription = $1 ORDER BY created_at, handler::oid",
         1, text1);
-    // Each lane with work (a loose index scan over the todo index), then its first messages.
-    Oid candidate_types[2] = {TEXTOID, INT4OID};
-    candidates_plan = prepare(
+    // Each lane with work: a loose index scan over the todo index.
+    lanes_plan = prepare(
         "WITH RECURSIVE lanes AS ("
         " (SELECT topic, \"partition\" FROM eventbox.inbox"
         "   WHERE subscription = $1 AND status IN ('received', 'retry')"
@@ -150,19 +149,23 @@ void prepare_plans() {
         "    WHERE i.subscription = $1 AND i.status IN ('received', 'retry')"
         "      AND (i.topic, i.\"partition\") > (l.topic, l.\"partition\")"
         "    ORDER BY i.topic, i.\"partition\" LIMIT 1) n)"
-        "SELECT l.topic, l.\"partition\", m.message_id, m.key, m.event_type, m.attempts,"
-        "       m.next_attempt_at"
-        "  FROM lanes l CROSS JOIN LATERAL"
-        "  (SELECT i.message_id, i.key, i.event_type, i.attempts, i.next_attempt_at, i.\"offset\""
-        "     FROM eventbox.inbox i"
-        "    WHERE i.subscription = $1 AND i.topic = l.topic AND i.\"partition\" = l.\"partition\""
-        "      AND i.status IN ('received', 'retry')"
-        "    ORDER BY i.\"offset\" LIMIT $2) m",
-        2, candidate_types);
+        "SELECT topic, \"partition\" FROM lanes",
+        1, text1);
+    // A locked lane's first messages, read after the lock was taken.
+    Oid lane_types[4] = {TEXTOID, TEXTOID, INT4OID, INT4OID};
+    lane_plan = prepare(
+        "SELECT i.message_id, i.key, i.event_type, i.attempts, i.next_attempt_at"
+        "  FROM eventbox.inbox i"
+        " WHERE i.subscription = $1 AND i.topic = $2 AND i.\"partition\" = $3"
+        "   AND i.status IN ('received', 'retry')"
+        " ORDER BY i.\"offset\" LIMIT $4",
+        4, lane_types);
     Oid sub_ids[2] = {TEXTOID, TEXTARRAYOID};
+    // Only messages still waiting are counted (and then run): the list is re-checked here.
     count_plan = prepare(
         "UPDATE eventbox.inbox SET attempts = attempts + 1, next_attempt_at = NULL "
-        "WHERE subscription = $1 AND message_id = ANY($2)",
+        "WHERE subscription = $1 AND message_id = ANY($2) AND status IN ('received', 'retry') "
+        "RETURNING message_id",
         2, sub_ids);
     crash_plan = prepare(
         "UPDATE eventbox.inbox SET status = 'dead', next_attempt_at = NULL, "
@@ -360,55 +363,64 @@ bool read_options(Datum name, Options* options) {
     return true;
 }
 
-// Reads the subscription's lanes (up to `per_lane` messages each) into `state`.
-void read_lanes(Datum name, int per_lane) {
+// Reads the lanes (partitions) of the subscription that have work into `state`.
+void read_lane_list(Datum name) {
     bool isnull;
-    Datum cargs[2] = {name, Int32GetDatum(per_lane)};
-    exec(candidates_plan, cargs, true, SPI_OK_SELECT);
+    Datum args[1] = {name};
+    exec(lanes_plan, args, true, SPI_OK_SELECT);
     call_cpp([] {
         state->lanes.clear();
         state->chosen.clear();
     });
     for (uint64 r = 0; r < SPI_processed; ++r) {
+        char* topic = nullable_text(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1);
+        int32 partition =
+            DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2, &isnull));
+        call_cpp([&] {
+            state->lanes.emplace_back();
+            state->lanes.back().topic = topic;
+            state->lanes.back().partition = partition;
+        });
+    }
+}
+
+// Reads up to `per_lane` waiting messages of a lane whose lock this pass holds, with a snapshot
+// taken after the lock: what another pass handled before releasing the lane is not read again.
+void read_lane(Datum name, Lane* lane, int per_lane) {
+    bool isnull;
+    Datum args[4] = {name, CStringGetTextDatum(lane->topic.c_str()), Int32GetDatum(lane->partition),
+                     Int32GetDatum(per_lane)};
+    exec(lane_plan, args, false, SPI_OK_SELECT);
+    for (uint64 r = 0; r < SPI_processed; ++r) {
         HeapTuple tuple = SPI_tuptable->vals[r];
         TupleDesc desc = SPI_tuptable->tupdesc;
-        char* topic = nullable_text(tuple, desc, 1);
-        int32 partition = DatumGetInt32(SPI_getbinval(tuple, desc, 2, &isnull));
-        char* id = nullable_text(tuple, desc, 3);
-        Datum key = SPI_getbinval(tuple, desc, 4, &isnull);
+        char* id = nullable_text(tuple, desc, 1);
+        Datum key = SPI_getbinval(tuple, desc, 2, &isnull);
         bytea* key_bytes = isnull ? nullptr : DatumGetByteaPP(key);
-        char* type = nullable_text(tuple, desc, 5);
-        int32 attempts = DatumGetInt32(SPI_getbinval(tuple, desc, 6, &isnull));
-        Datum next = SPI_getbinval(tuple, desc, 7, &isnull);
+        char* type = nullable_text(tuple, desc, 3);
+        int32 attempts = DatumGetInt32(SPI_getbinval(tuple, desc, 4, &isnull));
+        Datum next = SPI_getbinval(tuple, desc, 5, &isnull);
         int64 not_before = isnull ? 0 : DatumGetTimestampTz(next) / 1000;
         bool next_null = isnull;
         call_cpp([&] {
-            if (state->lanes.empty() || state->lanes.back().topic != topic ||
-                state->lanes.back().partition != partition) {
-                state->lanes.emplace_back();
-                state->lanes.back().topic = topic;
-                state->lanes.back().partition = partition;
-            }
-            Lane& lane = state->lanes.back();
-            lane.keys.emplace_back(key_bytes ? std::string(VARDATA_ANY(key_bytes),
-                                                           VARSIZE_ANY_EXHDR(key_bytes))
-                                             : std::string());
-            lane.ids.emplace_back(id);
-            lane.attempts.push_back(attempts);
-            lane.event_types.emplace_back(type ? type : "");
-            lane.has_type.push_back(type != nullptr);
+            lane->keys.emplace_back(key_bytes ? std::string(VARDATA_ANY(key_bytes),
+                                                            VARSIZE_ANY_EXHDR(key_bytes))
+                                              : std::string());
+            lane->ids.emplace_back(id);
+            lane->attempts.push_back(attempts);
+            lane->event_types.emplace_back(type ? type : "");
+            lane->has_type.push_back(type != nullptr);
             Candidate c;
             c.has_key = key_bytes != nullptr;
             c.not_before_ms = not_before;
             c.suspect = attempts > 0 && next_null;
-            lane.candidates.push_back(c);
+            lane->candidates.push_back(c);
         });
     }
-    // Keys point into the lanes' own strings, fixed only now that they are complete.
-    call_cpp([] {
-        for (Lane& lane : state->lanes)
-            for (std::size_t i = 0; i < lane.candidates.size(); ++i)
-                lane.candidates[i].key = lane.keys[i];
+    // Keys point into the lane's own strings, fixed only now that they are complete.
+    call_cpp([&] {
+        for (std::size_t i = 0; i < lane->candidates.size(); ++i)
+            lane->candidates[i].key = lane->keys[i];
     });
 }
 
@@ -461,8 +473,9 @@ int run_pass(const char* subscription, int max, bool own_transactions, int64* ne
     }
     Options options{Ordering::kPartition, 1, 1000, 1000, false};
     bool found = read_options(name, &options);
+    if (found) read_lane_list(name);
     // With key ordering a waiting key holds back only its own messages: read further ahead.
-    if (found) read_lanes(name, options.ordering == Ordering::kKey ? 1000 : max);
+    int per_lane = options.ordering == Ordering::kKey ? 1000 : max;
 
     // Choose messages lane by lane, starting at a rotating lane for fairness.
     int64 now = worker::now_ms();
@@ -473,7 +486,12 @@ int run_pass(const char* subscription, int max, bool own_transactions, int64* ne
         std::size_t l = (k + rotation) % n_lanes;
         if (call_cpp([&] { return state->chosen.size(); }) >= static_cast<std::size_t>(max)) break;
         Lane* lane = call_cpp([&] { return &state->lanes[l]; });
-        // Which messages have a handler (event type known by now).
+        if (!try_lock_lane(subscription, lane->topic.c_str(), lane->partition, own_transactions))
+            continue;
+        call_cpp([&] { state->lane_locked[l] = true; });
+        read_lane(name, lane, per_lane);
+        MemoryContextSwitchTo(pass_context);
+        // Which messages have a handler.
         call_cpp([&] {
             for (std::size_t i = 0; i < lane->candidates.size(); ++i) {
                 bool handled = false;
@@ -484,10 +502,7 @@ int run_pass(const char* subscription, int max, bool own_transactions, int64* ne
                 lane->candidates[i].handled = handled;
             }
         });
-        if (!try_lock_lane(subscription, lane->topic.c_str(), lane->partition, own_transactions))
-            continue;
         bool stop = call_cpp([&] {
-            state->lane_locked[l] = true;
             std::vector<std::size_t> picks;
             std::size_t room = static_cast<std::size_t>(max) - state->chosen.size();
             long suspect = plan_lane(lane->candidates, options.ordering, options.unhandled_keep,
@@ -554,8 +569,19 @@ int run_pass(const char* subscription, int max, bool own_transactions, int64* ne
     }
     Datum run_array = run_ids.get();
     Datum count_args[2] = {name, run_array};
-    exec(count_plan, count_args, false, SPI_OK_UPDATE);
+    exec(count_plan, count_args, false, SPI_OK_UPDATE_RETURNING);
     MemoryContextSwitchTo(pass_context);
+    // Chosen messages the count did not return were handled meanwhile: they do not run.
+    bool* counted = static_cast<bool*>(palloc0(sizeof(bool) * n_chosen));
+    for (uint64 r = 0; r < SPI_processed; ++r) {
+        bool isnull;
+        char* id = TextDatumGetCString(
+            SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull));
+        for (int c = 0; c < n_chosen; ++c) {
+            Chosen ch = call_cpp([&] { return state->chosen[c]; });
+            if (!crashed[c] && state->lanes[ch.lane].ids[ch.index] == id) counted[c] = true;
+        }
+    }
     Datum crash_args[2] = {name, crash_ids.get()};
     exec(crash_plan, crash_args, false, SPI_OK_UPDATE);
     PopActiveSnapshot();
@@ -606,6 +632,7 @@ int run_pass(const char* subscription, int max, bool own_transactions, int64* ne
             ++handled;
             continue;
         }
+        if (!counted[c]) continue;
         Chosen ch = call_cpp([&] { return state->chosen[c]; });
         Lane* lane = call_cpp([&] { return &state->lanes[ch.lane]; });
         Datum id = CStringGetTextDatum(lane->ids[ch.index].c_str());

@@ -1,8 +1,12 @@
-"""make demo: publishes a few thousand orders through eventbox.send() in many small transactions
-(some rolled back) and shows, live, what is committed, pending in the outbox, acknowledged by the
-broker, read back by an independent Kafka client, and consumed into eventbox.inbox by the ingest
-worker (subscription 'audit' on the same topic). An independent producer also sends payments,
-some of them malformed, which land in the inbox as well ('unparsable', bytes kept)."""
+"""make demo: the whole pipeline, live.
+
+An independent Kafka client (kafka-python) produces orders, one of them poison, plus payments, some
+malformed. The ingest worker stores them in eventbox.inbox; a handler (billing.on_order, run as the
+role billing_app) writes an invoice and sends it with eventbox.send() in the same transaction; the
+relay publishes the invoices; kafka-python reads them back. The app also sends notifications
+directly, every 10th transaction rolled back. Shown live, then checked: every order invoiced
+exactly once except the poison one (dead after its attempts), no rolled-back notification
+published, malformed payments kept as 'unparsable' with their bytes."""
 import json
 import os
 import sys
@@ -15,8 +19,40 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "test", "lib"))
 from devbroker import DevBroker  # noqa: E402
 
-TOPIC = "orders"
-PARTITIONS = 4
+ORDERS = 3000
+POISON = 1234  # this order's handler raises: it goes dead after max_attempts
+PAYMENTS = 200  # every 20th one malformed
+NOTIFY_TXNS = 60  # app transactions of 10 notifications, every 10th rolled back
+
+SETUP = """
+CREATE EXTENSION IF NOT EXISTS pg_eventbox;
+DO $$ BEGIN CREATE ROLE billing_app; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
+GRANT USAGE ON SCHEMA eventbox TO billing_app;
+GRANT EXECUTE ON FUNCTION eventbox.send(text, jsonb, text, jsonb, uuid) TO billing_app;
+CREATE SCHEMA IF NOT EXISTS billing;
+GRANT USAGE ON SCHEMA billing TO billing_app;
+CREATE TABLE IF NOT EXISTS billing.invoices (
+    order_id int, total numeric, created_by name DEFAULT current_user,
+    created_at timestamptz DEFAULT now());
+GRANT INSERT ON billing.invoices TO billing_app;
+CREATE OR REPLACE FUNCTION billing.on_order(msg eventbox.inbox) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF (msg.payload->>'total')::numeric < 0 THEN
+        RAISE EXCEPTION 'order % has a negative total', msg.payload->>'id';
+    END IF;
+    INSERT INTO billing.invoices (order_id, total)
+    VALUES ((msg.payload->>'id')::int, (msg.payload->>'total')::numeric);
+    PERFORM eventbox.send('invoices', msg.payload, key => msg.payload->>'id',
+                          headers => '{"event_type":"InvoiceCreated"}');
+END $$;
+GRANT EXECUTE ON FUNCTION billing.on_order(eventbox.inbox) TO billing_app;
+SELECT eventbox.create_subscription('billing', topics => ARRAY['orders', 'payments'],
+                                    max_attempts => 3, backoff => '200 ms',
+                                    backoff_max => '1 second');
+SELECT eventbox.register_handler('billing', 'billing.on_order(eventbox.inbox)'::regprocedure,
+                                 event_type => 'OrderCreated', run_as => 'billing_app');
+"""
 
 
 def connect():
@@ -27,136 +63,159 @@ def connect():
 
 
 class Reader(threading.Thread):
-    """Reads the topic with kafka-python and counts distinct message ids."""
+    """Reads a topic with kafka-python and collects distinct message ids."""
 
-    def __init__(self):
+    def __init__(self, topic, partitions):
         super().__init__(daemon=True)
+        self.topic, self.partitions = topic, partitions
         self.ids = set()
-        self.records = 0
         self.stop = False
 
     def run(self):
         consumer = KafkaConsumer(bootstrap_servers=os.environ["EVENTBOX_BOOTSTRAP"],
                                  enable_auto_commit=False, consumer_timeout_ms=200)
-        consumer.assign([TopicPartition(TOPIC, p) for p in range(PARTITIONS)])
+        consumer.assign([TopicPartition(self.topic, p) for p in range(self.partitions)])
         consumer.seek_to_beginning()
         while not self.stop:
             for record in consumer:
-                headers = dict(record.headers or [])
-                self.ids.add(headers.get("message_id", b"").decode())
-                self.records += 1
+                self.ids.add(dict(record.headers or []).get("message_id", b"").decode())
         consumer.close()
+
+
+def produce_inputs():
+    """The outside world: orders and payments from an independent client."""
+    producer = KafkaProducer(bootstrap_servers=os.environ["EVENTBOX_BOOTSTRAP"])
+    for i in range(max(ORDERS, PAYMENTS)):
+        if i < ORDERS:
+            order = {"id": i, "total": -1 if i == POISON else round(10 + i * 0.5, 2)}
+            producer.send("orders", key=str(i % 50).encode(), value=json.dumps(order).encode(),
+                          headers=[("message_id", f"order-{i}".encode()),
+                                   ("event_type", b"OrderCreated")])
+        if i < PAYMENTS:
+            value = (b"\xff\xfe not json" if i % 20 == 0
+                     else json.dumps({"payment": i, "type": "PaymentReceived"}).encode())
+            producer.send("payments", key=str(i % 7).encode(), value=value,
+                          headers=[("message_id", f"pay-{i}".encode())])
+        if i % 100 == 0:
+            time.sleep(0.05)
+    producer.flush()
+    producer.close()
+
+
+def send_notifications(rolled_back_ids):
+    """The app itself: notifications sent with eventbox.send(), some transactions rolled back."""
+    conn = connect()
+    cur = conn.cursor()
+    for n in range(NOTIFY_TXNS):
+        cur.execute("BEGIN")
+        cur.execute("SELECT eventbox.send('notifications', jsonb_build_object('n', i)) "
+                    "FROM generate_series(1, 10) i")
+        ids = [row[0] for row in cur.fetchall()]
+        if n % 10 == 9:
+            cur.execute("ROLLBACK")
+            rolled_back_ids.update(ids)
+        else:
+            cur.execute("COMMIT")
+        time.sleep(0.03)
+    conn.close()
 
 
 def wait_for_workers(cur, timeout=40):
     deadline = time.time() + timeout
     while time.time() < deadline:
-        cur.execute("SELECT count(*) FROM eventbox.workers WHERE role IN ('relay', 'ingest') "
-                    "AND state = 'running'")
-        if cur.fetchone()[0] == 2:
+        cur.execute("SELECT count(*) FILTER (WHERE role = 'relay'), "
+                    "count(*) FILTER (WHERE role = 'ingest'), "
+                    "count(*) FILTER (WHERE role = 'handler') "
+                    "FROM eventbox.workers WHERE state = 'running'")
+        relay, ingest, handlers = cur.fetchone()
+        if relay and ingest and handlers:
             return
         time.sleep(0.2)
     raise SystemExit("demo: the workers did not start; see " + os.environ["EVENTBOX_LOG"])
 
 
-def produce_payments():
-    """An independent producer: 200 payments, every 20th one malformed."""
-    producer = KafkaProducer(bootstrap_servers=os.environ["EVENTBOX_BOOTSTRAP"])
-    for i in range(200):
-        value = (b"\xff\xfe not json" if i % 20 == 0
-                 else json.dumps({"payment": i, "type": "PaymentReceived"}).encode())
-        producer.send("payments", key=str(i % 7).encode(), value=value,
-                      headers=[("message_id", f"pay-{i}".encode())])
-        time.sleep(0.005)
-    producer.flush()
-    producer.close()
+def snapshot(cur):
+    cur.execute("""
+        SELECT count(*) FILTER (WHERE topic = 'orders'),
+               count(*) FILTER (WHERE topic = 'orders' AND status = 'processed'),
+               count(*) FILTER (WHERE topic = 'orders' AND status = 'retry'),
+               count(*) FILTER (WHERE topic = 'orders' AND status = 'dead'),
+               count(*) FILTER (WHERE topic = 'payments'),
+               count(*) FILTER (WHERE status = 'unparsable')
+          FROM eventbox.inbox WHERE subscription = 'billing'""")
+    row = cur.fetchone()
+    cur.execute("SELECT count(*) FROM eventbox.outbox")
+    pending = cur.fetchone()[0]
+    cur.execute("SELECT count(*), count(DISTINCT order_id) FROM billing.invoices")
+    invoices = cur.fetchone()
+    return row + (pending,) + invoices
 
 
 def main():
-    total = int(sys.argv[1]) if len(sys.argv) > 1 else 5000
     broker = DevBroker(os.environ["EVENTBOX_CONTROL_HOST"], int(os.environ["EVENTBOX_CONTROL_PORT"]))
-    broker.create_topic(TOPIC, PARTITIONS)
-    broker.create_topic("payments", 2)
-    conn = connect()
-    cur = conn.cursor()
-    cur.execute("CREATE EXTENSION IF NOT EXISTS pg_eventbox")
-    cur.execute("SELECT eventbox.create_subscription('audit', topics => ARRAY['orders', 'payments'])")
-    print("demo: CREATE EXTENSION pg_eventbox; create_subscription('audit', orders + payments); "
-          "waiting for the workers ...")
+    for topic, partitions in (("orders", 8), ("payments", 2), ("invoices", 8),
+                              ("notifications", 2)):
+        broker.create_topic(topic, partitions)
+    cur = connect().cursor()
+    cur.execute(SETUP)
+    print("demo: extension, role billing_app, handler billing.on_order and subscription "
+          "'billing' (orders + payments) created; waiting for the workers ...")
     wait_for_workers(cur)
-    payments = threading.Thread(target=produce_payments, daemon=True)
-    payments.start()
-    cur.execute("SELECT backend_type, pid FROM pg_stat_activity "
-                "WHERE backend_type LIKE 'eventbox%' ORDER BY 1")
-    for backend_type, pid in cur.fetchall():
-        print(f"demo:   {backend_type:<18} pid {pid}")
+    cur.execute("SELECT backend_type, count(*) FROM pg_stat_activity "
+                "WHERE backend_type LIKE 'eventbox%' GROUP BY 1 ORDER BY 1")
+    print("demo:   " + ", ".join(f"{t} x{n}" for t, n in cur.fetchall()))
 
-    reader = Reader()
-    reader.start()
-    writer = connect()
-    wcur = writer.cursor()
-    committed, rolled_back, batch = 0, 0, 50
-    rolled_back_ids = set()
+    invoices_read = Reader("invoices", 8)
+    notifications_read = Reader("notifications", 2)
+    invoices_read.start()
+    notifications_read.start()
+    rolled_back = set()
+    threads = [threading.Thread(target=produce_inputs, daemon=True),
+               threading.Thread(target=send_notifications, args=(rolled_back,), daemon=True)]
+    for t in threads:
+        t.start()
+
     tty = sys.stdout.isatty()
-    last_print = 0.0
-    print(f"demo: sending {total} orders in transactions of {batch}; every 10th transaction rolls back")
     start = time.time()
-    n = 0
-    inbox_orders = inbox_payments = unparsable = 0
+    expected_invoices = ORDERS - 1
     while True:
-        if committed < total:
-            n += 1
-            wcur.execute("BEGIN")
-            wcur.execute(
-                "SELECT eventbox.send('orders', jsonb_build_object('order', i, 'total', i * 1.5), "
-                "key => (i %% 97)::text, headers => '{\"event_type\":\"OrderCreated\"}') "
-                "FROM generate_series(%s, %s - 1) i", (committed, committed + batch))
-            ids = [row[0] for row in wcur.fetchall()]
-            if n % 10 == 0:
-                wcur.execute("ROLLBACK")
-                rolled_back += batch
-                rolled_back_ids.update(ids)
-            else:
-                wcur.execute("COMMIT")
-                committed += batch
-            time.sleep(0.02)
-        now = time.time()
-        if now - last_print >= (0.2 if tty else 1.0) or committed >= total:
-            cur.execute("SELECT count(*) FROM eventbox.outbox")
-            pending = cur.fetchone()[0]
-            cur.execute("SELECT coalesce(sum(messages), 0) FROM eventbox.workers WHERE role = 'relay'")
-            acked = cur.fetchone()[0]
-            cur.execute("SELECT count(*) FILTER (WHERE topic = 'orders'), "
-                        "count(*) FILTER (WHERE topic = 'payments'), "
-                        "count(*) FILTER (WHERE status = 'unparsable') "
-                        "FROM eventbox.inbox WHERE subscription = 'audit'")
-            inbox_orders, inbox_payments, unparsable = cur.fetchone()
-            line = (f"outbox: committed {committed:>5} rolled back {rolled_back:>4} pending {pending:>4}"
-                    f" acked {acked:>5} | kafka-python read {len(reader.ids):>5} | inbox: orders "
-                    f"{inbox_orders:>5} payments {inbox_payments:>3} (unparsable {unparsable})")
-            print(("\r" + line) if tty else line, end="" if tty else "\n", flush=True)
-            last_print = now
-            if (committed >= total and len(reader.ids) >= committed and inbox_orders >= committed
-                    and inbox_payments >= 200):
-                break
-        if now - start > 120:
+        (orders, processed, retry, dead, payments, unparsable, pending, invoices,
+         distinct_invoices) = snapshot(cur)
+        line = (f"orders in inbox {orders:>5} processed {processed:>5} retry {retry} dead {dead} | "
+                f"invoices {invoices:>5} outbox pending {pending:>4} read from Kafka "
+                f"{len(invoices_read.ids):>5} | payments {payments:>3} (unparsable {unparsable})")
+        print(("\r" + line) if tty else line, end="" if tty else "\n", flush=True)
+        done = (orders == ORDERS and processed == expected_invoices and dead == 1
+                and len(invoices_read.ids) >= expected_invoices and payments == PAYMENTS
+                and not any(t.is_alive() for t in threads) and pending == 0)
+        if done or time.time() - start > 180:
             break
-    reader.stop = True
-    reader.join(timeout=5)
+        time.sleep(0.2 if tty else 1.0)
+    time.sleep(1.5)  # let the notification reader catch up
+    invoices_read.stop = notifications_read.stop = True
     print()
-    elapsed = time.time() - start
-    leaked = len(rolled_back_ids & reader.ids)
-    ok = (len(reader.ids) == committed and leaked == 0 and inbox_orders == committed
-          and inbox_payments == 200 and unparsable == 10)
-    print(f"demo: {committed} committed messages, {len(reader.ids)} distinct message ids read back "
-          f"from Kafka ({reader.records} records) in {elapsed:.1f}s; "
-          f"rolled-back messages published: {leaked} of {len(rolled_back_ids)}")
-    print(f"demo: inbox 'audit': {inbox_orders} orders and {inbox_payments} payments, "
-          f"{unparsable} of them unparsable with their bytes kept in raw_payload")
+
+    cur.execute("SELECT attempts, last_error FROM eventbox.inbox "
+                "WHERE subscription = 'billing' AND message_id = %s", (f"order-{POISON}",))
+    poison = cur.fetchone()
+    cur.execute("SELECT DISTINCT created_by FROM billing.invoices")
+    runners = [r[0] for r in cur.fetchall()]
+    committed_notifications = NOTIFY_TXNS * 10 - len(rolled_back)
+    leaked = len(rolled_back & notifications_read.ids)
+    print(f"demo: {distinct_invoices} of {ORDERS} orders invoiced, {invoices} invoice rows "
+          f"(exactly once each), written as {', '.join(runners)}; {len(invoices_read.ids)} "
+          f"invoices read back from Kafka")
+    print(f"demo: poison order {POISON}: dead after {poison[0] if poison else '?'} attempts: "
+          f"{poison[1] if poison else '?'}")
+    print(f"demo: payments: {payments}, {unparsable} unparsable kept with their bytes; "
+          f"notifications: {len(notifications_read.ids)} of {committed_notifications} committed "
+          f"read back, {leaked} of {len(rolled_back)} rolled back published")
+    ok = (distinct_invoices == invoices == expected_invoices and dead == 1 and poison
+          and poison[0] == 3 and len(invoices_read.ids) == expected_invoices
+          and payments == PAYMENTS and unparsable == PAYMENTS // 20 and leaked == 0
+          and len(notifications_read.ids) == committed_notifications)
     if not ok:
-        print("demo: MISMATCH: every committed message should arrive once (in Kafka and in the "
-              "inbox), no rolled-back one, and 200 payments with 10 unparsable")
-    if not ok:
+        print("demo: MISMATCH: see the counts above")
         sys.exit(1)
 
 
