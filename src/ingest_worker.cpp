@@ -105,16 +105,24 @@ void prepare_plans() {
         "WHERE EXISTS (SELECT 1 FROM eventbox.subscriptions s WHERE s.name = $1) "
         "ON CONFLICT (subscription, message_id) DO NOTHING",
         12, insert_types);
-    Oid offsets_types[5] = {TEXTOID, TEXTARRAYOID, INT4ARRAYOID, INT8ARRAYOID, INT8ARRAYOID};
+    // Compare-and-set: a stored offset someone else moved (eventbox.replay) is left alone, and
+    // the worker notices from the row count and moves its consumer to the table's offsets.
+    Oid offsets_types[6] = {TEXTOID,      TEXTARRAYOID, INT4ARRAYOID,
+                            INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID};
     offsets_plan = prepare(
-        "INSERT INTO eventbox.offsets (subscription, topic, \"partition\", next_offset, "
+        "INSERT INTO eventbox.offsets AS o (subscription, topic, \"partition\", next_offset, "
         "high_watermark) "
-        "SELECT $1, u.* FROM unnest($2::text[], $3::int4[], $4::int8[], $5::int8[]) AS u "
+        "SELECT $1, u.topic, u.p, u.next, u.high "
+        "FROM unnest($2::text[], $3::int4[], $4::int8[], $5::int8[], $6::int8[]) "
+        "AS u(topic, p, next, high, previous) "
         "WHERE EXISTS (SELECT 1 FROM eventbox.subscriptions s WHERE s.name = $1) "
         "ON CONFLICT (subscription, topic, \"partition\") DO UPDATE SET "
         "next_offset = excluded.next_offset, high_watermark = excluded.high_watermark, "
-        "updated_at = now()",
-        5, offsets_types);
+        "updated_at = now() "
+        "WHERE o.next_offset IS NOT DISTINCT FROM (SELECT u2.previous FROM unnest($2::text[], "
+        "$3::int4[], $6::int8[]) AS u2(topic, p, previous) "
+        "WHERE u2.topic = excluded.topic AND u2.p = excluded.\"partition\")",
+        6, offsets_types);
     Oid stored_types[1] = {TEXTOID};
     stored_plan = prepare(
         "SELECT topic, \"partition\", next_offset FROM eventbox.offsets WHERE subscription = $1",
@@ -257,6 +265,35 @@ void reload() {
         }
         *subscriptions = std::move(keep);
     });
+    // A kept consumer whose idea of the stored offsets differs from the table (they were moved
+    // by eventbox.replay) takes the table's offsets and seeks to them.
+    std::size_t n_kept = call_cpp([] { return subscriptions->size(); });
+    for (std::size_t k = 0; k < n_kept; ++k) {
+        Subscription* sub = call_cpp([&] { return (*subscriptions)[k]; });
+        Datum values[1] = {CStringGetTextDatum(sub->name.c_str())};
+        if (SPI_execute_plan(stored_plan, values, nullptr, true, 0) != SPI_OK_SELECT)
+            elog(ERROR, "eventbox ingest: reading stored offsets failed");
+        bool differs = false;
+        for (uint64 r = 0; r < SPI_processed; ++r) {
+            bool isnull;
+            char* topic = text_at(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1);
+            int32 partition = DatumGetInt32(
+                SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2, &isnull));
+            int64 next = DatumGetInt64(
+                SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 3, &isnull));
+            call_cpp([&] {
+                if (sub->consumer->stored_offset(topic, partition) == next) return;
+                sub->consumer->set_stored_offset(topic, partition, next);
+                differs = true;
+            });
+        }
+        if (differs) {
+            call_cpp([&] { sub->consumer->seek_to_stored(); });
+            ereport(LOG, (errmsg("eventbox ingest: subscription \"%s\" continues from its "
+                                 "changed stored offsets",
+                                 sub->name.c_str())));
+        }
+    }
     std::size_t n_wanted = call_cpp([] { return wanted->size(); });
     for (std::size_t i = 0; i < n_wanted; ++i) {
         bool running = call_cpp([&] {
@@ -386,23 +423,29 @@ std::size_t ingest(Subscription* sub) {
     std::size_t n_ends = call_cpp([&] { return sub->consumer->partition_ends().size(); });
     int m = static_cast<int>(n_ends);
     pg::ArrayColumn end_topics(m, TEXTOID), end_partitions(m, INT4OID), end_offsets(m, INT8OID),
-        end_high(m, INT8OID);
+        end_high(m, INT8OID), end_previous(m, INT8OID);
     for (int i = 0; i < m; ++i) {
         const kafka::PartitionEnd& end = sub->consumer->partition_ends()[i];
         end_topics.set(i, CStringGetTextDatum(end.topic.c_str()));
         end_partitions.set(i, Int32GetDatum(end.partition));
         end_offsets.set(i, Int64GetDatum(end.next_offset));
         if (end.high_watermark >= 0) end_high.set(i, Int64GetDatum(end.high_watermark));
+        if (end.previous >= 0) end_previous.set(i, Int64GetDatum(end.previous));
     }
-    Datum offset_values[5] = {name, end_topics.get(), end_partitions.get(), end_offsets.get(),
-                              end_high.get()};
+    Datum offset_values[6] = {name,           end_topics.get(), end_partitions.get(),
+                              end_offsets.get(), end_high.get(),   end_previous.get()};
     if (SPI_execute_plan(offsets_plan, offset_values, nullptr, false, 0) != SPI_OK_INSERT)
         elog(ERROR, "eventbox ingest: offsets upsert failed");
+    bool moved = SPI_processed < static_cast<uint64>(m);
     PopActiveSnapshot();
     SPI_finish();
     CommitTransactionCommand();
 
     call_cpp([&] { sub->consumer->committed(); });
+    if (moved) {
+        // A stored offset was moved under us (eventbox.replay): continue from the table's.
+        needs_reload = true;
+    }
     shmem::count_messages(n);
     shmem::count_transport_ids(static_cast<uint64>(transport_ids));
     shmem::count_duplicates(n - inserted);

@@ -70,6 +70,32 @@ void Consumer::set_stored_offset(const std::string& topic, int32_t partition,
     stored_[{topic, partition}] = next_offset;
 }
 
+void Consumer::seek_to_stored() {
+    rd_kafka_topic_partition_list_t* assigned = nullptr;
+    if (rd_kafka_assignment(rk_, &assigned) != RD_KAFKA_RESP_ERR_NO_ERROR || assigned == nullptr)
+        return;
+    for (int i = 0; i < assigned->cnt; ++i) {
+        rd_kafka_topic_partition_t& tp = assigned->elems[i];
+        auto it = stored_.find({tp.topic, tp.partition});
+        tp.offset = it != stored_.end() ? it->second
+                                        : (start_latest_ ? RD_KAFKA_OFFSET_END
+                                                         : RD_KAFKA_OFFSET_BEGINNING);
+    }
+    if (assigned->cnt > 0) {
+        rd_kafka_error_t* error = rd_kafka_seek_partitions(rk_, assigned, 5000);
+        if (error != nullptr) {
+            logs_.push_back(LogLine{4, std::string("seek failed: ") + rd_kafka_error_string(error)});
+            rd_kafka_error_destroy(error);
+        }
+    }
+    rd_kafka_topic_partition_list_destroy(assigned);
+}
+
+int64_t Consumer::stored_offset(const std::string& topic, int32_t partition) const {
+    auto it = stored_.find({topic, partition});
+    return it == stored_.end() ? -1 : it->second;
+}
+
 void Consumer::on_rebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err,
                             rd_kafka_topic_partition_list_t* partitions, void* opaque) {
     auto* self = static_cast<Consumer*>(static_cast<ClientEvents*>(opaque));
@@ -148,7 +174,8 @@ std::size_t Consumer::poll(std::size_t max) {
 
 const std::vector<PartitionEnd>& Consumer::partition_ends() {
     std::map<std::pair<std::string, int32_t>, int64_t> ends;
-    for (const PartitionEnd& initial : initial_) ends[{initial.topic, initial.partition}] = initial.next_offset;
+    for (const PartitionEnd& initial : initial_)
+        ends[{initial.topic, initial.partition}] = initial.next_offset;
     for (rd_kafka_message_t* msg : messages_) {
         int64_t& next = ends[{rd_kafka_topic_name(msg->rkt), msg->partition}];
         next = std::max(next, msg->offset + 1);
@@ -157,7 +184,11 @@ const std::vector<PartitionEnd>& Consumer::partition_ends() {
     for (auto& [tp, next] : ends) {
         int64_t low = -1, high = -1;
         rd_kafka_get_watermark_offsets(rk_, tp.first.c_str(), tp.second, &low, &high);
-        ends_.push_back(PartitionEnd{tp.first, tp.second, next, high});
+        int64_t previous = stored_offset(tp.first, tp.second);
+        // A pinned initial position is not stored yet: there is nothing to compare with.
+        for (const PartitionEnd& initial : initial_)
+            if (initial.topic == tp.first && initial.partition == tp.second) previous = -1;
+        ends_.push_back(PartitionEnd{tp.first, tp.second, next, high, previous});
     }
     return ends_;
 }

@@ -30,6 +30,7 @@ struct PartitionEnd {
     int32_t partition;
     int64_t next_offset;
     int64_t high_watermark;  // as last seen in a fetch response; -1 when unknown
+    int64_t previous;        // the stored offset this consumer started from; -1 when none
 };
 
 class Consumer final : public ClientEvents {
@@ -44,6 +45,11 @@ public:
 
     // The next offset to read for a partition, as stored in the database.
     void set_stored_offset(const std::string& topic, int32_t partition, int64_t next_offset);
+    // Moves every assigned partition to its stored offset (after set_stored_offset() learned that
+    // the table changed, e.g. eventbox.replay). Prefetched messages from before are dropped.
+    void seek_to_stored();
+    // What this consumer believes is stored for a partition; -1 when nothing.
+    int64_t stored_offset(const std::string& topic, int32_t partition) const;
 
     // Reads up to `max` messages without blocking (serving rebalances, logs and errors on the
     // way); returns how many are now in messages(). They stay valid until committed().
