@@ -1,0 +1,13 @@
+"""Fixtures of the inbox fault tests: the helpers live with the inbox integration tests
+(test/integration/inbox/inbox_support.py)."""
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "integration" / "inbox"))
+
+from inbox_support import (  # noqa: E402,F401
+    ib_broker, ib_db, ib_env, ib_producer, ib_subscriptions, ib_topic, terminal_summary)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    terminal_summary(terminalreporter, config)

@@ -1,0 +1,536 @@
+"""Helpers of the inbox integration and fault tests (test/integration/inbox, test/fault/inbox).
+
+The tests run against an environment started by tools/cluster.sh whose `env` file has been
+exported (PGHOST, PGPORT, PGDATABASE, EVENTBOX_LOG, EVENTBOX_BOOTSTRAP, EVENTBOX_CONTROL_HOST,
+EVENTBOX_CONTROL_PORT, EVENTBOX_KILLED_PIDS, ...). Messages are produced with kafka-python, a
+client independent of the extension's librdkafka; topics are created through the dev broker's
+control interface.
+
+Everything polls with a deadline; nothing asserts on a bare sleep.
+"""
+
+import collections
+import json
+import os
+import pathlib
+import re
+import signal
+import sys
+import time
+import uuid
+
+import psycopg2
+import psycopg2.errors
+import psycopg2.extras
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[3]
+if str(REPO / "test" / "lib") not in sys.path:
+    sys.path.insert(0, str(REPO / "test" / "lib"))
+
+from devbroker import DevBroker  # noqa: E402
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402  (kafka-python)
+from kafka.record.default_records import DefaultRecordBatchBuilder  # noqa: E402
+
+REQUIRED_ENV = ("PGHOST", "PGPORT", "PGDATABASE", "EVENTBOX_LOG", "EVENTBOX_BOOTSTRAP",
+                "EVENTBOX_CONTROL_PORT", "EVENTBOX_KILLED_PIDS")
+
+# Lines of the server log that mean a process crashed (as tools/check_log.sh scans them).
+CRASH_RE = re.compile(r"terminated by signal|server process \(PID \d+\) was terminated|"
+                      r"PANIC:|TRAP:")
+
+
+def env(name):
+    value = os.environ.get(name)
+    if not value:
+        pytest.fail("environment variable %s is not set: export the env file written by "
+                    "tools/cluster.sh start (set -a; . DIR/env; set +a)" % name)
+    return value
+
+
+def unique_name(label):
+    """A topic / subscription name unique to this run: [A-Za-z0-9_.-], at most 63 chars."""
+    return "ib_%s_%s" % (label[:40], uuid.uuid4().hex[:10])
+
+
+def poll(fn, timeout, what, interval=0.1):
+    """Calls fn() until it returns a truthy value, which is returned. After `timeout` seconds
+    the test fails with `what` and the last value fn() returned."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        last = fn()
+        if last:
+            return last
+        if time.monotonic() >= deadline:
+            pytest.fail("timed out after %.0f s waiting for %s (last value: %r)"
+                        % (timeout, what() if callable(what) else what, last))
+        time.sleep(interval)
+
+
+# Figures printed in the terminal summary (seen with -q too).
+REPORTS = []
+
+
+def report(test, **figures):
+    line = "%s: %s" % (test, ", ".join("%s=%s" % kv for kv in figures.items()))
+    REPORTS.append(line)
+    print("REPORT " + line)
+
+
+def terminal_summary(terminalreporter, config):
+    if getattr(config, "_eventbox_inbox_reported", False) or not REPORTS:
+        return
+    config._eventbox_inbox_reported = True
+    terminalreporter.section("eventbox inbox figures")
+    for line in REPORTS:
+        terminalreporter.write_line(line)
+
+
+# ---------------------------------------------------------------------------------------------
+# PostgreSQL
+
+CONNECTION_ERRORS = (psycopg2.OperationalError, psycopg2.InterfaceError)
+
+
+def connect(timeout=90.0):
+    """A new autocommit connection; retries while the server starts or recovers from a crash."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            c = psycopg2.connect("", connect_timeout=10, application_name="eventbox-inbox-tests")
+            c.autocommit = True
+            return c
+        except psycopg2.OperationalError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
+
+
+class Db:
+    """One autocommit connection that is re-opened after the server restarted.
+
+    rows()/value() raise on a broken connection (after dropping it, so the next call
+    reconnects); the *_retry variants retry read-only queries across a crash restart."""
+
+    def __init__(self):
+        self._conn = None
+
+    def conn(self):
+        if self._conn is None or self._conn.closed:
+            self._conn = connect()
+        return self._conn
+
+    def close(self):
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:
+                pass
+        self._conn = None
+
+    def rows(self, sql, args=None):
+        try:
+            with self.conn().cursor() as cur:
+                cur.execute(sql, args)
+                return cur.fetchall() if cur.description is not None else None
+        except CONNECTION_ERRORS:
+            self.close()
+            raise
+        except psycopg2.DatabaseError as e:
+            if e.pgcode is None or e.pgcode.startswith("57P"):  # connection lost, shutdown
+                self.close()
+            raise
+
+    def value(self, sql, args=None):
+        rows = self.rows(sql, args)
+        return rows[0][0] if rows else None
+
+    def rows_retry(self, sql, args=None, timeout=120.0):
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self.rows(sql, args)
+            except psycopg2.DatabaseError:
+                if self._conn is not None or time.monotonic() >= deadline:
+                    raise  # a real SQL error, or out of time
+                time.sleep(0.2)
+
+    def value_retry(self, sql, args=None, timeout=120.0):
+        rows = self.rows_retry(sql, args, timeout)
+        return rows[0][0] if rows else None
+
+    # --- eventbox ------------------------------------------------------------------------
+
+    def ingest_worker(self):
+        """(pid, state, messages, duplicates, transport_ids, errors) of the ingest worker, when
+        exactly one runs (per pg_stat_activity and eventbox.workers); else None."""
+        rows = self.rows(
+            "SELECT w.pid, w.state, w.messages, w.duplicates, w.transport_ids, w.errors "
+            "FROM eventbox.workers w WHERE w.role = 'ingest' AND w.pid IN "
+            "(SELECT pid FROM pg_stat_activity WHERE backend_type = 'eventbox ingest')")
+        n = self.value("SELECT count(*) FROM pg_stat_activity "
+                       "WHERE backend_type = 'eventbox ingest'")
+        if len(rows) != 1 or n != 1:
+            return None
+        return rows[0]
+
+    def counters(self):
+        w = self.ingest_worker()
+        assert w is not None, "no (single) ingest worker running"
+        return {"pid": w[0], "state": w[1], "messages": w[2], "duplicates": w[3],
+                "transport_ids": w[4], "errors": w[5]}
+
+    def wait_ingest_worker(self, timeout=120.0, not_pid=None):
+        """Waits until exactly one ingest worker runs (other than not_pid); returns its pid."""
+        def probe():
+            try:
+                w = self.ingest_worker()
+            except psycopg2.DatabaseError:
+                if self._conn is not None:  # e.g. the extension is being created
+                    self.close()
+                return None
+            if w is None or w[0] == not_pid or w[1] == "starting":
+                return None
+            return w[0]
+        return poll(probe, timeout, "an eventbox ingest worker (not pid %s)" % not_pid, 0.2)
+
+    def create_subscription(self, name, topics, **options):
+        args = ["%(name)s", "%(topics)s::text[]"]
+        params = {"name": name, "topics": list(topics)}
+        for key, value in options.items():
+            assert re.fullmatch(r"[a-z_]+", key), key
+            args.append("%s => %%(%s)s" % (key, key))
+            params[key] = value
+        self.rows("SELECT eventbox.create_subscription(%s)" % ", ".join(args), params)
+
+    def alter_subscription(self, name, **options):
+        args = ["%(name)s"]
+        params = {"name": name}
+        for key, value in options.items():
+            assert re.fullmatch(r"[a-z_]+", key), key
+            cast = "::text[]" if key == "topics" else ""
+            args.append("%s => %%(%s)s%s" % (key, key, cast))
+            params[key] = value
+        self.rows("SELECT eventbox.alter_subscription(%s)" % ", ".join(args), params)
+
+    def drop_subscription(self, name):
+        self.rows("SELECT eventbox.drop_subscription(%s)", (name,))
+
+    def inbox_count(self, subscription):
+        return self.value("SELECT count(*) FROM eventbox.inbox WHERE subscription = %s",
+                          (subscription,))
+
+    def stored_offsets(self, subscription):
+        """{(topic, partition): next_offset} of a subscription."""
+        return {(t, p): n for t, p, n in self.rows(
+            'SELECT topic, "partition", next_offset FROM eventbox.offsets '
+            "WHERE subscription = %s", (subscription,))}
+
+    def inbox_rows(self, subscription, columns="*"):
+        with self.conn().cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
+            cur.execute("SELECT %s FROM eventbox.inbox WHERE subscription = %%s" % columns,
+                        (subscription,))
+            return [dict(r) for r in cur.fetchall()]
+
+    def wait_rows(self, subscription, n, timeout=60.0):
+        """Waits until the subscription has at least n inbox rows; returns the count."""
+        state = {"count": None}
+
+        def probe():
+            state["count"] = self.inbox_count(subscription)
+            return state["count"] >= n
+
+        poll(probe, timeout, lambda: "%d inbox rows of %s (have %s; offsets %r)" % (
+            n, subscription, state["count"], self.stored_offsets(subscription)))
+        return state["count"]
+
+    def wait_caught_up(self, subscription, ends, timeout=60.0):
+        """Waits until eventbox.offsets of `subscription` reach `ends` ({(topic, partition): end
+        offset}) for every partition with an end > 0; returns the stored offsets."""
+        want = {tp: end for tp, end in ends.items() if end > 0}
+        state = {}
+
+        def probe():
+            state["stored"] = self.stored_offsets(subscription)
+            return all(state["stored"].get(tp) == end for tp, end in want.items())
+
+        deadline = time.monotonic() + timeout
+        while not probe():
+            if time.monotonic() >= deadline:
+                behind = {"%s[%d]" % tp: (state["stored"].get(tp), end)
+                          for tp, end in want.items() if state["stored"].get(tp) != end}
+                pytest.fail("subscription %s not caught up after %.0f s; (stored next_offset, "
+                            "end offset) of the partitions behind: %r; inbox rows: %d"
+                            % (subscription, timeout, behind, self.inbox_count(subscription)))
+            time.sleep(0.1)
+        return state["stored"]
+
+    def setting(self, name):
+        return self.value("SELECT setting FROM pg_settings WHERE name = %s", (name,))
+
+    def set_setting(self, name, value, expect):
+        """ALTER SYSTEM SET name = value (value None: RESET) and reload; waits until new
+        sessions see the setting as `expect` (pg_settings.setting), i.e. until the postmaster
+        has re-read the configuration and signalled the workers. Returns the server's clock
+        from before the reload (for wait_worker_reloaded)."""
+        assert re.fullmatch(r"[a-z_.]+", name), name
+        since = self.value("SELECT clock_timestamp()")
+        if value is None:
+            self.rows("ALTER SYSTEM RESET %s" % name)
+        else:
+            self.rows("ALTER SYSTEM SET %s = %%s" % name, (str(value),))
+        self.rows("SELECT pg_reload_conf()")
+
+        def seen():
+            c = connect()
+            try:
+                with c.cursor() as cur:
+                    cur.execute("SELECT setting FROM pg_settings WHERE name = %s", (name,))
+                    return cur.fetchone()[0] == str(expect)
+            finally:
+                c.close()
+        poll(seen, 30, "%s = %r in new sessions" % (name, expect))
+        return since
+
+    def wait_worker_reloaded(self, since):
+        """Waits until the ingest worker reloaded its subscriptions after `since` (a timestamptz
+        of the server): eventbox.workers.last_activity moves at every reload, and at nothing
+        else while the worker has no records to read."""
+        poll(lambda: self.value(
+            "SELECT last_activity > %s FROM eventbox.workers WHERE role = 'ingest'", (since,)),
+            30, "the ingest worker to reload its configuration")
+
+
+# ---------------------------------------------------------------------------------------------
+# Kafka (kafka-python)
+
+# kafka-python only takes str header names and bytes values. These two markers, translated
+# back at the lowest level (the record batch builder), let a test send a header whose name is
+# arbitrary bytes, or whose value is null (-1 length), which the wire format allows.
+NULL_HEADER = b"\x00eventbox-tests:null-header-value\x00"
+_RAW_NAME_PREFIX = "\ue000eventbox-tests-raw-name:"
+
+
+def raw_header_name(data):
+    """A header name made of arbitrary bytes (e.g. not UTF-8), for KafkaProducer.send()."""
+    return _RAW_NAME_PREFIX + bytes(data).hex()
+
+
+class _RawName(str):
+    raw = b""
+
+    def encode(self, *args, **kwargs):
+        return self.raw
+
+
+def _wire_headers(headers):
+    out = []
+    for name, value in headers:
+        if isinstance(name, str) and name.startswith(_RAW_NAME_PREFIX):
+            raw = _RawName(name)
+            raw.raw = bytes.fromhex(name[len(_RAW_NAME_PREFIX):])
+            name = raw
+        if value == NULL_HEADER:
+            value = None
+        out.append((name, value))
+    return out
+
+
+if not getattr(DefaultRecordBatchBuilder.append, "_eventbox_raw_headers", False):
+    _original_append = DefaultRecordBatchBuilder.append
+
+    def _append(self, offset, timestamp, key, value, headers, *args, **kwargs):
+        return _original_append(self, offset, timestamp, key, value, _wire_headers(headers),
+                                *args, **kwargs)
+
+    _append._eventbox_raw_headers = True
+    DefaultRecordBatchBuilder.append = _append
+
+
+def header_json_name(data):
+    """How the inbox writes a header name or value: the text when UTF-8 (without NUL), else
+    "\\x" + hex."""
+    try:
+        text = data.decode("utf-8")
+        if "\x00" not in text:
+            return text
+    except UnicodeDecodeError:
+        pass
+    return "\\x" + data.hex()
+
+
+def bootstrap():
+    return env("EVENTBOX_BOOTSTRAP")
+
+
+def devbroker():
+    return DevBroker(os.environ.get("EVENTBOX_CONTROL_HOST") or "127.0.0.1",
+                     int(env("EVENTBOX_CONTROL_PORT")))
+
+
+def new_producer(**extra):
+    conf = dict(bootstrap_servers=bootstrap(), acks="all", linger_ms=5, retries=0,
+                batch_size=256 * 1024, max_request_size=16 * 1024 * 1024,
+                buffer_memory=128 * 1024 * 1024, client_id="eventbox-inbox-tests",
+                max_in_flight_requests_per_connection=1)
+    conf.update(extra)
+    return KafkaProducer(**conf)
+
+
+Sent = collections.namedtuple("Sent", "topic partition offset key value headers")
+
+
+def produce(producer, topic, records, timeout=120.0):
+    """Produces records (dicts with value and optional key, headers, partition) and waits for
+    every acknowledgement; returns a list of Sent (with the partition and offset given by the
+    broker) in the order of `records`."""
+    futures = []
+    for r in records:
+        futures.append(producer.send(topic, value=r.get("value"), key=r.get("key"),
+                                     headers=list(r.get("headers", [])),
+                                     partition=r.get("partition")))
+    producer.flush(timeout=timeout)
+    out = []
+    for r, f in zip(records, futures):
+        md = f.get(timeout=timeout)
+        out.append(Sent(topic, md.partition, md.offset, r.get("key"), r.get("value"),
+                        list(r.get("headers", []))))
+    return out
+
+
+def end_offsets(topic, partitions=None):
+    """{(topic, partition): end offset (high watermark)} read with kafka-python."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap(), group_id=None,
+                             enable_auto_commit=False, client_id="eventbox-inbox-tests")
+    try:
+        if partitions is None:
+            parts = poll(lambda: consumer.partitions_for_topic(topic), 30,
+                         "metadata of topic %s" % topic)
+        else:
+            parts = range(partitions)
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        ends = consumer.end_offsets(tps)
+        return {(tp.topic, tp.partition): off for tp, off in ends.items()}
+    finally:
+        consumer.close(autocommit=False)
+
+
+def json_value(obj):
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+# ---------------------------------------------------------------------------------------------
+# server log and processes
+
+
+class LogWatch:
+    """What the server log ($EVENTBOX_LOG) got since the watch was made."""
+
+    def __init__(self):
+        self.path = env("EVENTBOX_LOG")
+        self.start = os.path.getsize(self.path)
+
+    def lines(self, pattern=None):
+        with open(self.path, "rb") as f:
+            f.seek(self.start)
+            text = f.read().decode("utf-8", "replace")
+        rx = re.compile(pattern) if pattern else None
+        return [ln for ln in text.splitlines() if rx is None or rx.search(ln)]
+
+    def crash_lines(self, allowed_pids=()):
+        """Crash lines whose "(PID n)" is not in allowed_pids."""
+        out = []
+        for ln in self.lines():
+            if not CRASH_RE.search(ln):
+                continue
+            m = re.search(r"\(PID (\d+)\)", ln)
+            if m and int(m.group(1)) in allowed_pids:
+                continue
+            out.append(ln)
+        return out
+
+
+def sigkill(pid):
+    """SIGKILLs a server process on purpose, after recording its pid in $EVENTBOX_KILLED_PIDS
+    (the run's log scan ignores crash lines of those pids)."""
+    with open(env("EVENTBOX_KILLED_PIDS"), "a") as f:
+        f.write("%d\n" % pid)
+        f.flush()
+        os.fsync(f.fileno())
+    os.kill(pid, signal.SIGKILL)
+
+
+# ---------------------------------------------------------------------------------------------
+# fixtures (imported by both conftest.py files)
+
+
+@pytest.fixture(scope="session")
+def ib_env():
+    """The environment, with pg_eventbox created and the ingest worker running."""
+    for name in REQUIRED_ENV:
+        env(name)
+    db = Db()
+    try:
+        db.rows("CREATE EXTENSION IF NOT EXISTS pg_eventbox")
+    except psycopg2.errors.UniqueViolation:
+        pass  # created concurrently by another session
+    # The launcher starts about 10 s after the test database was created.
+    db.wait_ingest_worker(timeout=120)
+    db.close()
+    return dict(os.environ)
+
+
+@pytest.fixture
+def ib_db(ib_env):
+    db = Db()
+    yield db
+    db.close()
+
+
+@pytest.fixture(scope="session")
+def ib_broker(ib_env):
+    b = devbroker()
+    assert b.ping() == "pong"
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="session")
+def ib_producer(ib_env):
+    p = new_producer()
+    yield p
+    p.close(timeout=10)
+
+
+@pytest.fixture
+def ib_subscriptions(ib_env):
+    """create(name, topics, **options) creates a subscription that is dropped after the test
+    (so that idle subscriptions of earlier tests do not add to the worker's counters)."""
+    db = Db()
+    created = []
+
+    def create(name, topics, **options):
+        db.create_subscription(name, topics, **options)
+        created.append(name)
+        return name
+
+    yield create
+    for name in created:
+        try:
+            db.rows_retry("SELECT eventbox.drop_subscription(name) FROM eventbox.subscriptions "
+                          "WHERE name = %s", (name,))
+        except psycopg2.Error:
+            pass
+    db.close()
+
+
+@pytest.fixture
+def ib_topic(ib_broker):
+    """new(label, partitions) creates a topic with a unique name and returns the name."""
+    def new(label, partitions=4):
+        name = unique_name(label)
+        ib_broker.create_topic(name, partitions)
+        return name
+    return new
