@@ -61,6 +61,7 @@ struct Wanted {
     std::string name, fingerprint, group_id, message_id_field;
     std::vector<std::string> topics;
     bool start_latest;
+    int64_t created_ms;  // Unix epoch ms: where start_from 'latest' starts
     int batch_size;
 };
 
@@ -151,7 +152,8 @@ char* text_at(HeapTuple tuple, TupleDesc desc, int column) {
 void read_wanted() {
     int rc = SPI_execute(
         "SELECT name, array_to_string(topics, ','), coalesce(group_id, ''), start_from, "
-        "coalesce(message_id_field, ''), batch_size FROM eventbox.subscriptions "
+        "coalesce(message_id_field, ''), batch_size, "
+        "(extract(epoch FROM created_at) * 1000)::int8 FROM eventbox.subscriptions "
         "WHERE enabled ORDER BY name",
         true, 0);
     if (rc != SPI_OK_SELECT) elog(ERROR, "eventbox ingest: reading subscriptions failed");
@@ -167,12 +169,14 @@ void read_wanted() {
         char* field = text_at(tuple, desc, 5);
         bool isnull;
         int batch = DatumGetInt32(SPI_getbinval(tuple, desc, 6, &isnull));
+        int64 created_ms = DatumGetInt64(SPI_getbinval(tuple, desc, 7, &isnull));
         call_cpp([&] {
             Wanted w;
             w.name = name;
             w.group_id = group[0] ? std::string(group) : "eventbox." + std::string(database) + "." + name;
             w.message_id_field = field;
             w.start_latest = std::string_view(start_from) == "latest";
+            w.created_ms = created_ms;
             w.batch_size = batch;
             std::string list = topics;
             for (std::size_t start = 0; start <= list.size();) {
@@ -204,6 +208,7 @@ Subscription* start_subscription(std::size_t i) {
         config.group_id = w.group_id;
         config.topics = w.topics;
         config.start_latest = w.start_latest;
+        config.latest_since_ms = w.created_ms;
         try {
             s->consumer = new kafka::Consumer(config);
         } catch (...) {
@@ -264,6 +269,11 @@ void reload() {
             else delete s;
         }
         *subscriptions = std::move(keep);
+    });
+    // Settings read per record follow reloads.
+    call_cpp([] {
+        for (Subscription* s : *subscriptions)
+            s->options.max_message_bytes = static_cast<std::size_t>(guc::max_message_bytes);
     });
     // A kept consumer whose idea of the stored offsets differs from the table (they were moved
     // by eventbox.replay) takes the table's offsets and seeks to them.
@@ -339,7 +349,7 @@ bytea* to_bytea(const void* data, std::size_t len) {
 std::size_t ingest(Subscription* sub) {
     std::size_t n = call_cpp([&] { return sub->consumer->poll(sub->batch_size); });
     worker::emit_kafka_logs(*sub->consumer, "eventbox ingest");
-    bool pinned = call_cpp([&] { return !sub->consumer->initial_positions().empty(); });
+    bool pinned = call_cpp([&] { return sub->consumer->has_positions_to_store(); });
     if (n == 0 && !pinned) return 0;
 
     // Classify in C++, then build the columns here.

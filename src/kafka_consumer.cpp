@@ -2,19 +2,21 @@
 #include "kafka_consumer.hpp"
 
 #include <algorithm>
-#include <cstring>
 
 #include "error.hpp"
 
 namespace eventbox::kafka {
 
-Consumer::Consumer(const ConsumerConfig& config) : start_latest_(config.start_latest) {
+Consumer::Consumer(const ConsumerConfig& config)
+    : topics_(config.topics),
+      start_latest_(config.start_latest),
+      latest_since_ms_(config.latest_since_ms) {
     std::vector<KafkaOption> ours = {
         {"group.id", config.group_id},
         {"client.id", "pg_eventbox-ingest"},
         {"enable.auto.commit", "false"},
         {"enable.auto.offset.store", "false"},
-        {"auto.offset.reset", config.start_latest ? "latest" : "earliest"},
+        {"auto.offset.reset", "earliest"},
         {"enable.partition.eof", "false"},
         // Bound what librdkafka prefetches for us.
         {"queued.max.messages.kbytes", "16384"},
@@ -23,7 +25,6 @@ Consumer::Consumer(const ConsumerConfig& config) : start_latest_(config.start_la
         {"fetch.wait.max.ms", "100"},
     };
     rd_kafka_conf_t* conf = new_conf(config.brokers, ours, config.options);
-    rd_kafka_conf_set_rebalance_cb(conf, &Consumer::on_rebalance);
 
     char errstr[512];
     rk_ = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof errstr);
@@ -32,25 +33,14 @@ Consumer::Consumer(const ConsumerConfig& config) : start_latest_(config.start_la
         throw Error(sqlstate::kConfigFileError, "could not create the Kafka consumer",
                     scrubber_.scrub(errstr));
     }
-    // Logs, errors and rebalances all arrive on the consumer queue, served by poll().
+    // Logs and errors arrive on the consumer queue too, served by poll().
     rd_kafka_poll_set_consumer(rk_);
     queue_ = rd_kafka_queue_get_consumer(rk_);
     try {
         enable_queue_events(queue_);
-        rd_kafka_topic_partition_list_t* topics =
-            rd_kafka_topic_partition_list_new(static_cast<int>(config.topics.size()));
-        for (const std::string& topic : config.topics)
-            rd_kafka_topic_partition_list_add(topics, topic.c_str(), RD_KAFKA_PARTITION_UA);
-        rd_kafka_resp_err_t err = rd_kafka_subscribe(rk_, topics);
-        rd_kafka_topic_partition_list_destroy(topics);
-        if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
-            throw Error(sqlstate::kInternalError, "could not subscribe the Kafka consumer",
-                        rd_kafka_err2str(err));
     } catch (...) {
-        disable_queue_events(queue_);
         rd_kafka_queue_destroy(queue_);
         rd_kafka_destroy(rk_);
-        close_pipe();
         throw;
     }
 }
@@ -96,67 +86,107 @@ int64_t Consumer::stored_offset(const std::string& topic, int32_t partition) con
     return it == stored_.end() ? -1 : it->second;
 }
 
-void Consumer::on_rebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err,
-                            rd_kafka_topic_partition_list_t* partitions, void* opaque) {
-    auto* self = static_cast<Consumer*>(static_cast<ClientEvents*>(opaque));
-    bool cooperative = std::strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
-    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
-        // Start where the database says, not where Kafka's committed offsets say.
-        for (int i = 0; i < partitions->cnt; ++i) {
-            rd_kafka_topic_partition_t& tp = partitions->elems[i];
-            auto it = self->stored_.find({tp.topic, tp.partition});
-            if (it != self->stored_.end()) {
-                tp.offset = it->second;
-            } else if (!self->start_latest_) {
-                tp.offset = RD_KAFKA_OFFSET_BEGINNING;
-            } else {
-                // Pin "latest" to a concrete offset, to be stored before anything else happens.
-                int64_t low = -1, high = -1;
-                rd_kafka_resp_err_t qerr =
-                    rd_kafka_query_watermark_offsets(rk, tp.topic, tp.partition, &low, &high, 5000);
-                if (qerr == RD_KAFKA_RESP_ERR_NO_ERROR) {
-                    tp.offset = high;
-                    self->stored_[{tp.topic, tp.partition}] = high;
-                    self->initial_.push_back(PartitionEnd{tp.topic, tp.partition, high, high});
-                } else {
-                    tp.offset = RD_KAFKA_OFFSET_END;
-                    self->logs_.push_back(LogLine{4, std::string("could not resolve the end of ") +
-                                                         tp.topic + "[" + std::to_string(tp.partition) +
-                                                         "]: " + rd_kafka_err2str(qerr)});
-                }
-            }
-        }
-        if (cooperative) {
-            rd_kafka_error_t* error = rd_kafka_incremental_assign(rk, partitions);
-            if (error) rd_kafka_error_destroy(error);
-            self->assigned_ += static_cast<std::size_t>(partitions->cnt);
-        } else {
-            rd_kafka_assign(rk, partitions);
-            self->assigned_ = static_cast<std::size_t>(partitions->cnt);
-        }
-        self->logs_.push_back(LogLine{6, "assigned " + std::to_string(partitions->cnt) +
-                                             " partition(s)"});
-    } else {
-        // Revoked (or a rebalance error): drop the assignment; the batch read so far is still
-        // written, deduplicated by message id.
-        self->revoked_ = true;
-        if (cooperative) {
-            rd_kafka_error_t* error = rd_kafka_incremental_unassign(rk, partitions);
-            if (error) rd_kafka_error_destroy(error);
-            self->assigned_ -= std::min(self->assigned_, static_cast<std::size_t>(partitions->cnt));
-        } else {
-            rd_kafka_assign(rk, nullptr);
-            self->assigned_ = 0;
-        }
-        if (err != RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS)
-            self->logs_.push_back(LogLine{4, std::string("rebalance error: ") + rd_kafka_err2str(err)});
+bool Consumer::start_position(const char* topic, int32_t partition, int64_t* offset) {
+    if (!start_latest_) {
+        *offset = RD_KAFKA_OFFSET_BEGINNING;
+        return true;
     }
+    // 'latest' means: from when the subscription was created. The first message at or after that
+    // time, else the current end; pinned and stored at once.
+    int64_t found = offset_for_time(topic, partition, latest_since_ms_);
+    if (found == -1) {
+        int64_t low = -1, high = -1;
+        rd_kafka_resp_err_t err =
+            rd_kafka_query_watermark_offsets(rk_, topic, partition, &low, &high, 2000);
+        if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            found = -2;
+        } else if (low < high && offset_for_time(topic, partition, 0) == -1) {
+            // Every message has a timestamp >= 0, so the broker cannot look offsets up by time:
+            // read the partition from its start once and skip the older messages.
+            skip_before_[{topic, partition}] = latest_since_ms_;
+            *offset = RD_KAFKA_OFFSET_BEGINNING;
+            return true;
+        } else {
+            found = high;
+        }
+    }
+    if (found < 0) {
+        logs_.push_back(LogLine{4, std::string("could not resolve where ") + topic + "[" +
+                                       std::to_string(partition) +
+                                       "] starts for start_from 'latest'; retrying"});
+        return false;
+    }
+    *offset = found;
+    stored_[{topic, partition}] = found;
+    initial_.push_back(PartitionEnd{topic, partition, found, -1, -1});
+    return true;
+}
+
+int64_t Consumer::offset_for_time(const char* topic, int32_t partition, int64_t ms) {
+    rd_kafka_topic_partition_list_t* list = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(list, topic, partition)->offset = ms;
+    rd_kafka_resp_err_t err = rd_kafka_offsets_for_times(rk_, list, 2000);
+    int64_t found = err == RD_KAFKA_RESP_ERR_NO_ERROR && list->elems[0].err == 0
+                        ? list->elems[0].offset
+                        : -2;
+    rd_kafka_topic_partition_list_destroy(list);
+    return found;
+}
+
+void Consumer::refresh_assignment() {
+    bool complete = true;
+    rd_kafka_topic_partition_list_t* add = rd_kafka_topic_partition_list_new(8);
+    for (const std::string& topic : topics_) {
+        rd_kafka_topic_t* rkt = rd_kafka_topic_new(rk_, topic.c_str(), nullptr);
+        const rd_kafka_metadata_t* md = nullptr;
+        rd_kafka_resp_err_t err = rkt ? rd_kafka_metadata(rk_, 0, rkt, &md, 1000)
+                                      : RD_KAFKA_RESP_ERR__INVALID_ARG;
+        if (err == RD_KAFKA_RESP_ERR_NO_ERROR && md->topic_cnt == 1 && md->topics[0].err == 0) {
+            for (int i = 0; i < md->topics[0].partition_cnt; ++i) {
+                int32_t partition = md->topics[0].partitions[i].id;
+                if (assigned_.count({topic, partition}) != 0) continue;
+                int64_t offset = stored_offset(topic, partition);
+                if (offset < 0 && !start_position(topic.c_str(), partition, &offset)) {
+                    complete = false;
+                    continue;
+                }
+                rd_kafka_topic_partition_list_add(add, topic.c_str(), partition)->offset = offset;
+                assigned_.insert({topic, partition});
+            }
+        } else {
+            complete = false;
+            rd_kafka_resp_err_t why = err != RD_KAFKA_RESP_ERR_NO_ERROR ? err
+                                      : md && md->topic_cnt == 1 ? md->topics[0].err
+                                                                 : RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
+            logs_.push_back(LogLine{4, "no partitions for topic " + topic + " yet: " +
+                                           rd_kafka_err2str(why)});
+        }
+        if (md != nullptr) rd_kafka_metadata_destroy(md);
+        if (rkt != nullptr) rd_kafka_topic_destroy(rkt);
+    }
+    if (add->cnt > 0) {
+        rd_kafka_error_t* error = rd_kafka_incremental_assign(rk_, add);
+        if (error != nullptr) {
+            logs_.push_back(LogLine{4, std::string("could not assign partitions: ") +
+                                           rd_kafka_error_string(error)});
+            rd_kafka_error_destroy(error);
+            for (int i = 0; i < add->cnt; ++i)
+                assigned_.erase({add->elems[i].topic, add->elems[i].partition});
+            complete = false;
+        } else {
+            logs_.push_back(LogLine{6, "assigned " + std::to_string(add->cnt) + " partition(s)"});
+        }
+    }
+    rd_kafka_topic_partition_list_destroy(add);
+    // Look for new partitions now and then; sooner while something is missing.
+    next_refresh_ = std::chrono::steady_clock::now() +
+                    (complete ? std::chrono::seconds(10) : std::chrono::seconds(1));
 }
 
 std::size_t Consumer::poll(std::size_t max) {
     drain_pipe();
-    revoked_ = false;
-    while (messages_.size() < max && !revoked_) {
+    if (std::chrono::steady_clock::now() >= next_refresh_) refresh_assignment();
+    while (messages_.size() < max) {
         rd_kafka_message_t* msg = rd_kafka_consumer_poll(rk_, 0);
         if (msg == nullptr) break;
         if (msg->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
@@ -167,6 +197,17 @@ std::size_t Consumer::poll(std::size_t max) {
             rd_kafka_message_destroy(msg);
             continue;
         }
+        auto skip = skip_before_.find({rd_kafka_topic_name(msg->rkt), msg->partition});
+        if (skip != skip_before_.end()) {
+            rd_kafka_timestamp_type_t type;
+            int64_t ts = rd_kafka_message_timestamp(msg, &type);
+            if (ts >= 0 && ts < skip->second) {
+                skipped_[skip->first] = msg->offset + 1;
+                rd_kafka_message_destroy(msg);
+                continue;
+            }
+            skip_before_.erase(skip);  // from the first newer message on, take everything
+        }
         messages_.push_back(msg);
     }
     return messages_.size();
@@ -176,6 +217,7 @@ const std::vector<PartitionEnd>& Consumer::partition_ends() {
     std::map<std::pair<std::string, int32_t>, int64_t> ends;
     for (const PartitionEnd& initial : initial_)
         ends[{initial.topic, initial.partition}] = initial.next_offset;
+    for (const auto& [tp, next] : skipped_) ends[tp] = std::max(ends[tp], next);
     for (rd_kafka_message_t* msg : messages_) {
         int64_t& next = ends[{rd_kafka_topic_name(msg->rkt), msg->partition}];
         next = std::max(next, msg->offset + 1);
@@ -207,6 +249,7 @@ void Consumer::committed() {
         rd_kafka_topic_partition_list_destroy(list);
     }
     initial_.clear();
+    skipped_.clear();
     free_messages();
 }
 

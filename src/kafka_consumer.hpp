@@ -1,14 +1,18 @@
-// One subscription's librdkafka high-level consumer. The database is the source of truth for
-// offsets: on assignment each partition starts at the offset stored in eventbox.offsets (kept in
-// an in-memory copy, since the ingest worker is its only writer), falling back to the
-// subscription's start position. Kafka offsets are committed asynchronously after the database
-// commit, only so that external lag tools see progress. Pure C++.
+// One subscription's librdkafka consumer. The database is the source of truth for offsets, and
+// one ingest worker serves every subscription: partitions are assigned directly (no consumer
+// group membership, so a restart resumes at once instead of waiting out a session timeout),
+// each at the offset stored in eventbox.offsets (kept in an in-memory copy, since the worker is
+// its only writer), else at the subscription's start position. The group id is still used to
+// commit offsets to Kafka, asynchronously after the database commit, only so that external lag
+// tools see progress. Pure C++.
 #pragma once
 
 #include <librdkafka/rdkafka.h>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,7 +26,8 @@ struct ConsumerConfig {
     std::vector<KafkaOption> options;  // user options, applied after our defaults
     std::string group_id;
     std::vector<std::string> topics;
-    bool start_latest = false;  // no stored offset: start at the end instead of the beginning
+    bool start_latest = false;  // no stored offset: start at `latest_since_ms`, not the beginning
+    int64_t latest_since_ms = 0;  // when the subscription was created (Unix epoch ms)
 };
 
 struct PartitionEnd {
@@ -51,8 +56,9 @@ public:
     // What this consumer believes is stored for a partition; -1 when nothing.
     int64_t stored_offset(const std::string& topic, int32_t partition) const;
 
-    // Reads up to `max` messages without blocking (serving rebalances, logs and errors on the
-    // way); returns how many are now in messages(). They stay valid until committed().
+    // Reads up to `max` messages without blocking (assigning new partitions, serving logs and
+    // errors on the way); returns how many are now in messages(). They stay valid until
+    // committed().
     std::size_t poll(std::size_t max);
     const std::vector<rd_kafka_message_t*>& messages() const { return messages_; }
     // The next offset of every partition in messages(), to store with the batch.
@@ -61,27 +67,38 @@ public:
     // and free the messages.
     void committed();
 
-    std::size_t assigned_partitions() const { return assigned_; }
+    std::size_t assigned_partitions() const { return assigned_.size(); }
 
-    // Partitions first assigned at the end (start_from latest, nothing stored yet), with the
-    // concrete offset they start at: stored at once, so a restart does not skip what arrives
-    // meanwhile. Cleared by committed().
-    const std::vector<PartitionEnd>& initial_positions() const { return initial_; }
+    // Whether the next batch must store offsets even without messages: partitions started at a
+    // position resolved from start_from 'latest' (stored at once, so a restart starts there
+    // too), or older messages skipped for it. Cleared by committed().
+    bool has_positions_to_store() const { return !initial_.empty() || !skipped_.empty(); }
 
 private:
-    static void on_rebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err,
-                             rd_kafka_topic_partition_list_t* partitions, void* opaque);
+    // Assigns the subscribed topics' partitions that are not assigned yet (new topics, added
+    // partitions), from fresh metadata. Called by poll() now and then.
+    void refresh_assignment();
+    // The first offset at or after time `ms` (Unix epoch), -1 when there is none, -2 on error.
+    int64_t offset_for_time(const char* topic, int32_t partition, int64_t ms);
+    // Where a partition with nothing stored starts; false when it cannot be resolved now.
+    bool start_position(const char* topic, int32_t partition, int64_t* offset);
     void free_messages();
 
     rd_kafka_t* rk_ = nullptr;
     rd_kafka_queue_t* queue_ = nullptr;
+    std::vector<std::string> topics_;
     bool start_latest_ = false;
-    bool revoked_ = false;  // a revocation happened during poll(): stop this batch there
-    std::size_t assigned_ = 0;
+    int64_t latest_since_ms_ = 0;
+    std::chrono::steady_clock::time_point next_refresh_{};
+    std::set<std::pair<std::string, int32_t>> assigned_;
     std::map<std::pair<std::string, int32_t>, int64_t> stored_;
     std::vector<rd_kafka_message_t*> messages_;
     std::vector<PartitionEnd> ends_;
     std::vector<PartitionEnd> initial_;
+    // start_from 'latest' on a broker that cannot look offsets up by time (the dev broker):
+    // such partitions are read from their start once, skipping messages older than this.
+    std::map<std::pair<std::string, int32_t>, int64_t> skip_before_;
+    std::map<std::pair<std::string, int32_t>, int64_t> skipped_;  // next offset after skips
 };
 
 }  // namespace eventbox::kafka
