@@ -228,6 +228,11 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'For example backoff => ''1 second'', backoff_max => ''10 minutes''.';
     END IF;
+    IF backoff_max > '1 year' THEN
+        RAISE EXCEPTION 'backoff_max must be at most 1 year'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A message waiting longer than that is better redriven by hand.';
+    END IF;
     IF batch_size IS NULL OR batch_size NOT BETWEEN 1 AND 100000 THEN
         RAISE EXCEPTION 'batch_size must be between 1 and 100000'
             USING ERRCODE = 'invalid_parameter_value',
@@ -391,6 +396,9 @@ SELECT pg_catalog.pg_extension_config_dump('eventbox.handlers', '');
 -- Handler passes read each partition's messages that still need handling, in offset order.
 CREATE INDEX inbox_todo_idx ON eventbox.inbox (subscription, topic, "partition", "offset")
     WHERE status IN ('received', 'retry');
+-- With ordering 'key', the keys of a partition that wait for a retry.
+CREATE INDEX inbox_retry_idx ON eventbox.inbox (subscription, topic, "partition")
+    WHERE status = 'retry';
 
 CREATE FUNCTION eventbox._register_handler(caller oid, subscription text, handler regprocedure,
                                            event_type text, run_as name)
@@ -405,6 +413,11 @@ BEGIN
     IF handler IS NULL THEN
         RAISE EXCEPTION 'handler must not be NULL' USING ERRCODE = 'null_value_not_allowed',
             HINT = 'Pass the function, e.g. ''billing.on_order(eventbox.inbox)''::regprocedure.';
+    END IF;
+    IF (SELECT p.prokind <> 'f' FROM pg_proc p WHERE p.oid = handler) THEN
+        RAISE EXCEPTION 'handler % is not a function', handler
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Handlers are functions f(msg eventbox.inbox), not procedures or aggregates.';
     END IF;
     IF (SELECT p.pronargs <> 1 OR p.proargtypes[0] <> inbox_type FROM pg_proc p
          WHERE p.oid = handler) THEN
@@ -458,6 +471,10 @@ DECLARE
     s eventbox.subscriptions;
 BEGIN
     s := eventbox._managed_subscription(caller, subscription);
+    IF handler IS NULL THEN
+        RAISE EXCEPTION 'handler must not be NULL' USING ERRCODE = 'null_value_not_allowed',
+            HINT = 'Pass the function, e.g. ''billing.on_order(eventbox.inbox)''::regprocedure.';
+    END IF;
     DELETE FROM eventbox.handlers h
      WHERE h.subscription = s.name AND h.handler = _unregister_handler.handler
        AND h.event_type IS NOT DISTINCT FROM _unregister_handler.event_type;
@@ -534,7 +551,7 @@ BEGIN
             m.status USING ERRCODE = 'object_not_in_prerequisite_state',
             HINT = 'Only received, retry, dead and unparsable messages can be skipped.';
     END IF;
-    UPDATE eventbox.inbox i SET status = 'ignored', processed_at = now(),
+    UPDATE eventbox.inbox i SET status = 'ignored', processed_at = now(), next_attempt_at = NULL,
            last_error = concat_ws('; ', i.last_error, format('skipped by %s', caller::regrole))
      WHERE i.subscription = m.subscription AND i.message_id = m.message_id;
     PERFORM eventbox._notify_ingest();

@@ -56,9 +56,11 @@ bool held_back_by(const Candidate& failed, const Candidate& later, Ordering orde
 }
 
 int64_t retry_delay_ms(int32_t attempts, int64_t backoff_ms, int64_t backoff_max_ms, double unit) {
+    int64_t cap = std::max(backoff_max_ms, backoff_ms);
     int64_t delay = std::max<int64_t>(backoff_ms, 1);
-    for (int32_t i = 1; i < attempts && delay < backoff_max_ms; ++i) delay *= 2;
-    delay = std::min(delay, std::max(backoff_max_ms, backoff_ms));
+    for (int32_t i = 1; i < attempts && delay < cap; ++i)
+        delay = delay > cap / 2 ? cap : delay * 2;  // never overflows
+    delay = std::min(delay, cap);
     unit = std::clamp(unit, 0.0, 1.0);
     return delay / 2 + static_cast<int64_t>(static_cast<double>(delay - delay / 2) * unit);
 }

@@ -103,7 +103,7 @@ void on_handler_timeout() {
     InterruptPending = true;
     SetLatch(MyLatch);
 }
-SPIPlanPtr options_plan, handlers_plan, lanes_plan, lane_plan, count_plan, crash_plan, rows_plan,
+SPIPlanPtr options_plan, handlers_plan, lanes_plan, lane_plan, waiting_keys_plan, count_plan, crash_plan, rows_plan,
     processed_plan, ignored_plan, failed_plan, unrun_plan;
 Oid inbox_type = InvalidOid;
 
@@ -151,15 +151,32 @@ void prepare_plans() {
         "    ORDER BY i.topic, i.\"partition\" LIMIT 1) n)"
         "SELECT topic, \"partition\" FROM lanes",
         1, text1);
-    // A locked lane's first messages, read after the lock was taken.
-    Oid lane_types[4] = {TEXTOID, TEXTOID, INT4OID, INT4OID};
+    // A locked lane's first messages, read after the lock was taken. Messages that cannot run
+    // now are left out so they do not use up the limit: without a handler when they are kept
+    // ($5), behind a waiting message of their key ($6, $7: ordering 'key'), or waiting
+    // themselves when nothing waits behind them ($8: ordering 'none').
+    Oid lane_types[8] = {TEXTOID, TEXTOID, INT4OID, INT4OID, BOOLOID, BYTEAARRAYOID, BOOLOID,
+                         BOOLOID};
     lane_plan = prepare(
         "SELECT i.message_id, i.key, i.event_type, i.attempts, i.next_attempt_at"
         "  FROM eventbox.inbox i"
         " WHERE i.subscription = $1 AND i.topic = $2 AND i.\"partition\" = $3"
         "   AND i.status IN ('received', 'retry')"
+        "   AND (NOT $5 OR EXISTS (SELECT 1 FROM eventbox.handlers h"
+        "        WHERE h.subscription = $1"
+        "          AND (h.event_type IS NULL OR h.event_type = i.event_type)))"
+        "   AND (i.key IS NULL OR NOT i.key = ANY ($6))"
+        "   AND NOT ($7 AND i.key IS NULL)"
+        "   AND (NOT $8 OR i.next_attempt_at IS NULL OR i.next_attempt_at <= clock_timestamp())"
         " ORDER BY i.\"offset\" LIMIT $4",
-        4, lane_types);
+        8, lane_types);
+    // Keys of a lane that wait for a retry (ordering 'key').
+    Oid waiting_types[3] = {TEXTOID, TEXTOID, INT4OID};
+    waiting_keys_plan = prepare(
+        "SELECT DISTINCT i.key FROM eventbox.inbox i"
+        " WHERE i.subscription = $1 AND i.topic = $2 AND i.\"partition\" = $3"
+        "   AND i.status = 'retry' AND i.next_attempt_at > clock_timestamp()",
+        3, waiting_types);
     Oid sub_ids[2] = {TEXTOID, TEXTARRAYOID};
     // Only messages still waiting are counted (and then run): the list is re-checked here.
     count_plan = prepare(
@@ -189,7 +206,7 @@ void prepare_plans() {
         "UPDATE eventbox.inbox i SET status = CASE WHEN u.dead THEN 'dead' ELSE 'retry' END, "
         "last_error = u.err, "
         "next_attempt_at = CASE WHEN u.dead THEN NULL "
-        "                  ELSE now() + u.delay * interval '1 millisecond' END "
+        "                  ELSE clock_timestamp() + u.delay * interval '1 millisecond' END "
         "FROM unnest($2::text[], $3::text[], $4::int8[], $5::bool[]) AS u(id, err, delay, dead) "
         "WHERE i.subscription = $1 AND i.message_id = u.id",
         5, failed_types);
@@ -255,6 +272,12 @@ SPIPlanPtr plan_for(Oid fn) {
     return plan;
 }
 
+// A role's name, or a description when it was dropped.
+const char* role_name(Oid role) {
+    const char* name = GetUserNameFromId(role, true);
+    return name ? name : psprintf("(dropped role %u)", role);
+}
+
 // Authority, checked again at every run (DESIGN.md section 6); raises ERROR 42501 when lost.
 void check_authority(const HandlerRef& h) {
     if (!SearchSysCacheExists1(PROCOID, ObjectIdGetDatum(h.fn)))
@@ -272,7 +295,7 @@ void check_authority(const HandlerRef& h) {
     if (!is_member_of_role(h.registered_by, h.run_as))
         ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
                         errmsg("role %s, which registered handler %s, is no longer a member of %s",
-                               GetUserNameFromId(h.registered_by, true), format_procedure(h.fn),
+                               role_name(h.registered_by), format_procedure(h.fn),
                                GetUserNameFromId(h.run_as, false)),
                         errhint("Register the handler again as a member of its run_as role.")));
     if (pg_proc_aclcheck(h.fn, h.run_as, ACL_EXECUTE) != ACLCHECK_OK)
@@ -280,6 +303,11 @@ void check_authority(const HandlerRef& h) {
                         errmsg("role %s may not execute handler %s",
                                GetUserNameFromId(h.run_as, false), format_procedure(h.fn)),
                         errhint("GRANT EXECUTE on the function to the run_as role.")));
+    if (pg_proc_aclcheck(h.fn, h.registered_by, ACL_EXECUTE) != ACLCHECK_OK)
+        ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                        errmsg("role %s, which registered handler %s, may no longer execute it",
+                               role_name(h.registered_by), format_procedure(h.fn)),
+                        errhint("GRANT EXECUTE on the function again, or register it anew.")));
 }
 
 // Runs the handlers of one message in a subtransaction; NULL on success, else the error text.
@@ -301,10 +329,10 @@ char* run_message(Datum row, HandlerRef* const* handlers, int n) {
             SetUserIdAndSecContext(h.run_as, saved_context | SECURITY_LOCAL_USERID_CHANGE |
                                                  SECURITY_RESTRICTED_OPERATION);
             int nest = NewGUCNestLevel();
-            // The workers pin their own search_path at this source; the handler's is pinned too,
-            // to PostgreSQL's default, whatever the session had.
+            // Pinned to PostgreSQL's default whatever the session had, the way a function's SET
+            // clause does it (saved and restored with the nest level).
             (void)set_config_option("search_path", "\"$user\", public", PGC_USERSET,
-                                    PGC_S_OVERRIDE, GUC_ACTION_SAVE, true, 0, false);
+                                    PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
             handler_timed_out = false;
             if (guc::handler_timeout_ms > 0)
                 enable_timeout_after(handler_timeout_id, guc::handler_timeout_ms);
@@ -386,10 +414,32 @@ void read_lane_list(Datum name) {
 
 // Reads up to `per_lane` waiting messages of a lane whose lock this pass holds, with a snapshot
 // taken after the lock: what another pass handled before releasing the lane is not read again.
-void read_lane(Datum name, Lane* lane, int per_lane) {
+void read_lane(Datum name, Lane* lane, int per_lane, const Options& options) {
     bool isnull;
-    Datum args[4] = {name, CStringGetTextDatum(lane->topic.c_str()), Int32GetDatum(lane->partition),
-                     Int32GetDatum(per_lane)};
+    Datum topic = CStringGetTextDatum(lane->topic.c_str());
+    int n_waiting = 0;
+    bool null_key_waits = false;
+    Datum* waiting = nullptr;
+    if (options.ordering == Ordering::kKey) {
+        Datum wargs[3] = {name, topic, Int32GetDatum(lane->partition)};
+        exec(waiting_keys_plan, wargs, false, SPI_OK_SELECT);
+        waiting = static_cast<Datum*>(palloc(sizeof(Datum) * Max(SPI_processed, 1)));
+        for (uint64 r = 0; r < SPI_processed; ++r) {
+            Datum key = SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull);
+            if (isnull) null_key_waits = true;
+            else waiting[n_waiting++] = key;
+        }
+    }
+    pg::ArrayColumn waiting_keys(n_waiting, BYTEAOID);
+    for (int k = 0; k < n_waiting; ++k) waiting_keys.set(k, waiting[k]);
+    Datum args[8] = {name,
+                     topic,
+                     Int32GetDatum(lane->partition),
+                     Int32GetDatum(per_lane),
+                     BoolGetDatum(options.unhandled_keep),
+                     waiting_keys.get(),
+                     BoolGetDatum(null_key_waits),
+                     BoolGetDatum(options.ordering == Ordering::kNone)};
     exec(lane_plan, args, false, SPI_OK_SELECT);
     for (uint64 r = 0; r < SPI_processed; ++r) {
         HeapTuple tuple = SPI_tuptable->vals[r];
@@ -435,7 +485,11 @@ void release_lane_locks() {
     n_held = 0;
 }
 
-int run_pass(const char* subscription, int max, bool own_transactions, int64* next_due_ms) {
+namespace {
+
+bool in_pass = false;
+
+int run_pass_body(const char* subscription, int max, bool own_transactions, int64* next_due_ms) {
     *next_due_ms = INT64_MAX;
     if (state == nullptr) state = call_cpp([] { return new PassState(); });
     if (handler_timeout_id == MAX_TIMEOUTS)
@@ -474,8 +528,7 @@ int run_pass(const char* subscription, int max, bool own_transactions, int64* ne
     Options options{Ordering::kPartition, 1, 1000, 1000, false};
     bool found = read_options(name, &options);
     if (found) read_lane_list(name);
-    // With key ordering a waiting key holds back only its own messages: read further ahead.
-    int per_lane = options.ordering == Ordering::kKey ? 1000 : max;
+    int per_lane = max;
 
     // Choose messages lane by lane, starting at a rotating lane for fairness.
     int64 now = worker::now_ms();
@@ -489,7 +542,7 @@ int run_pass(const char* subscription, int max, bool own_transactions, int64* ne
         if (!try_lock_lane(subscription, lane->topic.c_str(), lane->partition, own_transactions))
             continue;
         call_cpp([&] { state->lane_locked[l] = true; });
-        read_lane(name, lane, per_lane);
+        read_lane(name, lane, per_lane, options);
         MemoryContextSwitchTo(pass_context);
         // Which messages have a handler.
         call_cpp([&] {
@@ -555,17 +608,31 @@ int run_pass(const char* subscription, int max, bool own_transactions, int64* ne
         return 0;
     }
 
-    // Count the attempts (a message whose attempts ran out in crashes goes dead unrun).
-    pg::ArrayColumn run_ids(n_chosen, TEXTOID), crash_ids(n_chosen, TEXTOID);
+    // Count the attempts (a message whose attempts ran out in crashes goes dead unrun; one
+    // without a handler is ignored without an attempt).
+    pg::ArrayColumn run_ids(n_chosen, TEXTOID), crash_ids(n_chosen, TEXTOID),
+        unhandled_ids(n_chosen, TEXTOID);
     bool* crashed = static_cast<bool*>(palloc0(sizeof(bool) * n_chosen));
+    int n_unhandled = 0;
     for (int c = 0; c < n_chosen; ++c) {
         Chosen ch = call_cpp([&] { return state->chosen[c]; });
         Lane* lane = call_cpp([&] { return &state->lanes[ch.lane]; });
         Datum id = CStringGetTextDatum(lane->ids[ch.index].c_str());
         crashed[c] = lane->candidates[ch.index].suspect &&
                      lane->attempts[ch.index] >= options.max_attempts;
-        if (crashed[c]) crash_ids.set(c, id);
-        else run_ids.set(c, id);
+        if (crashed[c]) {
+            crash_ids.set(c, id);
+        } else if (!lane->candidates[ch.index].handled) {
+            unhandled_ids.set(c, id);
+            ++n_unhandled;
+        } else {
+            run_ids.set(c, id);
+        }
+    }
+    if (n_unhandled > 0) {
+        Datum ignore_args[2] = {name, unhandled_ids.get()};
+        exec(ignored_plan, ignore_args, false, SPI_OK_UPDATE);
+        MemoryContextSwitchTo(pass_context);
     }
     Datum run_array = run_ids.get();
     Datum count_args[2] = {name, run_array};
@@ -627,6 +694,7 @@ int run_pass(const char* subscription, int max, bool own_transactions, int64* ne
     int* failed_at = static_cast<int*>(palloc(sizeof(int) * n_chosen));  // chosen index
     int n_failed = 0, handled = 0;
     HandlerRef** matching = static_cast<HandlerRef**>(palloc(sizeof(HandlerRef*) * Max(n_handlers, 1)));
+    handled += n_unhandled;
     for (int c = 0; c < n_chosen; ++c) {
         if (crashed[c]) {
             ++handled;
@@ -695,6 +763,24 @@ int run_pass(const char* subscription, int max, bool own_transactions, int64* ne
         release_lane_locks();
     }
     shmem::count_messages(static_cast<uint64>(handled));
+    return handled;
+}
+
+}  // namespace
+
+int run_pass(const char* subscription, int max, bool own_transactions, int64* next_due_ms) {
+    // A handler calling eventbox.process() would run a pass inside a pass, over the same state.
+    if (in_pass)
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("eventbox.process() cannot be called from a handler"),
+                        errhint("Handlers run inside a handler pass already.")));
+    in_pass = true;
+    int handled = 0;
+    PG_TRY();
+    { handled = run_pass_body(subscription, max, own_transactions, next_due_ms); }
+    PG_FINALLY();
+    { in_pass = false; }
+    PG_END_TRY();
     return handled;
 }
 
