@@ -117,12 +117,7 @@ HandlerPlan handler_plans[kMaxHandlerPlans];
 int n_handler_plans = 0;
 
 SPIPlanPtr prepare(const char* sql, int nargs, Oid* types) {
-    SPIPlanPtr plan = SPI_prepare(sql, nargs, types);
-    if (plan == nullptr)
-        elog(ERROR, "eventbox handlers: could not prepare \"%s\": %s", sql,
-             SPI_result_code_string(SPI_result));
-    if (SPI_keepplan(plan) != 0) elog(ERROR, "eventbox handlers: SPI_keepplan failed");
-    return plan;
+    return worker::prepare_kept("eventbox handlers", sql, nargs, types);
 }
 
 void prepare_plans() {

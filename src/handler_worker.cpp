@@ -78,26 +78,8 @@ extern "C" void eventbox_handler_main(Datum arg) {
     static int error_backoff_ms = 0;  // static: survives the longjmp back to sigsetjmp
     sigjmp_buf local_sigjmp_buf;
     if (sigsetjmp(local_sigjmp_buf, 1) != 0) {
-        // An ERROR outside a handler's subtransaction: report and record it, abort, release the
-        // lanes, back off.
-        error_context_stack = nullptr;
-        HOLD_INTERRUPTS();
-        EmitErrorReport();
-        MemoryContextSwitchTo(TopMemoryContext);
-        ErrorData* edata = CopyErrorData();
-        shmem::record_error(edata->message);
-        FreeErrorData(edata);
-        AbortCurrentTransaction();
-        handlers::release_lane_locks();
-        FlushErrorState();
-        MemoryContextReset(pass_context);
-        RESUME_INTERRUPTS();
-        error_backoff_ms = Min(Max(error_backoff_ms * 2, 1000), 30000);
-        shmem::set_state("error backoff");
-        (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, error_backoff_ms,
-                        PG_WAIT_EXTENSION);
-        ResetLatch(MyLatch);
-        CHECK_FOR_INTERRUPTS();
+        // An ERROR outside a handler's subtransaction: release the lanes, back off.
+        worker::recover_from_error(pass_context, handlers::release_lane_locks, &error_backoff_ms);
         shmem::set_state("running");
     }
     PG_exception_stack = &local_sigjmp_buf;

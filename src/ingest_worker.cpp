@@ -85,12 +85,7 @@ void destroy_state() {
 void shutdown_ingest(int, Datum) { destroy_state(); }
 
 SPIPlanPtr prepare(const char* sql, int nargs, Oid* types) {
-    SPIPlanPtr plan = SPI_prepare(sql, nargs, types);
-    if (plan == nullptr)
-        elog(ERROR, "eventbox ingest: could not prepare \"%s\": %s", sql,
-             SPI_result_code_string(SPI_result));
-    if (SPI_keepplan(plan) != 0) elog(ERROR, "eventbox ingest: SPI_keepplan failed");
-    return plan;
+    return worker::prepare_kept("eventbox ingest", sql, nargs, types);
 }
 
 void prepare_plans() {
@@ -484,26 +479,9 @@ extern "C" void eventbox_ingest_main(Datum arg) {
     static int error_backoff_ms = 0;  // static: survives the longjmp back to sigsetjmp
     sigjmp_buf local_sigjmp_buf;
     if (sigsetjmp(local_sigjmp_buf, 1) != 0) {
-        // An ERROR in a batch: report and record it, abort, and rebuild every consumer from the
-        // stored offsets (the batch in memory was not stored and is read again).
-        error_context_stack = nullptr;
-        HOLD_INTERRUPTS();
-        EmitErrorReport();
-        MemoryContextSwitchTo(TopMemoryContext);
-        ErrorData* edata = CopyErrorData();
-        shmem::record_error(edata->message);
-        FreeErrorData(edata);
-        AbortCurrentTransaction();
-        FlushErrorState();
-        MemoryContextReset(batch_context);
-        RESUME_INTERRUPTS();
-        destroy_state();
-        error_backoff_ms = Min(Max(error_backoff_ms * 2, 1000), 30000);
-        shmem::set_state("error backoff");
-        (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, error_backoff_ms,
-                        PG_WAIT_EXTENSION);
-        ResetLatch(MyLatch);
-        CHECK_FOR_INTERRUPTS();
+        // An ERROR in a batch: rebuild every consumer from the stored offsets (the batch in
+        // memory was not stored and is read again) after a backoff.
+        worker::recover_from_error(batch_context, destroy_state, &error_backoff_ms);
         needs_reload = true;
     }
     PG_exception_stack = &local_sigjmp_buf;

@@ -4,7 +4,10 @@
 extern "C" {
 #include "miscadmin.h"
 #include "postmaster/bgworker.h"
+#include "access/xact.h"
+#include "pgstat.h"
 #include "postmaster/interrupt.h"
+#include "storage/latch.h"
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
 #include "utils/timestamp.h"
@@ -76,5 +79,35 @@ void emit_kafka_logs(kafka::ClientEvents& client, const char* who) {
 }
 
 int64 now_ms() { return GetCurrentTimestamp() / 1000; }
+
+void recover_from_error(MemoryContext batch_context, void (*cleanup)(), int* backoff_ms) {
+    error_context_stack = nullptr;
+    HOLD_INTERRUPTS();
+    EmitErrorReport();
+    MemoryContextSwitchTo(TopMemoryContext);
+    ErrorData* edata = CopyErrorData();
+    shmem::record_error(edata->message);
+    FreeErrorData(edata);
+    AbortCurrentTransaction();
+    if (cleanup != nullptr) cleanup();
+    FlushErrorState();
+    MemoryContextReset(batch_context);
+    RESUME_INTERRUPTS();
+    *backoff_ms = Min(Max(*backoff_ms * 2, 1000), 30000);
+    shmem::set_state("error backoff");
+    (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, *backoff_ms,
+                    PG_WAIT_EXTENSION);
+    ResetLatch(MyLatch);
+    CHECK_FOR_INTERRUPTS();
+}
+
+SPIPlanPtr prepare_kept(const char* who, const char* sql, int nargs, Oid* types) {
+    SPIPlanPtr plan = SPI_prepare(sql, nargs, types);
+    if (plan == nullptr)
+        elog(ERROR, "%s: could not prepare \"%s\": %s", who, sql,
+             SPI_result_code_string(SPI_result));
+    if (SPI_keepplan(plan) != 0) elog(ERROR, "%s: SPI_keepplan failed", who);
+    return plan;
+}
 
 }  // namespace eventbox::worker

@@ -4,6 +4,9 @@
 
 extern "C" {
 #include "postgres.h"
+
+#include "executor/spi.h"
+#include "utils/memutils.h"
 }
 
 namespace eventbox::kafka {
@@ -22,6 +25,14 @@ bool reload_if_requested();
 // DEBUG1, warnings and errors at LOG at most once per 10 s per process (with a count of the
 // suppressed ones), also recorded as the worker's last error.
 void emit_kafka_logs(kafka::ClientEvents& client, const char* who);
+// After an ERROR caught by the worker's sigsetjmp: reports and records it, aborts the
+// transaction, runs `cleanup` (worker-specific state that must not outlive the error), resets
+// `batch_context` and waits a growing backoff (*backoff_ms: 1 s doubling to 30 s).
+void recover_from_error(MemoryContext batch_context, void (*cleanup)(), int* backoff_ms);
+
+// SPI_prepare + SPI_keepplan, raising ERROR with `who` and the statement on failure.
+SPIPlanPtr prepare_kept(const char* who, const char* sql, int nargs, Oid* types);
+
 // Milliseconds on PostgreSQL's clock (GetCurrentTimestamp() / 1000, PostgreSQL epoch).
 int64 now_ms();
 
