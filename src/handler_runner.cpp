@@ -498,9 +498,11 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
         StartTransactionCommand();
     }
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "eventbox handlers: SPI_connect failed");
-    MemoryContextSwitchTo(pass_context);
     PushActiveSnapshot(GetTransactionSnapshot());
     prepare_plans();
+    // SPI calls (prepare_plans too) return in SPI's context, which the commit between the two
+    // transactions frees: what the pass keeps is allocated after switching to pass_context.
+    MemoryContextSwitchTo(pass_context);
     Datum name = CStringGetTextDatum(subscription);
 
     // Handlers and lanes.
