@@ -524,6 +524,8 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
     }
     Options options{Ordering::kPartition, 1, 1000, 1000, false};
     bool found = read_options(name, &options);
+    // Kept messages without any handler registered: nothing to run, nothing to read.
+    if (found && n_handlers == 0 && options.unhandled_keep) found = false;
     if (found) read_lane_list(name);
     int per_lane = max;
 

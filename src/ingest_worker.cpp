@@ -445,6 +445,7 @@ std::size_t ingest(Subscription* sub) {
     PopActiveSnapshot();
     SPI_finish();
     CommitTransactionCommand();
+    pgstat_report_stat(false);  // lets autovacuum and autoanalyze see the inbox
 
     call_cpp([&] { sub->consumer->committed(); });
     if (moved) {
