@@ -621,8 +621,17 @@ ROW = "%-36s %-20s %-26s %-7s %s"
 
 
 def table(res):
+    import bench_inbox
     rows = [ROW % ("figure", "pg_eventbox", "baseline", "ratio", "target")]
     rows.append("-" * 104)
+    if "relay" in res:
+        rows.extend(relay_rows(res))
+    rows.extend(bench_inbox.table_rows(res, ROW))
+    return "\n".join(rows)
+
+
+def relay_rows(res):
+    rows = []
     for size in SIZES:
         r, k = best(res["relay"][size]), best(res["kcat"][size])
         ratio = r["rate"] / k["rate"]
@@ -693,10 +702,17 @@ def table(res):
                        "after %.2fM msgs" % (res["relayed"] / 1e6),
                        "%.2f" % (last["RssAnon"] / peak),
                        "end <= peak " + ("ok" if bounded else "GROWING")))
-    return "\n".join(rows)
+    return rows
 
 
 def notes(res, args):
+    import bench_inbox
+    out = relay_notes(res, args) if "relay" in res else []
+    out.extend(bench_inbox.notes(res, args))
+    return "\n".join("  " + line for line in out)
+
+
+def relay_notes(res, args):
     n = args.messages
     r = res["relay"]
     k = res["kcat"]
@@ -753,81 +769,43 @@ def notes(res, args):
     if errs:
         out.append("relay recorded %d error(s) during the runs; last: %s"
                    % (errs, r[SIZES[-1]][-1]["last_error"]))
-    return "\n".join("  " + line for line in out)
+    return out
+
+
+SECTIONS = ("relay", "ingest", "handlers", "e2e")
 
 
 def run_main(args):
+    import bench_inbox
     env = Env(args.env_dir)
-    n = args.messages
+    sections = [x.strip() for x in args.sections.split(",") if x.strip()]
+    unknown = [x for x in sections if x not in SECTIONS]
+    if unknown or not sections:
+        raise BenchError("unknown section(s) %s; known: %s" % (unknown, ",".join(SECTIONS)))
     conn = env.connect()
     cur = conn.cursor()
     cur.execute("CREATE EXTENSION IF NOT EXISTS pg_eventbox")
-    pid = relay_pid(cur)
+    relay_pid(cur)
     set_brokers(cur, env.bootstrap, "running")
     pg_groups = {"postgres": env.pg_pids, "broker": lambda: [env.broker_pid]}
-    res = {"memory": [("start", proc_status(pid))], "relay": {}, "kcat": {}}
+    res = {"sections": sections}
     tmpdir = tempfile.mkdtemp(prefix="eventbox-bench.")
     try:
-        for size in SIZES:
-            log("generating %d payloads of ~%s" % (n, size))
-            payloads = make_payloads(n, SIZES[size], seed=SIZES[size])
-            kcat_path, copy_path = write_files(payloads, tmpdir, size)
-            del payloads
-            stage(cur, copy_path)
-            res["relay"][size], res["kcat"][size] = [], []
-            for rep in range(args.repeat):
-                tag = "%s_%d" % (size, rep + 1)
-                log("kcat %s" % tag)
-                x = run_kcat(env, "bench_kcat_" + tag, kcat_path, n, pg_groups)
-                res["kcat"][size].append(x)
-                log("  %.0f msg/s in %.2fs" % (x["rate"], x["elapsed"]))
-                log("relay %s (backlog)" % tag)
-                x = run_relay(env, cur, "bench_relay_" + tag, n, pg_groups, check=rep == 0)
-                res["relay"][size].append(x)
-                log("  %.0f msg/s in %.2fs (send() %.0f rows/s)"
-                    % (x["rate"], x["elapsed"], x["insert_rate"]))
-                res["memory"].append(("after %s" % tag, proc_status(pid)))
-            if args.burst:
-                log("relay %s (burst, relay running)" % size)
-                x = run_burst(env, cur, "bench_burst_" + size, n, pg_groups)
-                res.setdefault("burst", {})[size] = x
-                log("  %.0f msg/s in %.2fs" % (x["rate"], x["elapsed"]))
-                res["memory"].append(("after burst %s" % size, proc_status(pid)))
-            cur.execute("DROP TABLE bench_staging")
-            os.unlink(kcat_path)
-            os.unlink(copy_path)
-        if args.latency_seconds > 0 and args.burst:
-            log("latency right after the burst: relay, %d msg/s for 3s" % args.latency_rate)
-            res["latency_after_burst"] = run_latency(env, cur, tmpdir, args.latency_rate, 3,
-                                                     args.fetch_wait_ms,
-                                                     topic="bench_latency_after_burst",
-                                                     vacuum=False)
-            log("  p50 %.1f ms p99 %.1f ms" % (res["latency_after_burst"]["p50"],
-                                               res["latency_after_burst"]["p99"]))
-        if args.latency_seconds > 0:
-            log("latency: relay, %d msg/s for %ds" % (args.latency_rate, args.latency_seconds))
-            res["latency"] = run_latency(env, cur, tmpdir, args.latency_rate,
-                                         args.latency_seconds, args.fetch_wait_ms)
-            log("  p50 %.1f ms p99 %.1f ms" % (res["latency"]["p50"], res["latency"]["p99"]))
-            res["memory"].append(("after latency", proc_status(pid)))
-            log("latency baseline: plain producer, %d msg/s for %ds"
-                % (args.latency_rate, args.latency_seconds))
-            res["latency_kafka"] = run_kafka_latency(env, tmpdir, args.latency_rate,
-                                                     args.latency_seconds, args.fetch_wait_ms)
-            log("  p50 %.1f ms p99 %.1f ms" % (res["latency_kafka"]["p50"],
-                                               res["latency_kafka"]["p99"]))
-        if relay_pid(cur) != pid:
-            raise BenchError("the relay process was restarted during the bench")
-        res["relayed"] = relay_info(cur)[2]
-        cur.execute("SELECT n_tup_ins, n_tup_del FROM pg_stat_user_tables "
-                    "WHERE relid = 'eventbox.outbox'::regclass")
-        res["outbox_stats"] = cur.fetchone()
+        if "relay" in sections:
+            run_relay_section(env, cur, args, pg_groups, res, tmpdir)
+        if "ingest" in sections:
+            bench_inbox.section_ingest(env, cur, args, pg_groups, res)
+        if "handlers" in sections:
+            bench_inbox.section_handlers(env, cur, args, pg_groups, res)
+        if "e2e" in sections and args.e2e_seconds > 0:
+            bench_inbox.section_e2e(env, cur, args, tmpdir, res)
     finally:
         for name in os.listdir(tmpdir):
             os.unlink(os.path.join(tmpdir, name))
         os.rmdir(tmpdir)
-    text = "pg_eventbox bench  %s  (%d CPUs)\n%s\n\nnotes:\n%s\n" % (
-        time.strftime("%Y-%m-%d %H:%M:%S"), os.cpu_count(), table(res), notes(res, args))
+    text = "pg_eventbox bench  %s  (%d CPUs; sections %s)%s\n%s\n\nnotes:\n%s\n" % (
+        time.strftime("%Y-%m-%d %H:%M:%S"), os.cpu_count(), ",".join(sections),
+        "\nbuild: " + args.build if args.build else "", table(res), notes(res, args))
     print(text)
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
@@ -836,6 +814,66 @@ def run_main(args):
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1, default=str)
+
+
+def run_relay_section(env, cur, args, pg_groups, res, tmpdir):
+    n = args.messages
+    pid = relay_pid(cur)
+    res.update({"memory": [("start", proc_status(pid))], "relay": {}, "kcat": {}})
+    for size in SIZES:
+        log("generating %d payloads of ~%s" % (n, size))
+        payloads = make_payloads(n, SIZES[size], seed=SIZES[size])
+        kcat_path, copy_path = write_files(payloads, tmpdir, size)
+        del payloads
+        stage(cur, copy_path)
+        res["relay"][size], res["kcat"][size] = [], []
+        for rep in range(args.repeat):
+            tag = "%s_%d" % (size, rep + 1)
+            log("kcat %s" % tag)
+            x = run_kcat(env, "bench_kcat_" + tag, kcat_path, n, pg_groups)
+            res["kcat"][size].append(x)
+            log("  %.0f msg/s in %.2fs" % (x["rate"], x["elapsed"]))
+            log("relay %s (backlog)" % tag)
+            x = run_relay(env, cur, "bench_relay_" + tag, n, pg_groups, check=rep == 0)
+            res["relay"][size].append(x)
+            log("  %.0f msg/s in %.2fs (send() %.0f rows/s)"
+                % (x["rate"], x["elapsed"], x["insert_rate"]))
+            res["memory"].append(("after %s" % tag, proc_status(pid)))
+        if args.burst:
+            log("relay %s (burst, relay running)" % size)
+            x = run_burst(env, cur, "bench_burst_" + size, n, pg_groups)
+            res.setdefault("burst", {})[size] = x
+            log("  %.0f msg/s in %.2fs" % (x["rate"], x["elapsed"]))
+            res["memory"].append(("after burst %s" % size, proc_status(pid)))
+        cur.execute("DROP TABLE bench_staging")
+        os.unlink(kcat_path)
+        os.unlink(copy_path)
+    if args.latency_seconds > 0 and args.burst:
+        log("latency right after the burst: relay, %d msg/s for 3s" % args.latency_rate)
+        res["latency_after_burst"] = run_latency(env, cur, tmpdir, args.latency_rate, 3,
+                                                 args.fetch_wait_ms,
+                                                 topic="bench_latency_after_burst",
+                                                 vacuum=False)
+        log("  p50 %.1f ms p99 %.1f ms" % (res["latency_after_burst"]["p50"],
+                                           res["latency_after_burst"]["p99"]))
+    if args.latency_seconds > 0:
+        log("latency: relay, %d msg/s for %ds" % (args.latency_rate, args.latency_seconds))
+        res["latency"] = run_latency(env, cur, tmpdir, args.latency_rate,
+                                     args.latency_seconds, args.fetch_wait_ms)
+        log("  p50 %.1f ms p99 %.1f ms" % (res["latency"]["p50"], res["latency"]["p99"]))
+        res["memory"].append(("after latency", proc_status(pid)))
+        log("latency baseline: plain producer, %d msg/s for %ds"
+            % (args.latency_rate, args.latency_seconds))
+        res["latency_kafka"] = run_kafka_latency(env, tmpdir, args.latency_rate,
+                                                 args.latency_seconds, args.fetch_wait_ms)
+        log("  p50 %.1f ms p99 %.1f ms" % (res["latency_kafka"]["p50"],
+                                           res["latency_kafka"]["p99"]))
+    if relay_pid(cur) != pid:
+        raise BenchError("the relay process was restarted during the bench")
+    res["relayed"] = relay_info(cur)[2]
+    cur.execute("SELECT n_tup_ins, n_tup_del FROM pg_stat_user_tables "
+                "WHERE relid = 'eventbox.outbox'::regclass")
+    res["outbox_stats"] = cur.fetchone()
 
 
 def main():
@@ -849,6 +887,14 @@ def main():
     r.add_argument("--latency-rate", type=int, default=1000)
     r.add_argument("--latency-seconds", type=int, default=10)
     r.add_argument("--fetch-wait-ms", type=int, default=1)
+    r.add_argument("--sections", default=",".join(SECTIONS))
+    r.add_argument("--build", default="")
+    r.add_argument("--ingest-messages", type=int, default=100000)
+    r.add_argument("--naive-messages", type=int, default=5000)
+    r.add_argument("--replay-stall-s", type=float, default=20)
+    r.add_argument("--handler-messages", type=int, default=50000)
+    r.add_argument("--e2e-rate", type=int, default=1000)
+    r.add_argument("--e2e-seconds", type=int, default=10)
     r.add_argument("--out")
     r.add_argument("--json")
     c = sub.add_parser("consume")
@@ -860,6 +906,8 @@ def main():
     c.add_argument("--fetch-wait-ms", type=int, default=1)
     c.add_argument("--drain-s", type=float, default=15)
     args = ap.parse_args()
+    # bench_inbox imports this file as `bench`: let it find this very module (one BenchError).
+    sys.modules.setdefault("bench", sys.modules[__name__])
     try:
         if args.cmd == "run":
             run_main(args)

@@ -13,6 +13,17 @@
 #   BENCH_BURST=0           skip the burst runs (relay running, one big transaction)
 #   BENCH_PORT              PostgreSQL port (default 54331)
 #   BENCH_KEEP=1            leave the cluster running and its directory in place afterwards
+#   BENCH_SECTIONS          comma-separated sections to run, in this order (default all):
+#                           relay (outbox -> Kafka, above), ingest (Kafka -> inbox vs COPY,
+#                           naive client, replay), handlers (handler throughput vs
+#                           INSERT ... SELECT), e2e (Kafka -> handler commit latency @1k msg/s)
+#   BENCH_INGEST_MESSAGES   messages per ingest run (default 100000; 32 partitions: must fit
+#                           the mock broker's ~5 MiB per partition at 1 KiB)
+#   BENCH_NAIVE_MESSAGES    messages of the naive client baseline (default 5000)
+#   BENCH_HANDLER_MESSAGES  inbox rows per handler run (default 50000)
+#   BENCH_E2E_SECONDS       length of the e2e latency run at 1k msg/s (default 10; 0 skips it)
+#   EVENTBOX_PGBIN          PostgreSQL bin dir (default /usr/lib/postgresql/15/bin), e.g. a
+#                           relocated copy holding this build (make install DESTDIR=...)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -23,19 +34,37 @@ REPEAT=${BENCH_REPEAT:-3}
 LATENCY_SECONDS=${BENCH_LATENCY_SECONDS:-10}
 BURST=${BENCH_BURST:-1}
 PORT=${BENCH_PORT:-54331}
+SECTIONS=${BENCH_SECTIONS:-relay,ingest,handlers,e2e}
+INGEST_MESSAGES=${BENCH_INGEST_MESSAGES:-100000}
+NAIVE_MESSAGES=${BENCH_NAIVE_MESSAGES:-5000}
+HANDLER_MESSAGES=${BENCH_HANDLER_MESSAGES:-50000}
+E2E_SECONDS=${BENCH_E2E_SECONDS:-10}
+export EVENTBOX_PGBIN=${EVENTBOX_PGBIN:-/usr/lib/postgresql/15/bin}
 KEEP=${BENCH_KEEP:-0}
 RESULTS=$HERE/results
 
-for v in MESSAGES REPEAT; do
+for v in MESSAGES REPEAT INGEST_MESSAGES NAIVE_MESSAGES HANDLER_MESSAGES; do
   [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || { echo "bench: BENCH_$v must be a positive integer" >&2; exit 2; }
 done
 [[ "$LATENCY_SECONDS" =~ ^[0-9]+$ ]] || { echo "bench: BENCH_LATENCY_SECONDS must be an integer" >&2; exit 2; }
+[[ "$E2E_SECONDS" =~ ^[0-9]+$ ]] || { echo "bench: BENCH_E2E_SECONDS must be an integer" >&2; exit 2; }
+[[ "$SECTIONS" =~ ^(relay|ingest|handlers|e2e)(,(relay|ingest|handlers|e2e))*$ ]] ||
+  { echo "bench: BENCH_SECTIONS must list some of relay,ingest,handlers,e2e" >&2; exit 2; }
 command -v kcat >/dev/null || { echo "bench: kcat not found (run tools/deps.sh)" >&2; exit 1; }
 
-PKGLIB=$(pg_config --pkglibdir 2>/dev/null || echo /usr/lib/postgresql/15/lib)
+if [[ -x "$EVENTBOX_PGBIN/pg_config" ]]; then
+  PKGLIB=$("$EVENTBOX_PGBIN/pg_config" --pkglibdir)
+else
+  PKGLIB=$(pg_config --pkglibdir 2>/dev/null || echo /usr/lib/postgresql/15/lib)
+fi
 if [[ -f "$REPO/pg_eventbox.so" ]] && ! cmp -s "$REPO/pg_eventbox.so" "$PKGLIB/pg_eventbox.so"; then
   echo "bench: WARNING: $PKGLIB/pg_eventbox.so differs from $REPO/pg_eventbox.so (run make install)" >&2
 fi
+
+# Which build is measured (printed with the table): commit, uncommitted changes, installed library.
+BUILD="$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo '?')"
+git -C "$REPO" diff --quiet HEAD -- src extension 2>/dev/null || BUILD="$BUILD+uncommitted"
+BUILD="$BUILD, $PKGLIB/pg_eventbox.so md5 $(md5sum "$PKGLIB/pg_eventbox.so" 2>/dev/null | cut -c1-12)"
 
 DIR=$(mktemp -d /tmp/eventbox-bench.XXXXXX)
 cleanup() {
@@ -54,14 +83,17 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-echo "bench: starting the environment in $DIR (port $PORT)" >&2
+echo "bench: starting the environment in $DIR (port $PORT, PostgreSQL $EVENTBOX_PGBIN)" >&2
 "$REPO/tools/cluster.sh" start "$DIR" --port "$PORT" --db eventbox_bench \
   --conf 'max_wal_size=4GB' \
   --conf 'checkpoint_timeout=1h' \
-  --conf 'shared_buffers=256MB' >&2
+  --conf 'shared_buffers=256MB' \
+  --conf 'track_commit_timestamp=on' >&2
 
 mkdir -p "$RESULTS"
 "$PY" "$HERE/bench.py" run --env-dir "$DIR" --messages "$MESSAGES" \
   --repeat "$REPEAT" --burst "$([[ "$BURST" == 0 ]] && echo 0 || echo 1)" --latency-seconds "$LATENCY_SECONDS" \
+  --sections "$SECTIONS" --ingest-messages "$INGEST_MESSAGES" --naive-messages "$NAIVE_MESSAGES" \
+  --handler-messages "$HANDLER_MESSAGES" --e2e-seconds "$E2E_SECONDS" --build "$BUILD" \
   --out "$RESULTS/latest.txt" --json "$RESULTS/latest.json"
 echo "bench: table written to $RESULTS/latest.txt" >&2

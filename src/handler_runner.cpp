@@ -174,27 +174,31 @@ void prepare_plans() {
         3, waiting_types);
     Oid sub_ids[2] = {TEXTOID, TEXTARRAYOID};
     // Only messages still waiting are counted (and then run): the list is re-checked here.
+    // Statements on a list of ids join unnest($2) on the primary key: a filter "message_id =
+    // ANY($2)" could be planned (once, generically) as a scan of the whole subscription.
     count_plan = prepare(
-        "UPDATE eventbox.inbox SET attempts = attempts + 1, next_attempt_at = NULL "
-        "WHERE subscription = $1 AND message_id = ANY($2) AND status IN ('received', 'retry') "
-        "RETURNING message_id",
+        "UPDATE eventbox.inbox i SET attempts = i.attempts + 1, next_attempt_at = NULL "
+        "FROM unnest($2::text[]) AS u(id) "
+        "WHERE i.subscription = $1 AND i.message_id = u.id AND i.status IN ('received', 'retry') "
+        "RETURNING i.message_id",
         2, sub_ids);
     crash_plan = prepare(
-        "UPDATE eventbox.inbox SET status = 'dead', next_attempt_at = NULL, "
+        "UPDATE eventbox.inbox i SET status = 'dead', next_attempt_at = NULL, "
         "last_error = format('attempt %s never finished: the backend running it crashed or was "
-        "killed', attempts) WHERE subscription = $1 AND message_id = ANY($2)",
+        "killed', i.attempts) FROM unnest($2::text[]) AS u(id) "
+        "WHERE i.subscription = $1 AND i.message_id = u.id",
         2, sub_ids);
     rows_plan = prepare(
-        "SELECT i.message_id, i FROM eventbox.inbox i "
-        "WHERE i.subscription = $1 AND i.message_id = ANY($2)",
+        "SELECT i.message_id, i FROM unnest($2::text[]) AS u(id) "
+        "JOIN eventbox.inbox i ON i.subscription = $1 AND i.message_id = u.id",
         2, sub_ids);
     processed_plan = prepare(
-        "UPDATE eventbox.inbox SET status = 'processed', processed_at = now() "
-        "WHERE subscription = $1 AND message_id = ANY($2)",
+        "UPDATE eventbox.inbox i SET status = 'processed', processed_at = now() "
+        "FROM unnest($2::text[]) AS u(id) WHERE i.subscription = $1 AND i.message_id = u.id",
         2, sub_ids);
     ignored_plan = prepare(
-        "UPDATE eventbox.inbox SET status = 'ignored', processed_at = now() "
-        "WHERE subscription = $1 AND message_id = ANY($2)",
+        "UPDATE eventbox.inbox i SET status = 'ignored', processed_at = now() "
+        "FROM unnest($2::text[]) AS u(id) WHERE i.subscription = $1 AND i.message_id = u.id",
         2, sub_ids);
     Oid failed_types[5] = {TEXTOID, TEXTARRAYOID, TEXTARRAYOID, INT8ARRAYOID, BOOLARRAYOID};
     failed_plan = prepare(
@@ -207,9 +211,9 @@ void prepare_plans() {
         5, failed_types);
     // Chosen but not run (held back behind a failure in this pass): undo the counted attempt.
     unrun_plan = prepare(
-        "UPDATE eventbox.inbox SET attempts = attempts - 1, "
-        "next_attempt_at = CASE WHEN attempts > 1 THEN now() END "
-        "WHERE subscription = $1 AND message_id = ANY($2)",
+        "UPDATE eventbox.inbox i SET attempts = i.attempts - 1, "
+        "next_attempt_at = CASE WHEN i.attempts > 1 THEN now() END "
+        "FROM unnest($2::text[]) AS u(id) WHERE i.subscription = $1 AND i.message_id = u.id",
         2, sub_ids);
     inbox_type = get_rel_type_id(RangeVarGetRelid(
         makeRangeVar(const_cast<char*>("eventbox"), const_cast<char*>("inbox"), -1), NoLock,

@@ -177,6 +177,8 @@ void subscriptions_changed() {
     if (shared == nullptr) return;
     pg_atomic_fetch_add_u64(&shared->subscriptions_generation, 1);
     wake_slot(static_cast<int>(Role::kIngest));
+    // Enabled subscriptions, new handlers, retried messages: the handler workers may have work.
+    for (int i = 0; i < kMaxHandlerWorkers; ++i) wake_slot(static_cast<int>(Role::kHandler) + i);
 }
 
 uint64 subscriptions_generation() {

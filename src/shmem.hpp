@@ -34,7 +34,8 @@ void record_error(const char* message);
 void wake_relay();
 // Sets the latches of all running handler workers.
 void wake_handlers();
-// Announces committed subscription changes: bumps the generation and wakes the ingest worker.
+// Announces committed subscription, handler or message-operation changes: bumps the generation
+// and wakes the ingest and handler workers.
 void subscriptions_changed();
 uint64 subscriptions_generation();
 

@@ -34,6 +34,9 @@ void apply_worker_settings(bool async_commit) {
     // (or its statistics stale) would otherwise read the whole table and sort it on every batch.
     SetConfigOption("enable_seqscan", "off", PGC_SUSET, PGC_S_OVERRIDE);
     SetConfigOption("enable_sort", "off", PGC_SUSET, PGC_S_OVERRIDE);
+    // Their joins are a short unnest() list against a primary key: nested loops only.
+    SetConfigOption("enable_hashjoin", "off", PGC_SUSET, PGC_S_OVERRIDE);
+    SetConfigOption("enable_mergejoin", "off", PGC_SUSET, PGC_S_OVERRIDE);
     // Session level, not override: a handler's own search_path (set like a function's SET clause)
     // must be able to take its place while it runs.
     SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_SESSION);
