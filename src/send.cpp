@@ -33,33 +33,6 @@ using pg::pg_guard;
 namespace {
 
 SPIPlanPtr insert_plan = nullptr;
-bool callback_registered = false;
-bool wake_at_commit = false;
-
-// Wakes the relay once the transaction that sent messages has committed.
-void on_xact_event(XactEvent event, void*) {
-    switch (event) {
-        case XACT_EVENT_COMMIT:
-        case XACT_EVENT_PARALLEL_COMMIT:
-            if (wake_at_commit) shmem::wake_relay();
-            wake_at_commit = false;
-            break;
-        case XACT_EVENT_ABORT:
-        case XACT_EVENT_PARALLEL_ABORT:
-        case XACT_EVENT_PREPARE:
-            wake_at_commit = false;
-            break;
-        default:
-            break;
-    }
-}
-
-void register_callback_once() {
-    if (!callback_registered) {
-        RegisterXactCallback(on_xact_event, nullptr);
-        callback_registered = true;
-    }
-}
 
 // A time-ordered UUID (version 7): keeps the outbox's message_id index append-mostly.
 pg_uuid_t* new_message_id() {
@@ -119,7 +92,6 @@ Datum send_message(FunctionCallInfo fcinfo, bytea* payload) {
     validate_message_size(bytes, static_cast<size_t>(guc::max_message_bytes));
 
     pg_guard([&] {
-        register_callback_once();
         if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
         if (insert_plan == nullptr) {
             Oid types[5] = {UUIDOID, TEXTOID, BYTEAOID, BYTEAOID, JSONBOID};
@@ -138,7 +110,7 @@ Datum send_message(FunctionCallInfo fcinfo, bytea* payload) {
         int rc = SPI_execute_plan(insert_plan, values, nulls, false, 0);
         if (rc != SPI_OK_INSERT) elog(ERROR, "outbox insert failed: %s", SPI_result_code_string(rc));
         SPI_finish();
-        wake_at_commit = true;
+        shmem::wake_relay_at_commit();
     });
     PG_RETURN_UUID_P(message_id);
 }

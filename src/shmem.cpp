@@ -3,6 +3,7 @@
 
 extern "C" {
 #include "access/twophase.h"
+#include "access/xact.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
@@ -178,7 +179,42 @@ void subscriptions_changed() {
     pg_atomic_fetch_add_u64(&shared->subscriptions_generation, 1);
     wake_slot(static_cast<int>(Role::kIngest));
     // Enabled subscriptions, new handlers, retried messages: the handler workers may have work.
-    for (int i = 0; i < kMaxHandlerWorkers; ++i) wake_slot(static_cast<int>(Role::kHandler) + i);
+    wake_handlers();
+}
+
+namespace {
+
+bool commit_callback_registered = false;
+bool relay_at_commit = false;
+bool changes_at_commit = false;
+
+void on_xact_event(XactEvent event, void*) {
+    if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT) {
+        if (relay_at_commit) wake_relay();
+        if (changes_at_commit) subscriptions_changed();
+    } else if (event != XACT_EVENT_ABORT && event != XACT_EVENT_PARALLEL_ABORT &&
+               event != XACT_EVENT_PREPARE) {
+        return;
+    }
+    relay_at_commit = changes_at_commit = false;
+}
+
+void register_commit_callback_once() {
+    if (commit_callback_registered) return;
+    RegisterXactCallback(on_xact_event, nullptr);
+    commit_callback_registered = true;
+}
+
+}  // namespace
+
+void wake_relay_at_commit() {
+    register_commit_callback_once();
+    relay_at_commit = true;
+}
+
+void subscriptions_changed_at_commit() {
+    register_commit_callback_once();
+    changes_at_commit = true;
 }
 
 uint64 subscriptions_generation() {

@@ -39,6 +39,11 @@ void wake_handlers();
 void subscriptions_changed();
 uint64 subscriptions_generation();
 
+// Wake-ups that take effect when the current transaction commits (dropped on abort and on
+// PREPARE): the relay for messages sent in it, the workers for configuration changed in it.
+void wake_relay_at_commit();
+void subscriptions_changed_at_commit();
+
 // Publishes the current top-level xid as an outbox writer (before an outbox id is drawn).
 void publish_outbox_writer(TransactionId xid);
 // Xids of all backends' latest outbox-writing transactions (some may have finished).

@@ -6,7 +6,6 @@ extern "C" {
 #include "postgres.h"
 
 #include "access/htup_details.h"
-#include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_namespace.h"
 #include "catalog/pg_proc.h"
@@ -26,20 +25,6 @@ extern "C" {
 #include "shmem.hpp"
 
 namespace {
-
-bool notify_registered = false;
-bool notify_at_commit = false;
-
-// Tells the ingest worker about subscription changes once they are committed.
-void on_xact_event(XactEvent event, void*) {
-    if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT) {
-        if (notify_at_commit) eventbox::shmem::subscriptions_changed();
-        notify_at_commit = false;
-    } else if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
-               event == XACT_EVENT_PREPARE) {
-        notify_at_commit = false;
-    }
-}
 
 // Owner of schema eventbox, i.e. of the extension's objects.
 Oid extension_owner() {
@@ -137,10 +122,6 @@ extern "C" Datum eventbox_check_topic(PG_FUNCTION_ARGS) {
 // eventbox._notify_ingest(): wake the ingest worker when this transaction commits.
 extern "C" Datum eventbox_notify_ingest(PG_FUNCTION_ARGS) {
     (void)fcinfo;
-    if (!notify_registered) {
-        RegisterXactCallback(on_xact_event, nullptr);
-        notify_registered = true;
-    }
-    notify_at_commit = true;
+    eventbox::shmem::subscriptions_changed_at_commit();
     PG_RETURN_VOID();
 }
