@@ -103,7 +103,7 @@ void on_handler_timeout() {
     InterruptPending = true;
     SetLatch(MyLatch);
 }
-SPIPlanPtr options_plan, handlers_plan, lanes_plan, lane_plan, waiting_keys_plan, count_plan, crash_plan, rows_plan,
+SPIPlanPtr options_plan, handlers_plan, lanes_plan, lane_plan, waiting_keys_plan, count_plan, crash_plan,
     processed_plan, ignored_plan, failed_plan, unrun_plan;
 Oid inbox_type = InvalidOid;
 
@@ -173,24 +173,19 @@ void prepare_plans() {
         "   AND i.status = 'retry' AND i.next_attempt_at > clock_timestamp()",
         3, waiting_types);
     Oid sub_ids[2] = {TEXTOID, TEXTARRAYOID};
-    // Only messages still waiting are counted (and then run): the list is re-checked here.
-    // Statements on a list of ids join unnest($2) on the primary key: a filter "message_id =
-    // ANY($2)" could be planned (once, generically) as a scan of the whole subscription.
+    // Only messages still waiting are counted (and then run): the list is re-checked here. The
+    // counted rows come back as handlers see them, attempt included.
     count_plan = prepare(
         "UPDATE eventbox.inbox i SET attempts = i.attempts + 1, next_attempt_at = NULL "
         "FROM unnest($2::text[]) AS u(id) "
         "WHERE i.subscription = $1 AND i.message_id = u.id AND i.status IN ('received', 'retry') "
-        "RETURNING i.message_id",
+        "RETURNING i.message_id, i",
         2, sub_ids);
     crash_plan = prepare(
         "UPDATE eventbox.inbox i SET status = 'dead', next_attempt_at = NULL, "
         "last_error = format('attempt %s never finished: the backend running it crashed or was "
         "killed', i.attempts) FROM unnest($2::text[]) AS u(id) "
         "WHERE i.subscription = $1 AND i.message_id = u.id",
-        2, sub_ids);
-    rows_plan = prepare(
-        "SELECT i.message_id, i FROM unnest($2::text[]) AS u(id) "
-        "JOIN eventbox.inbox i ON i.subscription = $1 AND i.message_id = u.id",
         2, sub_ids);
     processed_plan = prepare(
         "UPDATE eventbox.inbox i SET status = 'processed', processed_at = now() "
@@ -221,9 +216,7 @@ void prepare_plans() {
 }
 
 void exec(SPIPlanPtr plan, Datum* values, bool read_only, int expected) {
-    int rc = SPI_execute_plan(plan, values, nullptr, read_only, 0);
-    if (rc != expected)
-        elog(ERROR, "eventbox handlers: query failed: %s", SPI_result_code_string(rc));
+    worker::exec_kept("eventbox handlers", plan, values, read_only, expected);
 }
 
 // The advisory lock of a lane, in a field4 of our own so it never meets users' advisory locks.
@@ -637,20 +630,25 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
         exec(ignored_plan, ignore_args, false, SPI_OK_UPDATE);
         MemoryContextSwitchTo(pass_context);
     }
-    Datum run_array = run_ids.get();
-    Datum count_args[2] = {name, run_array};
+    Datum count_args[2] = {name, run_ids.get()};
     exec(count_plan, count_args, false, SPI_OK_UPDATE_RETURNING);
     MemoryContextSwitchTo(pass_context);
-    // Chosen messages the count did not return were handled meanwhile: they do not run.
-    bool* counted = static_cast<bool*>(palloc0(sizeof(bool) * n_chosen));
+    // The counted rows, for the handlers; a chosen message the count did not return was handled
+    // meanwhile and does not run (rows[c] stays 0).
+    Datum* rows = static_cast<Datum*>(palloc0(sizeof(Datum) * n_chosen));
     for (uint64 r = 0; r < SPI_processed; ++r) {
         bool isnull;
         char* id = TextDatumGetCString(
             SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull));
-        for (int c = 0; c < n_chosen; ++c) {
-            Chosen ch = call_cpp([&] { return state->chosen[c]; });
-            if (!crashed[c] && state->lanes[ch.lane].ids[ch.index] == id) counted[c] = true;
-        }
+        Datum row = SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2, &isnull);
+        int c = call_cpp([&] {
+            for (int k = 0; k < n_chosen; ++k) {
+                const Chosen& ch = state->chosen[k];
+                if (!crashed[k] && state->lanes[ch.lane].ids[ch.index] == id) return k;
+            }
+            return -1;
+        });
+        if (c >= 0) rows[c] = datumCopy(row, false, -1);
     }
     Datum crash_args[2] = {name, crash_ids.get()};
     exec(crash_plan, crash_args, false, SPI_OK_UPDATE);
@@ -667,29 +665,6 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
     }
     PushActiveSnapshot(GetTransactionSnapshot());
 
-    // The rows as handlers see them.
-    Datum rows_args[2] = {name, run_array};
-    exec(rows_plan, rows_args, true, SPI_OK_SELECT);
-    MemoryContextSwitchTo(pass_context);
-    Datum* rows = static_cast<Datum*>(palloc0(sizeof(Datum) * n_chosen));
-    uint64 n_rows = SPI_processed;
-    SPITupleTable* row_table = SPI_tuptable;
-    for (int c = 0; c < n_chosen; ++c) {
-        if (crashed[c]) continue;
-        Chosen ch = call_cpp([&] { return state->chosen[c]; });
-        Lane* lane = call_cpp([&] { return &state->lanes[ch.lane]; });
-        const char* id = lane->ids[ch.index].c_str();
-        for (uint64 r = 0; r < n_rows; ++r) {
-            bool isnull;
-            char* row_id = TextDatumGetCString(
-                SPI_getbinval(row_table->vals[r], row_table->tupdesc, 1, &isnull));
-            if (strcmp(row_id, id) != 0) continue;
-            Datum row = SPI_getbinval(row_table->vals[r], row_table->tupdesc, 2, &isnull);
-            rows[c] = datumCopy(row, false, -1);
-            break;
-        }
-    }
-
     // Run, in lane order; a failure holds back the rest of its lane (or key) in this pass.
     pg::ArrayColumn processed(n_chosen, TEXTOID), ignored(n_chosen, TEXTOID),
         unrun(n_chosen, TEXTOID), failed_ids(n_chosen, TEXTOID), failed_errors(n_chosen, TEXTOID),
@@ -703,7 +678,7 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
             ++handled;
             continue;
         }
-        if (!counted[c]) continue;
+        if (rows[c] == (Datum)0) continue;  // handled meanwhile
         Chosen ch = call_cpp([&] { return state->chosen[c]; });
         Lane* lane = call_cpp([&] { return &state->lanes[ch.lane]; });
         Datum id = CStringGetTextDatum(lane->ids[ch.index].c_str());
@@ -717,7 +692,7 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
             }
             return false;
         });
-        if (held || rows[c] == (Datum)0) {
+        if (held) {
             unrun.set(c, id);
             continue;
         }

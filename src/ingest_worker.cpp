@@ -214,8 +214,7 @@ Subscription* start_subscription(std::size_t i) {
     });
     const char* name = sub->name.c_str();
     Datum values[1] = {CStringGetTextDatum(name)};
-    if (SPI_execute_plan(stored_plan, values, nullptr, true, 0) != SPI_OK_SELECT)
-        elog(ERROR, "eventbox ingest: reading stored offsets failed");
+    worker::exec_kept("eventbox ingest", stored_plan, values, true, SPI_OK_SELECT);
     for (uint64 r = 0; r < SPI_processed; ++r) {
         HeapTuple tuple = SPI_tuptable->vals[r];
         TupleDesc desc = SPI_tuptable->tupdesc;
@@ -276,8 +275,7 @@ void reload() {
     for (std::size_t k = 0; k < n_kept; ++k) {
         Subscription* sub = call_cpp([&] { return (*subscriptions)[k]; });
         Datum values[1] = {CStringGetTextDatum(sub->name.c_str())};
-        if (SPI_execute_plan(stored_plan, values, nullptr, true, 0) != SPI_OK_SELECT)
-            elog(ERROR, "eventbox ingest: reading stored offsets failed");
+        worker::exec_kept("eventbox ingest", stored_plan, values, true, SPI_OK_SELECT);
         bool differs = false;
         for (uint64 r = 0; r < SPI_processed; ++r) {
             bool isnull;
@@ -420,8 +418,7 @@ std::size_t ingest(Subscription* sub) {
                         raws.get(),     types.get(),   statuses.get(), notes.get()};
     uint64 inserted = 0;
     if (count > 0) {
-        if (SPI_execute_plan(insert_plan, values, nullptr, false, 0) != SPI_OK_INSERT)
-            elog(ERROR, "eventbox ingest: inbox insert failed");
+        worker::exec_kept("eventbox ingest", insert_plan, values, false, SPI_OK_INSERT);
         inserted = SPI_processed;
     }
 
@@ -439,8 +436,7 @@ std::size_t ingest(Subscription* sub) {
     }
     Datum offset_values[6] = {name,           end_topics.get(), end_partitions.get(),
                               end_offsets.get(), end_high.get(),   end_previous.get()};
-    if (SPI_execute_plan(offsets_plan, offset_values, nullptr, false, 0) != SPI_OK_INSERT)
-        elog(ERROR, "eventbox ingest: offsets upsert failed");
+    worker::exec_kept("eventbox ingest", offsets_plan, offset_values, false, SPI_OK_INSERT);
     bool moved = SPI_processed < static_cast<uint64>(m);
     PopActiveSnapshot();
     SPI_finish();

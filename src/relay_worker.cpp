@@ -288,9 +288,7 @@ ArrayType* int8_array(const int64* values, int n) {
 }
 
 void exec(SPIPlanPtr plan, Datum* values, bool read_only, int expected) {
-    int rc = SPI_execute_plan(plan, values, nullptr, read_only, 0);
-    if (rc != expected)
-        elog(ERROR, "eventbox relay: query failed: %s", SPI_result_code_string(rc));
+    worker::exec_kept("eventbox relay", plan, values, read_only, expected);
 }
 
 // Writes acknowledged and failed deliveries back to the outbox.

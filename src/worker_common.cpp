@@ -113,4 +113,9 @@ SPIPlanPtr prepare_kept(const char* who, const char* sql, int nargs, Oid* types)
     return plan;
 }
 
+void exec_kept(const char* who, SPIPlanPtr plan, Datum* values, bool read_only, int expected) {
+    int rc = SPI_execute_plan(plan, values, nullptr, read_only, 0);
+    if (rc != expected) elog(ERROR, "%s: query failed: %s", who, SPI_result_code_string(rc));
+}
+
 }  // namespace eventbox::worker

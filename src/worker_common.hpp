@@ -32,6 +32,8 @@ void recover_from_error(MemoryContext batch_context, void (*cleanup)(), int* bac
 
 // SPI_prepare + SPI_keepplan, raising ERROR with `who` and the statement on failure.
 SPIPlanPtr prepare_kept(const char* who, const char* sql, int nargs, Oid* types);
+// Executes a kept plan (no NULL arguments), raising ERROR unless it returns `expected`.
+void exec_kept(const char* who, SPIPlanPtr plan, Datum* values, bool read_only, int expected);
 
 // Milliseconds on PostgreSQL's clock (GetCurrentTimestamp() / 1000, PostgreSQL epoch).
 int64 now_ms();
