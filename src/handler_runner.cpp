@@ -29,6 +29,8 @@ extern "C" {
 }
 
 #include <climits>
+#include <deque>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -64,13 +66,20 @@ struct Chosen {
     std::size_t index;
 };
 
-// A pass's working set (heap; cleared at the start of each pass).
+// The lane a worker served last in a subscription; its next pass starts after it.
+struct LaneCursor {
+    std::string topic;
+    int32_t partition = 0;
+};
+
+// A pass's working set (heap; cleared at the start of each pass). Lanes are appended while
+// earlier ones are in use: a deque keeps them (and the keys candidates point into) in place.
 struct PassState {
-    std::vector<Lane> lanes;
+    std::deque<Lane> lanes;
     std::vector<Chosen> chosen;
     std::vector<bool> lane_locked;
     std::mt19937_64 rng{std::random_device{}()};
-    uint64_t rotation = 0;
+    std::map<std::string, LaneCursor> cursors;  // by subscription
 };
 
 struct HandlerRef {
@@ -103,7 +112,7 @@ void on_handler_timeout() {
     InterruptPending = true;
     SetLatch(MyLatch);
 }
-SPIPlanPtr options_plan, handlers_plan, lanes_plan, lane_plan, waiting_keys_plan, count_plan, crash_plan,
+SPIPlanPtr options_plan, handlers_plan, next_lane_plan, next_lane_upto_plan, lane_plan, waiting_keys_plan, count_plan, crash_plan,
     processed_plan, ignored_plan, failed_plan, unrun_plan;
 Oid inbox_type = InvalidOid;
 
@@ -132,39 +141,38 @@ void prepare_plans() {
         "SELECT event_type, handler::oid, run_as::oid, registered_by::oid "
         "FROM eventbox.handlers WHERE subscription = $1 ORDER BY created_at, handler::oid",
         1, text1);
-    // Each lane with work: a loose index scan over the todo index.
-    lanes_plan = prepare(
-        "WITH RECURSIVE lanes AS ("
-        " (SELECT topic, \"partition\" FROM eventbox.inbox"
-        "   WHERE subscription = $1 AND status IN ('received', 'retry')"
-        "   ORDER BY topic, \"partition\" LIMIT 1)"
-        " UNION ALL"
-        " SELECT n.topic, n.\"partition\" FROM lanes l CROSS JOIN LATERAL"
-        "  (SELECT i.topic, i.\"partition\" FROM eventbox.inbox i"
-        "    WHERE i.subscription = $1 AND i.status IN ('received', 'retry')"
-        "      AND (i.topic, i.\"partition\") > (l.topic, l.\"partition\")"
-        "    ORDER BY i.topic, i.\"partition\" LIMIT 1) n)"
-        "SELECT topic, \"partition\" FROM lanes",
-        1, text1);
+    // The next lane with work after ($2, $3), one probe of the todo index (up to ($4, $5)
+    // inclusive in the second plan): a pass looks for lanes only as far as it needs them.
+    Oid next_types[5] = {TEXTOID, TEXTOID, INT4OID, TEXTOID, INT4OID};
+    next_lane_plan = prepare(
+        "SELECT topic, \"partition\" FROM eventbox.inbox"
+        " WHERE subscription = $1 AND status IN ('received', 'retry')"
+        "   AND (topic, \"partition\") > ($2, $3)"
+        " ORDER BY topic, \"partition\" LIMIT 1",
+        3, next_types);
+    next_lane_upto_plan = prepare(
+        "SELECT topic, \"partition\" FROM eventbox.inbox"
+        " WHERE subscription = $1 AND status IN ('received', 'retry')"
+        "   AND (topic, \"partition\") > ($2, $3) AND (topic, \"partition\") <= ($4, $5)"
+        " ORDER BY topic, \"partition\" LIMIT 1",
+        5, next_types);
     // A locked lane's first messages, read after the lock was taken. Messages that cannot run
     // now are left out so they do not use up the limit: without a handler when they are kept
-    // ($5), behind a waiting message of their key ($6, $7: ordering 'key'), or waiting
+    // ($5; $9: a handler takes every type, $10: the types handlers take), behind a waiting message of their key ($6, $7: ordering 'key'), or waiting
     // themselves when nothing waits behind them ($8: ordering 'none').
-    Oid lane_types[8] = {TEXTOID, TEXTOID, INT4OID, INT4OID, BOOLOID, BYTEAARRAYOID, BOOLOID,
-                         BOOLOID};
+    Oid lane_types[10] = {TEXTOID, TEXTOID, INT4OID, INT4OID, BOOLOID, BYTEAARRAYOID, BOOLOID,
+                          BOOLOID, BOOLOID, TEXTARRAYOID};
     lane_plan = prepare(
         "SELECT i.message_id, i.key, i.event_type, i.attempts, i.next_attempt_at"
         "  FROM eventbox.inbox i"
         " WHERE i.subscription = $1 AND i.topic = $2 AND i.\"partition\" = $3"
         "   AND i.status IN ('received', 'retry')"
-        "   AND (NOT $5 OR EXISTS (SELECT 1 FROM eventbox.handlers h"
-        "        WHERE h.subscription = $1"
-        "          AND (h.event_type IS NULL OR h.event_type = i.event_type)))"
+        "   AND (NOT $5 OR $9 OR i.event_type = ANY ($10))"
         "   AND (i.key IS NULL OR NOT i.key = ANY ($6))"
         "   AND NOT ($7 AND i.key IS NULL)"
         "   AND (NOT $8 OR i.next_attempt_at IS NULL OR i.next_attempt_at <= clock_timestamp())"
         " ORDER BY i.\"offset\" LIMIT $4",
-        8, lane_types);
+        10, lane_types);
     // Keys of a lane that wait for a retry (ordering 'key').
     Oid waiting_types[3] = {TEXTOID, TEXTOID, INT4OID};
     waiting_keys_plan = prepare(
@@ -383,30 +391,28 @@ bool read_options(Datum name, Options* options) {
     return true;
 }
 
-// Reads the lanes (partitions) of the subscription that have work into `state`.
-void read_lane_list(Datum name) {
+// The lane (topic, partition) with work that follows `after` in index order, up to `upto`
+// inclusive when upto_topic is not NULL; false when there is none. The topic is allocated in
+// the current memory context.
+bool next_lane(Datum name, const char* after_topic, int32 after_partition, const char* upto_topic,
+               int32 upto_partition, char** topic, int32* partition) {
+    MemoryContext keep = CurrentMemoryContext;
+    Datum args[5] = {name, CStringGetTextDatum(after_topic), Int32GetDatum(after_partition),
+                     upto_topic ? CStringGetTextDatum(upto_topic) : (Datum)0,
+                     Int32GetDatum(upto_partition)};
+    exec(upto_topic ? next_lane_upto_plan : next_lane_plan, args, true, SPI_OK_SELECT);
+    MemoryContextSwitchTo(keep);
+    if (SPI_processed == 0) return false;
     bool isnull;
-    Datum args[1] = {name};
-    exec(lanes_plan, args, true, SPI_OK_SELECT);
-    call_cpp([] {
-        state->lanes.clear();
-        state->chosen.clear();
-    });
-    for (uint64 r = 0; r < SPI_processed; ++r) {
-        char* topic = nullable_text(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1);
-        int32 partition =
-            DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2, &isnull));
-        call_cpp([&] {
-            state->lanes.emplace_back();
-            state->lanes.back().topic = topic;
-            state->lanes.back().partition = partition;
-        });
-    }
+    *topic = nullable_text(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+    *partition = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+    return true;
 }
 
 // Reads up to `per_lane` waiting messages of a lane whose lock this pass holds, with a snapshot
 // taken after the lock: what another pass handled before releasing the lane is not read again.
-void read_lane(Datum name, Lane* lane, int per_lane, const Options& options) {
+void read_lane(Datum name, Lane* lane, int per_lane, const Options& options, Datum any_type,
+               Datum handled_types) {
     bool isnull;
     Datum topic = CStringGetTextDatum(lane->topic.c_str());
     int n_waiting = 0;
@@ -424,14 +430,16 @@ void read_lane(Datum name, Lane* lane, int per_lane, const Options& options) {
     }
     pg::ArrayColumn waiting_keys(n_waiting, BYTEAOID);
     for (int k = 0; k < n_waiting; ++k) waiting_keys.set(k, waiting[k]);
-    Datum args[8] = {name,
-                     topic,
-                     Int32GetDatum(lane->partition),
-                     Int32GetDatum(per_lane),
-                     BoolGetDatum(options.unhandled_keep),
-                     waiting_keys.get(),
-                     BoolGetDatum(null_key_waits),
-                     BoolGetDatum(options.ordering == Ordering::kNone)};
+    Datum args[10] = {name,
+                      topic,
+                      Int32GetDatum(lane->partition),
+                      Int32GetDatum(per_lane),
+                      BoolGetDatum(options.unhandled_keep),
+                      waiting_keys.get(),
+                      BoolGetDatum(null_key_waits),
+                      BoolGetDatum(options.ordering == Ordering::kNone),
+                      any_type,
+                      handled_types};
     exec(lane_plan, args, false, SPI_OK_SELECT);
     for (uint64 r = 0; r < SPI_processed; ++r) {
         HeapTuple tuple = SPI_tuptable->vals[r];
@@ -464,6 +472,63 @@ void read_lane(Datum name, Lane* lane, int per_lane, const Options& options) {
         for (std::size_t i = 0; i < lane->candidates.size(); ++i)
             lane->candidates[i].key = lane->keys[i];
     });
+}
+
+// The outcomes a run transaction records, in arrays indexed like the pass's chosen messages
+// (NULL where another transaction records the message). Trivially destructible.
+struct Outcomes {
+    pg::ArrayColumn processed, ignored, unrun, failed_ids, failed_errors, failed_delays, failed_dead;
+    int n_processed = 0, n_ignored = 0, n_unrun = 0, n_failed = 0;
+    explicit Outcomes(int n)
+        : processed(n, TEXTOID),
+          ignored(n, TEXTOID),
+          unrun(n, TEXTOID),
+          failed_ids(n, TEXTOID),
+          failed_errors(n, TEXTOID),
+          failed_delays(n, INT8OID),
+          failed_dead(n, BOOLOID) {}
+    int count() const { return n_processed + n_ignored + n_unrun + n_failed; }
+};
+
+// Records the outcomes in the current transaction; they commit with the handlers' effects.
+void record_outcomes(Datum name, const Outcomes& o) {
+    if (o.n_processed > 0) {
+        Datum args[2] = {name, o.processed.get()};
+        exec(processed_plan, args, false, SPI_OK_UPDATE);
+    }
+    if (o.n_ignored > 0) {
+        Datum args[2] = {name, o.ignored.get()};
+        exec(ignored_plan, args, false, SPI_OK_UPDATE);
+    }
+    if (o.n_unrun > 0) {
+        Datum args[2] = {name, o.unrun.get()};
+        exec(unrun_plan, args, false, SPI_OK_UPDATE);
+    }
+    if (o.n_failed > 0) {
+        Datum args[5] = {name, o.failed_ids.get(), o.failed_errors.get(), o.failed_delays.get(),
+                         o.failed_dead.get()};
+        exec(failed_plan, args, false, SPI_OK_UPDATE);
+    }
+}
+
+// Commits a worker's run transaction. The outcome commits asynchronously: lost in a crash, it
+// is redone from its attempt (durable, counted before the run) together with the effects it
+// carried, and the relay flushes the WAL before it publishes what a handler sent. Only the
+// attempt count must be on disk before a handler runs.
+void commit_run_transaction() {
+    PopActiveSnapshot();
+    SPI_finish();
+    (void)set_config_option("synchronous_commit", "off", PGC_SUSET, PGC_S_SESSION,
+                            GUC_ACTION_LOCAL, true, 0, false);
+    CommitTransactionCommand();
+}
+
+void start_run_transaction() {
+    SetCurrentStatementStartTimestamp();
+    StartTransactionCommand();
+    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "eventbox handlers: SPI_connect failed");
+    MemoryContextSwitchTo(pass_context);
+    PushActiveSnapshot(GetTransactionSnapshot());
 }
 
 bool type_matches(const HandlerRef& h, const char* event_type) {
@@ -523,22 +588,59 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
     bool found = read_options(name, &options);
     // Kept messages without any handler registered: nothing to run, nothing to read.
     if (found && n_handlers == 0 && options.unhandled_keep) found = false;
-    if (found) read_lane_list(name);
     int per_lane = max;
+    // The event types some handler takes, for reading lanes.
+    bool any_type = false;
+    pg::ArrayColumn handled_types(n_handlers, TEXTOID);
+    for (int h = 0; h < n_handlers; ++h) {
+        if (handlers[h].event_type == nullptr) any_type = true;
+        else handled_types.set(h, CStringGetTextDatum(handlers[h].event_type));
+    }
+    Datum handled_types_array = handled_types.get();
 
-    // Choose messages lane by lane, starting at a rotating lane for fairness.
+    // Choose messages lane by lane, from the lane after the one this worker served last in the
+    // subscription (a round robin), wrapping around at most once.
     int64 now = worker::now_ms();
-    std::size_t n_lanes = found ? call_cpp([] { return state->lanes.size(); }) : 0;
-    uint64 rotation = call_cpp([] { return state->rotation++; });
-    call_cpp([&] { state->lane_locked.assign(n_lanes, false); });
-    for (std::size_t k = 0; k < n_lanes; ++k) {
-        std::size_t l = (k + rotation) % n_lanes;
+    call_cpp([] {
+        state->lanes.clear();
+        state->chosen.clear();
+        state->lane_locked.clear();
+    });
+    const LaneCursor* cursor = call_cpp([&]() -> const LaneCursor* {
+        auto it = state->cursors.find(subscription);
+        return it == state->cursors.end() ? nullptr : &it->second;
+    });
+    char* start_topic = cursor ? pstrdup(cursor->topic.c_str()) : nullptr;
+    int32 start_partition = cursor ? cursor->partition : 0;
+    const char* after_topic = start_topic ? start_topic : "";  // before every topic
+    int32 after_partition = start_topic ? start_partition : -1;
+    bool wrapped = start_topic == nullptr;
+    while (found) {
         if (call_cpp([&] { return state->chosen.size(); }) >= static_cast<std::size_t>(max)) break;
+        char* topic;
+        int32 partition;
+        if (!next_lane(name, after_topic, after_partition, wrapped ? start_topic : nullptr,
+                       start_partition, &topic, &partition)) {
+            if (wrapped) break;
+            wrapped = true;
+            after_topic = "";
+            after_partition = -1;
+            continue;
+        }
+        after_topic = topic;
+        after_partition = partition;
+        std::size_t l = call_cpp([&] {
+            state->lanes.emplace_back();
+            state->lanes.back().topic = topic;
+            state->lanes.back().partition = partition;
+            state->lane_locked.push_back(false);
+            return state->lanes.size() - 1;
+        });
         Lane* lane = call_cpp([&] { return &state->lanes[l]; });
         if (!try_lock_lane(subscription, lane->topic.c_str(), lane->partition, own_transactions))
             continue;
         call_cpp([&] { state->lane_locked[l] = true; });
-        read_lane(name, lane, per_lane, options);
+        read_lane(name, lane, per_lane, options, BoolGetDatum(any_type), handled_types_array);
         MemoryContextSwitchTo(pass_context);
         // Which messages have a handler.
         call_cpp([&] {
@@ -575,7 +677,10 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
         if (stop) break;
     }
 
+    if (after_partition >= 0)
+        call_cpp([&] { state->cursors[subscription] = LaneCursor{after_topic, after_partition}; });
     MemoryContextSwitchTo(pass_context);
+    std::size_t n_lanes = call_cpp([] { return state->lanes.size(); });
     int n_chosen = static_cast<int>(call_cpp([] { return state->chosen.size(); }));
     if (own_transactions)
         for (std::size_t l = 0; l < n_lanes; ++l)
@@ -609,7 +714,7 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
     pg::ArrayColumn run_ids(n_chosen, TEXTOID), crash_ids(n_chosen, TEXTOID),
         unhandled_ids(n_chosen, TEXTOID);
     bool* crashed = static_cast<bool*>(palloc0(sizeof(bool) * n_chosen));
-    int n_unhandled = 0;
+    int n_unhandled = 0, n_crashed = 0;
     for (int c = 0; c < n_chosen; ++c) {
         Chosen ch = call_cpp([&] { return state->chosen[c]; });
         Lane* lane = call_cpp([&] { return &state->lanes[ch.lane]; });
@@ -618,6 +723,7 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
                      lane->attempts[ch.index] >= options.max_attempts;
         if (crashed[c]) {
             crash_ids.set(c, id);
+            ++n_crashed;
         } else if (!lane->candidates[ch.index].handled) {
             unhandled_ids.set(c, id);
             ++n_unhandled;
@@ -650,30 +756,34 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
         });
         if (c >= 0) rows[c] = datumCopy(row, false, -1);
     }
-    Datum crash_args[2] = {name, crash_ids.get()};
-    exec(crash_plan, crash_args, false, SPI_OK_UPDATE);
+    if (n_crashed > 0) {
+        Datum crash_args[2] = {name, crash_ids.get()};
+        exec(crash_plan, crash_args, false, SPI_OK_UPDATE);
+    }
     PopActiveSnapshot();
     if (own_transactions) {
         // The attempts are counted before any handler runs, so a handler that kills the
         // backend cannot run forever.
         SPI_finish();
         CommitTransactionCommand();
-        SetCurrentStatementStartTimestamp();
-        StartTransactionCommand();
-        if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "eventbox handlers: SPI_connect failed");
-        MemoryContextSwitchTo(pass_context);
+        start_run_transaction();
+    } else {
+        PushActiveSnapshot(GetTransactionSnapshot());
     }
-    PushActiveSnapshot(GetTransactionSnapshot());
 
     // Run, in lane order; a failure holds back the rest of its lane (or key) in this pass.
-    pg::ArrayColumn processed(n_chosen, TEXTOID), ignored(n_chosen, TEXTOID),
-        unrun(n_chosen, TEXTOID), failed_ids(n_chosen, TEXTOID), failed_errors(n_chosen, TEXTOID),
-        failed_delays(n_chosen, INT8OID), failed_dead(n_chosen, BOOLOID);
+    Outcomes out(n_chosen);
     int* failed_at = static_cast<int*>(palloc(sizeof(int) * n_chosen));  // chosen index
     int n_failed = 0, handled = 0;
     HandlerRef** matching = static_cast<HandlerRef**>(palloc(sizeof(HandlerRef*) * Max(n_handlers, 1)));
     handled += n_unhandled;
     for (int c = 0; c < n_chosen; ++c) {
+        if (own_transactions && out.count() >= kMessagesPerTransaction) {
+            record_outcomes(name, out);
+            commit_run_transaction();
+            start_run_transaction();
+            out = Outcomes(n_chosen);
+        }
         if (crashed[c]) {
             ++handled;
             continue;
@@ -693,7 +803,8 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
             return false;
         });
         if (held) {
-            unrun.set(c, id);
+            out.unrun.set(c, id);
+            ++out.n_unrun;
             continue;
         }
         const char* type = lane->has_type[ch.index] ? lane->event_types[ch.index].c_str() : nullptr;
@@ -702,12 +813,14 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
             if (type_matches(handlers[h], type)) matching[n_matching++] = &handlers[h];
         ++handled;
         if (n_matching == 0) {
-            ignored.set(c, id);
+            out.ignored.set(c, id);
+            ++out.n_ignored;
             continue;
         }
         char* error = run_message(rows[c], matching, n_matching);
         if (error == nullptr) {
-            processed.set(c, id);
+            out.processed.set(c, id);
+            ++out.n_processed;
             continue;
         }
         int32 attempts = lane->attempts[ch.index] + 1;
@@ -716,29 +829,22 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
             return std::uniform_real_distribution<double>(0.0, 1.0)(state->rng);
         });
         int64 delay = retry_delay_ms(attempts, options.backoff_ms, options.backoff_max_ms, unit);
-        failed_ids.set(c, id);
-        failed_errors.set(c, CStringGetTextDatum(error));
-        failed_delays.set(c, Int64GetDatum(delay));
-        failed_dead.set(c, BoolGetDatum(dead));
+        out.failed_ids.set(c, id);
+        out.failed_errors.set(c, CStringGetTextDatum(error));
+        out.failed_delays.set(c, Int64GetDatum(delay));
+        out.failed_dead.set(c, BoolGetDatum(dead));
+        ++out.n_failed;
         failed_at[n_failed++] = c;
         if (!dead && now + delay < *next_due_ms) *next_due_ms = now + delay;
     }
 
-    // Record the outcomes; they commit with the handlers' effects.
-    Datum p_args[2] = {name, processed.get()};
-    exec(processed_plan, p_args, false, SPI_OK_UPDATE);
-    Datum i_args[2] = {name, ignored.get()};
-    exec(ignored_plan, i_args, false, SPI_OK_UPDATE);
-    Datum u_args[2] = {name, unrun.get()};
-    exec(unrun_plan, u_args, false, SPI_OK_UPDATE);
-    Datum f_args[5] = {name, failed_ids.get(), failed_errors.get(), failed_delays.get(),
-                       failed_dead.get()};
-    exec(failed_plan, f_args, false, SPI_OK_UPDATE);
-    PopActiveSnapshot();
-    SPI_finish();
+    record_outcomes(name, out);
     if (own_transactions) {
-        CommitTransactionCommand();
+        commit_run_transaction();
         release_lane_locks();
+    } else {
+        PopActiveSnapshot();
+        SPI_finish();
     }
     shmem::count_messages(static_cast<uint64>(handled));
     return handled;

@@ -8,11 +8,15 @@ extern "C" {
 
 namespace eventbox::handlers {
 
+// Messages run in one top-level transaction at most (the subtransaction cache limit).
+constexpr int kMessagesPerTransaction = 64;
+
 // Chooses up to `max` messages lane by lane (taking each lane's advisory lock), counts their
 // attempts, runs their handlers one subtransaction each as the registered role, and records what
-// happened. With `own_transactions` (the workers) the attempt count commits before any handler
-// runs and the outcome commits in a second transaction, and lane locks are session locks;
-// otherwise (eventbox.process) all of it belongs to the caller's transaction. Returns how many
+// happened. With `own_transactions` (the workers) the attempt count commits (synchronously)
+// before any handler runs, the messages then run in transactions of at most
+// kMessagesPerTransaction each, which commit with their outcomes, and lane locks are session
+// locks; otherwise (eventbox.process) all of it belongs to the caller's transaction. Returns how many
 // messages were handled (processed, ignored, failed or dead); `*next_due_ms` gets the earliest
 // retry time of a message it saw waiting (INT64_MAX if none), on PostgreSQL's clock.
 int run_pass(const char* subscription, int max, bool own_transactions, int64* next_due_ms);

@@ -26,7 +26,9 @@ extern "C" {
 
 namespace {
 
-constexpr int kMessagesPerTransaction = 64;  // the subtransaction cache limit (DESIGN.md)
+// Messages whose attempts one synchronous commit counts: the runs then commit (asynchronously)
+// kMessagesPerTransaction at a time.
+constexpr int kMessagesPerPass = 4 * eventbox::handlers::kMessagesPerTransaction;
 constexpr long kIdleWaitMs = 1000;
 
 // Names of the enabled subscriptions, palloc'd in the current memory context.
@@ -92,7 +94,7 @@ extern "C" void eventbox_handler_main(Datum arg) {
         int64 next_due = INT64_MAX;
         for (int i = 0; i < n; ++i) {
             int64 due;
-            handled += handlers::run_pass(names[i], kMessagesPerTransaction, true, &due);
+            handled += handlers::run_pass(names[i], kMessagesPerPass, true, &due);
             next_due = Min(next_due, due);
             pgstat_report_stat(false);
             CHECK_FOR_INTERRUPTS();
@@ -137,7 +139,7 @@ extern "C" Datum eventbox_process(PG_FUNCTION_ARGS) {
     int handled = 0;
     while (handled < max) {
         int64 due;
-        int n = eventbox::handlers::run_pass(subscription, Min(max - handled, kMessagesPerTransaction),
+        int n = eventbox::handlers::run_pass(subscription, Min(max - handled, eventbox::handlers::kMessagesPerTransaction),
                                              false, &due);
         if (n == 0) break;
         handled += n;

@@ -10,6 +10,7 @@ extern "C" {
 
 #include "access/transam.h"
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
@@ -409,6 +410,10 @@ bool iterate() {
     });
 
     PushActiveSnapshot(GetTransactionSnapshot());
+    // Nothing is published before it is durable: a row committed asynchronously (a handler's
+    // send, a session with synchronous_commit off) could otherwise reach Kafka and then vanish
+    // in a crash. Every commit this snapshot sees lies before the WAL's insert position now.
+    XLogFlush(GetXLogInsertRecPtr());
     // Writers read after the snapshot: any id this scan cannot see yet belongs to one of them.
     call_cpp([] { shmem::outbox_writers(*writers); });
 
