@@ -163,6 +163,19 @@ CREATE TABLE eventbox.offsets (
 );
 SELECT pg_catalog.pg_extension_config_dump('eventbox.offsets', '');
 
+-- The messages a handler worker's pass took in a lane, written (synchronously) before any of
+-- them runs and emptied when the last of their outcomes commits. Whoever takes the lane next
+-- and finds in it a message still waiting with the same attempts knows that its attempt was cut
+-- short by a crash, and counts it.
+CREATE TABLE eventbox.handler_claims (
+    subscription text    NOT NULL,
+    topic        text    NOT NULL,
+    "partition"  integer NOT NULL,
+    message_ids  text[]  NOT NULL,
+    attempts     integer[] NOT NULL,  -- each message's attempts before the pass ran it
+    PRIMARY KEY (subscription, topic, "partition")
+);
+
 CREATE VIEW eventbox.inbox_stats AS
 SELECT subscription, status, count(*) AS messages, min(received_at) AS oldest,
        max(received_at) AS newest
@@ -347,6 +360,7 @@ BEGIN
     DELETE FROM eventbox.handlers WHERE subscription = s.name;
     DELETE FROM eventbox.inbox WHERE subscription = s.name;
     DELETE FROM eventbox.offsets WHERE subscription = s.name;
+    DELETE FROM eventbox.handler_claims WHERE subscription = s.name;
     DELETE FROM eventbox.subscriptions WHERE subscriptions.name = s.name;
     PERFORM eventbox._notify_ingest();
 END $$;

@@ -768,8 +768,11 @@ SELECT message_id, event_type, status, attempts, done FROM msgs WHERE sub = 'kee
 
 -- ---- process: a message whose last attempt never finished ----------------------------------
 
--- Counted (attempts > 0) but with no retry time: the backend running it died. With attempts
--- left it runs again, alone; without, it goes dead unrun.
+-- A worker's pass claims a lane's messages (eventbox.handler_claims, committed before they run)
+-- and empties the claim with their last outcome. A claim left behind means the backend running
+-- them died: a message still waiting with the attempts it had when claimed gets that attempt
+-- counted; with attempts left it runs again, alone; without, it goes dead unrun. A message whose
+-- outcome committed since (attempts moved on) is not counted again.
 TRUNCATE regress_eventbox_fn.effects;
 SET ROLE regress_eventbox_owner;
 SELECT eventbox.create_subscription('crashed', ARRAY['orders'], max_attempts => 2,
@@ -779,15 +782,24 @@ SELECT eventbox.register_handler('crashed', 'regress_eventbox_fn.record(eventbox
 RESET ROLE;
 INSERT INTO eventbox.inbox (subscription, message_id, topic, "partition", "offset", status,
                             attempts)
-VALUES ('crashed', 'orders/0/0', 'orders', 0, 0, 'retry', 2),
-       ('crashed', 'orders/1/0', 'orders', 1, 0, 'received', 1);
+VALUES ('crashed', 'orders/0/0', 'orders', 0, 0, 'received', 1),
+       ('crashed', 'orders/1/0', 'orders', 1, 0, 'received', 0),
+       ('crashed', 'orders/3/0', 'orders', 3, 0, 'retry', 1);
 SELECT pg_temp.put('crashed', 'orders', 2, 0);
+SELECT pg_temp.due('crashed');
+INSERT INTO eventbox.handler_claims (subscription, topic, "partition", message_ids, attempts)
+VALUES ('crashed', 'orders', 0, ARRAY['orders/0/0'], ARRAY[1]),
+       ('crashed', 'orders', 1, ARRAY['orders/1/0'], ARRAY[0]),
+       ('crashed', 'orders', 3, ARRAY['orders/3/0'], ARRAY[0]);
 SET ROLE regress_eventbox_owner;
 SELECT eventbox.process('crashed');
 RESET ROLE;
 SELECT message_id, status, attempts, next, last_error FROM msgs WHERE sub = 'crashed'
  ORDER BY message_id;
 SELECT * FROM fx ORDER BY message_id;
+-- The settled claims are empty (process() runs in the caller's transaction and claims nothing).
+SELECT "partition", message_ids, attempts FROM eventbox.handler_claims
+ WHERE subscription = 'crashed' ORDER BY 1;
 
 -- ---- process: authority checked again at run time ------------------------------------------
 

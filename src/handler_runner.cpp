@@ -59,6 +59,8 @@ struct Lane {
     std::vector<int32_t> attempts;
     std::vector<std::string> event_types;
     std::vector<bool> has_type;
+    std::vector<uint64_t> tids;  // ctid: block << 16 | offset
+    bool had_claim = false;      // a crashed pass's claim was settled in this pass
 };
 
 struct Chosen {
@@ -112,8 +114,9 @@ void on_handler_timeout() {
     InterruptPending = true;
     SetLatch(MyLatch);
 }
-SPIPlanPtr options_plan, handlers_plan, next_lane_plan, next_lane_upto_plan, lane_plan, waiting_keys_plan, count_plan, crash_plan,
-    processed_plan, ignored_plan, failed_plan, unrun_plan;
+SPIPlanPtr options_plan, handlers_plan, next_lane_plan, next_lane_upto_plan, lane_plan,
+    waiting_keys_plan, claim_read_plan, crash_plan, claim_write_plan, claim_clear_plan, fetch_plan,
+    processed_plan, ignored_plan, failed_plan;
 Oid inbox_type = InvalidOid;
 
 // Kept SPI plans of handler calls, by function.
@@ -163,7 +166,7 @@ void prepare_plans() {
     Oid lane_types[10] = {TEXTOID, TEXTOID, INT4OID, INT4OID, BOOLOID, BYTEAARRAYOID, BOOLOID,
                           BOOLOID, BOOLOID, TEXTARRAYOID};
     lane_plan = prepare(
-        "SELECT i.message_id, i.key, i.event_type, i.attempts, i.next_attempt_at"
+        "SELECT i.message_id, i.key, i.event_type, i.attempts, i.next_attempt_at, i.ctid"
         "  FROM eventbox.inbox i"
         " WHERE i.subscription = $1 AND i.topic = $2 AND i.\"partition\" = $3"
         "   AND i.status IN ('received', 'retry')"
@@ -180,23 +183,54 @@ void prepare_plans() {
         " WHERE i.subscription = $1 AND i.topic = $2 AND i.\"partition\" = $3"
         "   AND i.status = 'retry' AND i.next_attempt_at > clock_timestamp()",
         3, waiting_types);
-    Oid sub_ids[2] = {TEXTOID, TEXTARRAYOID};
-    // Only messages still waiting are counted (and then run): the list is re-checked here. The
-    // counted rows come back as handlers see them, attempt included.
-    count_plan = prepare(
-        "UPDATE eventbox.inbox i SET attempts = i.attempts + 1, next_attempt_at = NULL "
-        "FROM unnest($2::text[]) AS u(id) "
-        "WHERE i.subscription = $1 AND i.message_id = u.id AND i.status IN ('received', 'retry') "
-        "RETURNING i.message_id, i",
-        2, sub_ids);
+    // A lane's claim: what the last worker pass in it took (empty once their outcomes committed).
+    claim_read_plan = prepare(
+        "SELECT message_ids, attempts FROM eventbox.handler_claims"
+        " WHERE subscription = $1 AND topic = $2 AND \"partition\" = $3",
+        3, waiting_types);
+    // Messages of a claim left by a crashed pass that still wait with the attempts they had then
+    // (no outcome committed): their attempt never finished and counts; dead when that was the
+    // last one ($3 = max_attempts). The others run alone next.
+    Oid crash_types[4] = {TEXTOID, TEXTARRAYOID, INT4OID, INT4ARRAYOID};
     crash_plan = prepare(
-        "UPDATE eventbox.inbox i SET status = 'dead', next_attempt_at = NULL, "
-        "last_error = format('attempt %s never finished: the backend running it crashed or was "
-        "killed', i.attempts) FROM unnest($2::text[]) AS u(id) "
-        "WHERE i.subscription = $1 AND i.message_id = u.id",
-        2, sub_ids);
+        "UPDATE eventbox.inbox i SET attempts = i.attempts + 1, next_attempt_at = NULL, "
+        "status = CASE WHEN i.attempts + 1 >= $3 THEN 'dead' ELSE i.status END, "
+        "last_error = CASE WHEN i.attempts + 1 >= $3 THEN format('attempt %s never finished: the "
+        "backend running it crashed or was killed', i.attempts + 1) ELSE i.last_error END "
+        "FROM unnest($2::text[], $4::int4[]) AS u(id, attempts) "
+        "WHERE i.subscription = $1 AND i.message_id = u.id AND i.attempts = u.attempts "
+        "  AND i.status IN ('received', 'retry') "
+        "RETURNING i.status = 'dead'",
+        4, crash_types);
+    Oid claim_types[5] = {TEXTOID, TEXTOID, INT4OID, TEXTARRAYOID, INT4ARRAYOID};
+    claim_write_plan = prepare(
+        "INSERT INTO eventbox.handler_claims (subscription, topic, \"partition\", message_ids, "
+        "attempts) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (subscription, topic, \"partition\") "
+        "DO UPDATE SET message_ids = EXCLUDED.message_ids, attempts = EXCLUDED.attempts",
+        5, claim_types);
+    Oid clear_types[3] = {TEXTOID, TEXTARRAYOID, INT4ARRAYOID};
+    claim_clear_plan = prepare(
+        "UPDATE eventbox.handler_claims c SET message_ids = '{}', attempts = '{}' "
+        "FROM unnest($2::text[], $3::int4[]) AS u(topic, p) "
+        "WHERE c.subscription = $1 AND c.topic = u.topic AND c.\"partition\" = u.p"
+        "  AND c.message_ids <> '{}'",
+        3, clear_types);
+    // The rows to run, by the ctid the lane read found them at (nothing but the lane's holder
+    // updates them; a row an operator changed meanwhile is not found and does not run; the id
+    // is compared too, in case the table was rewritten), as the handlers see them: with the
+    // attempt that is running.
+    Oid fetch_types[2] = {TIDARRAYOID, TEXTOID};
+    fetch_plan = prepare(
+        "SELECT i.ctid, i.message_id, ROW(i.subscription, i.message_id, i.topic, i.\"partition\", i.\"offset\", "
+        "i.key, i.headers, i.payload, i.raw_payload, i.event_type, i.status, i.attempts + 1, "
+        "NULL::timestamptz, i.received_at, i.processed_at, i.last_error)::eventbox.inbox "
+        "FROM eventbox.inbox i WHERE i.ctid = ANY ($1::tid[]) AND i.subscription = $2"
+        "  AND i.status IN ('received', 'retry')",
+        2, fetch_types);
+    Oid sub_ids[2] = {TEXTOID, TEXTARRAYOID};
     processed_plan = prepare(
-        "UPDATE eventbox.inbox i SET status = 'processed', processed_at = now() "
+        "UPDATE eventbox.inbox i SET status = 'processed', attempts = i.attempts + 1, "
+        "next_attempt_at = NULL, processed_at = now() "
         "FROM unnest($2::text[]) AS u(id) WHERE i.subscription = $1 AND i.message_id = u.id",
         2, sub_ids);
     ignored_plan = prepare(
@@ -206,18 +240,12 @@ void prepare_plans() {
     Oid failed_types[5] = {TEXTOID, TEXTARRAYOID, TEXTARRAYOID, INT8ARRAYOID, BOOLARRAYOID};
     failed_plan = prepare(
         "UPDATE eventbox.inbox i SET status = CASE WHEN u.dead THEN 'dead' ELSE 'retry' END, "
-        "last_error = u.err, "
+        "attempts = i.attempts + 1, last_error = u.err, "
         "next_attempt_at = CASE WHEN u.dead THEN NULL "
         "                  ELSE clock_timestamp() + u.delay * interval '1 millisecond' END "
         "FROM unnest($2::text[], $3::text[], $4::int8[], $5::bool[]) AS u(id, err, delay, dead) "
         "WHERE i.subscription = $1 AND i.message_id = u.id",
         5, failed_types);
-    // Chosen but not run (held back behind a failure in this pass): undo the counted attempt.
-    unrun_plan = prepare(
-        "UPDATE eventbox.inbox i SET attempts = i.attempts - 1, "
-        "next_attempt_at = CASE WHEN i.attempts > 1 THEN now() END "
-        "FROM unnest($2::text[]) AS u(id) WHERE i.subscription = $1 AND i.message_id = u.id",
-        2, sub_ids);
     inbox_type = get_rel_type_id(RangeVarGetRelid(
         makeRangeVar(const_cast<char*>("eventbox"), const_cast<char*>("inbox"), -1), NoLock,
         false));
@@ -226,6 +254,8 @@ void prepare_plans() {
 void exec(SPIPlanPtr plan, Datum* values, bool read_only, int expected) {
     worker::exec_kept("eventbox handlers", plan, values, read_only, expected);
 }
+
+ItemPointer ItemPointerFromDatum(Datum d) { return reinterpret_cast<ItemPointer>(DatumGetPointer(d)); }
 
 // The advisory lock of a lane, in a field4 of our own so it never meets users' advisory locks.
 LOCKTAG lane_tag(const char* subscription, const char* topic, int32 partition) {
@@ -452,6 +482,9 @@ void read_lane(Datum name, Lane* lane, int per_lane, const Options& options, Dat
         Datum next = SPI_getbinval(tuple, desc, 5, &isnull);
         int64 not_before = isnull ? 0 : DatumGetTimestampTz(next) / 1000;
         bool next_null = isnull;
+        ItemPointer tid = ItemPointerFromDatum(SPI_getbinval(tuple, desc, 6, &isnull));
+        uint64 packed = (static_cast<uint64>(ItemPointerGetBlockNumber(tid)) << 16) |
+                        ItemPointerGetOffsetNumber(tid);
         call_cpp([&] {
             lane->keys.emplace_back(key_bytes ? std::string(VARDATA_ANY(key_bytes),
                                                             VARSIZE_ANY_EXHDR(key_bytes))
@@ -460,6 +493,7 @@ void read_lane(Datum name, Lane* lane, int per_lane, const Options& options, Dat
             lane->attempts.push_back(attempts);
             lane->event_types.emplace_back(type ? type : "");
             lane->has_type.push_back(type != nullptr);
+            lane->tids.push_back(packed);
             Candidate c;
             c.has_key = key_bytes != nullptr;
             c.not_before_ms = not_before;
@@ -477,17 +511,15 @@ void read_lane(Datum name, Lane* lane, int per_lane, const Options& options, Dat
 // The outcomes a run transaction records, in arrays indexed like the pass's chosen messages
 // (NULL where another transaction records the message). Trivially destructible.
 struct Outcomes {
-    pg::ArrayColumn processed, ignored, unrun, failed_ids, failed_errors, failed_delays, failed_dead;
-    int n_processed = 0, n_ignored = 0, n_unrun = 0, n_failed = 0;
+    pg::ArrayColumn processed, ignored, failed_ids, failed_errors, failed_delays, failed_dead;
+    int n_processed = 0, n_ignored = 0, n_failed = 0;
     explicit Outcomes(int n)
         : processed(n, TEXTOID),
           ignored(n, TEXTOID),
-          unrun(n, TEXTOID),
           failed_ids(n, TEXTOID),
           failed_errors(n, TEXTOID),
           failed_delays(n, INT8OID),
           failed_dead(n, BOOLOID) {}
-    int count() const { return n_processed + n_ignored + n_unrun + n_failed; }
 };
 
 // Records the outcomes in the current transaction; they commit with the handlers' effects.
@@ -499,10 +531,6 @@ void record_outcomes(Datum name, const Outcomes& o) {
     if (o.n_ignored > 0) {
         Datum args[2] = {name, o.ignored.get()};
         exec(ignored_plan, args, false, SPI_OK_UPDATE);
-    }
-    if (o.n_unrun > 0) {
-        Datum args[2] = {name, o.unrun.get()};
-        exec(unrun_plan, args, false, SPI_OK_UPDATE);
     }
     if (o.n_failed > 0) {
         Datum args[5] = {name, o.failed_ids.get(), o.failed_errors.get(), o.failed_delays.get(),
@@ -529,6 +557,119 @@ void start_run_transaction() {
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "eventbox handlers: SPI_connect failed");
     MemoryContextSwitchTo(pass_context);
     PushActiveSnapshot(GetTransactionSnapshot());
+}
+
+// Settles what a crashed pass left in a lane this pass holds: the claimed messages that still
+// wait have their attempt counted (dead when it was the last). Returns how many went dead.
+int settle_claim(Datum name, Lane* lane, int32 max_attempts) {
+    Datum args[3] = {name, CStringGetTextDatum(lane->topic.c_str()), Int32GetDatum(lane->partition)};
+    exec(claim_read_plan, args, false, SPI_OK_SELECT);
+    if (SPI_processed == 0) return 0;
+    bool isnull;
+    Datum ids = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+    Datum attempts = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+    ArrayType* id_array = DatumGetArrayTypeP(ids);
+    if (ArrayGetNItems(ARR_NDIM(id_array), ARR_DIMS(id_array)) == 0) return 0;
+    lane->had_claim = true;
+    Datum crash_args[4] = {name, ids, Int32GetDatum(max_attempts), attempts};
+    exec(crash_plan, crash_args, false, SPI_OK_UPDATE_RETURNING);
+    int dead = 0;
+    for (uint64 r = 0; r < SPI_processed; ++r)
+        if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull)))
+            ++dead;
+    return dead;
+}
+
+// Writes the claim of each lane this pass holds that runs messages (a worker's pass:
+// `own_transactions`) or whose crashed claim it settled (then emptied, or replaced).
+void write_claims(Datum name, const bool* to_run, bool own_transactions) {
+    std::size_t n_lanes = call_cpp([] { return state->lanes.size(); });
+    int n_chosen = static_cast<int>(call_cpp([] { return state->chosen.size(); }));
+    for (std::size_t l = 0; l < n_lanes; ++l) {
+        Lane* lane = call_cpp([&] { return &state->lanes[l]; });
+        if (!call_cpp([&] { return static_cast<bool>(state->lane_locked[l]); })) continue;
+        int n = 0;
+        for (int c = 0; own_transactions && c < n_chosen; ++c)
+            if (to_run[c] && call_cpp([&] { return state->chosen[c].lane == l; })) ++n;
+        if (n == 0 && !lane->had_claim) continue;
+        pg::ArrayColumn ids(n, TEXTOID), attempts(n, INT4OID);
+        n = 0;
+        for (int c = 0; own_transactions && c < n_chosen; ++c) {
+            Chosen ch = call_cpp([&] { return state->chosen[c]; });
+            if (ch.lane != l || !to_run[c]) continue;
+            ids.set(n, CStringGetTextDatum(lane->ids[ch.index].c_str()));
+            attempts.set(n, Int32GetDatum(lane->attempts[ch.index]));
+            ++n;
+        }
+        Datum args[5] = {name, CStringGetTextDatum(lane->topic.c_str()),
+                         Int32GetDatum(lane->partition), ids.get(), attempts.get()};
+        exec(claim_write_plan, args, false, SPI_OK_INSERT);
+    }
+}
+
+// Empties the claims of the lanes whose messages this pass ran (with the last outcomes).
+void clear_claims(Datum name) {
+    std::size_t n_lanes = call_cpp([] { return state->lanes.size(); });
+    pg::ArrayColumn topics(static_cast<int>(Max(n_lanes, 1)), TEXTOID),
+        partitions(static_cast<int>(Max(n_lanes, 1)), INT4OID);
+    for (std::size_t l = 0; l < n_lanes; ++l) {
+        bool ran = call_cpp([&] {
+            for (const Chosen& c : state->chosen)
+                if (c.lane == l) return true;
+            return false;
+        });
+        if (!ran) continue;
+        Lane* lane = call_cpp([&] { return &state->lanes[l]; });
+        topics.set(static_cast<int>(l), CStringGetTextDatum(lane->topic.c_str()));
+        partitions.set(static_cast<int>(l), Int32GetDatum(lane->partition));
+    }
+    Datum args[3] = {name, topics.get(), partitions.get()};
+    exec(claim_clear_plan, args, false, SPI_OK_UPDATE);
+}
+
+// Fetches the rows of chosen messages [from, to) marked in `to_run` into rows[] (left 0 for
+// one not found: an operator changed it meanwhile).
+void fetch_rows(Datum name, const bool* to_run, int from, int to, Datum* rows) {
+    int n = to - from;
+    pg::ArrayColumn tids(n, TIDOID);
+    uint64* wanted = static_cast<uint64*>(palloc(sizeof(uint64) * n));
+    int n_wanted = 0;
+    for (int c = from; c < to; ++c) {
+        wanted[c - from] = UINT64_MAX;
+        if (!to_run[c]) continue;
+        Chosen ch = call_cpp([&] { return state->chosen[c]; });
+        uint64 packed = call_cpp([&] { return state->lanes[ch.lane].tids[ch.index]; });
+        ItemPointer tid = static_cast<ItemPointer>(palloc(sizeof(ItemPointerData)));
+        ItemPointerSet(tid, static_cast<BlockNumber>(packed >> 16),
+                       static_cast<OffsetNumber>(packed & 0xFFFF));
+        tids.set(c - from, PointerGetDatum(tid));
+        wanted[c - from] = packed;
+        ++n_wanted;
+    }
+    if (n_wanted == 0) return;
+    MemoryContext keep = CurrentMemoryContext;
+    Datum args[2] = {tids.get(), name};
+    exec(fetch_plan, args, false, SPI_OK_SELECT);
+    MemoryContextSwitchTo(keep);
+    for (uint64 r = 0; r < SPI_processed; ++r) {
+        bool isnull;
+        HeapTuple tuple = SPI_tuptable->vals[r];
+        TupleDesc desc = SPI_tuptable->tupdesc;
+        ItemPointer tid = ItemPointerFromDatum(SPI_getbinval(tuple, desc, 1, &isnull));
+        uint64 packed = (static_cast<uint64>(ItemPointerGetBlockNumber(tid)) << 16) |
+                        ItemPointerGetOffsetNumber(tid);
+        char* id = nullable_text(tuple, desc, 2);
+        for (int k = 0; k < n; ++k) {
+            if (wanted[k] != packed) continue;
+            int c = from + k;
+            bool same = call_cpp([&] {
+                const Chosen& ch = state->chosen[c];
+                return state->lanes[ch.lane].ids[ch.index] == id;
+            });
+            if (same) rows[c] = datumCopy(SPI_getbinval(tuple, desc, 3, &isnull), false, -1);
+            break;
+        }
+    }
 }
 
 bool type_matches(const HandlerRef& h, const char* event_type) {
@@ -612,6 +753,7 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
     });
     char* start_topic = cursor ? pstrdup(cursor->topic.c_str()) : nullptr;
     int32 start_partition = cursor ? cursor->partition : 0;
+    int crash_dead = 0;  // messages whose last attempt a crash cut short
     const char* after_topic = start_topic ? start_topic : "";  // before every topic
     int32 after_partition = start_topic ? start_partition : -1;
     bool wrapped = start_topic == nullptr;
@@ -640,6 +782,7 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
         if (!try_lock_lane(subscription, lane->topic.c_str(), lane->partition, own_transactions))
             continue;
         call_cpp([&] { state->lane_locked[l] = true; });
+        crash_dead += settle_claim(name, lane, options.max_attempts);
         read_lane(name, lane, per_lane, options, BoolGetDatum(any_type), handled_types_array);
         MemoryContextSwitchTo(pass_context);
         // Which messages have a handler.
@@ -685,7 +828,9 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
     if (own_transactions)
         for (std::size_t l = 0; l < n_lanes; ++l)
             if (call_cpp([&] { return state->lane_locked[l]; })) {
+                // A lane whose claim this pass settled stays locked until that commits.
                 bool used = call_cpp([&] {
+                    if (state->lanes[l].had_claim) return true;
                     for (const Chosen& c : state->chosen)
                         if (c.lane == l) return true;
                     return false;
@@ -701,34 +846,18 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
                         }
                 }
             }
-    if (n_chosen == 0) {
-        PopActiveSnapshot();
-        SPI_finish();
-        if (own_transactions) CommitTransactionCommand();
-        release_lane_locks();
-        return 0;
-    }
-
-    // Count the attempts (a message whose attempts ran out in crashes goes dead unrun; one
-    // without a handler is ignored without an attempt).
-    pg::ArrayColumn run_ids(n_chosen, TEXTOID), crash_ids(n_chosen, TEXTOID),
-        unhandled_ids(n_chosen, TEXTOID);
-    bool* crashed = static_cast<bool*>(palloc0(sizeof(bool) * n_chosen));
-    int n_unhandled = 0, n_crashed = 0;
+    // What runs, and what is ignored (no handler) without an attempt.
+    pg::ArrayColumn unhandled_ids(Max(n_chosen, 1), TEXTOID);
+    bool* to_run = static_cast<bool*>(palloc0(sizeof(bool) * Max(n_chosen, 1)));
+    int n_unhandled = 0, n_to_run = 0;
     for (int c = 0; c < n_chosen; ++c) {
         Chosen ch = call_cpp([&] { return state->chosen[c]; });
         Lane* lane = call_cpp([&] { return &state->lanes[ch.lane]; });
-        Datum id = CStringGetTextDatum(lane->ids[ch.index].c_str());
-        crashed[c] = lane->candidates[ch.index].suspect &&
-                     lane->attempts[ch.index] >= options.max_attempts;
-        if (crashed[c]) {
-            crash_ids.set(c, id);
-            ++n_crashed;
-        } else if (!lane->candidates[ch.index].handled) {
-            unhandled_ids.set(c, id);
-            ++n_unhandled;
+        if (!lane->candidates[ch.index].handled) {
+            unhandled_ids.set(n_unhandled++, CStringGetTextDatum(lane->ids[ch.index].c_str()));
         } else {
-            run_ids.set(c, id);
+            to_run[c] = true;
+            ++n_to_run;
         }
     }
     if (n_unhandled > 0) {
@@ -736,34 +865,19 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
         exec(ignored_plan, ignore_args, false, SPI_OK_UPDATE);
         MemoryContextSwitchTo(pass_context);
     }
-    Datum count_args[2] = {name, run_ids.get()};
-    exec(count_plan, count_args, false, SPI_OK_UPDATE_RETURNING);
-    MemoryContextSwitchTo(pass_context);
-    // The counted rows, for the handlers; a chosen message the count did not return was handled
-    // meanwhile and does not run (rows[c] stays 0).
-    Datum* rows = static_cast<Datum*>(palloc0(sizeof(Datum) * n_chosen));
-    for (uint64 r = 0; r < SPI_processed; ++r) {
-        bool isnull;
-        char* id = TextDatumGetCString(
-            SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull));
-        Datum row = SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2, &isnull);
-        int c = call_cpp([&] {
-            for (int k = 0; k < n_chosen; ++k) {
-                const Chosen& ch = state->chosen[k];
-                if (!crashed[k] && state->lanes[ch.lane].ids[ch.index] == id) return k;
-            }
-            return -1;
-        });
-        if (c >= 0) rows[c] = datumCopy(row, false, -1);
-    }
-    if (n_crashed > 0) {
-        Datum crash_args[2] = {name, crash_ids.get()};
-        exec(crash_plan, crash_args, false, SPI_OK_UPDATE);
-    }
+    // Each lane's claim: a worker's commits before any of its messages runs, so a handler that
+    // kills the backend cannot run forever; a settled claim is emptied with its settlement.
+    write_claims(name, to_run, own_transactions);
     PopActiveSnapshot();
+    int handled = n_unhandled + crash_dead;
+    if (n_to_run == 0) {
+        SPI_finish();
+        if (own_transactions) CommitTransactionCommand();
+        release_lane_locks();
+        shmem::count_messages(static_cast<uint64>(handled));
+        return handled;
+    }
     if (own_transactions) {
-        // The attempts are counted before any handler runs, so a handler that kills the
-        // backend cannot run forever.
         SPI_finish();
         CommitTransactionCommand();
         start_run_transaction();
@@ -771,22 +885,22 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
         PushActiveSnapshot(GetTransactionSnapshot());
     }
 
-    // Run, in lane order; a failure holds back the rest of its lane (or key) in this pass.
+    // Run, in lane order, fetching each transaction's rows first; a failure holds back the rest
+    // of its lane (or key) in this pass.
     Outcomes out(n_chosen);
+    Datum* rows = static_cast<Datum*>(palloc0(sizeof(Datum) * n_chosen));
     int* failed_at = static_cast<int*>(palloc(sizeof(int) * n_chosen));  // chosen index
-    int n_failed = 0, handled = 0;
+    int n_failed = 0;
     HandlerRef** matching = static_cast<HandlerRef**>(palloc(sizeof(HandlerRef*) * Max(n_handlers, 1)));
-    handled += n_unhandled;
     for (int c = 0; c < n_chosen; ++c) {
-        if (own_transactions && out.count() >= kMessagesPerTransaction) {
-            record_outcomes(name, out);
-            commit_run_transaction();
-            start_run_transaction();
-            out = Outcomes(n_chosen);
-        }
-        if (crashed[c]) {
-            ++handled;
-            continue;
+        if (c % kMessagesPerTransaction == 0) {
+            if (c > 0 && own_transactions) {
+                record_outcomes(name, out);
+                commit_run_transaction();
+                start_run_transaction();
+                out = Outcomes(n_chosen);
+            }
+            fetch_rows(name, to_run, c, Min(n_chosen, c + kMessagesPerTransaction), rows);
         }
         if (rows[c] == (Datum)0) continue;  // handled meanwhile
         Chosen ch = call_cpp([&] { return state->chosen[c]; });
@@ -802,11 +916,7 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
             }
             return false;
         });
-        if (held) {
-            out.unrun.set(c, id);
-            ++out.n_unrun;
-            continue;
-        }
+        if (held) continue;  // stays as it was, to follow the retry
         const char* type = lane->has_type[ch.index] ? lane->event_types[ch.index].c_str() : nullptr;
         int n_matching = 0;
         for (int h = 0; h < n_handlers; ++h)
@@ -818,6 +928,7 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
             continue;
         }
         char* error = run_message(rows[c], matching, n_matching);
+        pfree(DatumGetPointer(rows[c]));
         if (error == nullptr) {
             out.processed.set(c, id);
             ++out.n_processed;
@@ -840,6 +951,7 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
 
     record_outcomes(name, out);
     if (own_transactions) {
+        clear_claims(name);
         commit_run_transaction();
         release_lane_locks();
     } else {

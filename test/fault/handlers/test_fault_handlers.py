@@ -149,7 +149,8 @@ def test_handler_crashing_backend_goes_dead_after_max_attempts(case):
                      ("eventbox-crasher " + crasher.mid,))
         return rows[0][0] if rows else None
 
-    # (pid, the crasher's attempts counted before the kill, messages counted but unfinished)
+    # (pid, the crasher's attempts before the kill, whether its lane's claim (committed before the
+    # run) held it with those attempts, messages claimed but unfinished)
     kills = []
     while True:
         def running_or_dead(c):
@@ -165,15 +166,22 @@ def test_handler_crashing_backend_goes_dead_after_max_attempts(case):
             break
         assert len(kills) < max_attempts, \
             "the crasher ran a %d-th time with max_attempts = %d" % (len(kills) + 1, max_attempts)
-        # the attempt was counted (and committed) before the handler ran
-        counted = retry_conn(crasher_state)[1]
+        # the attempt was claimed (and committed) before the handler ran
+        before = retry_conn(crasher_state)[1]
+        claimed = retry_conn(lambda c: query_one(
+            c, "SELECT count(*) FROM eventbox.handler_claims c, "
+               "unnest(c.message_ids, c.attempts) AS u(id, attempts) "
+               "WHERE c.subscription = %s AND u.id = %s AND u.attempts = %s",
+            (hc.sub, crasher.mid, before))) == 1
         in_pass = retry_conn(lambda c: query_one(
-            c, "SELECT count(*) FROM eventbox.inbox WHERE subscription = %s "
-               "AND status IN ('received', 'retry') AND attempts > 0 "
-               "AND next_attempt_at IS NULL", (hc.sub,)))
+            c, "SELECT count(*) FROM eventbox.handler_claims c, "
+               "unnest(c.message_ids, c.attempts) AS u(id, attempts) "
+               "JOIN eventbox.inbox i ON i.message_id = u.id AND i.attempts = u.attempts "
+               "WHERE c.subscription = %s AND i.subscription = c.subscription "
+               "AND i.status IN ('received', 'retry')", (hc.sub,)))
         old = retry_conn(eventbox_pids)
         sigkill(pid)
-        kills.append((pid, counted, in_pass))
+        kills.append((pid, before, claimed, in_pass))
         wait_workers(timeout=120, not_pids=old)
 
     status = wait_settled(hc.sub, len(msgs), timeout=120)
@@ -195,14 +203,15 @@ def test_handler_crashing_backend_goes_dead_after_max_attempts(case):
     show_duplicates(dup_runs)
     crashes = log.lines(r"terminated by signal 9")
     report("handler_crasher", messages=len(msgs), kills=len(kills),
-           killed="; ".join("pid %d at attempt %d, %d counted unfinished message(s)" % k
-                            for k in kills),
+           killed="; ".join("pid %d after %d attempt(s), claimed %s, %d claimed unfinished "
+                            "message(s)" % k for k in kills),
            crasher=(c_status, c_attempts), others_ledger_rows=rows, lost=lost, duplicated=dups,
            unexpected=unexpected, other_attempts=other_attempts, inbox=status,
            total_s="%.1f" % elapsed)
-    assert [k[1] for k in kills] == list(range(1, max_attempts + 1)), \
-        "attempts counted before each crash: %r" % kills
-    assert kills[0][2] > 1, "the first crash did not hit other messages with the crasher"
+    assert [k[1] for k in kills] == list(range(max_attempts)), \
+        "the crasher's attempts before each crash: %r" % kills
+    assert all(k[2] for k in kills), "a run without the crasher's claim committed: %r" % kills
+    assert kills[0][3] > 1, "the first crash did not hit other messages with the crasher"
     assert len(crashes) >= max_attempts, crashes
     assert c_status == "dead"
     assert c_attempts == max_attempts
