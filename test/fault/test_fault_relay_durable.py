@@ -34,6 +34,7 @@ from eventbox_fixtures import (connect, env, query, read_topic, report, wait_out
                                wait_relay)
 
 SENDERS = 4
+PAUSE = 0.04    # up to 40 ms between a sender's transactions (~150 per second in all)
 MIN_ROUNDS = 4   # crashes at least (two of each kind)
 MAX_ROUNDS = 8   # at most, until one loses transactions the clients saw committed
 
@@ -51,7 +52,7 @@ class AsyncSender(threading.Thread):
     backend) right after the first COMMIT that returns after that moment
     (time.monotonic())."""
 
-    def __init__(self, topic, ledger, rnd, n, stop, kill_after=None, victim=None, pause=0.008):
+    def __init__(self, topic, ledger, rnd, n, stop, kill_after=None, victim=None, pause=PAUSE):
         super().__init__(daemon=True, name="eventbox-async-sender-%d-%d" % (rnd, n))
         self.topic = topic
         self.ledger = ledger
