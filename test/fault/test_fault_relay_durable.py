@@ -10,8 +10,10 @@ rows to Kafka, or it publishes messages whose transactions then vanish.
 The test widens the window (wal_writer_delay = 10s: the WAL writer writes a
 partly filled WAL page only that often), sends one message per transaction
 from several sessions with synchronous_commit = off, each transaction also
-inserting its message id into a ledger table, and crashes the server by
-SIGKILLing the backend of one sender right after one of its commits. After
+inserting its message id into a ledger table, and crashes the server right
+after one sender's commit by SIGKILLing that sender's backend (odd rounds) or
+the relay (even rounds: a relay that flushes as it reads leaves only the
+commits after its last read unflushed, and flushes no more once killed). After
 recovery the ledger holds exactly the transactions that survived. Then:
 
     published ids  ==  ledger ids
