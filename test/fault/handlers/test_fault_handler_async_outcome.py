@@ -1,6 +1,6 @@
 """Handler outcomes commit asynchronously (synchronous_commit = off for the
-transaction holding a batch's effects and processed marks; only the attempt
-count, committed before the handlers run, is synchronous). A crash may then
+transaction holding a batch's effects and processed marks; only the pass's
+claim on its messages, committed before the handlers run, is synchronous). A crash may then
 lose an outcome transaction that had committed: its effects and its
 processed marks must vanish together, and the messages must run again, so
 that every message still has its effects exactly once.
