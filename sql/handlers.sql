@@ -801,6 +801,38 @@ SELECT * FROM fx ORDER BY message_id;
 SELECT "partition", message_ids, attempts FROM eventbox.handler_claims
  WHERE subscription = 'crashed' ORDER BY 1;
 
+-- ---- process: a handler that changes its own message through the API -----------------------
+
+-- The processed mark finds the row where the pass read it; a handler that moved it (here with
+-- eventbox.retry() on its own message) leaves it elsewhere, and the mark finds it by id: the
+-- message ends processed with one attempt, and its effects are there once.
+TRUNCATE regress_eventbox_fn.effects;
+CREATE FUNCTION regress_eventbox_fn.self_retry(msg eventbox.inbox) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO regress_eventbox_fn.effects
+        (message_id, topic, "partition", "offset", handler, run_as, attempts, search_path)
+    VALUES (msg.message_id, msg.topic, msg."partition", msg."offset", 'self_retry', current_user,
+            msg.attempts, current_setting('search_path'));
+    PERFORM eventbox.retry(msg.subscription, msg.message_id);
+END $$;
+GRANT EXECUTE ON FUNCTION regress_eventbox_fn.self_retry(eventbox.inbox) TO regress_eventbox_owner;
+SET ROLE regress_eventbox_owner;
+SELECT eventbox.create_subscription('selfop', ARRAY['orders']);
+SELECT eventbox.register_handler('selfop', 'regress_eventbox_fn.self_retry(eventbox.inbox)',
+                                 run_as => 'regress_eventbox_owner');
+RESET ROLE;
+SELECT pg_temp.put('selfop', 'orders', 0, 0);
+SELECT pg_temp.put('selfop', 'orders', 0, 1);
+SET ROLE regress_eventbox_owner;
+SELECT eventbox.process('selfop');
+SELECT eventbox.process('selfop');
+RESET ROLE;
+SELECT message_id, status, attempts, next, last_error FROM msgs WHERE sub = 'selfop'
+ ORDER BY message_id;
+SELECT message_id, handler, run_as, attempts FROM regress_eventbox_fn.effects
+ ORDER BY message_id;
+
 -- ---- process: authority checked again at run time ------------------------------------------
 
 TRUNCATE regress_eventbox_fn.effects;
