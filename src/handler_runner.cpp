@@ -116,7 +116,7 @@ void on_handler_timeout() {
 }
 SPIPlanPtr options_plan, handlers_plan, next_lane_plan, next_lane_upto_plan, lane_plan,
     waiting_keys_plan, claim_read_plan, crash_plan, claim_write_plan, claim_clear_plan, fetch_plan,
-    processed_at_plan, processed_plan, ignored_plan, failed_plan;
+    processed_plan, ignored_plan, failed_plan;
 Oid inbox_type = InvalidOid;
 
 // Kept SPI plans of handler calls, by function.
@@ -227,17 +227,6 @@ void prepare_plans() {
         "FROM eventbox.inbox i WHERE i.ctid = ANY ($1::tid[]) AND i.subscription = $2"
         "  AND i.status IN ('received', 'retry')",
         2, fetch_types);
-    // Processed marks by the ctid the rows were run from (no index lookup); a row changed since
-    // (an operator's retry or skip, maybe by the handler itself) is not found there and is
-    // marked by id instead.
-    Oid at_types[3] = {TEXTOID, TIDARRAYOID, TEXTARRAYOID};
-    processed_at_plan = prepare(
-        "UPDATE eventbox.inbox i SET status = 'processed', attempts = i.attempts + 1, "
-        "next_attempt_at = NULL, processed_at = now() "
-        "FROM unnest($2::tid[], $3::text[]) AS u(t, id) "
-        "WHERE i.ctid = u.t AND i.subscription = $1 AND i.message_id = u.id "
-        "RETURNING i.message_id",
-        3, at_types);
     Oid sub_ids[2] = {TEXTOID, TEXTARRAYOID};
     processed_plan = prepare(
         "UPDATE eventbox.inbox i SET status = 'processed', attempts = i.attempts + 1, "
@@ -522,12 +511,10 @@ void read_lane(Datum name, Lane* lane, int per_lane, const Options& options, Dat
 // The outcomes a run transaction records, in arrays indexed like the pass's chosen messages
 // (NULL where another transaction records the message). Trivially destructible.
 struct Outcomes {
-    pg::ArrayColumn processed, processed_tids, ignored, failed_ids, failed_errors, failed_delays,
-        failed_dead;
+    pg::ArrayColumn processed, ignored, failed_ids, failed_errors, failed_delays, failed_dead;
     int n_processed = 0, n_ignored = 0, n_failed = 0;
     explicit Outcomes(int n)
         : processed(n, TEXTOID),
-          processed_tids(n, TIDOID),
           ignored(n, TEXTOID),
           failed_ids(n, TEXTOID),
           failed_errors(n, TEXTOID),
@@ -538,31 +525,8 @@ struct Outcomes {
 // Records the outcomes in the current transaction; they commit with the handlers' effects.
 void record_outcomes(Datum name, const Outcomes& o) {
     if (o.n_processed > 0) {
-        Datum ids = o.processed.get();
-        Datum args[3] = {name, o.processed_tids.get(), ids};
-        exec(processed_at_plan, args, false, SPI_OK_UPDATE_RETURNING);
-        if (SPI_processed < static_cast<uint64>(o.n_processed)) {
-            // Some moved: mark those by id (marking one twice would count its attempt twice).
-            int n_marked = static_cast<int>(SPI_processed);
-            char** marked = static_cast<char**>(palloc(sizeof(char*) * Max(n_marked, 1)));
-            for (int r = 0; r < n_marked; ++r)
-                marked[r] = nullable_text(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1);
-            Datum* elems;
-            bool* nulls;
-            int n;
-            deconstruct_array(DatumGetArrayTypeP(ids), TEXTOID, -1, false, TYPALIGN_INT, &elems,
-                              &nulls, &n);
-            pg::ArrayColumn rest(n, TEXTOID);
-            for (int k = 0; k < n; ++k) {
-                if (nulls[k]) continue;
-                char* id = TextDatumGetCString(elems[k]);
-                bool done = false;
-                for (int r = 0; r < n_marked && !done; ++r) done = strcmp(marked[r], id) == 0;
-                if (!done) rest.set(k, elems[k]);
-            }
-            Datum rest_args[2] = {name, rest.get()};
-            exec(processed_plan, rest_args, false, SPI_OK_UPDATE);
-        }
+        Datum args[2] = {name, o.processed.get()};
+        exec(processed_plan, args, false, SPI_OK_UPDATE);
     }
     if (o.n_ignored > 0) {
         Datum args[2] = {name, o.ignored.get()};
@@ -967,11 +931,6 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
         pfree(DatumGetPointer(rows[c]));
         if (error == nullptr) {
             out.processed.set(c, id);
-            uint64 packed = lane->tids[ch.index];
-            ItemPointer tid = static_cast<ItemPointer>(palloc(sizeof(ItemPointerData)));
-            ItemPointerSet(tid, static_cast<BlockNumber>(packed >> 16),
-                           static_cast<OffsetNumber>(packed & 0xFFFF));
-            out.processed_tids.set(c, PointerGetDatum(tid));
             ++out.n_processed;
             continue;
         }
