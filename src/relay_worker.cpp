@@ -239,11 +239,22 @@ std::size_t read_headers(Jsonb* jb, relay::Header** out) {
     return n;
 }
 
+// Nothing is published before it is durable: a row committed asynchronously (a handler's
+// send, a session with synchronous_commit off) could otherwise reach Kafka and then vanish in a
+// crash. Every commit the pass's snapshot sees lies before publish_lsn (the WAL's insert
+// position right after the snapshot was taken); the WAL is flushed up to it once, before the
+// first row of the pass is offered (a pass with nothing to send flushes nothing).
+XLogRecPtr publish_lsn = InvalidXLogRecPtr;
+
 // Offers every row of the last SPI result to the dispatcher; returns the ids in order.
 int64 offer_result(int64* last_id, std::vector<int64_t>* ids) {
     SPITupleTable* table = SPI_tuptable;
     TupleDesc desc = table->tupdesc;
     int64 now = now_ms();
+    if (SPI_processed > 0 && publish_lsn != InvalidXLogRecPtr) {
+        XLogFlush(publish_lsn);
+        publish_lsn = InvalidXLogRecPtr;
+    }
     for (uint64 i = 0; i < SPI_processed; ++i) {
         HeapTuple tuple = table->vals[i];
         bool isnull;
@@ -410,10 +421,7 @@ bool iterate() {
     });
 
     PushActiveSnapshot(GetTransactionSnapshot());
-    // Nothing is published before it is durable: a row committed asynchronously (a handler's
-    // send, a session with synchronous_commit off) could otherwise reach Kafka and then vanish
-    // in a crash. Every commit this snapshot sees lies before the WAL's insert position now.
-    XLogFlush(GetXLogInsertRecPtr());
+    publish_lsn = GetXLogInsertRecPtr();
     // Writers read after the snapshot: any id this scan cannot see yet belongs to one of them.
     call_cpp([] { shmem::outbox_writers(*writers); });
 
