@@ -5,7 +5,7 @@
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pg_eventbox;
 
-SELECT plan(169);
+SELECT plan(176);
 
 -- ---- eventbox.handlers -----------------------------------------------------------------------
 
@@ -263,6 +263,27 @@ SET LOCAL ROLE regress_eventbox_tap_runner;
 SELECT throws_ok($$SET eventbox.allow_superuser_handlers = on$$, '55P02', NULL,
                  'nor by an ordinary role');
 RESET ROLE;
+
+-- ---- eventbox.handler_claims ----------------------------------------------------------------
+-- What a worker's pass took per lane, until its outcomes commit (crash evidence).
+
+SELECT has_table('eventbox', 'handler_claims', 'table eventbox.handler_claims exists');
+SELECT columns_are('eventbox', 'handler_claims',
+                   ARRAY['subscription', 'topic', 'partition', 'message_ids', 'attempts'],
+                   'eventbox.handler_claims has exactly its columns');
+SELECT col_type_is('eventbox', 'handler_claims', 'message_ids', 'text[]',
+                   'handler_claims.message_ids is text[]');
+SELECT col_type_is('eventbox', 'handler_claims', 'attempts', 'integer[]',
+                   'handler_claims.attempts is integer[]');
+SELECT col_is_pk('eventbox', 'handler_claims', ARRAY['subscription', 'topic', 'partition'],
+                 'one claim per lane');
+SELECT eventbox.create_subscription('tap_claims', ARRAY['orders']);
+INSERT INTO eventbox.handler_claims VALUES ('tap_claims', 'orders', 0, ARRAY['m'], ARRAY[0]);
+SELECT eventbox.drop_subscription('tap_claims');
+SELECT is((SELECT count(*) FROM eventbox.handler_claims WHERE subscription = 'tap_claims'),
+          0::bigint, 'drop_subscription removes its claims');
+SELECT is(has_table_privilege('public', 'eventbox.handler_claims', 'SELECT'), false,
+          'PUBLIC cannot read the claims');
 
 SELECT * FROM finish();
 ROLLBACK;
