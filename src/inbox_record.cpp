@@ -2,6 +2,7 @@
 #include "inbox_record.hpp"
 
 #include <nlohmann/json.hpp>
+#include <unordered_map>
 
 #include "json_scan.hpp"
 
@@ -22,10 +23,11 @@ std::optional<std::string_view> header_text(const Record& r, std::string_view na
 }
 
 // Header names and values as JSON strings; bytes that are not UTF-8 are written as "\\x<hex>".
-nlohmann::json header_string(const char* data, std::size_t len) {
+std::string header_string(const char* data, std::size_t len) {
     if (valid_utf8(data, len)) return std::string(data, len);
     static constexpr char kHex[] = "0123456789abcdef";
     std::string out = "\\x";
+    out.reserve(2 + 2 * len);
     for (std::size_t i = 0; i < len; ++i) {
         auto b = static_cast<unsigned char>(data[i]);
         out += kHex[b >> 4];
@@ -51,14 +53,31 @@ std::optional<std::string_view> id_candidate(const Record& r, std::string_view n
     return found;
 }
 
-std::string headers_to_json(const Record& r) {
-    nlohmann::json object = nlohmann::json::object();
+constexpr std::size_t kLinearHeaders = 16;
+
+std::vector<HeaderField> header_fields(const Record& r) {
+    std::vector<HeaderField> fields;
+    fields.reserve(r.n_headers);
+    std::unordered_map<std::string, std::size_t> index;
     for (std::size_t i = 0; i < r.n_headers; ++i) {
         const KafkaHeader& h = r.headers[i];
-        std::string name = header_string(h.name.data(), h.name.size()).get<std::string>();
-        object[name] = h.value ? header_string(h.value, h.value_len) : nlohmann::json(nullptr);
+        std::string name = header_string(h.name.data(), h.name.size());
+        std::optional<std::string> value;
+        if (h.value != nullptr) value = header_string(h.value, h.value_len);
+        // A record may carry thousands of headers: names are looked up through a hash index
+        // beyond a few.
+        std::size_t same = fields.size();
+        if (r.n_headers <= kLinearHeaders) {
+            for (std::size_t k = 0; k < fields.size() && same == fields.size(); ++k)
+                if (fields[k].name == name) same = k;
+        } else {
+            auto [it, added] = index.try_emplace(name, fields.size());
+            if (!added) same = it->second;
+        }
+        if (same < fields.size()) fields[same].value = std::move(value);
+        else fields.push_back(HeaderField{std::move(name), std::move(value)});
     }
-    return object.dump();
+    return fields;
 }
 
 }  // namespace
@@ -93,7 +112,7 @@ bool valid_utf8(const char* data, std::size_t len) {
 
 Classified classify(const Record& r, const Options& options) {
     Classified out;
-    out.headers_json = headers_to_json(r);
+    out.headers = header_fields(r);
 
     // The value: JSON that jsonb accepts, or raw bytes with a note. Whether numeric can hold
     // every number is left to jsonb_in, whose refusal the ingest worker also records this way.
@@ -120,7 +139,8 @@ Classified classify(const Record& r, const Options& options) {
         std::vector<std::string_view> fields;
         if (!options.message_id_field.empty()) fields.push_back(options.message_id_field);
         fields.push_back("type");
-        scan = scan_json(std::string_view(r.value, r.value_len), fields);
+        out.payload.text.reserve(r.value_len + 16);
+        scan = scan_json(std::string_view(r.value, r.value_len), fields, &out.payload);
         out.parsable = scan.valid;
         if (!scan.valid) {
             out.raw_len = r.value_len;
@@ -152,6 +172,13 @@ Classified classify(const Record& r, const Options& options) {
     else out.event_type = std::move(type_field);
     if (out.event_type && out.event_type->empty()) out.event_type.reset();
     return out;
+}
+
+std::string headers_json(const Classified& c) {
+    nlohmann::json object = nlohmann::json::object();
+    for (const HeaderField& f : c.headers)
+        object[f.name] = f.value ? nlohmann::json(*f.value) : nlohmann::json(nullptr);
+    return object.dump();
 }
 
 }  // namespace eventbox::inbox

@@ -20,6 +20,8 @@ extern "C" {
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
+#include "utils/jsonb.h"
+#include "mb/pg_wchar.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
@@ -315,6 +317,17 @@ void reload() {
     rebuild_wait_set();
 }
 
+// A string's length for a JsonbValue, with jsonb_in's limit and error.
+int checked_jsonb_length(std::size_t len) {
+    if (len > JENTRY_OFFLENMASK)
+        ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                        errmsg("string too long to represent as jsonb string"),
+                        errdetail("Due to an implementation restriction, jsonb strings cannot "
+                                  "exceed %d bytes.",
+                                  JENTRY_OFFLENMASK)));
+    return static_cast<int>(len);
+}
+
 // jsonb from JSON text; on a PostgreSQL error (input the C++ checks let through) returns false
 // with the reason in `note`.
 bool to_jsonb(const char* data, std::size_t len, Datum* out, std::string* note) {
@@ -323,6 +336,119 @@ bool to_jsonb(const char* data, std::size_t len, Datum* out, std::string* note) 
             *out = pg_guard([&] {
                 return DirectFunctionCall1(jsonb_in, CStringGetDatum(pnstrdup(data, len)));
             });
+            return true;
+        } catch (const Error& e) {
+            *note = std::string("value rejected by jsonb: ") + e.what();
+            return false;
+        }
+    });
+}
+
+// The headers object of `row` as jsonb, built from its members: the value jsonb_in makes of
+// the same object as JSON text (pushJsonbValue keeps the last of repeated keys, like jsonb_in),
+// without writing and parsing that text.
+Datum headers_jsonb(const inbox::Classified& row) {
+    JsonbParseState* state = nullptr;
+    pushJsonbValue(&state, WJB_BEGIN_OBJECT, nullptr);
+    for (const inbox::HeaderField& field : row.headers) {
+        JsonbValue v;
+        v.type = jbvString;
+        v.val.string.val = const_cast<char*>(field.name.data());
+        v.val.string.len = checked_jsonb_length(field.name.size());
+        pushJsonbValue(&state, WJB_KEY, &v);
+        if (field.value) {
+            v.type = jbvString;
+            v.val.string.val = const_cast<char*>(field.value->data());
+            v.val.string.len = checked_jsonb_length(field.value->size());
+        } else {
+            v.type = jbvNull;
+        }
+        pushJsonbValue(&state, WJB_VALUE, &v);
+    }
+    return JsonbPGetDatum(JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, nullptr)));
+}
+
+// Nesting up to which a payload's jsonb is built from its tokens: jsonb_in's recursive parser
+// could meet the stack limit beyond some depth where building from tokens would not.
+constexpr std::size_t kMaxTokenDepth = 64;
+
+void push_scalar(JsonbParseState** state, JsonbValue** res, JsonbValue* v) {
+    if (*state == nullptr) {
+        // A lone scalar, stored as jsonb_in stores it: a one-element raw scalar array.
+        JsonbValue array;
+        array.type = jbvArray;
+        array.val.array.rawScalar = true;
+        array.val.array.nElems = 1;
+        *res = pushJsonbValue(state, WJB_BEGIN_ARRAY, &array);
+        *res = pushJsonbValue(state, WJB_ELEM, v);
+        *res = pushJsonbValue(state, WJB_END_ARRAY, nullptr);
+    } else {
+        *res = pushJsonbValue(state, (*state)->contVal.type == jbvObject ? WJB_VALUE : WJB_ELEM, v);
+    }
+}
+
+// jsonb from the scanner's tokens of a value: the pushJsonbValue calls jsonb_in makes for the
+// same text (numbers through numeric_in, like jsonb_in), without parsing it a second time.
+Datum tokens_to_jsonb(const inbox::JsonTokens& t) {
+    JsonbParseState* state = nullptr;
+    JsonbValue* res = nullptr;
+    for (const inbox::JsonTokens::Token& token : t.tokens) {
+        JsonbValue v;
+        switch (token.kind) {
+            case inbox::JsonTokens::kBeginObject:
+                res = pushJsonbValue(&state, WJB_BEGIN_OBJECT, nullptr);
+                continue;
+            case inbox::JsonTokens::kEndObject:
+                res = pushJsonbValue(&state, WJB_END_OBJECT, nullptr);
+                continue;
+            case inbox::JsonTokens::kBeginArray:
+                res = pushJsonbValue(&state, WJB_BEGIN_ARRAY, nullptr);
+                continue;
+            case inbox::JsonTokens::kEndArray:
+                res = pushJsonbValue(&state, WJB_END_ARRAY, nullptr);
+                continue;
+            case inbox::JsonTokens::kKey:
+            case inbox::JsonTokens::kString:
+                v.type = jbvString;
+                v.val.string.val = const_cast<char*>(t.at(token));
+                v.val.string.len = checked_jsonb_length(token.len);
+                if (token.kind == inbox::JsonTokens::kKey) {
+                    res = pushJsonbValue(&state, WJB_KEY, &v);
+                    continue;
+                }
+                break;
+            case inbox::JsonTokens::kNumber:
+                v.type = jbvNumeric;
+                v.val.numeric = DatumGetNumeric(
+                    DirectFunctionCall3(numeric_in, CStringGetDatum(t.at(token)),
+                                        ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1)));
+                break;
+            case inbox::JsonTokens::kTrue:
+            case inbox::JsonTokens::kFalse:
+                v.type = jbvBool;
+                v.val.boolean = token.kind == inbox::JsonTokens::kTrue;
+                break;
+            case inbox::JsonTokens::kNull:
+                v.type = jbvNull;
+                break;
+        }
+        push_scalar(&state, &res, &v);
+    }
+    if (res == nullptr) elog(ERROR, "eventbox ingest: no tokens for a JSON value");
+    return JsonbPGetDatum(JsonbValueToJsonb(res));
+}
+
+// The payload of a parsable row as jsonb: from its tokens where they give what jsonb_in gives
+// (UTF-8 database, shallow nesting), else by jsonb_in. On a PostgreSQL error (a number numeric
+// cannot hold) returns false with the reason in `note`, as to_jsonb does.
+bool payload_jsonb(const inbox::Classified& row, const char* data, std::size_t len, Datum* out,
+                   std::string* note) {
+    if (GetDatabaseEncoding() != PG_UTF8 || row.payload.depth > kMaxTokenDepth ||
+        row.payload.tokens.empty())
+        return to_jsonb(data, len, out, note);
+    return call_cpp([&] {
+        try {
+            *out = pg_guard([&] { return tokens_to_jsonb(row.payload); });
             return true;
         } catch (const Error& e) {
             *note = std::string("value rejected by jsonb: ") + e.what();
@@ -394,14 +520,11 @@ std::size_t ingest(Subscription* sub) {
         partitions.set(i, Int32GetDatum(msg->partition));
         offsets.set(i, Int64GetDatum(msg->offset));
         if (msg->key != nullptr) keys.set(i, PointerGetDatum(to_bytea(msg->key, msg->key_len)));
-        Datum header_json;
+        headers.set(i, headers_jsonb(row));
         std::string* note = &row.note;
-        if (!to_jsonb(row.headers_json.data(), row.headers_json.size(), &header_json, note))
-            elog(ERROR, "eventbox ingest: headers of %s are not valid jsonb", row.message_id.c_str());
-        headers.set(i, header_json);
         Datum payload;
         if (row.parsable &&
-            to_jsonb(static_cast<const char*>(msg->payload), msg->len, &payload, note)) {
+            payload_jsonb(row, static_cast<const char*>(msg->payload), msg->len, &payload, note)) {
             payloads.set(i, payload);
         } else {
             if (row.parsable) row.raw_len = msg->len;  // jsonb refused what looked like JSON

@@ -5,6 +5,7 @@
 // to say. Pure C++.
 #pragma once
 
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -20,7 +21,28 @@ struct JsonScan {
     std::vector<std::optional<std::string>> fields;
 };
 
-// `text` must be valid UTF-8 (the caller checks); `fields` are top-level keys to read.
-JsonScan scan_json(std::string_view text, const std::vector<std::string_view>& fields);
+// A valid JSON value as the token stream PostgreSQL's JSON parser hands to jsonb_in, so that
+// the ingest worker can build the jsonb without parsing the text again.
+struct JsonTokens {
+    enum Kind : unsigned char {
+        kBeginObject, kEndObject, kBeginArray, kEndArray,
+        kKey, kString, kNumber, kTrue, kFalse, kNull
+    };
+    struct Token {
+        Kind kind;
+        std::size_t offset = 0, len = 0;  // kKey, kString, kNumber: their bytes in `text`
+    };
+    std::vector<Token> tokens;
+    // Keys and strings unescaped, numbers as written; each followed by a NUL.
+    std::string text;
+    std::size_t depth = 0;  // deepest nesting of containers
+
+    const char* at(const Token& t) const { return text.data() + t.offset; }
+};
+
+// `text` must be valid UTF-8 (the caller checks); `fields` are top-level keys to read. With
+// `tokens`, the value's tokens are stored there when it is valid.
+JsonScan scan_json(std::string_view text, const std::vector<std::string_view>& fields,
+                   JsonTokens* tokens = nullptr);
 
 }  // namespace eventbox::inbox
