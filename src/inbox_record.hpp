@@ -62,6 +62,11 @@ struct Classified {
 
 Classified classify(const Record& record, const Options& options);
 
+// The same into `out`, reusing the buffers it holds (the ingest worker keeps one per batch row);
+// buffers a large record grew beyond kKeptBufferBytes are released on the next use.
+void classify(const Record& record, const Options& options, Classified& out);
+inline constexpr std::size_t kKeptBufferBytes = 64 * 1024;
+
 // The headers object as JSON text (what jsonb_in would need to store the same value).
 std::string headers_json(const Classified& classified);
 
