@@ -25,6 +25,7 @@ extern "C" {
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/timestamp.h"
 }
 
 #include <string>
@@ -73,6 +74,7 @@ uint64 loaded_generation = 0;
 bool needs_reload = true;
 bool announced_idle = false;
 WaitEventSet* wait_set = nullptr;
+TimestampTz last_batch_at = 0;  // end of the last batch with messages
 MemoryContext batch_context = nullptr;
 SPIPlanPtr insert_plan, offsets_plan, stored_plan;
 
@@ -473,8 +475,10 @@ std::size_t ingest(Subscription* sub) {
 
     // Classify in C++, then build the columns here.
     call_cpp([&] {
-        sub->rows.clear();
+        // The rows of earlier batches are reused: their strings keep their buffers.
+        if (sub->rows.size() < n) sub->rows.resize(n);
         std::vector<inbox::KafkaHeader> headers;
+        std::size_t i = 0;
         for (rd_kafka_message_t* msg : sub->consumer->messages()) {
             headers.clear();
             rd_kafka_headers_t* hdrs = nullptr;
@@ -496,7 +500,7 @@ std::size_t ingest(Subscription* sub) {
             record.value_len = msg->len;
             record.headers = headers.data();
             record.n_headers = headers.size();
-            sub->rows.push_back(inbox::classify(record, sub->options));
+            inbox::classify(record, sub->options, sub->rows[i++]);
         }
     });
 
@@ -511,12 +515,24 @@ std::size_t ingest(Subscription* sub) {
         payloads(count, JSONBOID), raws(count, BYTEAOID), types(count, TEXTOID),
         statuses(count, TEXTOID), notes(count, TEXTOID);
     int transport_ids = 0;
+    // Values most rows share are made once (the arrays copy them).
+    Datum received = CStringGetTextDatum("received");
+    Datum unparsable = CStringGetTextDatum("unparsable");
+    rd_kafka_topic_t* topic_of = nullptr;
+    Datum topic = 0;
+    const std::string* type_of = nullptr;
+    Datum type = 0;
     for (int i = 0; i < count; ++i) {
         rd_kafka_message_t* msg = sub->consumer->messages()[i];
         inbox::Classified& row = sub->rows[i];
-        ids.set(i, CStringGetTextDatum(row.message_id.c_str()));
+        ids.set(i, PointerGetDatum(
+                       cstring_to_text_with_len(row.message_id.data(), row.message_id.size())));
         transport_ids += row.transport_id ? 1 : 0;
-        topics.set(i, CStringGetTextDatum(rd_kafka_topic_name(msg->rkt)));
+        if (msg->rkt != topic_of) {
+            topic_of = msg->rkt;
+            topic = CStringGetTextDatum(rd_kafka_topic_name(msg->rkt));
+        }
+        topics.set(i, topic);
         partitions.set(i, Int32GetDatum(msg->partition));
         offsets.set(i, Int64GetDatum(msg->offset));
         if (msg->key != nullptr) keys.set(i, PointerGetDatum(to_bytea(msg->key, msg->key_len)));
@@ -532,8 +548,14 @@ std::size_t ingest(Subscription* sub) {
             if (!row.raw_null) raws.set(i, PointerGetDatum(to_bytea(msg->payload, row.raw_len)));
             notes.set(i, CStringGetTextDatum(row.note.c_str()));
         }
-        if (row.event_type) types.set(i, CStringGetTextDatum(row.event_type->c_str()));
-        statuses.set(i, CStringGetTextDatum(row.parsable ? "received" : "unparsable"));
+        if (row.event_type) {
+            if (type_of == nullptr || *type_of != *row.event_type) {
+                type_of = &*row.event_type;
+                type = PointerGetDatum(cstring_to_text_with_len(type_of->data(), type_of->size()));
+            }
+            types.set(i, type);
+        }
+        statuses.set(i, row.parsable ? received : unparsable);
     }
     Datum name = CStringGetTextDatum(sub->name.c_str());
     Datum values[12] = {name,           ids.get(),     topics.get(),   partitions.get(),
@@ -612,18 +634,26 @@ extern "C" void eventbox_ingest_main(Datum arg) {
             reload();
             needs_reload = false;
         }
-        bool more = false;
+        bool more = false, worked = false;
         std::size_t n_subs = call_cpp([] { return subscriptions ? subscriptions->size() : 0; });
         for (std::size_t i = 0; i < n_subs; ++i) {
             Subscription* sub = (*subscriptions)[i];
             std::size_t n = ingest(sub);
             if (n >= sub->batch_size) more = true;
+            if (n > 0) worked = true;
             MemoryContextReset(batch_context);
             CHECK_FOR_INTERRUPTS();
         }
         if (n_subs > 0) error_backoff_ms = 0;
         MemoryContextSwitchTo(TopMemoryContext);
         MemoryContextReset(batch_context);
+        // PostgreSQL holds table statistics back while flushes would come less than a second
+        // apart (by the last commit's time, which stands still while the worker is idle): after
+        // a second without batches they are flushed, so autovacuum sees the last ones too.
+        if (worked)
+            last_batch_at = GetCurrentTimestamp();
+        else if (TimestampDifferenceExceeds(last_batch_at, GetCurrentTimestamp(), 1000))
+            pgstat_report_stat(true);
 
         WaitEvent event;
         (void)WaitEventSetWait(wait_set, more ? 0 : 1000, &event, 1, PG_WAIT_EXTENSION);
