@@ -20,8 +20,6 @@ extern "C" {
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
-#include "utils/jsonb.h"
-#include "mb/pg_wchar.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
@@ -32,6 +30,7 @@ extern "C" {
 #include <vector>
 
 #include "guc.hpp"
+#include "inbox_jsonb.hpp"
 #include "inbox_record.hpp"
 #include "kafka_consumer.hpp"
 #include "kafka_options.hpp"
@@ -97,11 +96,14 @@ void prepare_plans() {
     Oid insert_types[12] = {TEXTOID,       TEXTARRAYOID, TEXTARRAYOID, INT4ARRAYOID,
                             INT8ARRAYOID,  BYTEAARRAYOID, JSONBARRAYOID, JSONBARRAYOID,
                             BYTEAARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID};
+    // unnest() in the select list: the rows stream from the arrays (ProjectSet); unnest() in
+    // FROM would first copy them all into a tuplestore (~12% of the statement at 1 KiB).
     insert_plan = prepare(
         "INSERT INTO eventbox.inbox (subscription, message_id, topic, \"partition\", \"offset\", "
         "key, headers, payload, raw_payload, event_type, status, last_error) "
-        "SELECT $1, u.* FROM unnest($2::text[], $3::text[], $4::int4[], $5::int8[], $6::bytea[], "
-        "$7::jsonb[], $8::jsonb[], $9::bytea[], $10::text[], $11::text[], $12::text[]) AS u "
+        "SELECT $1, unnest($2::text[]), unnest($3::text[]), unnest($4::int4[]), "
+        "unnest($5::int8[]), unnest($6::bytea[]), unnest($7::jsonb[]), unnest($8::jsonb[]), "
+        "unnest($9::bytea[]), unnest($10::text[]), unnest($11::text[]), unnest($12::text[]) "
         "WHERE EXISTS (SELECT 1 FROM eventbox.subscriptions s WHERE s.name = $1) "
         "ON CONFLICT (subscription, message_id) DO NOTHING",
         12, insert_types);
@@ -319,146 +321,6 @@ void reload() {
     rebuild_wait_set();
 }
 
-// A string's length for a JsonbValue, with jsonb_in's limit and error.
-int checked_jsonb_length(std::size_t len) {
-    if (len > JENTRY_OFFLENMASK)
-        ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-                        errmsg("string too long to represent as jsonb string"),
-                        errdetail("Due to an implementation restriction, jsonb strings cannot "
-                                  "exceed %d bytes.",
-                                  JENTRY_OFFLENMASK)));
-    return static_cast<int>(len);
-}
-
-// jsonb from JSON text; on a PostgreSQL error (input the C++ checks let through) returns false
-// with the reason in `note`.
-bool to_jsonb(const char* data, std::size_t len, Datum* out, std::string* note) {
-    return call_cpp([&] {
-        try {
-            *out = pg_guard([&] {
-                return DirectFunctionCall1(jsonb_in, CStringGetDatum(pnstrdup(data, len)));
-            });
-            return true;
-        } catch (const Error& e) {
-            *note = std::string("value rejected by jsonb: ") + e.what();
-            return false;
-        }
-    });
-}
-
-// The headers object of `row` as jsonb, built from its members: the value jsonb_in makes of
-// the same object as JSON text (pushJsonbValue keeps the last of repeated keys, like jsonb_in),
-// without writing and parsing that text.
-Datum headers_jsonb(const inbox::Classified& row) {
-    JsonbParseState* state = nullptr;
-    pushJsonbValue(&state, WJB_BEGIN_OBJECT, nullptr);
-    for (const inbox::HeaderField& field : row.headers) {
-        JsonbValue v;
-        v.type = jbvString;
-        v.val.string.val = const_cast<char*>(field.name.data());
-        v.val.string.len = checked_jsonb_length(field.name.size());
-        pushJsonbValue(&state, WJB_KEY, &v);
-        if (field.value) {
-            v.type = jbvString;
-            v.val.string.val = const_cast<char*>(field.value->data());
-            v.val.string.len = checked_jsonb_length(field.value->size());
-        } else {
-            v.type = jbvNull;
-        }
-        pushJsonbValue(&state, WJB_VALUE, &v);
-    }
-    return JsonbPGetDatum(JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, nullptr)));
-}
-
-// Nesting up to which a payload's jsonb is built from its tokens: jsonb_in's recursive parser
-// could meet the stack limit beyond some depth where building from tokens would not.
-constexpr std::size_t kMaxTokenDepth = 64;
-
-void push_scalar(JsonbParseState** state, JsonbValue** res, JsonbValue* v) {
-    if (*state == nullptr) {
-        // A lone scalar, stored as jsonb_in stores it: a one-element raw scalar array.
-        JsonbValue array;
-        array.type = jbvArray;
-        array.val.array.rawScalar = true;
-        array.val.array.nElems = 1;
-        *res = pushJsonbValue(state, WJB_BEGIN_ARRAY, &array);
-        *res = pushJsonbValue(state, WJB_ELEM, v);
-        *res = pushJsonbValue(state, WJB_END_ARRAY, nullptr);
-    } else {
-        *res = pushJsonbValue(state, (*state)->contVal.type == jbvObject ? WJB_VALUE : WJB_ELEM, v);
-    }
-}
-
-// jsonb from the scanner's tokens of a value: the pushJsonbValue calls jsonb_in makes for the
-// same text (numbers through numeric_in, like jsonb_in), without parsing it a second time.
-Datum tokens_to_jsonb(const inbox::JsonTokens& t) {
-    JsonbParseState* state = nullptr;
-    JsonbValue* res = nullptr;
-    for (const inbox::JsonTokens::Token& token : t.tokens) {
-        JsonbValue v;
-        switch (token.kind) {
-            case inbox::JsonTokens::kBeginObject:
-                res = pushJsonbValue(&state, WJB_BEGIN_OBJECT, nullptr);
-                continue;
-            case inbox::JsonTokens::kEndObject:
-                res = pushJsonbValue(&state, WJB_END_OBJECT, nullptr);
-                continue;
-            case inbox::JsonTokens::kBeginArray:
-                res = pushJsonbValue(&state, WJB_BEGIN_ARRAY, nullptr);
-                continue;
-            case inbox::JsonTokens::kEndArray:
-                res = pushJsonbValue(&state, WJB_END_ARRAY, nullptr);
-                continue;
-            case inbox::JsonTokens::kKey:
-            case inbox::JsonTokens::kString:
-                v.type = jbvString;
-                v.val.string.val = const_cast<char*>(t.at(token));
-                v.val.string.len = checked_jsonb_length(token.len);
-                if (token.kind == inbox::JsonTokens::kKey) {
-                    res = pushJsonbValue(&state, WJB_KEY, &v);
-                    continue;
-                }
-                break;
-            case inbox::JsonTokens::kNumber:
-                v.type = jbvNumeric;
-                v.val.numeric = DatumGetNumeric(
-                    DirectFunctionCall3(numeric_in, CStringGetDatum(t.at(token)),
-                                        ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1)));
-                break;
-            case inbox::JsonTokens::kTrue:
-            case inbox::JsonTokens::kFalse:
-                v.type = jbvBool;
-                v.val.boolean = token.kind == inbox::JsonTokens::kTrue;
-                break;
-            case inbox::JsonTokens::kNull:
-                v.type = jbvNull;
-                break;
-        }
-        push_scalar(&state, &res, &v);
-    }
-    if (res == nullptr) elog(ERROR, "eventbox ingest: no tokens for a JSON value");
-    return JsonbPGetDatum(JsonbValueToJsonb(res));
-}
-
-// The payload of a parsable row as jsonb: from its tokens where they give what jsonb_in gives
-// (UTF-8 database, shallow nesting), else by jsonb_in. On a PostgreSQL error (a number numeric
-// cannot hold) returns false with the reason in `note`, as to_jsonb does.
-bool payload_jsonb(const inbox::Classified& row, const char* data, std::size_t len, Datum* out,
-                   std::string* note) {
-    if (GetDatabaseEncoding() != PG_UTF8 || row.payload.depth > kMaxTokenDepth ||
-        row.payload.tokens.empty())
-        return to_jsonb(data, len, out, note);
-    return call_cpp([&] {
-        try {
-            *out = pg_guard([&] { return tokens_to_jsonb(row.payload); });
-            return true;
-        } catch (const Error& e) {
-            *note = std::string("value rejected by jsonb: ") + e.what();
-            return false;
-        }
-    });
-}
-
 bytea* to_bytea(const void* data, std::size_t len) {
     auto* b = static_cast<bytea*>(palloc(VARHDRSZ + len));
     SET_VARSIZE(b, VARHDRSZ + len);
@@ -536,11 +398,12 @@ std::size_t ingest(Subscription* sub) {
         partitions.set(i, Int32GetDatum(msg->partition));
         offsets.set(i, Int64GetDatum(msg->offset));
         if (msg->key != nullptr) keys.set(i, PointerGetDatum(to_bytea(msg->key, msg->key_len)));
-        headers.set(i, headers_jsonb(row));
+        headers.set(i, inbox::headers_jsonb(row));
         std::string* note = &row.note;
         Datum payload;
         if (row.parsable &&
-            payload_jsonb(row, static_cast<const char*>(msg->payload), msg->len, &payload, note)) {
+            inbox::payload_jsonb(row, static_cast<const char*>(msg->payload), msg->len, &payload,
+                                 note)) {
             payloads.set(i, payload);
         } else {
             if (row.parsable) row.raw_len = msg->len;  // jsonb refused what looked like JSON
