@@ -1,8 +1,10 @@
 // A one-pass JSON check that follows PostgreSQL's json grammar and string rules (RFC 8259; no
 // raw control characters, no \u0000, surrogates only in pairs), and reads the top-level string or
-// integer values of a few named fields on the way. Iterative, so nesting depth cannot exhaust
-// the stack. Numbers are checked for syntax only: whether numeric can hold one is for jsonb_in
-// to say. Pure C++.
+// integer values of a few named fields on the way, optionally keeping the value's tokens (the
+// ingest worker builds the payload jsonb from them). Iterative, so nesting depth cannot exhaust
+// the stack. Numbers are checked for syntax only: whether numeric can hold one is for
+// numeric_in to say. What it accepts must be exactly what PostgreSQL's json parser accepts.
+// Pure C++.
 #pragma once
 
 #include <cstddef>
