@@ -6,7 +6,8 @@ MODULE_big = pg_eventbox
 PURE_SRCS  = $(addprefix src/,$(shell cat src/pure_sources.txt))
 PG_SRCS    = src/pg_boundary.cpp src/guc.cpp src/shmem.cpp src/send.cpp src/module.cpp \
              src/worker_common.cpp src/launcher.cpp src/relay_worker.cpp src/pg_arrays.cpp \
-             src/sql_api.cpp src/ingest_worker.cpp src/handler_runner.cpp src/handler_worker.cpp
+             src/sql_api.cpp src/inbox_jsonb.cpp src/ingest_worker.cpp src/handler_runner.cpp \
+             src/handler_worker.cpp
 OBJS       = $(PURE_SRCS:.cpp=.o) $(PG_SRCS:.cpp=.o)
 DATA       = $(wildcard extension/$(EXTENSION)--*.sql)
 REGRESS    = $(sort $(basename $(notdir $(wildcard sql/*.sql))))

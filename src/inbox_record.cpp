@@ -2,6 +2,7 @@
 #include "inbox_record.hpp"
 
 #include <nlohmann/json.hpp>
+#include <unordered_map>
 
 #include "json_scan.hpp"
 
@@ -22,16 +23,23 @@ std::optional<std::string_view> header_text(const Record& r, std::string_view na
 }
 
 // Header names and values as JSON strings; bytes that are not UTF-8 are written as "\\x<hex>".
-nlohmann::json header_string(const char* data, std::size_t len) {
-    if (valid_utf8(data, len)) return std::string(data, len);
+void header_string(const char* data, std::size_t len, std::string* out) {
+    if (valid_utf8(data, len)) {
+        out->assign(data, len);
+        return;
+    }
     static constexpr char kHex[] = "0123456789abcdef";
-    std::string out = "\\x";
+    out->assign("\\x");
     for (std::size_t i = 0; i < len; ++i) {
         auto b = static_cast<unsigned char>(data[i]);
-        out += kHex[b >> 4];
-        out += kHex[b & 15];
+        out->push_back(kHex[b >> 4]);
+        out->push_back(kHex[b & 15]);
     }
-    return out;
+}
+
+void set(std::optional<std::string>& target, std::string_view value) {
+    if (!target) target.emplace();
+    target->assign(value);
 }
 
 // A message id must be non-empty UTF-8 of at most kMaxMessageIdBytes.
@@ -51,14 +59,37 @@ std::optional<std::string_view> id_candidate(const Record& r, std::string_view n
     return found;
 }
 
-std::string headers_to_json(const Record& r) {
-    nlohmann::json object = nlohmann::json::object();
+constexpr std::size_t kLinearHeaders = 16;
+
+// The headers object's members into `fields`, reusing the strings it holds.
+void header_fields(const Record& r, std::vector<HeaderField>& fields) {
+    std::size_t count = 0;
+    std::unordered_map<std::string, std::size_t> index;
     for (std::size_t i = 0; i < r.n_headers; ++i) {
         const KafkaHeader& h = r.headers[i];
-        std::string name = header_string(h.name.data(), h.name.size()).get<std::string>();
-        object[name] = h.value ? header_string(h.value, h.value_len) : nlohmann::json(nullptr);
+        if (count == fields.size()) fields.emplace_back();
+        HeaderField& f = fields[count];
+        header_string(h.name.data(), h.name.size(), &f.name);
+        if (h.value == nullptr) {
+            f.value.reset();
+        } else {
+            if (!f.value) f.value.emplace();
+            header_string(h.value, h.value_len, &*f.value);
+        }
+        // A record may carry thousands of headers: names are looked up through a hash index
+        // beyond a few.
+        std::size_t same = count;
+        if (r.n_headers <= kLinearHeaders) {
+            for (std::size_t k = 0; k < count && same == count; ++k)
+                if (fields[k].name == f.name) same = k;
+        } else {
+            auto [it, added] = index.try_emplace(f.name, count);
+            if (!added) same = it->second;
+        }
+        if (same < count) fields[same].value.swap(f.value);
+        else ++count;
     }
-    return object.dump();
+    fields.resize(count);
 }
 
 }  // namespace
@@ -93,7 +124,26 @@ bool valid_utf8(const char* data, std::size_t len) {
 
 Classified classify(const Record& r, const Options& options) {
     Classified out;
-    out.headers_json = headers_to_json(r);
+    classify(r, options, out);
+    return out;
+}
+
+void classify(const Record& r, const Options& options, Classified& out) {
+    out.transport_id = false;
+    out.parsable = false;
+    out.raw_len = 0;
+    out.raw_null = false;
+    out.note.clear();
+    // Kept buffers are for the usual record: those a large one grew are given back.
+    if (out.payload.text.capacity() > kKeptBufferBytes) std::string().swap(out.payload.text);
+    if (out.payload.tokens.capacity() * sizeof(JsonTokens::Token) > kKeptBufferBytes)
+        std::vector<JsonTokens::Token>().swap(out.payload.tokens);
+    out.payload.tokens.clear();
+    out.payload.text.clear();
+    out.payload.depth = 0;
+    if (out.headers.capacity() * sizeof(HeaderField) > kKeptBufferBytes)
+        std::vector<HeaderField>().swap(out.headers);
+    header_fields(r, out.headers);
 
     // The value: JSON that jsonb accepts, or raw bytes with a note. Whether numeric can hold
     // every number is left to jsonb_in, whose refusal the ingest worker also records this way.
@@ -117,41 +167,50 @@ Classified classify(const Record& r, const Options& options) {
         out.raw_len = r.value_len;
         out.note = "value is not valid UTF-8";
     } else {
-        std::vector<std::string_view> fields;
-        if (!options.message_id_field.empty()) fields.push_back(options.message_id_field);
-        fields.push_back("type");
-        scan = scan_json(std::string_view(r.value, r.value_len), fields);
+        std::string_view fields[2] = {options.message_id_field, "type"};
+        std::vector<std::string_view> wanted(fields + (options.message_id_field.empty() ? 1 : 0),
+                                             fields + 2);
+        out.payload.text.reserve(r.value_len + 16);
+        scan = scan_json(std::string_view(r.value, r.value_len), wanted, &out.payload);
         out.parsable = scan.valid;
         if (!scan.valid) {
             out.raw_len = r.value_len;
             out.note = "value is not valid JSON: " + scan.error;
         }
     }
-    std::optional<std::string> id_field, type_field;
+    const std::optional<std::string>* id_field = nullptr;
+    const std::optional<std::string>* type_field = nullptr;
     if (scan.valid) {
-        if (!options.message_id_field.empty()) id_field = scan.fields[0];
-        type_field = scan.fields.back();
+        if (!options.message_id_field.empty()) id_field = &scan.fields[0];
+        type_field = &scan.fields.back();
     }
 
     // Message id: header message_id, CloudEvents ce_id, the configured field, else transport.
-    std::optional<std::string> id;
-    if (id_header) id = std::string(*id_header);
-    else if (ce_id) id = std::string(*ce_id);
-    else if (id_field && usable_id(*id_field)) id = std::move(id_field);
-    if (id) {
-        out.message_id = std::move(*id);
+    if (id_header) {
+        out.message_id.assign(*id_header);
+    } else if (ce_id) {
+        out.message_id.assign(*ce_id);
+    } else if (id_field && *id_field && usable_id(**id_field)) {
+        out.message_id.assign(**id_field);
     } else {
         out.transport_id = true;
-        out.message_id = std::string(r.topic) + "/" + std::to_string(r.partition) + "/" +
-                         std::to_string(r.offset);
+        out.message_id.assign(r.topic);
+        out.message_id += "/" + std::to_string(r.partition) + "/" + std::to_string(r.offset);
     }
 
     // Event type: header event_type, CloudEvents ce_type, JSON field "type", else none.
-    if (type_header) out.event_type = std::string(*type_header);
-    else if (ce_type) out.event_type = std::string(*ce_type);
-    else out.event_type = std::move(type_field);
+    if (type_header) set(out.event_type, *type_header);
+    else if (ce_type) set(out.event_type, *ce_type);
+    else if (type_field && *type_field) set(out.event_type, **type_field);
+    else out.event_type.reset();
     if (out.event_type && out.event_type->empty()) out.event_type.reset();
-    return out;
+}
+
+std::string headers_json(const Classified& c) {
+    nlohmann::json object = nlohmann::json::object();
+    for (const HeaderField& f : c.headers)
+        object[f.name] = f.value ? nlohmann::json(*f.value) : nlohmann::json(nullptr);
+    return object.dump();
 }
 
 }  // namespace eventbox::inbox

@@ -8,6 +8,9 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "json_scan.hpp"
 
 namespace eventbox::inbox {
 
@@ -36,18 +39,36 @@ struct Options {
 // size limit, and an id this long is not an id).
 inline constexpr std::size_t kMaxMessageIdBytes = 256;
 
+// One member of the headers object: a header name and its value as JSON strings (bytes that
+// are not UTF-8, or hold NUL, written as "\\x<hex>"); no value: JSON null.
+struct HeaderField {
+    std::string name;
+    std::optional<std::string> value;
+};
+
 struct Classified {
     std::string message_id;
     bool transport_id = false;  // message id is topic/partition/offset
     std::optional<std::string> event_type;
-    std::string headers_json;  // a JSON object of the headers
+    // The headers object's members, each name once (a repeated name keeps its last value), in
+    // order of first appearance. The ingest worker builds the jsonb from them directly.
+    std::vector<HeaderField> headers;
     bool parsable = false;     // value is JSON that jsonb accepts: store it in payload
+    JsonTokens payload;        // when parsable: the value's tokens, to build its jsonb from
     std::size_t raw_len = 0;   // bytes of the value kept in raw_payload when not parsable
     bool raw_null = false;     // no value at all (tombstone): raw_payload NULL
     std::string note;          // why the record is unparsable (goes to last_error)
 };
 
 Classified classify(const Record& record, const Options& options);
+
+// The same into `out`, reusing the buffers it holds (the ingest worker keeps one per batch row);
+// buffers a large record grew beyond kKeptBufferBytes are released on the next use.
+void classify(const Record& record, const Options& options, Classified& out);
+inline constexpr std::size_t kKeptBufferBytes = 64 * 1024;
+
+// The headers object as JSON text (what jsonb_in would need to store the same value).
+std::string headers_json(const Classified& classified);
 
 // True when [data, data+len) is well-formed UTF-8 (no overlongs, surrogates or > U+10FFFF).
 bool valid_utf8(const char* data, std::size_t len);

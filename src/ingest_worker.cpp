@@ -23,12 +23,14 @@ extern "C" {
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/timestamp.h"
 }
 
 #include <string>
 #include <vector>
 
 #include "guc.hpp"
+#include "inbox_jsonb.hpp"
 #include "inbox_record.hpp"
 #include "kafka_consumer.hpp"
 #include "kafka_options.hpp"
@@ -71,6 +73,7 @@ uint64 loaded_generation = 0;
 bool needs_reload = true;
 bool announced_idle = false;
 WaitEventSet* wait_set = nullptr;
+TimestampTz last_batch_at = 0;  // end of the last batch with messages
 MemoryContext batch_context = nullptr;
 SPIPlanPtr insert_plan, offsets_plan, stored_plan;
 
@@ -93,11 +96,14 @@ void prepare_plans() {
     Oid insert_types[12] = {TEXTOID,       TEXTARRAYOID, TEXTARRAYOID, INT4ARRAYOID,
                             INT8ARRAYOID,  BYTEAARRAYOID, JSONBARRAYOID, JSONBARRAYOID,
                             BYTEAARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID};
+    // unnest() in the select list: the rows stream from the arrays (ProjectSet); unnest() in
+    // FROM would first copy them all into a tuplestore (~12% of the statement at 1 KiB).
     insert_plan = prepare(
         "INSERT INTO eventbox.inbox (subscription, message_id, topic, \"partition\", \"offset\", "
         "key, headers, payload, raw_payload, event_type, status, last_error) "
-        "SELECT $1, u.* FROM unnest($2::text[], $3::text[], $4::int4[], $5::int8[], $6::bytea[], "
-        "$7::jsonb[], $8::jsonb[], $9::bytea[], $10::text[], $11::text[], $12::text[]) AS u "
+        "SELECT $1, unnest($2::text[]), unnest($3::text[]), unnest($4::int4[]), "
+        "unnest($5::int8[]), unnest($6::bytea[]), unnest($7::jsonb[]), unnest($8::jsonb[]), "
+        "unnest($9::bytea[]), unnest($10::text[]), unnest($11::text[]), unnest($12::text[]) "
         "WHERE EXISTS (SELECT 1 FROM eventbox.subscriptions s WHERE s.name = $1) "
         "ON CONFLICT (subscription, message_id) DO NOTHING",
         12, insert_types);
@@ -315,22 +321,6 @@ void reload() {
     rebuild_wait_set();
 }
 
-// jsonb from JSON text; on a PostgreSQL error (input the C++ checks let through) returns false
-// with the reason in `note`.
-bool to_jsonb(const char* data, std::size_t len, Datum* out, std::string* note) {
-    return call_cpp([&] {
-        try {
-            *out = pg_guard([&] {
-                return DirectFunctionCall1(jsonb_in, CStringGetDatum(pnstrdup(data, len)));
-            });
-            return true;
-        } catch (const Error& e) {
-            *note = std::string("value rejected by jsonb: ") + e.what();
-            return false;
-        }
-    });
-}
-
 bytea* to_bytea(const void* data, std::size_t len) {
     auto* b = static_cast<bytea*>(palloc(VARHDRSZ + len));
     SET_VARSIZE(b, VARHDRSZ + len);
@@ -347,8 +337,10 @@ std::size_t ingest(Subscription* sub) {
 
     // Classify in C++, then build the columns here.
     call_cpp([&] {
-        sub->rows.clear();
+        // The rows of earlier batches are reused: their strings keep their buffers.
+        if (sub->rows.size() < n) sub->rows.resize(n);
         std::vector<inbox::KafkaHeader> headers;
+        std::size_t i = 0;
         for (rd_kafka_message_t* msg : sub->consumer->messages()) {
             headers.clear();
             rd_kafka_headers_t* hdrs = nullptr;
@@ -370,7 +362,7 @@ std::size_t ingest(Subscription* sub) {
             record.value_len = msg->len;
             record.headers = headers.data();
             record.n_headers = headers.size();
-            sub->rows.push_back(inbox::classify(record, sub->options));
+            inbox::classify(record, sub->options, sub->rows[i++]);
         }
     });
 
@@ -385,23 +377,33 @@ std::size_t ingest(Subscription* sub) {
         payloads(count, JSONBOID), raws(count, BYTEAOID), types(count, TEXTOID),
         statuses(count, TEXTOID), notes(count, TEXTOID);
     int transport_ids = 0;
+    // Values most rows share are made once (the arrays copy them).
+    Datum received = CStringGetTextDatum("received");
+    Datum unparsable = CStringGetTextDatum("unparsable");
+    rd_kafka_topic_t* topic_of = nullptr;
+    Datum topic = 0;
+    const std::string* type_of = nullptr;
+    Datum type = 0;
     for (int i = 0; i < count; ++i) {
         rd_kafka_message_t* msg = sub->consumer->messages()[i];
         inbox::Classified& row = sub->rows[i];
-        ids.set(i, CStringGetTextDatum(row.message_id.c_str()));
+        ids.set(i, PointerGetDatum(
+                       cstring_to_text_with_len(row.message_id.data(), row.message_id.size())));
         transport_ids += row.transport_id ? 1 : 0;
-        topics.set(i, CStringGetTextDatum(rd_kafka_topic_name(msg->rkt)));
+        if (msg->rkt != topic_of) {
+            topic_of = msg->rkt;
+            topic = CStringGetTextDatum(rd_kafka_topic_name(msg->rkt));
+        }
+        topics.set(i, topic);
         partitions.set(i, Int32GetDatum(msg->partition));
         offsets.set(i, Int64GetDatum(msg->offset));
         if (msg->key != nullptr) keys.set(i, PointerGetDatum(to_bytea(msg->key, msg->key_len)));
-        Datum header_json;
+        headers.set(i, inbox::headers_jsonb(row));
         std::string* note = &row.note;
-        if (!to_jsonb(row.headers_json.data(), row.headers_json.size(), &header_json, note))
-            elog(ERROR, "eventbox ingest: headers of %s are not valid jsonb", row.message_id.c_str());
-        headers.set(i, header_json);
         Datum payload;
         if (row.parsable &&
-            to_jsonb(static_cast<const char*>(msg->payload), msg->len, &payload, note)) {
+            inbox::payload_jsonb(row, static_cast<const char*>(msg->payload), msg->len, &payload,
+                                 note)) {
             payloads.set(i, payload);
         } else {
             if (row.parsable) row.raw_len = msg->len;  // jsonb refused what looked like JSON
@@ -409,8 +411,14 @@ std::size_t ingest(Subscription* sub) {
             if (!row.raw_null) raws.set(i, PointerGetDatum(to_bytea(msg->payload, row.raw_len)));
             notes.set(i, CStringGetTextDatum(row.note.c_str()));
         }
-        if (row.event_type) types.set(i, CStringGetTextDatum(row.event_type->c_str()));
-        statuses.set(i, CStringGetTextDatum(row.parsable ? "received" : "unparsable"));
+        if (row.event_type) {
+            if (type_of == nullptr || *type_of != *row.event_type) {
+                type_of = &*row.event_type;
+                type = PointerGetDatum(cstring_to_text_with_len(type_of->data(), type_of->size()));
+            }
+            types.set(i, type);
+        }
+        statuses.set(i, row.parsable ? received : unparsable);
     }
     Datum name = CStringGetTextDatum(sub->name.c_str());
     Datum values[12] = {name,           ids.get(),     topics.get(),   partitions.get(),
@@ -489,18 +497,26 @@ extern "C" void eventbox_ingest_main(Datum arg) {
             reload();
             needs_reload = false;
         }
-        bool more = false;
+        bool more = false, worked = false;
         std::size_t n_subs = call_cpp([] { return subscriptions ? subscriptions->size() : 0; });
         for (std::size_t i = 0; i < n_subs; ++i) {
             Subscription* sub = (*subscriptions)[i];
             std::size_t n = ingest(sub);
             if (n >= sub->batch_size) more = true;
+            if (n > 0) worked = true;
             MemoryContextReset(batch_context);
             CHECK_FOR_INTERRUPTS();
         }
         if (n_subs > 0) error_backoff_ms = 0;
         MemoryContextSwitchTo(TopMemoryContext);
         MemoryContextReset(batch_context);
+        // PostgreSQL holds table statistics back while flushes would come less than a second
+        // apart (by the last commit's time, which stands still while the worker is idle): after
+        // a second without batches they are flushed, so autovacuum sees the last ones too.
+        if (worked)
+            last_batch_at = GetCurrentTimestamp();
+        else if (TimestampDifferenceExceeds(last_batch_at, GetCurrentTimestamp(), 1000))
+            pgstat_report_stat(true);
 
         WaitEvent event;
         (void)WaitEventSetWait(wait_set, more ? 0 : 1000, &event, 1, PG_WAIT_EXTENSION);

@@ -35,7 +35,12 @@ public:
             if (c < 0x20) return fail(error, "control character in a string");
             if (c != '\\') {
                 if (high) return fail(error, "lone high surrogate in a \\u escape");
-                if (out) out->push_back(static_cast<char>(c));
+                // The run of plain characters up to the next quote, escape or control character.
+                const char* run = p_ - 1;
+                while (p_ < end_ && *p_ != '"' && *p_ != '\\' &&
+                       static_cast<unsigned char>(*p_) >= 0x20)
+                    ++p_;
+                if (out) out->append(run, p_);
                 continue;
             }
             if (p_ >= end_) break;
@@ -82,6 +87,8 @@ public:
         }
         return fail(error, "unterminated string");
     }
+
+    const char* pos() const { return p_; }
 
     // A number at the cursor; its text into `out` when it is an integer.
     bool number(std::string* out, std::string& error) {
@@ -148,9 +155,15 @@ private:
 
 }  // namespace
 
-JsonScan scan_json(std::string_view text, const std::vector<std::string_view>& fields) {
+JsonScan scan_json(std::string_view text, const std::vector<std::string_view>& fields,
+                   JsonTokens* tokens) {
     JsonScan result;
     result.fields.resize(fields.size());
+    if (tokens != nullptr) {
+        tokens->tokens.clear();
+        tokens->text.clear();
+        tokens->depth = 0;
+    }
     Scanner s(text);
     std::vector<char> stack;  // open containers: '{' or '['
     enum class State { kValue, kArrayFirst, kObjectFirst, kKey, kColon, kAfterValue };
@@ -158,12 +171,31 @@ JsonScan scan_json(std::string_view text, const std::vector<std::string_view>& f
     int field = -1;  // requested field whose top-level value comes next
     std::string key, scalar;
 
+    // With tokens, strings are unescaped into the token text (and copied from there when they
+    // are wanted as fields).
+    auto add_token = [&](JsonTokens::Kind kind, std::size_t offset) {
+        tokens->text.push_back('\0');
+        tokens->tokens.push_back(
+            JsonTokens::Token{kind, offset, tokens->text.size() - 1 - offset});
+    };
+    auto add_mark = [&](JsonTokens::Kind kind) {
+        if (tokens != nullptr) tokens->tokens.push_back(JsonTokens::Token{kind});
+    };
+    auto fail = [&]() {
+        if (tokens != nullptr) {
+            tokens->tokens.clear();
+            tokens->text.clear();
+        }
+        return result;
+    };
+
     for (;;) {
         s.skip_ws();
         switch (state) {
             case State::kArrayFirst:
                 if (s.consume(']')) {
                     stack.pop_back();
+                    add_mark(JsonTokens::kEndArray);
                     state = State::kAfterValue;
                     break;
                 }
@@ -174,26 +206,42 @@ JsonScan scan_json(std::string_view text, const std::vector<std::string_view>& f
                 std::string* out = top_field ? &scalar : nullptr;
                 bool is_scalar = true;
                 char c = s.peek();
+                std::size_t offset = tokens ? tokens->text.size() : 0;
                 if (s.at_end()) {
                     result.error = "unexpected end of input";
-                    return result;
+                    return fail();
                 } else if (c == '{' || c == '[') {
                     s.consume(c);
                     stack.push_back(c);
+                    if (tokens != nullptr && stack.size() > tokens->depth)
+                        tokens->depth = stack.size();
+                    add_mark(c == '{' ? JsonTokens::kBeginObject : JsonTokens::kBeginArray);
                     state = c == '{' ? State::kObjectFirst : State::kArrayFirst;
                     is_scalar = false;
                 } else if (c == '"') {
-                    if (!s.string(out, result.error)) return result;
+                    if (!s.string(tokens ? &tokens->text : out, result.error)) return fail();
+                    if (tokens != nullptr) {
+                        if (out) out->assign(tokens->text, offset, std::string::npos);
+                        add_token(JsonTokens::kString, offset);
+                    }
                 } else if (c == '-' || (c >= '0' && c <= '9')) {
-                    if (!s.number(out, result.error)) return result;
+                    const char* start = s.pos();
+                    if (!s.number(out, result.error)) return fail();
                     if (out && scalar.empty()) out = nullptr;  // not an integer
+                    if (tokens != nullptr) {
+                        tokens->text.append(start, s.pos());
+                        add_token(JsonTokens::kNumber, offset);
+                    }
                 } else if (c == 't' || c == 'f' || c == 'n') {
                     if (!s.literal(c == 't' ? "true" : c == 'f' ? "false" : "null", result.error))
-                        return result;
+                        return fail();
+                    add_mark(c == 't'   ? JsonTokens::kTrue
+                             : c == 'f' ? JsonTokens::kFalse
+                                        : JsonTokens::kNull);
                     out = nullptr;
                 } else {
                     result.error = "invalid token";
-                    return result;
+                    return fail();
                 }
                 if (top_field) {
                     if (out) result.fields[field] = scalar;
@@ -206,6 +254,7 @@ JsonScan scan_json(std::string_view text, const std::vector<std::string_view>& f
             case State::kObjectFirst:
                 if (s.consume('}')) {
                     stack.pop_back();
+                    add_mark(JsonTokens::kEndObject);
                     state = State::kAfterValue;
                     break;
                 }
@@ -213,22 +262,30 @@ JsonScan scan_json(std::string_view text, const std::vector<std::string_view>& f
             case State::kKey: {
                 if (s.peek() != '"' || s.at_end()) {
                     result.error = "expected an object key";
-                    return result;
+                    return fail();
                 }
                 bool top = stack.size() == 1;
                 key.clear();
-                if (!s.string(top ? &key : nullptr, result.error)) return result;
+                std::size_t offset = tokens ? tokens->text.size() : 0;
+                if (!s.string(tokens ? &tokens->text : top ? &key : nullptr, result.error))
+                    return fail();
+                std::string_view name = key;
+                if (tokens != nullptr) {
+                    add_token(JsonTokens::kKey, offset);
+                    name = std::string_view(tokens->text.data() + offset,
+                                            tokens->tokens.back().len);
+                }
                 field = -1;
                 if (top)
                     for (std::size_t i = 0; i < fields.size(); ++i)
-                        if (fields[i] == key) field = static_cast<int>(i);
+                        if (fields[i] == name) field = static_cast<int>(i);
                 state = State::kColon;
                 break;
             }
             case State::kColon:
                 if (!s.consume(':')) {
                     result.error = "expected ':'";
-                    return result;
+                    return fail();
                 }
                 state = State::kValue;
                 break;
@@ -236,7 +293,7 @@ JsonScan scan_json(std::string_view text, const std::vector<std::string_view>& f
                 if (stack.empty()) {
                     if (!s.at_end()) {
                         result.error = "unexpected text after the value";
-                        return result;
+                        return fail();
                     }
                     result.valid = true;
                     return result;
@@ -244,10 +301,11 @@ JsonScan scan_json(std::string_view text, const std::vector<std::string_view>& f
                 if (s.consume(',')) {
                     state = stack.back() == '{' ? State::kKey : State::kValue;
                 } else if (s.consume(stack.back() == '{' ? '}' : ']')) {
+                    add_mark(stack.back() == '{' ? JsonTokens::kEndObject : JsonTokens::kEndArray);
                     stack.pop_back();
                 } else {
                     result.error = "expected ',' or the end of the container";
-                    return result;
+                    return fail();
                 }
                 break;
         }

@@ -38,6 +38,13 @@ class Rec {
     }
 
     Classified classify(const Options& options = Options()) {
+        Classified out;
+        classify_into(out, options, false);
+        return out;
+    }
+
+    // The same into `out`: reusing its buffers (the worker's way), or by assigning a fresh result.
+    void classify_into(Classified& out, const Options& options = Options(), bool reuse = true) {
         views_.clear();
         for (const auto& h : headers_) {
             KafkaHeader k;
@@ -54,7 +61,8 @@ class Rec {
         r.value_len = has_value_ ? value_.size() : 0;
         r.headers = views_.empty() ? nullptr : views_.data();
         r.n_headers = views_.size();
-        return eventbox::inbox::classify(r, options);
+        if (reuse) eventbox::inbox::classify(r, options, out);
+        else out = eventbox::inbox::classify(r, options);
     }
 
   private:
@@ -368,52 +376,73 @@ TEST(EventType, UnicodeIsKept) {
 // ---- headers ------------------------------------------------------------------------------
 
 TEST(Headers, NoHeadersIsAnEmptyObject) {
-    EXPECT_EQ(Rec().classify().headers_json, "{}");
+    EXPECT_EQ(headers_json(Rec().classify()), "{}");
 }
 
 TEST(Headers, Utf8ValuesAreStrings) {
     Classified c =
         Rec().header("event_type", "OrderCreated").header("trace", "caf\xc3\xa9").classify();
-    EXPECT_EQ(c.headers_json, "{\"event_type\":\"OrderCreated\",\"trace\":\"caf\xc3\xa9\"}");
+    EXPECT_EQ(headers_json(c), "{\"event_type\":\"OrderCreated\",\"trace\":\"caf\xc3\xa9\"}");
 }
 
 TEST(Headers, EmptyValueIsAnEmptyString) {
-    EXPECT_EQ(Rec().header("a", "").classify().headers_json, R"({"a":""})");
+    EXPECT_EQ(headers_json(Rec().header("a", "").classify()), R"({"a":""})");
 }
 
 TEST(Headers, NullValuesAreNull) {
-    EXPECT_EQ(Rec().null_header("a").header("b", "x").classify().headers_json,
+    EXPECT_EQ(headers_json(Rec().null_header("a").header("b", "x").classify()),
               R"({"a":null,"b":"x"})");
 }
 
 TEST(Headers, BinaryValuesAreHex) {
-    EXPECT_EQ(Rec().header("bin", std::string("\x00\x01\xfe\xff", 4)).classify().headers_json,
+    EXPECT_EQ(headers_json(Rec().header("bin", std::string("\x00\x01\xfe\xff", 4)).classify()),
               R"({"bin":"\\x0001feff"})");
-    EXPECT_EQ(Rec().header("bin", "\xc3").classify().headers_json, R"({"bin":"\\xc3"})");
+    EXPECT_EQ(headers_json(Rec().header("bin", "\xc3").classify()), R"({"bin":"\\xc3"})");
     // NUL is valid UTF-8 but PostgreSQL text cannot hold it.
-    EXPECT_EQ(Rec().header("nul", std::string("a\0", 2)).classify().headers_json,
+    EXPECT_EQ(headers_json(Rec().header("nul", std::string("a\0", 2)).classify()),
               R"({"nul":"\\x6100"})");
 }
 
 TEST(Headers, BinaryNamesAreHex) {
-    EXPECT_EQ(Rec().header("\xff\x00", "v").classify().headers_json, R"({"\\xff":"v"})");
-    EXPECT_EQ(Rec().header(std::string("a\0", 2), "v").classify().headers_json,
+    EXPECT_EQ(headers_json(Rec().header("\xff\x00", "v").classify()), R"({"\\xff":"v"})");
+    EXPECT_EQ(headers_json(Rec().header(std::string("a\0", 2), "v").classify()),
               R"({"\\x6100":"v"})");
 }
 
 TEST(Headers, ControlCharactersAndQuotesAreEscaped) {
-    EXPECT_EQ(Rec().header("q\"", "a\tb\n\\").classify().headers_json, R"({"q\"":"a\tb\n\\"})");
-    EXPECT_EQ(Rec().header("c", "\x01").classify().headers_json, R"({"c":"\u0001"})");
+    EXPECT_EQ(headers_json(Rec().header("q\"", "a\tb\n\\").classify()), R"({"q\"":"a\tb\n\\"})");
+    EXPECT_EQ(headers_json(Rec().header("c", "\x01").classify()), R"({"c":"\u0001"})");
 }
 
 TEST(Headers, LastValueOfARepeatedNameWins) {
-    EXPECT_EQ(Rec().header("k", "1").header("k", "2").classify().headers_json, R"({"k":"2"})");
-    EXPECT_EQ(Rec().header("k", "1").null_header("k").classify().headers_json, R"({"k":null})");
+    EXPECT_EQ(headers_json(Rec().header("k", "1").header("k", "2").classify()), R"({"k":"2"})");
+    EXPECT_EQ(headers_json(Rec().header("k", "1").null_header("k").classify()), R"({"k":null})");
+}
+
+TEST(Headers, FieldsKeepFirstPositionAndLastValue) {
+    Classified c = Rec().header("k", "1").header("j", "x").null_header("k").header("k", "3")
+                       .header("\xff", "v").classify();
+    ASSERT_EQ(c.headers.size(), 3u);
+    EXPECT_EQ(c.headers[0].name, "k");
+    EXPECT_EQ(c.headers[0].value, std::optional<std::string>("3"));
+    EXPECT_EQ(c.headers[1].name, "j");
+    EXPECT_EQ(c.headers[2].name, "\\xff");
+    EXPECT_EQ(c.headers[2].value, std::optional<std::string>("v"));
+    EXPECT_FALSE(Rec().null_header("n").classify().headers[0].value.has_value());
+}
+
+TEST(Headers, ManyRepeatedNamesAreMergedByName) {
+    Rec r;
+    for (int i = 0; i < 5000; ++i) r.header("h" + std::to_string(i % 100), std::to_string(i));
+    Classified c = r.classify();
+    ASSERT_EQ(c.headers.size(), 100u);
+    EXPECT_EQ(c.headers[7].name, "h7");
+    EXPECT_EQ(c.headers[7].value, std::optional<std::string>("4907"));
 }
 
 TEST(Headers, KeptForUnparsableRecords) {
-    EXPECT_EQ(Rec().tombstone().header("a", "b").classify().headers_json, R"({"a":"b"})");
-    EXPECT_EQ(Rec().value("not json").header("a", "b").classify().headers_json, R"({"a":"b"})");
+    EXPECT_EQ(headers_json(Rec().tombstone().header("a", "b").classify()), R"({"a":"b"})");
+    EXPECT_EQ(headers_json(Rec().value("not json").header("a", "b").classify()), R"({"a":"b"})");
 }
 
 // ---- unparsable values --------------------------------------------------------------------
@@ -700,6 +729,69 @@ TEST(ValidUtf8, TruncatedSequences) {
     // The length bounds the check: a sequence cut by `len` is truncated.
     EXPECT_FALSE(valid_utf8("\xc3\xa9", 1));
     EXPECT_FALSE(valid_utf8("\xf0\x9f\x98\x80", 3));
+}
+
+// ---- reuse (the ingest worker classifies each batch into the rows of the last one) -------
+
+void expect_same(const Classified& a, const Classified& b, const std::string& what) {
+    SCOPED_TRACE(what);
+    EXPECT_EQ(a.message_id, b.message_id);
+    EXPECT_EQ(a.transport_id, b.transport_id);
+    EXPECT_EQ(a.event_type, b.event_type);
+    EXPECT_EQ(headers_json(a), headers_json(b));
+    ASSERT_EQ(a.headers.size(), b.headers.size());
+    for (std::size_t i = 0; i < a.headers.size(); ++i) {
+        EXPECT_EQ(a.headers[i].name, b.headers[i].name);
+        EXPECT_EQ(a.headers[i].value, b.headers[i].value);
+    }
+    EXPECT_EQ(a.parsable, b.parsable);
+    EXPECT_EQ(a.raw_len, b.raw_len);
+    EXPECT_EQ(a.raw_null, b.raw_null);
+    EXPECT_EQ(a.note, b.note);
+    EXPECT_EQ(a.payload.text, b.payload.text);
+    EXPECT_EQ(a.payload.depth, b.payload.depth);
+    ASSERT_EQ(a.payload.tokens.size(), b.payload.tokens.size());
+    for (std::size_t i = 0; i < a.payload.tokens.size(); ++i) {
+        EXPECT_EQ(a.payload.tokens[i].kind, b.payload.tokens[i].kind);
+        EXPECT_EQ(a.payload.tokens[i].offset, b.payload.tokens[i].offset);
+        EXPECT_EQ(a.payload.tokens[i].len, b.payload.tokens[i].len);
+    }
+}
+
+TEST(Reuse, ARowClassifiedAgainHoldsNothingOfItsLastRecord) {
+    std::vector<Rec> records(8);
+    records[0].value(R"({"type":"T","id":"j1","deep":[[{"a":1}]]})").header("message_id", "m1")
+        .header("event_type", "E").header("x", "1").header("x", "2").null_header("n");
+    records[1].tombstone();
+    records[2].value("not json").header("ce_id", "c").header("ce_type", "ct");
+    records[3].value(R"({"id":"from-field"})").header("\xff", "\xfe");
+    records[4].value(std::string(2000, ' ') + "[1,2,3]").null_header("x").header("y", "v");
+    records[5].value("");
+    records[6].value("\xff\xfe");
+    records[7].value(R"("a string")").header("k", "1").header("k", "2").header("k", "3");
+    records[3].at("other", 7, 0);
+    Options options = with_field("id");
+    // Every record into a row that last held every other record.
+    for (std::size_t last = 0; last < records.size(); ++last)
+        for (std::size_t now = 0; now < records.size(); ++now) {
+            Classified row;
+            records[last].classify_into(row, options);
+            records[now].classify_into(row, options);
+            expect_same(row, records[now].classify(options),
+                        std::to_string(last) + " then " + std::to_string(now));
+        }
+}
+
+TEST(Reuse, BuffersALargeRecordGrewAreGivenBack) {
+    Classified row;
+    Rec big;
+    big.value("[\"" + std::string(kKeptBufferBytes * 2, 'x') + "\"]");
+    big.classify_into(row);
+    ASSERT_TRUE(row.parsable);
+    EXPECT_GT(row.payload.text.capacity(), kKeptBufferBytes);
+    Rec().value("[1]").classify_into(row);
+    EXPECT_LE(row.payload.text.capacity(), kKeptBufferBytes);
+    EXPECT_EQ(row.payload.tokens.size(), 3u);
 }
 
 }  // namespace
