@@ -79,6 +79,7 @@ struct LaneCursor {
 struct PassState {
     std::deque<Lane> lanes;
     std::vector<Chosen> chosen;
+    std::vector<std::size_t> picks;  // of the lane being planned
     std::vector<bool> lane_locked;
     std::mt19937_64 rng{std::random_device{}()};
     std::map<std::string, LaneCursor> cursors;  // by subscription
@@ -279,6 +280,18 @@ bool try_lock_lane(const char* subscription, const char* topic, int32 partition,
     if (session && n_held >= kMaxHeld) return false;
     LockAcquireResult r = LockAcquire(&tag, ExclusiveLock, session, true);
     if (r == LOCKACQUIRE_NOT_AVAIL) return false;
+    if (session) held_locks[n_held++] = tag;
+    return true;
+}
+
+// A message whose attempt a crash cut short runs alone, and one such message at a time in the
+// database: a crash it causes again then cuts short no other one's attempt (a parallel pass
+// runs only messages that have not crashed).
+bool try_lock_suspects(bool session) {
+    if (session && n_held >= kMaxHeld) return false;
+    LOCKTAG tag;
+    SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, 0, 0x4543);
+    if (LockAcquire(&tag, ExclusiveLock, session, true) == LOCKACQUIRE_NOT_AVAIL) return false;
     if (session) held_locks[n_held++] = tag;
     return true;
 }
@@ -796,28 +809,35 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
                 lane->candidates[i].handled = handled;
             }
         });
-        bool stop = call_cpp([&] {
-            std::vector<std::size_t> picks;
+        long suspect = call_cpp([&] {
             std::size_t room = static_cast<std::size_t>(max) - state->chosen.size();
-            long suspect = plan_lane(lane->candidates, options.ordering, options.unhandled_keep,
-                                     now, room, picks);
+            state->picks.clear();
+            long s = plan_lane(lane->candidates, options.ordering, options.unhandled_keep, now,
+                               room, state->picks);
             for (const Candidate& c : lane->candidates)
                 if (c.not_before_ms > now && c.not_before_ms < *next_due_ms)
                     *next_due_ms = c.not_before_ms;
-            if (suspect >= 0) {
-                // A message whose last attempt never finished runs alone.
-                if (state->chosen.empty()) {
-                    state->chosen.push_back({l, static_cast<std::size_t>(suspect)});
-                    return true;
-                }
-                for (std::size_t p : picks)
-                    if (p < static_cast<std::size_t>(suspect)) state->chosen.push_back({l, p});
-                return true;
-            }
-            for (std::size_t p : picks) state->chosen.push_back({l, p});
-            return false;
+            return s;
         });
-        if (stop) break;
+        if (suspect < 0) {
+            call_cpp([&] {
+                for (std::size_t p : state->picks) state->chosen.push_back({l, p});
+            });
+            continue;
+        }
+        // A message whose last attempt never finished runs alone, in a pass of its own.
+        bool first = call_cpp([] { return state->chosen.empty(); });
+        if (first && try_lock_suspects(own_transactions)) {
+            call_cpp([&] { state->chosen.push_back({l, static_cast<std::size_t>(suspect)}); });
+            break;
+        }
+        call_cpp([&] {
+            for (std::size_t p : state->picks)
+                if (p < static_cast<std::size_t>(suspect)) state->chosen.push_back({l, p});
+        });
+        // Not first: a later pass takes it. First but another pass runs a suspect: the lane
+        // waits behind it, the other lanes go on.
+        if (!first) break;
     }
 
     if (after_partition >= 0)
