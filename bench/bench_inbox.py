@@ -174,12 +174,31 @@ def worker_pids(cur, role):
 
 
 def ingest_counters(cur):
-    cur.execute("SELECT messages, duplicates, errors, last_error FROM eventbox.workers "
-                "WHERE role = 'ingest'")
+    """(messages, duplicates, errors, a last error) summed over the ingest workers."""
+    cur.execute("SELECT sum(messages)::int8, sum(duplicates)::int8, sum(errors)::int8, max(last_error), "
+                "count(*) "
+                "FROM eventbox.workers WHERE role = 'ingest'")
     row = cur.fetchone()
-    if row is None:
+    if not row[4]:
         raise B.BenchError("no ingest worker in eventbox.workers")
-    return row
+    return row[:4]
+
+
+def set_ingest_workers(cur, n, timeout=60):
+    """eventbox.ingest_workers = n (a reload); waits until exactly n ingest workers run."""
+    cur.execute("ALTER SYSTEM SET eventbox.ingest_workers = %d" % n)
+    cur.execute("SELECT pg_reload_conf()")
+    deadline = time.monotonic() + timeout
+    while True:
+        cur.execute("SELECT count(*) FILTER (WHERE state <> 'starting'), count(*) "
+                    "FROM eventbox.workers WHERE role = 'ingest'")
+        ready, total = cur.fetchone()
+        if ready == n and total == n:
+            return
+        if time.monotonic() > deadline:
+            raise B.BenchError("eventbox.ingest_workers = %d: %d ingest workers after %ds"
+                               % (n, total, timeout))
+        time.sleep(0.1)
 
 
 def inbox_sizes(cur):
@@ -505,6 +524,19 @@ def section_ingest(env, cur, args, pg_groups, res):
                 "indexes %+d B" % (x["rate"], x["elapsed"], x["duplicates"], x["rows_delta"],
                                    x["heap_delta"], x["index_delta"]))
             set_enabled(cur, sub, False)
+            # The same messages again into an emptied inbox, with two ingest workers.
+            cur.execute("TRUNCATE eventbox.inbox")
+            set_ingest_workers(cur, 2)
+            try:
+                x = run_ingest(env, cur, msgs, "bench_in2_" + tag, topic, pg_groups,
+                               check=rep == 0)
+                set_enabled(cur, "bench_in2_" + tag, False)
+            finally:
+                set_ingest_workers(cur, 1)
+            per.setdefault("ingest2", []).append(x)
+            log("  ingest, 2 workers: %.0f msg/s in %.2fs (first batch after %.2fs; %.0f msg/s "
+                "after it)" % (x["rate"], x["elapsed"], x["first_s"] or -1,
+                               x["steady_rate"] or 0))
             per["last_topic"] = topic
             per["last_msgs"] = msgs
         # Naive client on the last topic, into the same table (holding the last run's rows).
@@ -800,6 +832,11 @@ def table_rows(res, ROW):
             rows.append(ROW % ("  after 1st batch %s (msg/s)" % size, "%.0f" % st,
                                "COPY binary %.0f" % c["rate"], "%.2f" % (st / c["rate"]),
                                "info (from 1st batch)"))
+            i2 = best(per["ingest2"])
+            r2 = i2["rate"] / c["rate"]
+            rows.append(ROW % ("  2 ingest workers %s (msg/s)" % size, "%.0f" % i2["rate"],
+                               "COPY binary %.0f" % c["rate"], "%.2f" % r2,
+                               ">= 0.5 " + ("ok" if r2 >= 0.5 else "BELOW")))
         for size, per in ing["sizes"].items():
             i = best(per["ingest"])
             nv = per["naive"][0]
@@ -811,6 +848,11 @@ def table_rows(res, ROW):
             rows.append(ROW % ("  naive, synchronous_commit=off", "%.0f" % i["rate"],
                                "naive %.0f" % na["rate"], "%.1f" % (i["rate"] / na["rate"]),
                                "info"))
+            i2 = best(per["ingest2"])
+            r2 = i2["rate"] / nv["rate"]
+            rows.append(ROW % ("  2 ingest workers vs naive %s" % size, "%.0f" % i2["rate"],
+                               "naive %.0f" % nv["rate"], "%.1f" % r2,
+                               ">= 50 " + ("ok" if r2 >= 50 else "BELOW")))
         for size, per in ing["sizes"].items():
             rp = best(per["replay"])
             fresh = max((x["steady_rate"] or 0) for x in per["ingest"])
@@ -912,6 +954,10 @@ def notes(res, args):
                           "/".join("%.2f" % (x["first_s"] or -1) for x in per["ingest"]),
                           " ".join("%.0f" % (x["steady_rate"] or 0) for x in per["ingest"]),
                           " ".join("%.0f" % x["rate"] for x in per["replay"])))
+            out.append("%s runs with eventbox.ingest_workers = 2 (a reload before each, 1 "
+                       "again after; the partitions dealt out between the two workers, each its "
+                       "own consumer and transactions): %s msg/s"
+                       % (size, " ".join("%.0f" % x["rate"] for x in per["ingest2"])))
             out.append("%s ingest batches per run %s (avg %s rows); waits for Kafka (> 50 ms "
                        "between batch starts): %s"
                        % (size, "/".join(str(x["batches"]) for x in per["ingest"]),

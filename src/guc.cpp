@@ -30,6 +30,7 @@ int relay_retry_backoff_ms = 1000;
 int relay_retry_backoff_max_ms = 60000;
 int relay_max_attempts = 5;
 int relay_sweep_interval_s = 60;
+int ingest_workers = 1;
 int handler_workers = 2;
 int handler_timeout_ms = 30000;
 bool allow_superuser_handlers = false;
@@ -145,6 +146,12 @@ void define() {
         "How often the relay re-reads all pending rows as a safety net (e.g. two-phase commits).",
         nullptr, &relay_sweep_interval_s, 60, 1, 24 * 3600, PGC_SIGHUP, GUC_UNIT_S, nullptr,
         nullptr, nullptr);
+    DefineCustomIntVariable(
+        "eventbox.ingest_workers", "Background workers that consume Kafka into the inbox.",
+        "Each takes its share of every subscription's partitions; a reload that changes the "
+        "number hands the partitions over at their stored offsets.",
+        &ingest_workers, 1, 1, shmem::kMaxIngestWorkers, PGC_SIGHUP, 0, nullptr, nullptr,
+        nullptr);
     DefineCustomIntVariable("eventbox.handler_workers",
                             "Background workers that run handlers (lanes run in parallel).",
                             nullptr, &handler_workers, 2, 0, shmem::kMaxHandlerWorkers,

@@ -17,6 +17,7 @@ extern int relay_retry_backoff_ms;
 extern int relay_retry_backoff_max_ms;
 extern int relay_max_attempts;
 extern int relay_sweep_interval_s;
+extern int ingest_workers;
 extern int handler_workers;
 extern int handler_timeout_ms;
 extern bool allow_superuser_handlers;

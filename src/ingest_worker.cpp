@@ -1,4 +1,5 @@
-// The ingest background worker: one librdkafka consumer per enabled subscription; each poll batch
+// An ingest background worker (eventbox.ingest_workers of them, each consuming its share of every
+// subscription's partitions): one librdkafka consumer per enabled subscription; each poll batch
 // is written in one transaction (inbox rows deduplicated with ON CONFLICT DO NOTHING, plus the
 // partitions' next offsets), then the handler workers are woken. It sleeps on one WaitEventSet:
 // its latch (set when subscriptions change), postmaster death, and every consumer's queue fd.
@@ -26,6 +27,7 @@ extern "C" {
 #include "utils/timestamp.h"
 }
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -54,6 +56,7 @@ struct Subscription {
     std::size_t batch_size = 1000;
     kafka::Consumer* consumer = nullptr;
     std::vector<inbox::Classified> rows;  // the current batch, classified
+    std::vector<int> order;               // its rows by message id (see ingest())
 
     ~Subscription() { delete consumer; }
 };
@@ -69,6 +72,8 @@ struct Wanted {
 
 std::vector<Subscription*>* subscriptions = nullptr;
 std::vector<Wanted>* wanted = nullptr;
+int member = 0;   // this worker's index among the ingest workers
+int members = 1;  // eventbox.ingest_workers, as of the last reload
 uint64 loaded_generation = 0;
 bool needs_reload = true;
 bool announced_idle = false;
@@ -187,7 +192,8 @@ void read_wanted() {
                 start = comma + 1;
             }
             w.fingerprint = list + "|" + w.group_id + "|" + start_from + "|" + field + "|" +
-                            std::to_string(batch) + "|" + guc::brokers;
+                            std::to_string(batch) + "|" + guc::brokers + "|" +
+                            std::to_string(members);
             wanted->push_back(std::move(w));
         });
     }
@@ -207,6 +213,8 @@ Subscription* start_subscription(std::size_t i) {
         config.brokers = guc::brokers;
         config.options = parse_kafka_options(guc::kafka_options ? guc::kafka_options : "");
         config.group_id = w.group_id;
+        config.member = member;
+        config.members = members;
         config.topics = w.topics;
         config.start_latest = w.start_latest;
         config.latest_since_ms = w.created_ms;
@@ -228,9 +236,16 @@ Subscription* start_subscription(std::size_t i) {
         char* topic = text_at(tuple, desc, 1);
         int32 partition = DatumGetInt32(SPI_getbinval(tuple, desc, 2, &isnull));
         int64 next = DatumGetInt64(SPI_getbinval(tuple, desc, 3, &isnull));
-        call_cpp([&] { sub->consumer->set_stored_offset(topic, partition, next); });
+        call_cpp([&] {
+            if (sub->consumer->owns(topic, partition))
+                sub->consumer->set_stored_offset(topic, partition, next);
+        });
     }
-    ereport(LOG, (errmsg("eventbox ingest: consuming subscription \"%s\"", name)));
+    if (members > 1)
+        ereport(LOG, (errmsg("eventbox ingest: consuming subscription \"%s\" (worker %d of %d)",
+                             name, member + 1, members)));
+    else
+        ereport(LOG, (errmsg("eventbox ingest: consuming subscription \"%s\"", name)));
     return sub;
 }
 
@@ -251,6 +266,7 @@ void reload() {
         return;
     }
     announced_idle = false;
+    members = guc::ingest_workers;
     loaded_generation = shmem::subscriptions_generation();
     SetCurrentStatementStartTimestamp();  // now() of this transaction
     StartTransactionCommand();
@@ -291,7 +307,9 @@ void reload() {
             int64 next = DatumGetInt64(
                 SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 3, &isnull));
             call_cpp([&] {
-                if (sub->consumer->stored_offset(topic, partition) == next) return;
+                if (!sub->consumer->owns(topic, partition) ||
+                    sub->consumer->stored_offset(topic, partition) == next)
+                    return;
                 sub->consumer->set_stored_offset(topic, partition, next);
                 differs = true;
             });
@@ -364,6 +382,14 @@ std::size_t ingest(Subscription* sub) {
             record.n_headers = headers.size();
             inbox::classify(record, sub->options, sub->rows[i++]);
         }
+        // Rows go in by message id: ingest workers inserting the same ids at once (a message
+        // republished to partitions of two workers) then wait for each other in one order,
+        // never in a cycle.
+        sub->order.resize(n);
+        for (std::size_t k = 0; k < n; ++k) sub->order[k] = static_cast<int>(k);
+        std::stable_sort(sub->order.begin(), sub->order.end(), [&](int a, int b) {
+            return sub->rows[a].message_id < sub->rows[b].message_id;
+        });
     });
 
     SetCurrentStatementStartTimestamp();  // now() of this transaction
@@ -385,8 +411,9 @@ std::size_t ingest(Subscription* sub) {
     const std::string* type_of = nullptr;
     Datum type = 0;
     for (int i = 0; i < count; ++i) {
-        rd_kafka_message_t* msg = sub->consumer->messages()[i];
-        inbox::Classified& row = sub->rows[i];
+        int k = sub->order[i];
+        rd_kafka_message_t* msg = sub->consumer->messages()[k];
+        inbox::Classified& row = sub->rows[k];
         ids.set(i, PointerGetDatum(
                        cstring_to_text_with_len(row.message_id.data(), row.message_id.size())));
         transport_ids += row.transport_id ? 1 : 0;
@@ -472,11 +499,12 @@ extern "C" PGDLLEXPORT void eventbox_ingest_main(Datum);
 extern "C" void eventbox_ingest_main(Datum arg) {
     using namespace eventbox;
     worker::setup_signals();
+    memcpy(&member, MyBgworkerEntry->bgw_extra, sizeof member);
     BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(arg), InvalidOid, 0);
     // Safe asynchronously: a lost commit loses inbox rows and their offsets together, and they
     // are read from Kafka again.
     worker::apply_worker_settings(true);
-    shmem::attach_worker(shmem::Role::kIngest);
+    shmem::attach_worker(shmem::Role::kIngest, member);
     before_shmem_exit(shutdown_ingest, 0);
     batch_context = AllocSetContextCreate(TopMemoryContext, "eventbox ingest batch",
                                           ALLOCSET_DEFAULT_SIZES);

@@ -7,8 +7,18 @@
 
 namespace eventbox::kafka {
 
+int partition_owner(const std::string& topic, int32_t partition, int members) {
+    if (members <= 1) return 0;
+    uint32_t h = 2166136261u;  // FNV-1a: stable across processes and releases
+    for (unsigned char c : topic) h = (h ^ c) * 16777619u;
+    uint64_t slot = static_cast<uint64_t>(h) + static_cast<uint32_t>(partition);
+    return static_cast<int>(slot % static_cast<uint64_t>(members));
+}
+
 Consumer::Consumer(const ConsumerConfig& config)
     : topics_(config.topics),
+      member_(config.member),
+      members_(config.members < 1 ? 1 : config.members),
       start_latest_(config.start_latest),
       latest_since_ms_(config.latest_since_ms) {
     std::vector<KafkaOption> ours = {
@@ -145,7 +155,7 @@ void Consumer::refresh_assignment() {
         if (err == RD_KAFKA_RESP_ERR_NO_ERROR && md->topic_cnt == 1 && md->topics[0].err == 0) {
             for (int i = 0; i < md->topics[0].partition_cnt; ++i) {
                 int32_t partition = md->topics[0].partitions[i].id;
-                if (assigned_.count({topic, partition}) != 0) continue;
+                if (assigned_.count({topic, partition}) != 0 || !owns(topic, partition)) continue;
                 int64_t offset = stored_offset(topic, partition);
                 if (offset < 0 && !start_position(topic.c_str(), partition, &offset)) {
                     complete = false;

@@ -1,8 +1,8 @@
-// One subscription's librdkafka consumer. The database is the source of truth for offsets, and
-// one ingest worker serves every subscription: partitions are assigned directly (no consumer
-// group membership, so a restart resumes at once instead of waiting out a session timeout),
-// each at the offset stored in eventbox.offsets (kept in an in-memory copy, since the worker is
-// its only writer), else at the subscription's start position. The group id is still used to
+// One subscription's librdkafka consumer in one ingest worker. The database is the source of
+// truth for offsets. Partitions are assigned directly (no consumer group membership, so a
+// restart resumes at once instead of waiting out a session timeout), each to one of the ingest
+// workers by partition_owner(), at the offset stored in eventbox.offsets (kept in an in-memory
+// copy, since its owner is its only writer), else at the subscription's start position. The group id is still used to
 // commit offsets to Kafka, asynchronously after the database commit, only so that external lag
 // tools see progress. Pure C++.
 #pragma once
@@ -21,8 +21,15 @@
 
 namespace eventbox::kafka {
 
+// Which of `members` ingest workers consumes a partition: a topic's partitions are dealt out
+// round robin, from a starting worker that depends on the topic, so that every worker gets its
+// share of each topic and of many small ones.
+int partition_owner(const std::string& topic, int32_t partition, int members);
+
 struct ConsumerConfig {
     std::string brokers;
+    int member = 0;   // this ingest worker's index
+    int members = 1;  // how many ingest workers share the partitions
     std::vector<KafkaOption> options;  // user options, applied after our defaults
     std::string group_id;
     std::vector<std::string> topics;
@@ -68,6 +75,10 @@ public:
     void committed();
 
     std::size_t assigned_partitions() const { return assigned_.size(); }
+    // Whether this worker consumes the partition (see partition_owner()).
+    bool owns(const std::string& topic, int32_t partition) const {
+        return partition_owner(topic, partition, members_) == member_;
+    }
 
     // Whether the next batch must store offsets even without messages: partitions started at a
     // position resolved from start_from 'latest' (stored at once, so a restart starts there
@@ -87,6 +98,8 @@ private:
     rd_kafka_t* rk_ = nullptr;
     rd_kafka_queue_t* queue_ = nullptr;
     std::vector<std::string> topics_;
+    int member_ = 0;
+    int members_ = 1;
     bool start_latest_ = false;
     int64_t latest_since_ms_ = 0;
     std::chrono::steady_clock::time_point next_refresh_{};

@@ -28,7 +28,7 @@ namespace {
 struct Managed {
     const char* function;
     const char* type;
-    int index;  // handler workers: which one (passed in bgw_extra)
+    int index;  // ingest and handler workers: which one (passed in bgw_extra)
     BackgroundWorkerHandle* handle;
     TimestampTz started_at;
     TimestampTz next_start;
@@ -36,7 +36,7 @@ struct Managed {
 };
 
 Managed relay = {"eventbox_relay_main", "eventbox relay", 0, nullptr, 0, 0, 1000};
-Managed ingest = {"eventbox_ingest_main", "eventbox ingest", 0, nullptr, 0, 0, 1000};
+Managed ingest_workers[shmem::kMaxIngestWorkers];
 Managed handler_workers[shmem::kMaxHandlerWorkers];
 
 constexpr int kMinBackoffMs = 1000;
@@ -125,6 +125,8 @@ extern "C" void eventbox_launcher_main(Datum) {
     shmem::attach_worker(shmem::Role::kLauncher);
     pgstat_report_activity(STATE_IDLE, nullptr);
 
+    for (int i = 0; i < shmem::kMaxIngestWorkers; ++i)
+        ingest_workers[i] = {"eventbox_ingest_main", "eventbox ingest", i, nullptr, 0, 0, 1000};
     for (int i = 0; i < shmem::kMaxHandlerWorkers; ++i)
         handler_workers[i] = {"eventbox_handler_main", "eventbox handler", i, nullptr, 0, 0, 1000};
     bool announced_wait = false;
@@ -136,7 +138,13 @@ extern "C" void eventbox_launcher_main(Datum) {
                                      guc::database)));
             announced_wait = false;
             shmem::set_state("supervising");
-            timeout_ms = Min(Min(supervise(relay), supervise(ingest)), 10000L);
+            timeout_ms = Min(supervise(relay), 10000L);
+            // eventbox.ingest_workers follows reloads: the ones beyond it are stopped (the
+            // others take their partitions over at the stored offsets).
+            for (int i = 0; i < shmem::kMaxIngestWorkers; ++i) {
+                if (i < guc::ingest_workers) timeout_ms = Min(timeout_ms, supervise(ingest_workers[i]));
+                else stop(ingest_workers[i]);
+            }
             for (int i = 0; i < guc::handler_workers; ++i)
                 timeout_ms = Min(timeout_ms, supervise(handler_workers[i]));
         } else {
@@ -146,7 +154,7 @@ extern "C" void eventbox_launcher_main(Datum) {
                                      guc::database)));
             announced_wait = true;
             stop(relay);
-            stop(ingest);
+            for (int i = 0; i < shmem::kMaxIngestWorkers; ++i) stop(ingest_workers[i]);
             for (int i = 0; i < guc::handler_workers; ++i) stop(handler_workers[i]);
             shmem::set_state("waiting for extension");
         }

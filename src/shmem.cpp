@@ -22,7 +22,22 @@ namespace eventbox::shmem {
 
 namespace {
 
-constexpr int kSlots = static_cast<int>(Role::kHandler) + kMaxHandlerWorkers;
+// Slots: launcher, relay, the ingest workers, the handler workers.
+constexpr int kIngestSlots = static_cast<int>(Role::kIngest);
+constexpr int kHandlerSlots = kIngestSlots + kMaxIngestWorkers;
+constexpr int kSlots = kHandlerSlots + kMaxHandlerWorkers;
+
+// The slot of a worker; -1 when the index is out of range.
+int slot_of(Role role, int index) {
+    switch (role) {
+        case Role::kIngest:
+            return index >= 0 && index < kMaxIngestWorkers ? kIngestSlots + index : -1;
+        case Role::kHandler:
+            return index >= 0 && index < kMaxHandlerWorkers ? kHandlerSlots + index : -1;
+        default:
+            return static_cast<int>(role);
+    }
+}
 const char* const kRoleNames[] = {"launcher", "relay", "ingest", "handler"};
 
 struct WorkerSlot {
@@ -109,8 +124,8 @@ bool available() { return shared != nullptr; }
 
 void attach_worker(Role role, int index) {
     if (shared == nullptr) return;
-    int slot = static_cast<int>(role) + (role == Role::kHandler ? index : 0);
-    if (slot >= kSlots) return;
+    int slot = slot_of(role, index);
+    if (slot < 0) return;
     SpinLockAcquire(&shared->mutex);
     WorkerSlot& s = shared->slots[slot];
     s.pid = MyProcPid;
@@ -171,13 +186,13 @@ void wake_relay() {
 
 void wake_handlers() {
     if (shared == nullptr) return;
-    for (int i = 0; i < kMaxHandlerWorkers; ++i) wake_slot(static_cast<int>(Role::kHandler) + i);
+    for (int i = 0; i < kMaxHandlerWorkers; ++i) wake_slot(kHandlerSlots + i);
 }
 
 void subscriptions_changed() {
     if (shared == nullptr) return;
     pg_atomic_fetch_add_u64(&shared->subscriptions_generation, 1);
-    wake_slot(static_cast<int>(Role::kIngest));
+    for (int i = 0; i < kMaxIngestWorkers; ++i) wake_slot(kIngestSlots + i);
     // Enabled subscriptions, new handlers, retried messages: the handler workers may have work.
     wake_handlers();
 }

@@ -13,7 +13,7 @@ extern "C" {
 namespace eventbox::shmem {
 
 enum class Role : int { kLauncher = 0, kRelay = 1, kIngest = 2, kHandler = 3 };
-// Handler workers take slots kHandler + index.
+inline constexpr int kMaxIngestWorkers = 8;
 inline constexpr int kMaxHandlerWorkers = 12;
 
 // Registers the shared memory request and startup hooks; called from _PG_init.
@@ -21,7 +21,7 @@ void install_hooks();
 // True when the library was preloaded and the shared state exists.
 bool available();
 
-// Claims the slot of `role` (plus `index` for handler workers) for this process, released
+// Claims the slot of `role` (plus `index` for ingest and handler workers) for this process, released
 // automatically at exit.
 void attach_worker(Role role, int index = 0);
 void set_state(const char* state);
