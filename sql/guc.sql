@@ -21,6 +21,7 @@ SHOW eventbox.relay_poll_interval;
 SHOW eventbox.relay_retry_backoff;
 SHOW eventbox.relay_retry_backoff_max;
 SHOW eventbox.relay_sweep_interval;
+SHOW eventbox.ingest_workers;
 SELECT current_setting('eventbox.database') <> '' AS database_is_set;
 
 -- None of them can be changed by a session: server-wide (sighup) or at server start
@@ -98,6 +99,12 @@ ALTER SYSTEM SET eventbox.relay_sweep_interval = 0;
 ALTER SYSTEM SET eventbox.outbox_retention = -1;
 :show_sqlstate
 ALTER SYSTEM SET eventbox.outbox_retention = '1 fortnight';
+:show_sqlstate
+ALTER SYSTEM SET eventbox.ingest_workers = 0;
+:show_sqlstate
+ALTER SYSTEM SET eventbox.ingest_workers = 9;
+:show_sqlstate
+SET eventbox.ingest_workers = 2;
 :show_sqlstate
 -- Nothing was written by the rejected ALTER SYSTEM commands above.
 SELECT count(*) AS eventbox_lines_in_auto_conf
