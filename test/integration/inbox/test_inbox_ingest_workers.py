@@ -14,9 +14,11 @@ from inbox_support import end_offsets, json_value, poll, produce, report, sigkil
 PARTITIONS = 8
 
 
-def ingest_workers(db):
-    """[(pid, messages)] of the running ingest workers."""
-    return db.rows("SELECT w.pid, w.messages FROM eventbox.workers w WHERE w.role = 'ingest' "
+def ingest_workers(db, column="messages"):
+    """[(pid, messages or another counter)] of the running ingest workers."""
+    assert column in ("messages", "duplicates"), column
+    return db.rows("SELECT w.pid, w." + column + " FROM eventbox.workers w "
+                   "WHERE w.role = 'ingest' "
                    "AND w.state <> 'starting' AND w.pid IN (SELECT pid FROM pg_stat_activity "
                    "WHERE backend_type = 'eventbox ingest') ORDER BY w.pid")
 
@@ -82,6 +84,17 @@ def test_two_ingest_workers_share_partitions_and_store_each_message_once(
     # Both workers read a share of the partitions.
     assert len(per_worker) == 2 and all(n > 0 for n in per_worker.values()), per_worker
     assert sum(per_worker.values()) == len(records), per_worker
+
+    # eventbox.replay of every partition: each worker seeks its own partitions back, and every
+    # record read again is a duplicate.
+    dups_before = sum(n for _, n in ingest_workers(ib_db, "duplicates"))
+    ib_db.rows("SELECT eventbox.replay(%s, %s, p, 0) FROM generate_series(0, %s) p",
+               (sub, topic, PARTITIONS - 1))
+    poll(lambda: sum(n for _, n in ingest_workers(ib_db, "duplicates")) - dups_before
+         >= len(records), 60, "every record read again after the replay")
+    assert ib_db.wait_caught_up(sub, ends, timeout=60) == stored
+    assert ib_db.inbox_count(sub) == len(ids)
+    assert sum(n for _, n in ingest_workers(ib_db, "duplicates")) - dups_before == len(records)
 
 
 def test_changing_and_killing_ingest_workers_while_streaming_loses_nothing(
