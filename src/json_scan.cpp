@@ -2,6 +2,7 @@
 #include "json_scan.hpp"
 
 #include <cstdint>
+#include <cstring>
 
 namespace eventbox::inbox {
 
@@ -22,6 +23,23 @@ public:
         return true;
     }
 
+    // Moves the cursor over whole 8-byte words holding no quote, backslash or control
+    // character (the byte loop after it finds the exact end of the run).
+    void skip_plain_words() {
+        constexpr uint64_t kOnes = 0x0101010101010101ull, kHigh = 0x8080808080808080ull;
+        while (end_ - p_ >= 8) {
+            uint64_t w;
+            memcpy(&w, p_, 8);
+            uint64_t quote = w ^ (kOnes * '"'), backslash = w ^ (kOnes * '\\');
+            // A zero byte in quote/backslash, or a byte below 0x20 in w (may also flag a
+            // harmless byte after a real one: the byte loop then decides).
+            uint64_t special = ((quote - kOnes) & ~quote) | ((backslash - kOnes) & ~backslash) |
+                               ((w - kOnes * 0x20) & ~w);
+            if ((special & kHigh) != 0) return;
+            p_ += 8;
+        }
+    }
+
     // A string at the cursor; unescaped into `out` when given.
     bool string(std::string* out, std::string& error) {
         ++p_;  // opening quote
@@ -37,6 +55,7 @@ public:
                 if (high) return fail(error, "lone high surrogate in a \\u escape");
                 // The run of plain characters up to the next quote, escape or control character.
                 const char* run = p_ - 1;
+                skip_plain_words();
                 while (p_ < end_ && *p_ != '"' && *p_ != '\\' &&
                        static_cast<unsigned char>(*p_) >= 0x20)
                     ++p_;

@@ -731,6 +731,34 @@ TEST(ValidUtf8, TruncatedSequences) {
     EXPECT_FALSE(valid_utf8("\xf0\x9f\x98\x80", 3));
 }
 
+TEST(ValidUtf8, EveryPositionOfLongAsciiRuns) {
+    // The ASCII fast path reads 8 bytes at a time: a bad byte or a multibyte character must
+    // be seen at every offset within and across those words, and at the very end.
+    for (std::size_t len : {1u, 7u, 8u, 9u, 15u, 16u, 17u, 40u}) {
+        for (std::size_t at = 0; at < len; ++at) {
+            std::string base(len, 'a');
+            std::string nul = base, high = base, stray = base;
+            nul[at] = '\0';
+            high[at] = '\xff';
+            stray[at] = '\x80';
+            EXPECT_FALSE(utf8(nul)) << len << " " << at;
+            EXPECT_FALSE(utf8(high)) << len << " " << at;
+            EXPECT_FALSE(utf8(stray)) << len << " " << at;
+            std::string two = base.substr(0, at) + "\xc3\xa9" + base.substr(at);
+            EXPECT_TRUE(utf8(two)) << len << " " << at;
+            std::string cut = base.substr(0, at) + "\xc3";
+            EXPECT_FALSE(utf8(cut)) << len << " " << at;
+            EXPECT_TRUE(utf8(base + "\xf0\x9f\x98\x80" + base));
+            // Bytes just below and above the boundaries the word test uses.
+            std::string low = base;
+            low[at] = '\x01';
+            EXPECT_TRUE(utf8(low)) << len << " " << at;
+            low[at] = '\x7f';
+            EXPECT_TRUE(utf8(low)) << len << " " << at;
+        }
+    }
+}
+
 // ---- reuse (the ingest worker classifies each batch into the rows of the last one) -------
 
 void expect_same(const Classified& a, const Classified& b, const std::string& what) {

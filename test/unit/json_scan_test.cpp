@@ -52,6 +52,33 @@ TEST(JsonTokens, TopLevelScalars) {
     EXPECT_EQ(tokens_of("null"), "null");
 }
 
+TEST(JsonTokens, LongRunsEndAtEveryOffset) {
+    // Plain runs are skipped 8 bytes at a time: a quote, an escape or a control character must
+    // end the run wherever it falls in a word.
+    for (std::size_t before = 0; before < 20; ++before) {
+        std::string run(before, 'x');
+        std::string tail(11, 'y');
+        EXPECT_EQ(tokens_of("[\"" + run + "\"]"), "[ s:" + run + " ]") << before;
+        EXPECT_EQ(tokens_of("[\"" + run + "\\n" + tail + "\"]"),
+                  "[ s:" + run + "\n" + tail + " ]")
+            << before;
+        EXPECT_EQ(tokens_of("[\"" + run + "\\\"" + tail + "\"]"),
+                  "[ s:" + run + "\"" + tail + " ]")
+            << before;
+        EXPECT_EQ(tokens_of("[\"" + run + "\x1f" + tail + "\"]"),
+                  "invalid: control character in a string")
+            << before;
+        EXPECT_EQ(tokens_of("[\"" + run + "\t" + tail + "\"]"),
+                  "invalid: control character in a string")
+            << before;
+        // Bytes at and around 0x20 and UTF-8 bytes are plain.
+        std::string odd = run + " !\x7f\xc3\xa9" + tail;
+        EXPECT_EQ(tokens_of("[\"" + odd + "\"]"), "[ s:" + odd + " ]") << before;
+        // A run cut short by the end of the text.
+        EXPECT_EQ(tokens_of("[\"" + run + tail), "invalid: unterminated string") << before;
+    }
+}
+
 TEST(JsonTokens, StringsAreUnescaped) {
     EXPECT_EQ(tokens_of(R"(["a\"b\\c\/d\b\f\n\r\t", "\u00e4\u20ac\ud83d\ude80"])"),
               "[ s:a\"b\\c/d\b\f\n\r\t s:\xc3\xa4\xe2\x82\xac\xf0\x9f\x9a\x80 ]");
