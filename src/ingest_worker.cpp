@@ -382,16 +382,15 @@ std::size_t ingest(Subscription* sub) {
             record.n_headers = headers.size();
             inbox::classify(record, sub->options, sub->rows[i++]);
         }
-        // With several ingest workers, rows go in by message id: workers inserting the same ids
-        // at once (a message republished to partitions of two workers) then wait for each other
-        // in one order, never in a cycle. A lone worker keeps Kafka's order, which keeps a
-        // partition's messages together on heap pages for the handler passes.
+        // Rows go in by message id: ingest workers inserting the same ids at once (a message
+        // republished to partitions of two workers; a partition read by its old and new owner
+        // while eventbox.ingest_workers changes) then wait for each other in one order, never
+        // in a cycle. Every worker sorts, whatever it believes the worker count is.
         sub->order.resize(n);
         for (std::size_t k = 0; k < n; ++k) sub->order[k] = static_cast<int>(k);
-        if (members > 1)
-            std::stable_sort(sub->order.begin(), sub->order.end(), [&](int a, int b) {
-                return sub->rows[a].message_id < sub->rows[b].message_id;
-            });
+        std::stable_sort(sub->order.begin(), sub->order.end(), [&](int a, int b) {
+            return sub->rows[a].message_id < sub->rows[b].message_id;
+        });
     });
 
     SetCurrentStatementStartTimestamp();  // now() of this transaction

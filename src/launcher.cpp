@@ -30,12 +30,13 @@ struct Managed {
     const char* type;
     int index;  // ingest and handler workers: which one (passed in bgw_extra)
     BackgroundWorkerHandle* handle;
+    BackgroundWorkerHandle* stopping;  // asked to stop, not gone yet
     TimestampTz started_at;
     TimestampTz next_start;
     int backoff_ms;
 };
 
-Managed relay = {"eventbox_relay_main", "eventbox relay", 0, nullptr, 0, 0, 1000};
+Managed relay = {"eventbox_relay_main", "eventbox relay", 0, nullptr, nullptr, 0, 0, 1000};
 Managed ingest_workers[shmem::kMaxIngestWorkers];
 Managed handler_workers[shmem::kMaxHandlerWorkers];
 
@@ -97,15 +98,28 @@ void start(Managed& w) {
 void stop(Managed& w) {
     if (w.handle == nullptr) return;
     TerminateBackgroundWorker(w.handle);
-    pfree(w.handle);
+    if (w.stopping != nullptr) pfree(w.stopping);
+    w.stopping = w.handle;
     w.handle = nullptr;
     w.backoff_ms = kMinBackoffMs;
     w.next_start = 0;
 }
 
+// Whether a worker asked to stop is still shutting down (its successor waits for it: both
+// would take the same shared slot, and an ingest worker the same partitions).
+bool still_stopping(Managed& w) {
+    if (w.stopping == nullptr) return false;
+    pid_t pid;
+    if (GetBackgroundWorkerPid(w.stopping, &pid) != BGWH_STOPPED) return true;
+    pfree(w.stopping);
+    w.stopping = nullptr;
+    return false;
+}
+
 // Keeps `w` running; returns milliseconds until it next needs attention.
 long supervise(Managed& w) {
     if (is_running(w)) return LONG_MAX;
+    if (still_stopping(w)) return 100;
     TimestampTz now = GetCurrentTimestamp();
     if (now < w.next_start) return TimestampDifferenceMilliseconds(now, w.next_start);
     start(w);
@@ -126,9 +140,11 @@ extern "C" void eventbox_launcher_main(Datum) {
     pgstat_report_activity(STATE_IDLE, nullptr);
 
     for (int i = 0; i < shmem::kMaxIngestWorkers; ++i)
-        ingest_workers[i] = {"eventbox_ingest_main", "eventbox ingest", i, nullptr, 0, 0, 1000};
+        ingest_workers[i] = {"eventbox_ingest_main", "eventbox ingest", i, nullptr, nullptr, 0, 0,
+                             1000};
     for (int i = 0; i < shmem::kMaxHandlerWorkers; ++i)
-        handler_workers[i] = {"eventbox_handler_main", "eventbox handler", i, nullptr, 0, 0, 1000};
+        handler_workers[i] = {"eventbox_handler_main", "eventbox handler", i, nullptr, nullptr, 0,
+                              0, 1000};
     bool announced_wait = false;
     for (;;) {
         long timeout_ms = 1000;  // how soon to look for the extension again

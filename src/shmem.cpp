@@ -97,8 +97,11 @@ void startup_hook() {
 void detach_worker(int, Datum) {
     if (shared == nullptr || my_slot < 0) return;
     SpinLockAcquire(&shared->mutex);
-    shared->slots[my_slot].pid = 0;
-    shared->slots[my_slot].latch = nullptr;
+    // A successor may own the slot already (a worker stopped and started again at once).
+    if (shared->slots[my_slot].pid == MyProcPid) {
+        shared->slots[my_slot].pid = 0;
+        shared->slots[my_slot].latch = nullptr;
+    }
     SpinLockRelease(&shared->mutex);
     my_slot = -1;
 }
