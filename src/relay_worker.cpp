@@ -11,6 +11,7 @@ extern "C" {
 #include "access/transam.h"
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "access/xlog_internal.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
@@ -246,6 +247,19 @@ std::size_t read_headers(Jsonb* jb, relay::Header** out) {
 // first row of the pass is offered (a pass with nothing to send flushes nothing).
 XLogRecPtr publish_lsn = InvalidXLogRecPtr;
 
+// The end of the WAL inserted so far, as a position XLogFlush() accepts. GetXLogInsertRecPtr()
+// is where the next record will start: right after a page boundary that lies past the page
+// header, which is not written yet, and flushing to it fails ("xlog flush request ... is not
+// satisfied"): the relay's pass failed, and kept failing until other WAL was written, and rows
+// it had in flight were published again.
+XLogRecPtr inserted_wal_end() {
+    XLogRecPtr next = GetXLogInsertRecPtr();
+    if (XLogSegmentOffset(next, wal_segment_size) == SizeOfXLogLongPHD)
+        return next - SizeOfXLogLongPHD;
+    if (next % XLOG_BLCKSZ == SizeOfXLogShortPHD) return next - SizeOfXLogShortPHD;
+    return next;
+}
+
 // Offers every row of the last SPI result to the dispatcher; returns the ids in order.
 int64 offer_result(int64* last_id, std::vector<int64_t>* ids) {
     SPITupleTable* table = SPI_tuptable;
@@ -421,7 +435,7 @@ bool iterate() {
     });
 
     PushActiveSnapshot(GetTransactionSnapshot());
-    publish_lsn = GetXLogInsertRecPtr();
+    publish_lsn = inserted_wal_end();
     // Writers read after the snapshot: any id this scan cannot see yet belongs to one of them.
     call_cpp([] { shmem::outbox_writers(*writers); });
 
