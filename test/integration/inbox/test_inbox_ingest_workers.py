@@ -49,6 +49,14 @@ def records_for(ids, rng, copies):
     return out
 
 
+def new_stream(ib_topic, label, seed, n, copies):
+    """A fresh topic and subscription name, n message ids and their records with copies."""
+    topic = ib_topic(label, PARTITIONS)
+    run = uuid.uuid4().hex[:8]
+    ids = ["%s-%05d" % (run, i) for i in range(n)]
+    return topic, unique_name(label), ids, records_for(ids, random.Random(seed), copies)
+
+
 def stored_ids(db, sub):
     rows = db.rows_retry("SELECT message_id FROM eventbox.inbox WHERE subscription = %s", (sub,))
     return [r[0] for r in rows]
@@ -60,12 +68,7 @@ def test_two_ingest_workers_share_partitions_and_store_each_message_once(
     wait_workers(ib_db, 2)
     log = LogWatch()
     errors_before = dict(ingest_workers(ib_db, "errors"))
-    topic = ib_topic("workers", PARTITIONS)
-    sub = unique_name("workers")
-    rng = random.Random(2)
-    run = uuid.uuid4().hex[:8]
-    ids = ["%s-%05d" % (run, i) for i in range(20_000)]
-    records = records_for(ids, rng, 4_000)
+    topic, sub, ids, records = new_stream(ib_topic, "workers", 2, 20_000, 4_000)
     before = dict(ingest_workers(ib_db))
     ib_subscriptions(sub, [topic])
     produce(ib_producer, topic, records)
@@ -106,12 +109,7 @@ def test_two_ingest_workers_share_partitions_and_store_each_message_once(
 
 def test_changing_and_killing_ingest_workers_while_streaming_loses_nothing(
         ib_db, ib_topic, ib_producer, ib_subscriptions, settings):
-    topic = ib_topic("workers-change", PARTITIONS)
-    sub = unique_name("workers-change")
-    rng = random.Random(3)
-    run = uuid.uuid4().hex[:8]
-    ids = ["%s-%05d" % (run, i) for i in range(30_000)]
-    records = records_for(ids, rng, 3_000)
+    topic, sub, ids, records = new_stream(ib_topic, "workers-change", 3, 30_000, 3_000)
     ib_subscriptions(sub, [topic])
 
     done = threading.Event()
