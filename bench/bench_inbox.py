@@ -175,9 +175,8 @@ def worker_pids(cur, role):
 
 def ingest_counters(cur):
     """(messages, duplicates, errors, a last error) summed over the ingest workers."""
-    cur.execute("SELECT sum(messages)::int8, sum(duplicates)::int8, sum(errors)::int8, max(last_error), "
-                "count(*) "
-                "FROM eventbox.workers WHERE role = 'ingest'")
+    cur.execute("SELECT sum(messages)::int8, sum(duplicates)::int8, sum(errors)::int8, "
+                "max(last_error), count(*) FROM eventbox.workers WHERE role = 'ingest'")
     row = cur.fetchone()
     if not row[4]:
         raise B.BenchError("no ingest worker in eventbox.workers")

@@ -236,10 +236,7 @@ Subscription* start_subscription(std::size_t i) {
         char* topic = text_at(tuple, desc, 1);
         int32 partition = DatumGetInt32(SPI_getbinval(tuple, desc, 2, &isnull));
         int64 next = DatumGetInt64(SPI_getbinval(tuple, desc, 3, &isnull));
-        call_cpp([&] {
-            if (sub->consumer->owns(topic, partition))
-                sub->consumer->set_stored_offset(topic, partition, next);
-        });
+        call_cpp([&] { sub->consumer->set_stored_offset(topic, partition, next); });
     }
     if (members > 1)
         ereport(LOG, (errmsg("eventbox ingest: consuming subscription \"%s\" (worker %d of %d)",
@@ -307,11 +304,7 @@ void reload() {
             int64 next = DatumGetInt64(
                 SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 3, &isnull));
             call_cpp([&] {
-                if (!sub->consumer->owns(topic, partition) ||
-                    sub->consumer->stored_offset(topic, partition) == next)
-                    return;
-                sub->consumer->set_stored_offset(topic, partition, next);
-                differs = true;
+                if (sub->consumer->set_stored_offset(topic, partition, next)) differs = true;
             });
         }
         if (differs) {

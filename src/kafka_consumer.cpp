@@ -66,9 +66,13 @@ Consumer::~Consumer() {
     close_pipe();
 }
 
-void Consumer::set_stored_offset(const std::string& topic, int32_t partition,
+bool Consumer::set_stored_offset(const std::string& topic, int32_t partition,
                                  int64_t next_offset) {
-    stored_[{topic, partition}] = next_offset;
+    if (!owns(topic, partition)) return false;
+    auto [it, added] = stored_.try_emplace({topic, partition}, next_offset);
+    if (!added && it->second == next_offset) return false;
+    it->second = next_offset;
+    return true;
 }
 
 void Consumer::seek_to_stored() {

@@ -2,9 +2,9 @@
 // truth for offsets. Partitions are assigned directly (no consumer group membership, so a
 // restart resumes at once instead of waiting out a session timeout), each to one of the ingest
 // workers by partition_owner(), at the offset stored in eventbox.offsets (kept in an in-memory
-// copy, since its owner is its only writer), else at the subscription's start position. The group id is still used to
-// commit offsets to Kafka, asynchronously after the database commit, only so that external lag
-// tools see progress. Pure C++.
+// copy, since its owner is its only writer), else at the subscription's start position. The
+// group id is still used to commit offsets to Kafka, asynchronously after the database commit,
+// only so that external lag tools see progress. Pure C++.
 #pragma once
 
 #include <librdkafka/rdkafka.h>
@@ -55,8 +55,9 @@ public:
 
     int event_fd() const { return pipe_[0]; }
 
-    // The next offset to read for a partition, as stored in the database.
-    void set_stored_offset(const std::string& topic, int32_t partition, int64_t next_offset);
+    // The next offset to read for a partition, as stored in the database; ignored for a
+    // partition another ingest worker owns. Returns whether this consumer's copy changed.
+    bool set_stored_offset(const std::string& topic, int32_t partition, int64_t next_offset);
     // Moves every assigned partition to its stored offset (after set_stored_offset() learned that
     // the table changed, e.g. eventbox.replay). Prefetched messages from before are dropped.
     void seek_to_stored();

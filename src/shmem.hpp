@@ -21,8 +21,8 @@ void install_hooks();
 // True when the library was preloaded and the shared state exists.
 bool available();
 
-// Claims the slot of `role` (plus `index` for ingest and handler workers) for this process, released
-// automatically at exit.
+// Claims the slot of `role` (plus `index` for ingest and handler workers) for this process,
+// released automatically at exit.
 void attach_worker(Role role, int index = 0);
 void set_state(const char* state);
 void count_messages(uint64 n);
