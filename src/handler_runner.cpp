@@ -117,7 +117,7 @@ void on_handler_timeout() {
 }
 SPIPlanPtr options_plan, handlers_plan, next_lane_plan, next_lane_upto_plan, lane_plan,
     waiting_keys_plan, claim_read_plan, crash_plan, claim_write_plan, claim_clear_plan, fetch_plan,
-    processed_plan, ignored_plan, failed_plan;
+    processed_plan, processed_by_id_plan, ignored_plan, failed_plan;
 Oid inbox_type = InvalidOid;
 
 // Kept SPI plans of handler calls, by function.
@@ -228,8 +228,17 @@ void prepare_plans() {
         "FROM eventbox.inbox i WHERE i.ctid = ANY ($1::tid[]) AND i.subscription = $2"
         "  AND i.status IN ('received', 'retry')",
         2, fetch_types);
-    Oid sub_ids[2] = {TEXTOID, TEXTARRAYOID};
+    // Processed rows are found by the ctid their fetch in the same transaction read them at
+    // (a TID scan: no index probe, no join); the ids come back, and a row another transaction
+    // updated since is marked by its id (processed_by_id_plan).
+    Oid sub_tids[2] = {TEXTOID, TIDARRAYOID};
     processed_plan = prepare(
+        "UPDATE eventbox.inbox i SET status = 'processed', attempts = i.attempts + 1, "
+        "next_attempt_at = NULL, processed_at = now() "
+        "WHERE i.ctid = ANY ($2::tid[]) AND i.subscription = $1 RETURNING i.message_id",
+        2, sub_tids);
+    Oid sub_ids[2] = {TEXTOID, TEXTARRAYOID};
+    processed_by_id_plan = prepare(
         "UPDATE eventbox.inbox i SET status = 'processed', attempts = i.attempts + 1, "
         "next_attempt_at = NULL, processed_at = now() "
         "FROM unnest($2::text[]) AS u(id) WHERE i.subscription = $1 AND i.message_id = u.id",
@@ -257,6 +266,14 @@ void exec(SPIPlanPtr plan, Datum* values, bool read_only, int expected) {
 }
 
 ItemPointer ItemPointerFromDatum(Datum d) { return reinterpret_cast<ItemPointer>(DatumGetPointer(d)); }
+
+// A ctid packed as block << 16 | offset, as a palloc'd tid Datum.
+Datum tid_datum(uint64 packed) {
+    ItemPointer tid = static_cast<ItemPointer>(palloc(sizeof(ItemPointerData)));
+    ItemPointerSet(tid, static_cast<BlockNumber>(packed >> 16),
+                   static_cast<OffsetNumber>(packed & 0xFFFF));
+    return PointerGetDatum(tid);
+}
 
 // The advisory lock of a lane, in a field4 of our own so it never meets users' advisory locks.
 LOCKTAG lane_tag(const char* subscription, const char* topic, int32 partition) {
@@ -521,33 +538,65 @@ void read_lane(Datum name, Lane* lane, int per_lane, const Options& options, Dat
     });
 }
 
-// The outcomes a run transaction records, in arrays indexed like the pass's chosen messages
-// (NULL where another transaction records the message). Trivially destructible.
+// The outcomes a run transaction records: each kind in arrays of its own, filled from the
+// front (at most `n` messages). Trivially destructible.
 struct Outcomes {
-    pg::ArrayColumn processed, ignored, failed_ids, failed_errors, failed_delays, failed_dead;
+    pg::ArrayColumn processed, processed_tids, ignored, failed_ids, failed_errors, failed_delays,
+        failed_dead;
     int n_processed = 0, n_ignored = 0, n_failed = 0;
     explicit Outcomes(int n)
         : processed(n, TEXTOID),
+          processed_tids(n, TIDOID),
           ignored(n, TEXTOID),
           failed_ids(n, TEXTOID),
           failed_errors(n, TEXTOID),
           failed_delays(n, INT8OID),
           failed_dead(n, BOOLOID) {}
+    void add_processed(Datum id, Datum tid) {
+        processed.set(n_processed, id);
+        processed_tids.set(n_processed++, tid);
+    }
+    void add_ignored(Datum id) { ignored.set(n_ignored++, id); }
+    void add_failed(Datum id, Datum error, Datum delay_ms, Datum dead) {
+        failed_ids.set(n_failed, id);
+        failed_errors.set(n_failed, error);
+        failed_delays.set(n_failed, delay_ms);
+        failed_dead.set(n_failed++, dead);
+    }
 };
+
+// Marks processed the rows of `o` that a TID scan did not find where their fetch read them
+// (another transaction updated them since), by their ids. SPI_tuptable holds the ids it found.
+void mark_moved_processed(Datum name, const Outcomes& o) {
+    std::size_t found = SPI_processed;
+    pg::ArrayColumn moved(o.n_processed, TEXTOID);
+    int n_moved = 0;
+    for (int k = 0; k < o.n_processed; ++k) {
+        char* id = TextDatumGetCString(o.processed.value(k));
+        bool seen = false;
+        for (std::size_t r = 0; r < found && !seen; ++r)
+            seen = strcmp(nullable_text(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1), id) == 0;
+        if (!seen) moved.set(n_moved++, CStringGetTextDatum(id));
+    }
+    if (n_moved == 0) return;
+    Datum args[2] = {name, moved.get(n_moved)};
+    exec(processed_by_id_plan, args, false, SPI_OK_UPDATE);
+}
 
 // Records the outcomes in the current transaction; they commit with the handlers' effects.
 void record_outcomes(Datum name, const Outcomes& o) {
     if (o.n_processed > 0) {
-        Datum args[2] = {name, o.processed.get()};
-        exec(processed_plan, args, false, SPI_OK_UPDATE);
+        Datum args[2] = {name, o.processed_tids.get(o.n_processed)};
+        exec(processed_plan, args, false, SPI_OK_UPDATE_RETURNING);
+        if (SPI_processed < static_cast<uint64>(o.n_processed)) mark_moved_processed(name, o);
     }
     if (o.n_ignored > 0) {
-        Datum args[2] = {name, o.ignored.get()};
+        Datum args[2] = {name, o.ignored.get(o.n_ignored)};
         exec(ignored_plan, args, false, SPI_OK_UPDATE);
     }
     if (o.n_failed > 0) {
-        Datum args[5] = {name, o.failed_ids.get(), o.failed_errors.get(), o.failed_delays.get(),
-                         o.failed_dead.get()};
+        Datum args[5] = {name, o.failed_ids.get(o.n_failed), o.failed_errors.get(o.n_failed),
+                         o.failed_delays.get(o.n_failed), o.failed_dead.get(o.n_failed)};
         exec(failed_plan, args, false, SPI_OK_UPDATE);
     }
 }
@@ -652,10 +701,7 @@ void fetch_rows(Datum name, const bool* to_run, int from, int to, Datum* rows) {
         if (!to_run[c]) continue;
         Chosen ch = call_cpp([&] { return state->chosen[c]; });
         uint64 packed = call_cpp([&] { return state->lanes[ch.lane].tids[ch.index]; });
-        ItemPointer tid = static_cast<ItemPointer>(palloc(sizeof(ItemPointerData)));
-        ItemPointerSet(tid, static_cast<BlockNumber>(packed >> 16),
-                       static_cast<OffsetNumber>(packed & 0xFFFF));
-        tids.set(c - from, PointerGetDatum(tid));
+        tids.set(c - from, tid_datum(packed));
         wanted[c - from] = packed;
         ++n_wanted;
     }
@@ -943,15 +989,13 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
             if (type_matches(handlers[h], type)) matching[n_matching++] = &handlers[h];
         ++handled;
         if (n_matching == 0) {
-            out.ignored.set(c, id);
-            ++out.n_ignored;
+            out.add_ignored(id);
             continue;
         }
         char* error = run_message(rows[c], matching, n_matching);
         pfree(DatumGetPointer(rows[c]));
         if (error == nullptr) {
-            out.processed.set(c, id);
-            ++out.n_processed;
+            out.add_processed(id, tid_datum(lane->tids[ch.index]));
             continue;
         }
         int32 attempts = lane->attempts[ch.index] + 1;
@@ -960,11 +1004,7 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
             return std::uniform_real_distribution<double>(0.0, 1.0)(state->rng);
         });
         int64 delay = retry_delay_ms(attempts, options.backoff_ms, options.backoff_max_ms, unit);
-        out.failed_ids.set(c, id);
-        out.failed_errors.set(c, CStringGetTextDatum(error));
-        out.failed_delays.set(c, Int64GetDatum(delay));
-        out.failed_dead.set(c, BoolGetDatum(dead));
-        ++out.n_failed;
+        out.add_failed(id, CStringGetTextDatum(error), Int64GetDatum(delay), BoolGetDatum(dead));
         failed_at[n_failed++] = c;
         if (!dead && now + delay < *next_due_ms) *next_due_ms = now + delay;
     }

@@ -16,12 +16,12 @@ ArrayColumn::ArrayColumn(int n, Oid element_type)
     for (int i = 0; i < n; ++i) nulls_[i] = true;
 }
 
-Datum ArrayColumn::get() const {
+Datum ArrayColumn::get(int count) const {
     int16 typlen;
     bool typbyval;
     char typalign;
     get_typlenbyvalalign(type_, &typlen, &typbyval, &typalign);
-    int dims[1] = {n_};
+    int dims[1] = {count < 0 || count > n_ ? n_ : count};
     int lbs[1] = {1};
     return PointerGetDatum(
         construct_md_array(values_, nulls_, 1, dims, lbs, type_, typlen, typbyval, typalign));

@@ -16,8 +16,10 @@ public:
         values_[i] = value;
         nulls_[i] = false;
     }
-    // The array as a Datum (palloc'd in the current memory context).
-    Datum get() const;
+    Datum value(int i) const { return values_[i]; }
+    // The array as a Datum (palloc'd in the current memory context): its first `count`
+    // elements, all of them when count is negative.
+    Datum get(int count = -1) const;
 
 private:
     int n_;
