@@ -976,6 +976,38 @@ SELECT message_id, handler, run_as FROM regress_eventbox_fn.effects ORDER BY n;
 DROP FUNCTION regress_eventbox_evil.upper(text);
 DROP SCHEMA regress_eventbox_evil;
 
+-- ---- process: settings a handler changes end with it ----------------------------------------
+
+-- Each message's handlers start from the same settings: what one changes, even for the session
+-- (set_config(..., false)), goes back when it returns, so it reaches neither the next message's
+-- handler, which may run as another role, nor the session calling process(). (Fails before the
+-- fix: the second message sees datestyle German, and so does the caller afterwards.)
+TRUNCATE regress_eventbox_fn.effects;
+CREATE FUNCTION regress_eventbox_fn.unsettle(msg eventbox.inbox) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO regress_eventbox_fn.effects (message_id, handler, run_as, search_path)
+    VALUES (msg.message_id, 'unsettle saw ' || current_setting('datestyle'), current_user,
+            current_setting('search_path'));
+    PERFORM set_config('datestyle', 'German, DMY', false);
+    PERFORM set_config('search_path', 'pg_catalog', false);
+END $$;
+GRANT EXECUTE ON FUNCTION regress_eventbox_fn.unsettle(eventbox.inbox) TO regress_eventbox_runner;
+SET ROLE regress_eventbox_owner;
+SELECT eventbox.create_subscription('settings', ARRAY['orders']);
+SELECT eventbox.register_handler('settings', 'regress_eventbox_fn.unsettle(eventbox.inbox)',
+                                 run_as => 'regress_eventbox_runner');
+RESET ROLE;
+SELECT pg_temp.put('settings', 'orders', 0, o) FROM generate_series(0, 2) AS o;
+SHOW datestyle;
+SET ROLE regress_eventbox_owner;
+SELECT eventbox.process('settings');
+RESET ROLE;
+SHOW datestyle;
+SHOW search_path;
+SELECT message_id, handler, run_as, search_path FROM regress_eventbox_fn.effects ORDER BY n;
+SELECT message_id, status FROM msgs WHERE sub = 'settings' ORDER BY message_id;
+
 -- ---- process: by a role that does not own the subscription ---------------------------------
 
 SELECT pg_temp.put('basic', 'orders', 0, 5, 'A');

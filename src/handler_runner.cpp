@@ -370,6 +370,21 @@ void check_authority(const HandlerRef& h) {
                         errhint("GRANT EXECUTE on the function again, or register it anew.")));
 }
 
+// The GUC nest level of the settings handlers start from, pinned by pin_handler_settings() for
+// a run transaction (a worker's) or a pass (process(), in the caller's transaction).
+int settings_nest = 0;
+
+// Pins search_path to PostgreSQL's default whatever the session had, the way a function's SET
+// clause does it, in a nest level of its own: unpin_handler_settings() (or the transaction's
+// abort) gives the session back its own.
+void pin_handler_settings() {
+    settings_nest = NewGUCNestLevel();
+    (void)set_config_option("search_path", "\"$user\", public", PGC_USERSET, PGC_S_SESSION,
+                            GUC_ACTION_SAVE, true, 0, false);
+}
+
+void unpin_handler_settings() { AtEOXact_GUC(false, settings_nest); }
+
 // Runs the handlers of one message in a subtransaction; NULL on success, else the error text.
 char* run_message(Datum row, HandlerRef* const* handlers, int n) {
     MemoryContext caller_context = CurrentMemoryContext;
@@ -389,16 +404,16 @@ char* run_message(Datum row, HandlerRef* const* handlers, int n) {
             SetUserIdAndSecContext(h.run_as, saved_context | SECURITY_LOCAL_USERID_CHANGE |
                                                  SECURITY_RESTRICTED_OPERATION);
             int nest = NewGUCNestLevel();
-            // Pinned to PostgreSQL's default whatever the session had, the way a function's SET
-            // clause does it (saved and restored with the nest level).
-            (void)set_config_option("search_path", "\"$user\", public", PGC_USERSET,
-                                    PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
             handler_timed_out = false;
             if (guc::handler_timeout_ms > 0)
                 enable_timeout_after(handler_timeout_id, guc::handler_timeout_ms);
             int rc = SPI_execute_plan(plan, &row, nullptr, false, 0);
             disable_timeout(handler_timeout_id, false);
-            AtEOXact_GUC(true, nest);
+            // Whatever the handler changed goes back, even for the session (set_config(...,
+            // false)): the next handler, which may run as another role, and the caller of
+            // process() start from the pinned settings (as index_build does after running
+            // index expressions).
+            AtEOXact_GUC(false, nest);
             SetUserIdAndSecContext(saved_user, saved_context);
             if (rc < 0) elog(ERROR, "handler call failed: %s", SPI_result_code_string(rc));
         }
@@ -606,6 +621,7 @@ void record_outcomes(Datum name, const Outcomes& o) {
 // carried, and the relay flushes the WAL before it publishes what a handler sent. Only the
 // attempt count must be on disk before a handler runs.
 void commit_run_transaction() {
+    unpin_handler_settings();
     PopActiveSnapshot();
     SPI_finish();
     (void)set_config_option("synchronous_commit", "off", PGC_SUSET, PGC_S_SESSION,
@@ -619,6 +635,7 @@ void start_run_transaction() {
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "eventbox handlers: SPI_connect failed");
     MemoryContextSwitchTo(pass_context);
     PushActiveSnapshot(GetTransactionSnapshot());
+    pin_handler_settings();
 }
 
 // Settles what a crashed pass left in a lane this pass holds: the claimed messages that still
@@ -949,11 +966,14 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
         start_run_transaction();
     } else {
         PushActiveSnapshot(GetTransactionSnapshot());
+        pin_handler_settings();
     }
 
     // Run, in lane order, fetching each transaction's rows first; a failure holds back the rest
     // of its lane (or key) in this pass.
-    Outcomes out(n_chosen);
+    // A worker records the outcomes of each transaction's messages; process() all of its own.
+    int outcome_room = own_transactions ? Min(n_chosen, kMessagesPerTransaction) : n_chosen;
+    Outcomes out(outcome_room);
     Datum* rows = static_cast<Datum*>(palloc0(sizeof(Datum) * n_chosen));
     int* failed_at = static_cast<int*>(palloc(sizeof(int) * n_chosen));  // chosen index
     int n_failed = 0;
@@ -964,7 +984,7 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
                 record_outcomes(name, out);
                 commit_run_transaction();
                 start_run_transaction();
-                out = Outcomes(n_chosen);
+                out = Outcomes(outcome_room);
             }
             fetch_rows(name, to_run, c, Min(n_chosen, c + kMessagesPerTransaction), rows);
         }
@@ -1015,6 +1035,7 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
         commit_run_transaction();
         release_lane_locks();
     } else {
+        unpin_handler_settings();
         PopActiveSnapshot();
         SPI_finish();
     }
