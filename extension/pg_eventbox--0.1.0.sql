@@ -605,9 +605,10 @@ BEGIN
 END $$;
 
 -- Runs handlers now, in the caller's session and transaction (the workers' code path).
+-- Runs eventbox's own statements as the extension owner: never with the caller's search_path.
 CREATE FUNCTION eventbox._process(caller oid, subscription text, max_messages integer)
 RETURNS integer
-LANGUAGE c AS 'MODULE_PATHNAME', 'eventbox_process';
+LANGUAGE c SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 'eventbox_process';
 
 CREATE FUNCTION eventbox.register_handler(subscription text, handler regprocedure,
                                           event_type text DEFAULT NULL,

@@ -1008,6 +1008,34 @@ SHOW search_path;
 SELECT message_id, handler, run_as, search_path FROM regress_eventbox_fn.effects ORDER BY n;
 SELECT message_id, status FROM msgs WHERE sub = 'settings' ORDER BY message_id;
 
+-- eventbox's own statements do not follow the caller's search_path: process() runs them as the
+-- extension owner, so a function of the caller's that shadows one they use (here unnest(text[])
+-- in a schema the caller put first) would run with the owner's rights. (Fails before the fix:
+-- the trap records the extension owner.)
+CREATE SCHEMA regress_eventbox_trap AUTHORIZATION regress_eventbox_owner;
+SET ROLE regress_eventbox_owner;
+CREATE TABLE regress_eventbox_trap.caught (who text);
+GRANT INSERT ON regress_eventbox_trap.caught TO PUBLIC;
+CREATE FUNCTION regress_eventbox_trap.unnest(a text[]) RETURNS SETOF text
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO regress_eventbox_trap.caught VALUES (current_user);
+    RETURN QUERY SELECT pg_catalog.unnest(a);
+END $$;
+RESET ROLE;
+SELECT pg_temp.put('basic', 'orders', 3, 0, 'B'), pg_temp.put('basic', 'orders', 3, 1, 'A');
+SET ROLE regress_eventbox_owner;
+SET search_path = regress_eventbox_trap, pg_catalog;
+SELECT eventbox.process('basic');
+RESET search_path;
+SELECT who FROM regress_eventbox_trap.caught;
+RESET ROLE;
+SELECT message_id, status FROM msgs WHERE sub = 'basic' AND message_id LIKE 'orders/3/%'
+ ORDER BY message_id;
+SET client_min_messages = warning;
+DROP SCHEMA regress_eventbox_trap CASCADE;
+RESET client_min_messages;
+
 -- ---- process: by a role that does not own the subscription ---------------------------------
 
 SELECT pg_temp.put('basic', 'orders', 0, 5, 'A');

@@ -370,8 +370,8 @@ void check_authority(const HandlerRef& h) {
                         errhint("GRANT EXECUTE on the function again, or register it anew.")));
 }
 
-// The GUC nest level of the settings handlers start from, pinned by pin_handler_settings() for
-// a run transaction (a worker's) or a pass (process(), in the caller's transaction).
+// The GUC nest level of the settings handlers start from, pinned by pin_handler_settings()
+// around the handler calls of a run transaction's messages.
 int settings_nest = 0;
 
 // Pins search_path to PostgreSQL's default whatever the session had, the way a function's SET
@@ -621,7 +621,6 @@ void record_outcomes(Datum name, const Outcomes& o) {
 // carried, and the relay flushes the WAL before it publishes what a handler sent. Only the
 // attempt count must be on disk before a handler runs.
 void commit_run_transaction() {
-    unpin_handler_settings();
     PopActiveSnapshot();
     SPI_finish();
     (void)set_config_option("synchronous_commit", "off", PGC_SUSET, PGC_S_SESSION,
@@ -635,7 +634,6 @@ void start_run_transaction() {
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "eventbox handlers: SPI_connect failed");
     MemoryContextSwitchTo(pass_context);
     PushActiveSnapshot(GetTransactionSnapshot());
-    pin_handler_settings();
 }
 
 // Settles what a crashed pass left in a lane this pass holds: the claimed messages that still
@@ -966,7 +964,6 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
         start_run_transaction();
     } else {
         PushActiveSnapshot(GetTransactionSnapshot());
-        pin_handler_settings();
     }
 
     // Run, in lane order, fetching each transaction's rows first; a failure holds back the rest
@@ -978,8 +975,13 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
     int* failed_at = static_cast<int*>(palloc(sizeof(int) * n_chosen));  // chosen index
     int n_failed = 0;
     HandlerRef** matching = static_cast<HandlerRef**>(palloc(sizeof(HandlerRef*) * Max(n_handlers, 1)));
+    // The handlers' settings are pinned around their calls only: eventbox's own statements run
+    // with the worker's (or _process()'s) search_path, pg_catalog first.
+    bool pinned = false;
     for (int c = 0; c < n_chosen; ++c) {
         if (c % kMessagesPerTransaction == 0) {
+            if (pinned) unpin_handler_settings();
+            pinned = false;
             if (c > 0 && own_transactions) {
                 record_outcomes(name, out);
                 commit_run_transaction();
@@ -987,6 +989,8 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
                 out = Outcomes(outcome_room);
             }
             fetch_rows(name, to_run, c, Min(n_chosen, c + kMessagesPerTransaction), rows);
+            pin_handler_settings();
+            pinned = true;
         }
         if (rows[c] == (Datum)0) continue;  // handled meanwhile
         Chosen ch = call_cpp([&] { return state->chosen[c]; });
@@ -1029,13 +1033,13 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
         if (!dead && now + delay < *next_due_ms) *next_due_ms = now + delay;
     }
 
+    if (pinned) unpin_handler_settings();
     record_outcomes(name, out);
     if (own_transactions) {
         clear_claims(name);
         commit_run_transaction();
         release_lane_locks();
     } else {
-        unpin_handler_settings();
         PopActiveSnapshot();
         SPI_finish();
     }
