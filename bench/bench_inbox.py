@@ -1036,7 +1036,7 @@ def notes(res, args):
             "handlers: %d inbox rows ('received', %d lanes = partitions, event type %s) "
             "COPYed for a disabled subscription with public.bench_on_msg (PL/pgSQL, one INSERT "
             "into bench_sink(id text PK, v bigint)) registered, run_as %s; eventbox.handler_"
-            "workers = %d, passes of up to 1024 messages run 64 per transaction; clock from "
+            "workers = %d, passes of up to 256 messages run 64 per transaction; clock from "
             "alter_subscription(enabled => true) until the handler workers' handled counter "
             "(eventbox.workers) grew by the row count, then every row checked 'processed'. "
             "Baseline (the figure's, DESIGN.md section 7: the same INSERTs as one multi-row "

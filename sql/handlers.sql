@@ -925,7 +925,7 @@ SELECT message_id, status, attempts, last_error FROM msgs WHERE sub = 'escape'
 SELECT count(*) AS handlers_of_reg FROM eventbox.handlers WHERE subscription = 'reg';
 SELECT current_user = session_user AS back_to_the_session_role;
 
--- search_path is pinned to "$user", public whatever the caller set. (Fails before the fix:
+-- search_path is pinned to "$user", public, pg_temp whatever the caller set. (Fails before the fix:
 -- the handler runs with the caller's search_path, SET in the session.)
 TRUNCATE regress_eventbox_fn.effects;
 SET ROLE regress_eventbox_owner;
@@ -975,6 +975,33 @@ SELECT message_id, status, attempts FROM msgs WHERE sub = 'team';
 SELECT message_id, handler, run_as FROM regress_eventbox_fn.effects ORDER BY n;
 DROP FUNCTION regress_eventbox_evil.upper(text);
 DROP SCHEMA regress_eventbox_evil;
+
+-- pg_temp is searched last: the caller's temporary table does not shadow the table a handler
+-- names unqualified. (Fails before the fix: with pg_temp left out of the pinned search_path it
+-- is searched first, and the handler writes into the caller's temporary table.)
+CREATE TABLE public.regress_eventbox_ledger (message_id text);
+GRANT INSERT ON public.regress_eventbox_ledger TO regress_eventbox_runner;
+CREATE FUNCTION regress_eventbox_fn.ledger(msg eventbox.inbox) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO regress_eventbox_ledger (message_id) VALUES (msg.message_id);
+END $$;
+GRANT EXECUTE ON FUNCTION regress_eventbox_fn.ledger(eventbox.inbox) TO regress_eventbox_runner;
+SET ROLE regress_eventbox_owner;
+SELECT eventbox.create_subscription('ledger', ARRAY['orders']);
+SELECT eventbox.register_handler('ledger', 'regress_eventbox_fn.ledger(eventbox.inbox)',
+                                 run_as => 'regress_eventbox_runner');
+CREATE TEMP TABLE regress_eventbox_ledger (message_id text);
+GRANT INSERT ON regress_eventbox_ledger TO regress_eventbox_runner;
+RESET ROLE;
+SELECT pg_temp.put('ledger', 'orders', 0, 0);
+SET ROLE regress_eventbox_owner;
+SELECT eventbox.process('ledger');
+SELECT count(*) AS in_the_callers_temp_table FROM pg_temp.regress_eventbox_ledger;
+DROP TABLE pg_temp.regress_eventbox_ledger;
+RESET ROLE;
+SELECT message_id FROM public.regress_eventbox_ledger;
+DROP TABLE public.regress_eventbox_ledger;
 
 -- ---- process: settings a handler changes end with it ----------------------------------------
 

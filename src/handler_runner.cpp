@@ -376,11 +376,12 @@ int settings_nest = 0;
 
 // Pins search_path to PostgreSQL's default whatever the session had, the way a function's SET
 // clause does it, in a nest level of its own: unpin_handler_settings() (or the transaction's
-// abort) gives the session back its own.
+// abort) gives the session back its own. pg_temp comes last: left out, it would be searched
+// first, and in process() the caller's temporary tables would shadow the handler's tables.
 void pin_handler_settings() {
     settings_nest = NewGUCNestLevel();
-    (void)set_config_option("search_path", "\"$user\", public", PGC_USERSET, PGC_S_SESSION,
-                            GUC_ACTION_SAVE, true, 0, false);
+    (void)set_config_option("search_path", "\"$user\", public, pg_temp", PGC_USERSET,
+                            PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 }
 
 void unpin_handler_settings() { AtEOXact_GUC(false, settings_nest); }
@@ -409,6 +410,12 @@ char* run_message(Datum row, HandlerRef* const* handlers, int n) {
                 enable_timeout_after(handler_timeout_id, guc::handler_timeout_ms);
             int rc = SPI_execute_plan(plan, &row, nullptr, false, 0);
             disable_timeout(handler_timeout_id, false);
+            // The timeout fired after the handler had returned: its cancel request must not
+            // cancel what runs next (another handler, or the outcomes of the whole batch).
+            if (handler_timed_out) {
+                QueryCancelPending = false;
+                handler_timed_out = false;
+            }
             // Whatever the handler changed goes back, even for the session (set_config(...,
             // false)): the next handler, which may run as another role, and the caller of
             // process() start from the pinned settings (as index_build does after running

@@ -28,7 +28,7 @@ namespace {
 
 // Messages whose attempts one synchronous commit counts: the runs then commit (asynchronously)
 // kMessagesPerTransaction at a time.
-constexpr int kMessagesPerPass = 16 * eventbox::handlers::kMessagesPerTransaction;
+constexpr int kMessagesPerPass = 4 * eventbox::handlers::kMessagesPerTransaction;
 constexpr long kIdleWaitMs = 1000;
 
 // Names of the enabled subscriptions, palloc'd in the current memory context.

@@ -119,7 +119,7 @@ def test_ledger_exactly_once_20k_with_redeliveries(case):
 
 def test_handler_runs_as_run_as_role(case):
     """The handler sees current_user = its run_as role (not the worker's
-    superuser), search_path pinned to "$user", public, and its own inbox row
+    superuser), search_path pinned to "$user", public, pg_temp, and its own inbox row
     (attempt already counted)."""
     hc = case(4)
     hc.setup(LEDGER_DDL, event_type="WhoAmI")
@@ -147,7 +147,7 @@ def test_handler_runs_as_run_as_role(case):
     assert len(groups) == 1, groups
     run_as, _session_as, search, attempts, sub, n = groups[0]
     assert run_as == RUN_AS
-    assert search == '"$user", public'
+    assert search == '"$user", public, pg_temp'
     assert attempts == 1
     assert sub == hc.sub
     assert n == len(msgs)
