@@ -230,19 +230,21 @@ void prepare_plans() {
         2, fetch_types);
     // Processed rows are found by the ctid their fetch in the same transaction read them at
     // (a TID scan: no index probe, no join); the ids come back, and a row another transaction
-    // updated since is marked by its id (processed_by_id_plan).
+    // updated since is marked by its id (processed_by_id_plan). Both mark the same way.
+#define MARK_PROCESSED                                                                        \
+    "UPDATE eventbox.inbox i SET status = 'processed', attempts = i.attempts + 1, "           \
+    "next_attempt_at = NULL, processed_at = now() "
     Oid sub_tids[2] = {TEXTOID, TIDARRAYOID};
     processed_plan = prepare(
-        "UPDATE eventbox.inbox i SET status = 'processed', attempts = i.attempts + 1, "
-        "next_attempt_at = NULL, processed_at = now() "
+        MARK_PROCESSED
         "WHERE i.ctid = ANY ($2::tid[]) AND i.subscription = $1 RETURNING i.message_id",
         2, sub_tids);
     Oid sub_ids[2] = {TEXTOID, TEXTARRAYOID};
     processed_by_id_plan = prepare(
-        "UPDATE eventbox.inbox i SET status = 'processed', attempts = i.attempts + 1, "
-        "next_attempt_at = NULL, processed_at = now() "
+        MARK_PROCESSED
         "FROM unnest($2::text[]) AS u(id) WHERE i.subscription = $1 AND i.message_id = u.id",
         2, sub_ids);
+#undef MARK_PROCESSED
     ignored_plan = prepare(
         "UPDATE eventbox.inbox i SET status = 'ignored', processed_at = now() "
         "FROM unnest($2::text[]) AS u(id) WHERE i.subscription = $1 AND i.message_id = u.id",
@@ -590,15 +592,17 @@ struct Outcomes {
 // Marks processed the rows of `o` that a TID scan did not find where their fetch read them
 // (another transaction updated them since), by their ids. SPI_tuptable holds the ids it found.
 void mark_moved_processed(Datum name, const Outcomes& o) {
-    std::size_t found = SPI_processed;
+    uint64 n_found = SPI_processed;
+    char** found = static_cast<char**>(palloc(sizeof(char*) * Max(n_found, 1)));
+    for (uint64 r = 0; r < n_found; ++r)
+        found[r] = nullable_text(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1);
     pg::ArrayColumn moved(o.n_processed, TEXTOID);
     int n_moved = 0;
     for (int k = 0; k < o.n_processed; ++k) {
         char* id = TextDatumGetCString(o.processed.value(k));
         bool seen = false;
-        for (std::size_t r = 0; r < found && !seen; ++r)
-            seen = strcmp(nullable_text(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1), id) == 0;
-        if (!seen) moved.set(n_moved++, CStringGetTextDatum(id));
+        for (uint64 r = 0; r < n_found && !seen; ++r) seen = strcmp(found[r], id) == 0;
+        if (!seen) moved.set(n_moved++, o.processed.value(k));
     }
     if (n_moved == 0) return;
     Datum args[2] = {name, moved.get(n_moved)};
@@ -982,13 +986,12 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
     int* failed_at = static_cast<int*>(palloc(sizeof(int) * n_chosen));  // chosen index
     int n_failed = 0;
     HandlerRef** matching = static_cast<HandlerRef**>(palloc(sizeof(HandlerRef*) * Max(n_handlers, 1)));
-    // The handlers' settings are pinned around their calls only: eventbox's own statements run
-    // with the worker's (or _process()'s) search_path, pg_catalog first.
-    bool pinned = false;
+    // The handlers' settings are pinned around their calls only (from each batch's fetch to its
+    // end): eventbox's own statements run with the worker's (or _process()'s) search_path,
+    // pg_catalog first.
     for (int c = 0; c < n_chosen; ++c) {
         if (c % kMessagesPerTransaction == 0) {
-            if (pinned) unpin_handler_settings();
-            pinned = false;
+            if (c > 0) unpin_handler_settings();
             if (c > 0 && own_transactions) {
                 record_outcomes(name, out);
                 commit_run_transaction();
@@ -997,7 +1000,6 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
             }
             fetch_rows(name, to_run, c, Min(n_chosen, c + kMessagesPerTransaction), rows);
             pin_handler_settings();
-            pinned = true;
         }
         if (rows[c] == (Datum)0) continue;  // handled meanwhile
         Chosen ch = call_cpp([&] { return state->chosen[c]; });
@@ -1040,7 +1042,7 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
         if (!dead && now + delay < *next_due_ms) *next_due_ms = now + delay;
     }
 
-    if (pinned) unpin_handler_settings();
+    unpin_handler_settings();  // n_chosen > 0 here: the loop pinned them
     record_outcomes(name, out);
     if (own_transactions) {
         clear_claims(name);

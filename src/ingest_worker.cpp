@@ -238,11 +238,8 @@ Subscription* start_subscription(std::size_t i) {
         int64 next = DatumGetInt64(SPI_getbinval(tuple, desc, 3, &isnull));
         call_cpp([&] { sub->consumer->set_stored_offset(topic, partition, next); });
     }
-    if (members > 1)
-        ereport(LOG, (errmsg("eventbox ingest: consuming subscription \"%s\" (worker %d of %d)",
-                             name, member + 1, members)));
-    else
-        ereport(LOG, (errmsg("eventbox ingest: consuming subscription \"%s\"", name)));
+    ereport(LOG, (errmsg("eventbox ingest: consuming subscription \"%s\"%s", name,
+                         members > 1 ? psprintf(" (worker %d of %d)", member + 1, members) : "")));
     return sub;
 }
 

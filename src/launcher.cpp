@@ -98,7 +98,7 @@ void start(Managed& w) {
 void stop(Managed& w) {
     if (w.handle == nullptr) return;
     TerminateBackgroundWorker(w.handle);
-    if (w.stopping != nullptr) pfree(w.stopping);
+    Assert(w.stopping == nullptr);  // supervise() starts a worker only once its predecessor is gone
     w.stopping = w.handle;
     w.handle = nullptr;
     w.backoff_ms = kMinBackoffMs;
