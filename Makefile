@@ -2,12 +2,10 @@
 EXTENSION  = pg_eventbox
 EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(EXTENSION).control)
 MODULE_big = pg_eventbox
-# Pure C++ sources (no postgres.h), listed once for this Makefile and CMakeLists.txt.
-PURE_SRCS  = $(addprefix src/,$(shell cat src/pure_sources.txt))
-PG_SRCS    = src/pg_boundary.cpp src/guc.cpp src/shmem.cpp src/send.cpp src/module.cpp \
-             src/worker_common.cpp src/launcher.cpp src/relay_worker.cpp src/pg_arrays.cpp \
-             src/sql_api.cpp src/inbox_jsonb.cpp src/ingest_worker.cpp src/handler_runner.cpp \
-             src/handler_worker.cpp
+# Sources are listed once, in src/sources.txt (also read by CMakeLists.txt): pure C++ (no
+# postgres.h) and PostgreSQL-side files, in folders by subsystem.
+PURE_SRCS  = $(addprefix src/,$(shell awk '$$1 == "pure" { print $$2 }' src/sources.txt))
+PG_SRCS    = $(addprefix src/,$(shell awk '$$1 == "pg" { print $$2 }' src/sources.txt))
 OBJS       = $(PURE_SRCS:.cpp=.o) $(PG_SRCS:.cpp=.o)
 DATA       = $(wildcard extension/$(EXTENSION)--*.sql)
 REGRESS    = $(sort $(basename $(notdir $(wildcard sql/*.sql))))
@@ -18,7 +16,7 @@ EXTRA_CLEAN = tools/devbroker/eventbox-devbroker build $(OBJS:.o=.d)
 PG_CONFIG ?= pg_config
 # Our sources are C++; PostgreSQL's bitcode (JIT inlining) rules would need clang for them.
 override with_llvm = no
-PG_CPPFLAGS = -isystem $(shell $(PG_CONFIG) --includedir-server) -DEVENTBOX_VERSION='"$(EXTVERSION)"'
+PG_CPPFLAGS = -I$(srcdir)/src -isystem $(shell $(PG_CONFIG) --includedir-server) -DEVENTBOX_VERSION='"$(EXTVERSION)"'
 PG_CXXFLAGS = -std=c++17 -fPIC -Wall -Wextra -Werror -Wno-missing-field-initializers -MMD -MP
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
@@ -53,4 +51,4 @@ bench: deps
 	bench/run.sh
 
 format:
-	clang-format -i src/*.cpp src/*.hpp test/unit/*.cpp tools/devbroker/*.cpp
+	clang-format -i src/*/*.cpp src/*/*.hpp test/unit/*.cpp tools/devbroker/*.cpp

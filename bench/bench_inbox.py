@@ -46,7 +46,7 @@ def q1(cur, sql, args=None):
 def ingest_consumer_setting(name):
     """A librdkafka property the ingest consumer sets (read from the source, for the notes)."""
     try:
-        with open(os.path.join(B.REPO, "src", "kafka_consumer.cpp")) as f:
+        with open(os.path.join(B.REPO, "src", "kafka/consumer.cpp")) as f:
             m = re.search(r'"%s",\s*"(\d+)"' % re.escape(name), f.read())
         return int(m.group(1)) if m else None
     except OSError:
@@ -993,7 +993,7 @@ def notes(res, args):
                                                               x["elapsed"])
                                     for x in per["ingest"])))
         out.append("ingest consumer: queued.max.messages.kbytes=%s, fetch.wait.max.ms=%s "
-                   "(src/kafka_consumer.cpp); with librdkafka 2.0.2 a consumer whose prefetch "
+                   "(src/kafka/consumer.cpp); with librdkafka 2.0.2 a consumer whose prefetch "
                    "queue hit that size fetches again only ~0.5 s later, so the waits above "
                    "appear once the worker drains the queue faster than that"
                    % (ingest_consumer_setting("queued.max.messages.kbytes"),

@@ -1,5 +1,5 @@
-// eventbox::Error, capture_current_exception() and copy_truncated() (src/error.cpp).
-#include "error.hpp"
+// eventbox::Error, capture_current_exception() and copy_truncated() (src/core/error.cpp).
+#include "core/error.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
-// Lane planning for handler passes (src/handler_plan.cpp): which messages of a lane a pass takes
+// Lane planning for handler passes (src/handlers/plan.cpp): which messages of a lane a pass takes
 // under each ordering, what a failure holds back, and the retry backoff.
-#include "handler_plan.hpp"
+#include "handlers/plan.hpp"
 
 #include <gtest/gtest.h>
 

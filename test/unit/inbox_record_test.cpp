@@ -1,6 +1,6 @@
-// Classification of Kafka records for the inbox (src/inbox_record.cpp): message id and event type
+// Classification of Kafka records for the inbox (src/inbox/record.cpp): message id and event type
 // rules (DESIGN.md section 3), the headers object, and what is stored as unparsable (section 5).
-#include "inbox_record.hpp"
+#include "inbox/record.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
-// The JSON scanner's token stream (src/json_scan.cpp), from which the ingest worker builds
+// The JSON scanner's token stream (src/inbox/json_scan.cpp), from which the ingest worker builds
 // payload jsonb with the calls jsonb_in makes: tokens, unescaped strings, numbers as written.
-#include "json_scan.hpp"
+#include "inbox/json_scan.hpp"
 
 #include <gtest/gtest.h>
 

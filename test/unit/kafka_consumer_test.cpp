@@ -1,5 +1,5 @@
 // partition_owner(): how the ingest workers deal out a subscription's partitions.
-#include "kafka_consumer.hpp"
+#include "kafka/consumer.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
-// eventbox.kafka_options parsing (src/kafka_options.cpp). Values may be credentials: no error
+// eventbox.kafka_options parsing (src/kafka/options.cpp). Values may be credentials: no error
 // may ever contain one.
-#include "kafka_options.hpp"
+#include "kafka/options.hpp"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "error.hpp"
+#include "core/error.hpp"
 #include "test_util.hpp"
 
 namespace eventbox {

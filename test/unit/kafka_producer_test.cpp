@@ -1,6 +1,6 @@
-// The relay's librdkafka producer (src/kafka_producer.cpp), without a broker: librdkafka does
+// The relay's librdkafka producer (src/kafka/producer.cpp), without a broker: librdkafka does
 // not need one to be configured, created, fed and destroyed.
-#include "kafka_producer.hpp"
+#include "kafka/producer.hpp"
 
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "error.hpp"
+#include "core/error.hpp"
 #include "test_util.hpp"
 
 namespace eventbox::kafka {

@@ -1,11 +1,11 @@
-// Call-time validation of topics, headers and sizes (src/message_rules.cpp).
-#include "message_rules.hpp"
+// Call-time validation of topics, headers and sizes (src/inbox/message_rules.cpp).
+#include "inbox/message_rules.hpp"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "error.hpp"
+#include "core/error.hpp"
 #include "test_util.hpp"
 
 namespace eventbox {

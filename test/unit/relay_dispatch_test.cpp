@@ -1,5 +1,5 @@
-// The relay's dispatcher (src/relay_dispatch.cpp), driven through a fake Sink.
-#include "relay_dispatch.hpp"
+// The relay's dispatcher (src/outbox/relay_dispatch.cpp), driven through a fake Sink.
+#include "outbox/relay_dispatch.hpp"
 
 #include <gtest/gtest.h>
 

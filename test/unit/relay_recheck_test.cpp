@@ -1,5 +1,5 @@
-// Late-commit recheck bookkeeping (src/relay_recheck.cpp).
-#include "relay_recheck.hpp"
+// Late-commit recheck bookkeeping (src/outbox/relay_recheck.cpp).
+#include "outbox/relay_recheck.hpp"
 
 #include <gtest/gtest.h>
 

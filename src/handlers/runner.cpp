@@ -1,0 +1,1077 @@
+// One handler pass (see handlers/runner.hpp).
+//
+// PostgreSQL-side code. The lanes read by a pass live in a heap-held C++ structure reached only
+// through call_cpp(); handler runs use PG_TRY around an internal subtransaction, like PL/pgSQL's
+// exception blocks.
+extern "C" {
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "common/hashfn.h"
+#include "nodes/makefuncs.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "storage/latch.h"
+#include "storage/lock.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/guc.h"
+#include "utils/regproc.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+#include "utils/timeout.h"
+#include "utils/timestamp.h"
+}
+
+#include <climits>
+#include <deque>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "pg/guc.hpp"
+#include "handlers/plan.hpp"
+#include "handlers/runner.hpp"
+#include "pg/arrays.hpp"
+#include "pg/boundary.hpp"
+#include "pg/shmem.hpp"
+#include "workers/common.hpp"
+
+using eventbox::pg::call_cpp;
+
+namespace eventbox::handlers {
+
+namespace {
+
+// Messages of one partition that still need handling, in offset order.
+struct Lane {
+    std::string topic;
+    int32_t partition = 0;
+    std::vector<Candidate> candidates;
+    std::vector<std::string> keys;  // owns the bytes candidates[i].key points to
+    std::vector<std::string> ids;
+    std::vector<int32_t> attempts;
+    std::vector<std::string> event_types;
+    std::vector<bool> has_type;
+    std::vector<uint64_t> tids;  // ctid: block << 16 | offset
+    bool had_claim = false;      // a crashed pass's claim was settled in this pass
+};
+
+struct Chosen {
+    std::size_t lane;
+    std::size_t index;
+};
+
+// The lane a worker served last in a subscription; its next pass starts after it.
+struct LaneCursor {
+    std::string topic;
+    int32_t partition = 0;
+};
+
+// A pass's working set (heap; cleared at the start of each pass). Lanes are appended while
+// earlier ones are in use: a deque keeps them (and the keys candidates point into) in place.
+struct PassState {
+    std::deque<Lane> lanes;
+    std::vector<Chosen> chosen;
+    std::vector<std::size_t> picks;  // of the lane being planned
+    std::vector<bool> lane_locked;
+    std::mt19937_64 rng{std::random_device{}()};
+    std::map<std::string, LaneCursor> cursors;  // by subscription
+};
+
+struct HandlerRef {
+    char* event_type;  // NULL: every type
+    Oid fn;
+    Oid run_as;
+    Oid registered_by;
+};
+
+struct Options {
+    Ordering ordering;
+    int32 max_attempts;
+    int64 backoff_ms;
+    int64 backoff_max_ms;
+    bool unhandled_keep;
+};
+
+PassState* state = nullptr;
+// What a pass allocates lives here, across its two transactions and SPI connections.
+MemoryContext pass_context = nullptr;
+
+// eventbox.handler_timeout: a timeout of our own (not the statement timeout, which
+// eventbox.process() must leave to its caller) that cancels the running handler.
+TimeoutId handler_timeout_id = MAX_TIMEOUTS;
+volatile sig_atomic_t handler_timed_out = false;
+
+void on_handler_timeout() {
+    handler_timed_out = true;
+    QueryCancelPending = true;
+    InterruptPending = true;
+    SetLatch(MyLatch);
+}
+SPIPlanPtr options_plan, handlers_plan, next_lane_plan, next_lane_upto_plan, lane_plan,
+    waiting_keys_plan, claim_read_plan, crash_plan, claim_write_plan, claim_clear_plan, fetch_plan,
+    processed_plan, processed_by_id_plan, ignored_plan, failed_plan;
+Oid inbox_type = InvalidOid;
+
+// Kept SPI plans of handler calls, by function.
+constexpr int kMaxHandlerPlans = 256;
+struct HandlerPlan {
+    Oid fn;
+    SPIPlanPtr plan;
+};
+HandlerPlan handler_plans[kMaxHandlerPlans];
+int n_handler_plans = 0;
+
+SPIPlanPtr prepare(const char* sql, int nargs, Oid* types) {
+    return worker::prepare_kept("eventbox handlers", sql, nargs, types);
+}
+
+void prepare_plans() {
+    if (options_plan != nullptr) return;
+    Oid text1[1] = {TEXTOID};
+    options_plan = prepare(
+        "SELECT ordering, max_attempts, (extract(epoch FROM backoff) * 1000)::int8, "
+        "(extract(epoch FROM backoff_max) * 1000)::int8, unhandled = 'keep' "
+        "FROM eventbox.subscriptions WHERE name = $1 AND enabled",
+        1, text1);
+    handlers_plan = prepare(
+        "SELECT event_type, handler::oid, run_as::oid, registered_by::oid "
+        "FROM eventbox.handlers WHERE subscription = $1 ORDER BY created_at, handler::oid",
+        1, text1);
+    // The next lane with work after ($2, $3), one probe of the todo index (up to ($4, $5)
+    // inclusive in the second plan): a pass looks for lanes only as far as it needs them.
+    Oid next_types[5] = {TEXTOID, TEXTOID, INT4OID, TEXTOID, INT4OID};
+    next_lane_plan = prepare(
+        "SELECT topic, \"partition\" FROM eventbox.inbox"
+        " WHERE subscription = $1 AND status IN ('received', 'retry')"
+        "   AND (topic, \"partition\") > ($2, $3)"
+        " ORDER BY topic, \"partition\" LIMIT 1",
+        3, next_types);
+    next_lane_upto_plan = prepare(
+        "SELECT topic, \"partition\" FROM eventbox.inbox"
+        " WHERE subscription = $1 AND status IN ('received', 'retry')"
+        "   AND (topic, \"partition\") > ($2, $3) AND (topic, \"partition\") <= ($4, $5)"
+        " ORDER BY topic, \"partition\" LIMIT 1",
+        5, next_types);
+    // A locked lane's first messages, read after the lock was taken. Messages that cannot run
+    // now are left out so they do not use up the limit: without a handler when they are kept
+    // ($5; $9: a handler takes every type, $10: the types handlers take), behind a waiting message of their key ($6, $7: ordering 'key'), or waiting
+    // themselves when nothing waits behind them ($8: ordering 'none').
+    Oid lane_types[10] = {TEXTOID, TEXTOID, INT4OID, INT4OID, BOOLOID, BYTEAARRAYOID, BOOLOID,
+                          BOOLOID, BOOLOID, TEXTARRAYOID};
+    lane_plan = prepare(
+        "SELECT i.message_id, i.key, i.event_type, i.attempts, i.next_attempt_at, i.ctid"
+        "  FROM eventbox.inbox i"
+        " WHERE i.subscription = $1 AND i.topic = $2 AND i.\"partition\" = $3"
+        "   AND i.status IN ('received', 'retry')"
+        "   AND (NOT $5 OR $9 OR i.event_type = ANY ($10))"
+        "   AND (i.key IS NULL OR NOT i.key = ANY ($6))"
+        "   AND NOT ($7 AND i.key IS NULL)"
+        "   AND (NOT $8 OR i.next_attempt_at IS NULL OR i.next_attempt_at <= clock_timestamp())"
+        " ORDER BY i.\"offset\" LIMIT $4",
+        10, lane_types);
+    // Keys of a lane that wait for a retry (ordering 'key').
+    Oid waiting_types[3] = {TEXTOID, TEXTOID, INT4OID};
+    waiting_keys_plan = prepare(
+        "SELECT DISTINCT i.key FROM eventbox.inbox i"
+        " WHERE i.subscription = $1 AND i.topic = $2 AND i.\"partition\" = $3"
+        "   AND i.status = 'retry' AND i.next_attempt_at > clock_timestamp()",
+        3, waiting_types);
+    // A lane's claim: what the last worker pass in it took (empty once their outcomes committed).
+    claim_read_plan = prepare(
+        "SELECT message_ids, attempts FROM eventbox.handler_claims"
+        " WHERE subscription = $1 AND topic = $2 AND \"partition\" = $3",
+        3, waiting_types);
+    // Messages of a claim left by a crashed pass that still wait with the attempts they had then
+    // (no outcome committed): their attempt never finished and counts; dead when that was the
+    // last one ($3 = max_attempts). The others run alone next.
+    Oid crash_types[4] = {TEXTOID, TEXTARRAYOID, INT4OID, INT4ARRAYOID};
+    crash_plan = prepare(
+        "UPDATE eventbox.inbox i SET attempts = i.attempts + 1, next_attempt_at = NULL, "
+        "status = CASE WHEN i.attempts + 1 >= $3 THEN 'dead' ELSE i.status END, "
+        "last_error = CASE WHEN i.attempts + 1 >= $3 THEN format('attempt %s never finished: the "
+        "backend running it crashed or was killed', i.attempts + 1) ELSE i.last_error END "
+        "FROM unnest($2::text[], $4::int4[]) AS u(id, attempts) "
+        "WHERE i.subscription = $1 AND i.message_id = u.id AND i.attempts = u.attempts "
+        "  AND i.status IN ('received', 'retry') "
+        "RETURNING i.status = 'dead'",
+        4, crash_types);
+    Oid claim_types[5] = {TEXTOID, TEXTOID, INT4OID, TEXTARRAYOID, INT4ARRAYOID};
+    claim_write_plan = prepare(
+        "INSERT INTO eventbox.handler_claims (subscription, topic, \"partition\", message_ids, "
+        "attempts) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (subscription, topic, \"partition\") "
+        "DO UPDATE SET message_ids = EXCLUDED.message_ids, attempts = EXCLUDED.attempts",
+        5, claim_types);
+    Oid clear_types[3] = {TEXTOID, TEXTARRAYOID, INT4ARRAYOID};
+    claim_clear_plan = prepare(
+        "UPDATE eventbox.handler_claims c SET message_ids = '{}', attempts = '{}' "
+        "FROM unnest($2::text[], $3::int4[]) AS u(topic, p) "
+        "WHERE c.subscription = $1 AND c.topic = u.topic AND c.\"partition\" = u.p"
+        "  AND c.message_ids <> '{}'",
+        3, clear_types);
+    // The rows to run, by the ctid the lane read found them at (nothing but the lane's holder
+    // updates them; a row an operator changed meanwhile is not found and does not run; the id
+    // is compared too, in case the table was rewritten), as the handlers see them: with the
+    // attempt that is running.
+    Oid fetch_types[2] = {TIDARRAYOID, TEXTOID};
+    fetch_plan = prepare(
+        "SELECT i.ctid, i.message_id, ROW(i.subscription, i.message_id, i.topic, i.\"partition\", i.\"offset\", "
+        "i.key, i.headers, i.payload, i.raw_payload, i.event_type, i.status, i.attempts + 1, "
+        "NULL::timestamptz, i.received_at, i.processed_at, i.last_error)::eventbox.inbox "
+        "FROM eventbox.inbox i WHERE i.ctid = ANY ($1::tid[]) AND i.subscription = $2"
+        "  AND i.status IN ('received', 'retry')",
+        2, fetch_types);
+    // Processed rows are found by the ctid their fetch in the same transaction read them at
+    // (a TID scan: no index probe, no join); the ids come back, and a row another transaction
+    // updated since is marked by its id (processed_by_id_plan). Both mark the same way.
+#define MARK_PROCESSED                                                                        \
+    "UPDATE eventbox.inbox i SET status = 'processed', attempts = i.attempts + 1, "           \
+    "next_attempt_at = NULL, processed_at = now() "
+    Oid sub_tids[2] = {TEXTOID, TIDARRAYOID};
+    processed_plan = prepare(
+        MARK_PROCESSED
+        "WHERE i.ctid = ANY ($2::tid[]) AND i.subscription = $1 RETURNING i.message_id",
+        2, sub_tids);
+    Oid sub_ids[2] = {TEXTOID, TEXTARRAYOID};
+    processed_by_id_plan = prepare(
+        MARK_PROCESSED
+        "FROM unnest($2::text[]) AS u(id) WHERE i.subscription = $1 AND i.message_id = u.id",
+        2, sub_ids);
+#undef MARK_PROCESSED
+    ignored_plan = prepare(
+        "UPDATE eventbox.inbox i SET status = 'ignored', processed_at = now() "
+        "FROM unnest($2::text[]) AS u(id) WHERE i.subscription = $1 AND i.message_id = u.id",
+        2, sub_ids);
+    Oid failed_types[5] = {TEXTOID, TEXTARRAYOID, TEXTARRAYOID, INT8ARRAYOID, BOOLARRAYOID};
+    failed_plan = prepare(
+        "UPDATE eventbox.inbox i SET status = CASE WHEN u.dead THEN 'dead' ELSE 'retry' END, "
+        "attempts = i.attempts + 1, last_error = u.err, "
+        "next_attempt_at = CASE WHEN u.dead THEN NULL "
+        "                  ELSE clock_timestamp() + u.delay * interval '1 millisecond' END "
+        "FROM unnest($2::text[], $3::text[], $4::int8[], $5::bool[]) AS u(id, err, delay, dead) "
+        "WHERE i.subscription = $1 AND i.message_id = u.id",
+        5, failed_types);
+    inbox_type = get_rel_type_id(RangeVarGetRelid(
+        makeRangeVar(const_cast<char*>("eventbox"), const_cast<char*>("inbox"), -1), NoLock,
+        false));
+}
+
+void exec(SPIPlanPtr plan, Datum* values, bool read_only, int expected) {
+    worker::exec_kept("eventbox handlers", plan, values, read_only, expected);
+}
+
+ItemPointer ItemPointerFromDatum(Datum d) { return reinterpret_cast<ItemPointer>(DatumGetPointer(d)); }
+
+// A ctid packed as block << 16 | offset, as a palloc'd tid Datum.
+Datum tid_datum(uint64 packed) {
+    ItemPointer tid = static_cast<ItemPointer>(palloc(sizeof(ItemPointerData)));
+    ItemPointerSet(tid, static_cast<BlockNumber>(packed >> 16),
+                   static_cast<OffsetNumber>(packed & 0xFFFF));
+    return PointerGetDatum(tid);
+}
+
+// The advisory lock of a lane, in a field4 of our own so it never meets users' advisory locks.
+LOCKTAG lane_tag(const char* subscription, const char* topic, int32 partition) {
+    LOCKTAG tag;
+    uint32 key1 = hash_bytes(reinterpret_cast<const unsigned char*>(subscription),
+                             static_cast<int>(strlen(subscription)));
+    uint32 key2 = hash_bytes(reinterpret_cast<const unsigned char*>(topic),
+                             static_cast<int>(strlen(topic))) ^
+                  static_cast<uint32>(partition) * 2654435761u;
+    SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, key1, key2, 0x4542);
+    return tag;
+}
+
+// Held session lane locks, to release after the pass (or after an error).
+constexpr int kMaxHeld = 1024;
+LOCKTAG held_locks[kMaxHeld];
+int n_held = 0;
+
+bool try_lock_lane(const char* subscription, const char* topic, int32 partition, bool session) {
+    LOCKTAG tag = lane_tag(subscription, topic, partition);
+    if (session && n_held >= kMaxHeld) return false;
+    LockAcquireResult r = LockAcquire(&tag, ExclusiveLock, session, true);
+    if (r == LOCKACQUIRE_NOT_AVAIL) return false;
+    if (session) held_locks[n_held++] = tag;
+    return true;
+}
+
+// A message whose attempt a crash cut short runs alone, and one such message at a time in the
+// database: a crash it causes again then cuts short no other one's attempt (a parallel pass
+// runs only messages that have not crashed).
+bool try_lock_suspects(bool session) {
+    if (session && n_held >= kMaxHeld) return false;
+    LOCKTAG tag;
+    SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, 0, 0x4543);
+    if (LockAcquire(&tag, ExclusiveLock, session, true) == LOCKACQUIRE_NOT_AVAIL) return false;
+    if (session) held_locks[n_held++] = tag;
+    return true;
+}
+
+// The kept plan calling `fn` with one eventbox.inbox argument.
+SPIPlanPtr plan_for(Oid fn) {
+    for (int i = 0; i < n_handler_plans; ++i)
+        if (handler_plans[i].fn == fn) return handler_plans[i].plan;
+    HeapTuple tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
+    if (!HeapTupleIsValid(tuple))
+        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_FUNCTION),
+                        errmsg("handler function %u no longer exists", fn),
+                        errhint("Unregister the handler or register an existing function.")));
+    ReleaseSysCache(tuple);
+    char* sql = psprintf("SELECT %s($1)",
+                         quote_qualified_identifier(get_namespace_name(get_func_namespace(fn)),
+                                                    get_func_name(fn)));
+    Oid types[1] = {inbox_type};
+    SPIPlanPtr plan = prepare(sql, 1, types);
+    if (n_handler_plans < kMaxHandlerPlans) handler_plans[n_handler_plans++] = {fn, plan};
+    return plan;
+}
+
+// A role's name, or a description when it was dropped.
+const char* role_name(Oid role) {
+    const char* name = GetUserNameFromId(role, true);
+    return name ? name : psprintf("(dropped role %u)", role);
+}
+
+// Authority, checked again at every run (DESIGN.md section 6); raises ERROR 42501 when lost.
+void check_authority(const HandlerRef& h) {
+    if (!SearchSysCacheExists1(PROCOID, ObjectIdGetDatum(h.fn)))
+        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_FUNCTION),
+                        errmsg("handler function %u no longer exists", h.fn),
+                        errhint("Unregister the handler or register an existing function.")));
+    if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(h.run_as)))
+        ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                        errmsg("the handler's run_as role %u no longer exists", h.run_as)));
+    if (superuser_arg(h.run_as) && !guc::allow_superuser_handlers)
+        ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                        errmsg("handler %s would run as superuser %s",
+                               format_procedure(h.fn), GetUserNameFromId(h.run_as, false)),
+                        errhint("eventbox.allow_superuser_handlers is off.")));
+    if (!is_member_of_role(h.registered_by, h.run_as))
+        ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                        errmsg("role %s, which registered handler %s, is no longer a member of %s",
+                               role_name(h.registered_by), format_procedure(h.fn),
+                               GetUserNameFromId(h.run_as, false)),
+                        errhint("Register the handler again as a member of its run_as role.")));
+    if (pg_proc_aclcheck(h.fn, h.run_as, ACL_EXECUTE) != ACLCHECK_OK)
+        ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                        errmsg("role %s may not execute handler %s",
+                               GetUserNameFromId(h.run_as, false), format_procedure(h.fn)),
+                        errhint("GRANT EXECUTE on the function to the run_as role.")));
+    if (pg_proc_aclcheck(h.fn, h.registered_by, ACL_EXECUTE) != ACLCHECK_OK)
+        ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                        errmsg("role %s, which registered handler %s, may no longer execute it",
+                               role_name(h.registered_by), format_procedure(h.fn)),
+                        errhint("GRANT EXECUTE on the function again, or register it anew.")));
+}
+
+// The GUC nest level of the settings handlers start from, pinned by pin_handler_settings()
+// around the handler calls of a run transaction's messages.
+int settings_nest = 0;
+
+// Pins search_path to PostgreSQL's default whatever the session had, the way a function's SET
+// clause does it, in a nest level of its own: unpin_handler_settings() (or the transaction's
+// abort) gives the session back its own. pg_temp comes last: left out, it would be searched
+// first, and in process() the caller's temporary tables would shadow the handler's tables.
+void pin_handler_settings() {
+    settings_nest = NewGUCNestLevel();
+    (void)set_config_option("search_path", "\"$user\", public, pg_temp", PGC_USERSET,
+                            PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+}
+
+void unpin_handler_settings() { AtEOXact_GUC(false, settings_nest); }
+
+// Runs the handlers of one message in a subtransaction; NULL on success, else the error text.
+char* run_message(Datum row, HandlerRef* const* handlers, int n) {
+    MemoryContext caller_context = CurrentMemoryContext;
+    ResourceOwner caller_owner = CurrentResourceOwner;
+    char* volatile error = nullptr;
+    BeginInternalSubTransaction(nullptr);
+    MemoryContextSwitchTo(caller_context);
+    PG_TRY();
+    {
+        for (int i = 0; i < n; ++i) {
+            const HandlerRef& h = *handlers[i];
+            check_authority(h);
+            SPIPlanPtr plan = plan_for(h.fn);
+            Oid saved_user;
+            int saved_context;
+            GetUserIdAndSecContext(&saved_user, &saved_context);
+            SetUserIdAndSecContext(h.run_as, saved_context | SECURITY_LOCAL_USERID_CHANGE |
+                                                 SECURITY_RESTRICTED_OPERATION);
+            int nest = NewGUCNestLevel();
+            handler_timed_out = false;
+            if (guc::handler_timeout_ms > 0)
+                enable_timeout_after(handler_timeout_id, guc::handler_timeout_ms);
+            int rc = SPI_execute_plan(plan, &row, nullptr, false, 0);
+            disable_timeout(handler_timeout_id, false);
+            // The timeout fired after the handler had returned: its cancel request must not
+            // cancel what runs next (another handler, or the outcomes of the whole batch).
+            if (handler_timed_out) {
+                QueryCancelPending = false;
+                handler_timed_out = false;
+            }
+            // Whatever the handler changed goes back, even for the session (set_config(...,
+            // false)): the next handler, which may run as another role, and the caller of
+            // process() start from the pinned settings (as index_build does after running
+            // index expressions).
+            AtEOXact_GUC(false, nest);
+            SetUserIdAndSecContext(saved_user, saved_context);
+            if (rc < 0) elog(ERROR, "handler call failed: %s", SPI_result_code_string(rc));
+        }
+        ReleaseCurrentSubTransaction();
+        MemoryContextSwitchTo(caller_context);
+        CurrentResourceOwner = caller_owner;
+    }
+    PG_CATCH();
+    {
+        // The subtransaction's abort also restores the user id and the settings.
+        disable_timeout(handler_timeout_id, false);
+        MemoryContextSwitchTo(caller_context);
+        ErrorData* edata = CopyErrorData();
+        FlushErrorState();
+        RollbackAndReleaseCurrentSubTransaction();
+        MemoryContextSwitchTo(caller_context);
+        CurrentResourceOwner = caller_owner;
+        if (handler_timed_out && edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
+            error = psprintf("57014: handler cancelled after eventbox.handler_timeout (%d ms)",
+                             guc::handler_timeout_ms);
+        else
+            error = psprintf("%s: %s%s%s", unpack_sql_state(edata->sqlerrcode), edata->message,
+                             edata->detail ? " DETAIL: " : "", edata->detail ? edata->detail : "");
+        handler_timed_out = false;
+        FreeErrorData(edata);
+    }
+    PG_END_TRY();
+    return error;
+}
+
+char* nullable_text(HeapTuple tuple, TupleDesc desc, int column) {
+    bool isnull;
+    Datum d = SPI_getbinval(tuple, desc, column, &isnull);
+    return isnull ? nullptr : TextDatumGetCString(d);
+}
+
+// Reads the subscription's options; returns false when it is gone or disabled.
+bool read_options(Datum name, Options* options) {
+    Datum args[1] = {name};
+    exec(options_plan, args, true, SPI_OK_SELECT);
+    if (SPI_processed == 0) return false;
+    HeapTuple t = SPI_tuptable->vals[0];
+    TupleDesc d = SPI_tuptable->tupdesc;
+    bool isnull;
+    options->ordering = ordering_from(nullable_text(t, d, 1));
+    options->max_attempts = DatumGetInt32(SPI_getbinval(t, d, 2, &isnull));
+    options->backoff_ms = DatumGetInt64(SPI_getbinval(t, d, 3, &isnull));
+    options->backoff_max_ms = DatumGetInt64(SPI_getbinval(t, d, 4, &isnull));
+    options->unhandled_keep = DatumGetBool(SPI_getbinval(t, d, 5, &isnull));
+    return true;
+}
+
+// The lane (topic, partition) with work that follows `after` in index order, up to `upto`
+// inclusive when upto_topic is not NULL; false when there is none. The topic is allocated in
+// the current memory context.
+bool next_lane(Datum name, const char* after_topic, int32 after_partition, const char* upto_topic,
+               int32 upto_partition, char** topic, int32* partition) {
+    MemoryContext keep = CurrentMemoryContext;
+    Datum args[5] = {name, CStringGetTextDatum(after_topic), Int32GetDatum(after_partition),
+                     upto_topic ? CStringGetTextDatum(upto_topic) : (Datum)0,
+                     Int32GetDatum(upto_partition)};
+    exec(upto_topic ? next_lane_upto_plan : next_lane_plan, args, true, SPI_OK_SELECT);
+    MemoryContextSwitchTo(keep);
+    if (SPI_processed == 0) return false;
+    bool isnull;
+    *topic = nullable_text(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+    *partition = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+    return true;
+}
+
+// Reads up to `per_lane` waiting messages of a lane whose lock this pass holds, with a snapshot
+// taken after the lock: what another pass handled before releasing the lane is not read again.
+void read_lane(Datum name, Lane* lane, int per_lane, const Options& options, Datum any_type,
+               Datum handled_types) {
+    bool isnull;
+    Datum topic = CStringGetTextDatum(lane->topic.c_str());
+    int n_waiting = 0;
+    bool null_key_waits = false;
+    Datum* waiting = nullptr;
+    if (options.ordering == Ordering::kKey) {
+        Datum wargs[3] = {name, topic, Int32GetDatum(lane->partition)};
+        exec(waiting_keys_plan, wargs, false, SPI_OK_SELECT);
+        waiting = static_cast<Datum*>(palloc(sizeof(Datum) * Max(SPI_processed, 1)));
+        for (uint64 r = 0; r < SPI_processed; ++r) {
+            Datum key = SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull);
+            if (isnull) null_key_waits = true;
+            else waiting[n_waiting++] = key;
+        }
+    }
+    pg::ArrayColumn waiting_keys(n_waiting, BYTEAOID);
+    for (int k = 0; k < n_waiting; ++k) waiting_keys.set(k, waiting[k]);
+    Datum args[10] = {name,
+                      topic,
+                      Int32GetDatum(lane->partition),
+                      Int32GetDatum(per_lane),
+                      BoolGetDatum(options.unhandled_keep),
+                      waiting_keys.get(),
+                      BoolGetDatum(null_key_waits),
+                      BoolGetDatum(options.ordering == Ordering::kNone),
+                      any_type,
+                      handled_types};
+    exec(lane_plan, args, false, SPI_OK_SELECT);
+    for (uint64 r = 0; r < SPI_processed; ++r) {
+        HeapTuple tuple = SPI_tuptable->vals[r];
+        TupleDesc desc = SPI_tuptable->tupdesc;
+        char* id = nullable_text(tuple, desc, 1);
+        Datum key = SPI_getbinval(tuple, desc, 2, &isnull);
+        bytea* key_bytes = isnull ? nullptr : DatumGetByteaPP(key);
+        char* type = nullable_text(tuple, desc, 3);
+        int32 attempts = DatumGetInt32(SPI_getbinval(tuple, desc, 4, &isnull));
+        Datum next = SPI_getbinval(tuple, desc, 5, &isnull);
+        int64 not_before = isnull ? 0 : DatumGetTimestampTz(next) / 1000;
+        bool next_null = isnull;
+        ItemPointer tid = ItemPointerFromDatum(SPI_getbinval(tuple, desc, 6, &isnull));
+        uint64 packed = (static_cast<uint64>(ItemPointerGetBlockNumber(tid)) << 16) |
+                        ItemPointerGetOffsetNumber(tid);
+        call_cpp([&] {
+            lane->keys.emplace_back(key_bytes ? std::string(VARDATA_ANY(key_bytes),
+                                                            VARSIZE_ANY_EXHDR(key_bytes))
+                                              : std::string());
+            lane->ids.emplace_back(id);
+            lane->attempts.push_back(attempts);
+            lane->event_types.emplace_back(type ? type : "");
+            lane->has_type.push_back(type != nullptr);
+            lane->tids.push_back(packed);
+            Candidate c;
+            c.has_key = key_bytes != nullptr;
+            c.not_before_ms = not_before;
+            c.suspect = attempts > 0 && next_null;
+            lane->candidates.push_back(c);
+        });
+    }
+    // Keys point into the lane's own strings, fixed only now that they are complete.
+    call_cpp([&] {
+        for (std::size_t i = 0; i < lane->candidates.size(); ++i)
+            lane->candidates[i].key = lane->keys[i];
+    });
+}
+
+// The outcomes a run transaction records: each kind in arrays of its own, filled from the
+// front (at most `n` messages). Trivially destructible.
+struct Outcomes {
+    pg::ArrayColumn processed, processed_tids, ignored, failed_ids, failed_errors, failed_delays,
+        failed_dead;
+    int n_processed = 0, n_ignored = 0, n_failed = 0;
+    explicit Outcomes(int n)
+        : processed(n, TEXTOID),
+          processed_tids(n, TIDOID),
+          ignored(n, TEXTOID),
+          failed_ids(n, TEXTOID),
+          failed_errors(n, TEXTOID),
+          failed_delays(n, INT8OID),
+          failed_dead(n, BOOLOID) {}
+    void add_processed(Datum id, Datum tid) {
+        processed.set(n_processed, id);
+        processed_tids.set(n_processed++, tid);
+    }
+    void add_ignored(Datum id) { ignored.set(n_ignored++, id); }
+    void add_failed(Datum id, Datum error, Datum delay_ms, Datum dead) {
+        failed_ids.set(n_failed, id);
+        failed_errors.set(n_failed, error);
+        failed_delays.set(n_failed, delay_ms);
+        failed_dead.set(n_failed++, dead);
+    }
+};
+
+// Marks processed the rows of `o` that a TID scan did not find where their fetch read them
+// (another transaction updated them since), by their ids. SPI_tuptable holds the ids it found.
+void mark_moved_processed(Datum name, const Outcomes& o) {
+    uint64 n_found = SPI_processed;
+    char** found = static_cast<char**>(palloc(sizeof(char*) * Max(n_found, 1)));
+    for (uint64 r = 0; r < n_found; ++r)
+        found[r] = nullable_text(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1);
+    pg::ArrayColumn moved(o.n_processed, TEXTOID);
+    int n_moved = 0;
+    for (int k = 0; k < o.n_processed; ++k) {
+        char* id = TextDatumGetCString(o.processed.value(k));
+        bool seen = false;
+        for (uint64 r = 0; r < n_found && !seen; ++r) seen = strcmp(found[r], id) == 0;
+        if (!seen) moved.set(n_moved++, o.processed.value(k));
+    }
+    if (n_moved == 0) return;
+    Datum args[2] = {name, moved.get(n_moved)};
+    exec(processed_by_id_plan, args, false, SPI_OK_UPDATE);
+}
+
+// Records the outcomes in the current transaction; they commit with the handlers' effects.
+void record_outcomes(Datum name, const Outcomes& o) {
+    if (o.n_processed > 0) {
+        Datum args[2] = {name, o.processed_tids.get(o.n_processed)};
+        exec(processed_plan, args, false, SPI_OK_UPDATE_RETURNING);
+        if (SPI_processed < static_cast<uint64>(o.n_processed)) mark_moved_processed(name, o);
+    }
+    if (o.n_ignored > 0) {
+        Datum args[2] = {name, o.ignored.get(o.n_ignored)};
+        exec(ignored_plan, args, false, SPI_OK_UPDATE);
+    }
+    if (o.n_failed > 0) {
+        Datum args[5] = {name, o.failed_ids.get(o.n_failed), o.failed_errors.get(o.n_failed),
+                         o.failed_delays.get(o.n_failed), o.failed_dead.get(o.n_failed)};
+        exec(failed_plan, args, false, SPI_OK_UPDATE);
+    }
+}
+
+// Commits a worker's run transaction. The outcome commits asynchronously: lost in a crash, it
+// is redone from its attempt (durable, counted before the run) together with the effects it
+// carried, and the relay flushes the WAL before it publishes what a handler sent. Only the
+// attempt count must be on disk before a handler runs.
+void commit_run_transaction() {
+    PopActiveSnapshot();
+    SPI_finish();
+    (void)set_config_option("synchronous_commit", "off", PGC_SUSET, PGC_S_SESSION,
+                            GUC_ACTION_LOCAL, true, 0, false);
+    CommitTransactionCommand();
+}
+
+void start_run_transaction() {
+    SetCurrentStatementStartTimestamp();
+    StartTransactionCommand();
+    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "eventbox handlers: SPI_connect failed");
+    MemoryContextSwitchTo(pass_context);
+    PushActiveSnapshot(GetTransactionSnapshot());
+}
+
+// Settles what a crashed pass left in a lane this pass holds: the claimed messages that still
+// wait have their attempt counted (dead when it was the last). Returns how many went dead.
+int settle_claim(Datum name, Lane* lane, int32 max_attempts) {
+    Datum args[3] = {name, CStringGetTextDatum(lane->topic.c_str()), Int32GetDatum(lane->partition)};
+    exec(claim_read_plan, args, false, SPI_OK_SELECT);
+    if (SPI_processed == 0) return 0;
+    bool isnull;
+    Datum ids = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+    Datum attempts = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+    ArrayType* id_array = DatumGetArrayTypeP(ids);
+    if (ArrayGetNItems(ARR_NDIM(id_array), ARR_DIMS(id_array)) == 0) return 0;
+    lane->had_claim = true;
+    Datum crash_args[4] = {name, ids, Int32GetDatum(max_attempts), attempts};
+    exec(crash_plan, crash_args, false, SPI_OK_UPDATE_RETURNING);
+    int dead = 0;
+    for (uint64 r = 0; r < SPI_processed; ++r)
+        if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull)))
+            ++dead;
+    return dead;
+}
+
+// Writes the claim of each lane this pass holds that runs messages (a worker's pass:
+// `own_transactions`) or whose crashed claim it settled (then emptied, or replaced).
+void write_claims(Datum name, const bool* to_run, bool own_transactions) {
+    std::size_t n_lanes = call_cpp([] { return state->lanes.size(); });
+    int n_chosen = static_cast<int>(call_cpp([] { return state->chosen.size(); }));
+    for (std::size_t l = 0; l < n_lanes; ++l) {
+        Lane* lane = call_cpp([&] { return &state->lanes[l]; });
+        if (!call_cpp([&] { return static_cast<bool>(state->lane_locked[l]); })) continue;
+        int n = 0;
+        for (int c = 0; own_transactions && c < n_chosen; ++c)
+            if (to_run[c] && call_cpp([&] { return state->chosen[c].lane == l; })) ++n;
+        if (n == 0 && !lane->had_claim) continue;
+        pg::ArrayColumn ids(n, TEXTOID), attempts(n, INT4OID);
+        n = 0;
+        for (int c = 0; own_transactions && c < n_chosen; ++c) {
+            Chosen ch = call_cpp([&] { return state->chosen[c]; });
+            if (ch.lane != l || !to_run[c]) continue;
+            ids.set(n, CStringGetTextDatum(lane->ids[ch.index].c_str()));
+            attempts.set(n, Int32GetDatum(lane->attempts[ch.index]));
+            ++n;
+        }
+        Datum args[5] = {name, CStringGetTextDatum(lane->topic.c_str()),
+                         Int32GetDatum(lane->partition), ids.get(), attempts.get()};
+        exec(claim_write_plan, args, false, SPI_OK_INSERT);
+    }
+}
+
+// Empties the claims of the lanes whose messages this pass ran (with the last outcomes).
+void clear_claims(Datum name) {
+    std::size_t n_lanes = call_cpp([] { return state->lanes.size(); });
+    pg::ArrayColumn topics(static_cast<int>(Max(n_lanes, 1)), TEXTOID),
+        partitions(static_cast<int>(Max(n_lanes, 1)), INT4OID);
+    for (std::size_t l = 0; l < n_lanes; ++l) {
+        bool ran = call_cpp([&] {
+            for (const Chosen& c : state->chosen)
+                if (c.lane == l) return true;
+            return false;
+        });
+        if (!ran) continue;
+        Lane* lane = call_cpp([&] { return &state->lanes[l]; });
+        topics.set(static_cast<int>(l), CStringGetTextDatum(lane->topic.c_str()));
+        partitions.set(static_cast<int>(l), Int32GetDatum(lane->partition));
+    }
+    Datum args[3] = {name, topics.get(), partitions.get()};
+    exec(claim_clear_plan, args, false, SPI_OK_UPDATE);
+}
+
+// Fetches the rows of chosen messages [from, to) marked in `to_run` into rows[] (left 0 for
+// one not found: an operator changed it meanwhile).
+void fetch_rows(Datum name, const bool* to_run, int from, int to, Datum* rows) {
+    int n = to - from;
+    pg::ArrayColumn tids(n, TIDOID);
+    uint64* wanted = static_cast<uint64*>(palloc(sizeof(uint64) * n));
+    int n_wanted = 0;
+    for (int c = from; c < to; ++c) {
+        wanted[c - from] = UINT64_MAX;
+        if (!to_run[c]) continue;
+        Chosen ch = call_cpp([&] { return state->chosen[c]; });
+        uint64 packed = call_cpp([&] { return state->lanes[ch.lane].tids[ch.index]; });
+        tids.set(c - from, tid_datum(packed));
+        wanted[c - from] = packed;
+        ++n_wanted;
+    }
+    if (n_wanted == 0) return;
+    MemoryContext keep = CurrentMemoryContext;
+    Datum args[2] = {tids.get(), name};
+    exec(fetch_plan, args, false, SPI_OK_SELECT);
+    MemoryContextSwitchTo(keep);
+    for (uint64 r = 0; r < SPI_processed; ++r) {
+        bool isnull;
+        HeapTuple tuple = SPI_tuptable->vals[r];
+        TupleDesc desc = SPI_tuptable->tupdesc;
+        ItemPointer tid = ItemPointerFromDatum(SPI_getbinval(tuple, desc, 1, &isnull));
+        uint64 packed = (static_cast<uint64>(ItemPointerGetBlockNumber(tid)) << 16) |
+                        ItemPointerGetOffsetNumber(tid);
+        char* id = nullable_text(tuple, desc, 2);
+        for (int k = 0; k < n; ++k) {
+            if (wanted[k] != packed) continue;
+            int c = from + k;
+            bool same = call_cpp([&] {
+                const Chosen& ch = state->chosen[c];
+                return state->lanes[ch.lane].ids[ch.index] == id;
+            });
+            if (same) rows[c] = datumCopy(SPI_getbinval(tuple, desc, 3, &isnull), false, -1);
+            break;
+        }
+    }
+}
+
+bool type_matches(const HandlerRef& h, const char* event_type) {
+    return h.event_type == nullptr || (event_type != nullptr && strcmp(h.event_type, event_type) == 0);
+}
+
+}  // namespace
+
+void release_lane_locks() {
+    for (int i = 0; i < n_held; ++i) LockRelease(&held_locks[i], ExclusiveLock, true);
+    n_held = 0;
+}
+
+namespace {
+
+bool in_pass = false;
+
+int run_pass_body(const char* subscription, int max, bool own_transactions, int64* next_due_ms) {
+    *next_due_ms = INT64_MAX;
+    if (state == nullptr) state = call_cpp([] { return new PassState(); });
+    if (handler_timeout_id == MAX_TIMEOUTS)
+        handler_timeout_id = RegisterTimeout(USER_TIMEOUT, on_handler_timeout);
+    if (pass_context == nullptr)
+        pass_context = AllocSetContextCreate(TopMemoryContext, "eventbox handler pass",
+                                             ALLOCSET_DEFAULT_SIZES);
+    MemoryContextReset(pass_context);
+    if (own_transactions) {
+        SetCurrentStatementStartTimestamp();
+        StartTransactionCommand();
+    }
+    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "eventbox handlers: SPI_connect failed");
+    PushActiveSnapshot(GetTransactionSnapshot());
+    prepare_plans();
+    // SPI calls (prepare_plans too) return in SPI's context, which the commit between the two
+    // transactions frees: what the pass keeps is allocated after switching to pass_context.
+    MemoryContextSwitchTo(pass_context);
+    Datum name = CStringGetTextDatum(subscription);
+
+    // Handlers and lanes.
+    Datum args[1] = {name};
+    exec(handlers_plan, args, true, SPI_OK_SELECT);
+    // SPI calls return in SPI's own context, which the commit between the two transactions
+    // frees: everything the pass keeps is allocated in pass_context explicitly.
+    MemoryContextSwitchTo(pass_context);
+    int n_handlers = static_cast<int>(SPI_processed);
+    HandlerRef* handlers = static_cast<HandlerRef*>(palloc0(sizeof(HandlerRef) * Max(n_handlers, 1)));
+    for (int i = 0; i < n_handlers; ++i) {
+        HeapTuple t = SPI_tuptable->vals[i];
+        TupleDesc d = SPI_tuptable->tupdesc;
+        bool isnull;
+        handlers[i].event_type = nullable_text(t, d, 1);
+        handlers[i].fn = DatumGetObjectId(SPI_getbinval(t, d, 2, &isnull));
+        handlers[i].run_as = DatumGetObjectId(SPI_getbinval(t, d, 3, &isnull));
+        handlers[i].registered_by = DatumGetObjectId(SPI_getbinval(t, d, 4, &isnull));
+    }
+    Options options{Ordering::kPartition, 1, 1000, 1000, false};
+    bool found = read_options(name, &options);
+    // Kept messages without any handler registered: nothing to run, nothing to read.
+    if (found && n_handlers == 0 && options.unhandled_keep) found = false;
+    int per_lane = max;
+    // The event types some handler takes, for reading lanes.
+    bool any_type = false;
+    pg::ArrayColumn handled_types(n_handlers, TEXTOID);
+    for (int h = 0; h < n_handlers; ++h) {
+        if (handlers[h].event_type == nullptr) any_type = true;
+        else handled_types.set(h, CStringGetTextDatum(handlers[h].event_type));
+    }
+    Datum handled_types_array = handled_types.get();
+
+    // Choose messages lane by lane, from the lane after the one this worker served last in the
+    // subscription (a round robin), wrapping around at most once.
+    int64 now = worker::now_ms();
+    call_cpp([] {
+        state->lanes.clear();
+        state->chosen.clear();
+        state->lane_locked.clear();
+    });
+    const LaneCursor* cursor = call_cpp([&]() -> const LaneCursor* {
+        auto it = state->cursors.find(subscription);
+        return it == state->cursors.end() ? nullptr : &it->second;
+    });
+    char* start_topic = cursor ? pstrdup(cursor->topic.c_str()) : nullptr;
+    int32 start_partition = cursor ? cursor->partition : 0;
+    int crash_dead = 0;  // messages whose last attempt a crash cut short
+    const char* after_topic = start_topic ? start_topic : "";  // before every topic
+    int32 after_partition = start_topic ? start_partition : -1;
+    bool wrapped = start_topic == nullptr;
+    while (found) {
+        if (call_cpp([&] { return state->chosen.size(); }) >= static_cast<std::size_t>(max)) break;
+        char* topic;
+        int32 partition;
+        if (!next_lane(name, after_topic, after_partition, wrapped ? start_topic : nullptr,
+                       start_partition, &topic, &partition)) {
+            if (wrapped) break;
+            wrapped = true;
+            after_topic = "";
+            after_partition = -1;
+            continue;
+        }
+        after_topic = topic;
+        after_partition = partition;
+        std::size_t l = call_cpp([&] {
+            state->lanes.emplace_back();
+            state->lanes.back().topic = topic;
+            state->lanes.back().partition = partition;
+            state->lane_locked.push_back(false);
+            return state->lanes.size() - 1;
+        });
+        Lane* lane = call_cpp([&] { return &state->lanes[l]; });
+        if (!try_lock_lane(subscription, lane->topic.c_str(), lane->partition, own_transactions))
+            continue;
+        call_cpp([&] { state->lane_locked[l] = true; });
+        crash_dead += settle_claim(name, lane, options.max_attempts);
+        read_lane(name, lane, per_lane, options, BoolGetDatum(any_type), handled_types_array);
+        MemoryContextSwitchTo(pass_context);
+        // Which messages have a handler.
+        call_cpp([&] {
+            for (std::size_t i = 0; i < lane->candidates.size(); ++i) {
+                bool handled = false;
+                for (int h = 0; h < n_handlers && !handled; ++h)
+                    handled = type_matches(handlers[h], lane->has_type[i]
+                                                            ? lane->event_types[i].c_str()
+                                                            : nullptr);
+                lane->candidates[i].handled = handled;
+            }
+        });
+        long suspect = call_cpp([&] {
+            std::size_t room = static_cast<std::size_t>(max) - state->chosen.size();
+            state->picks.clear();
+            long s = plan_lane(lane->candidates, options.ordering, options.unhandled_keep, now,
+                               room, state->picks);
+            for (const Candidate& c : lane->candidates)
+                if (c.not_before_ms > now && c.not_before_ms < *next_due_ms)
+                    *next_due_ms = c.not_before_ms;
+            return s;
+        });
+        if (suspect < 0) {
+            call_cpp([&] {
+                for (std::size_t p : state->picks) state->chosen.push_back({l, p});
+            });
+            continue;
+        }
+        // A message whose last attempt never finished runs alone, in a pass of its own.
+        bool first = call_cpp([] { return state->chosen.empty(); });
+        if (first && try_lock_suspects(own_transactions)) {
+            call_cpp([&] { state->chosen.push_back({l, static_cast<std::size_t>(suspect)}); });
+            break;
+        }
+        call_cpp([&] {
+            for (std::size_t p : state->picks)
+                if (p < static_cast<std::size_t>(suspect)) state->chosen.push_back({l, p});
+        });
+        // Not first: a later pass takes it. First but another pass runs a suspect: the lane
+        // waits behind it, the other lanes go on.
+        if (!first) break;
+    }
+
+    if (after_partition >= 0)
+        call_cpp([&] { state->cursors[subscription] = LaneCursor{after_topic, after_partition}; });
+    MemoryContextSwitchTo(pass_context);
+    std::size_t n_lanes = call_cpp([] { return state->lanes.size(); });
+    int n_chosen = static_cast<int>(call_cpp([] { return state->chosen.size(); }));
+    if (own_transactions)
+        for (std::size_t l = 0; l < n_lanes; ++l)
+            if (call_cpp([&] { return state->lane_locked[l]; })) {
+                // A lane whose claim this pass settled stays locked until that commits.
+                bool used = call_cpp([&] {
+                    if (state->lanes[l].had_claim) return true;
+                    for (const Chosen& c : state->chosen)
+                        if (c.lane == l) return true;
+                    return false;
+                });
+                if (!used) {
+                    Lane* lane = call_cpp([&] { return &state->lanes[l]; });
+                    LOCKTAG tag = lane_tag(subscription, lane->topic.c_str(), lane->partition);
+                    LockRelease(&tag, ExclusiveLock, true);
+                    for (int i = 0; i < n_held; ++i)
+                        if (memcmp(&held_locks[i], &tag, sizeof tag) == 0) {
+                            held_locks[i] = held_locks[--n_held];
+                            break;
+                        }
+                }
+            }
+    // What runs, and what is ignored (no handler) without an attempt.
+    pg::ArrayColumn unhandled_ids(Max(n_chosen, 1), TEXTOID);
+    bool* to_run = static_cast<bool*>(palloc0(sizeof(bool) * Max(n_chosen, 1)));
+    int n_unhandled = 0, n_to_run = 0;
+    for (int c = 0; c < n_chosen; ++c) {
+        Chosen ch = call_cpp([&] { return state->chosen[c]; });
+        Lane* lane = call_cpp([&] { return &state->lanes[ch.lane]; });
+        if (!lane->candidates[ch.index].handled) {
+            unhandled_ids.set(n_unhandled++, CStringGetTextDatum(lane->ids[ch.index].c_str()));
+        } else {
+            to_run[c] = true;
+            ++n_to_run;
+        }
+    }
+    if (n_unhandled > 0) {
+        Datum ignore_args[2] = {name, unhandled_ids.get()};
+        exec(ignored_plan, ignore_args, false, SPI_OK_UPDATE);
+        MemoryContextSwitchTo(pass_context);
+    }
+    // Each lane's claim: a worker's commits before any of its messages runs, so a handler that
+    // kills the backend cannot run forever; a settled claim is emptied with its settlement.
+    write_claims(name, to_run, own_transactions);
+    PopActiveSnapshot();
+    int handled = n_unhandled + crash_dead;
+    if (n_to_run == 0) {
+        SPI_finish();
+        if (own_transactions) CommitTransactionCommand();
+        release_lane_locks();
+        shmem::count_messages(static_cast<uint64>(handled));
+        return handled;
+    }
+    if (own_transactions) {
+        SPI_finish();
+        CommitTransactionCommand();
+        start_run_transaction();
+    } else {
+        PushActiveSnapshot(GetTransactionSnapshot());
+    }
+
+    // Run, in lane order, fetching each transaction's rows first; a failure holds back the rest
+    // of its lane (or key) in this pass.
+    // A worker records the outcomes of each transaction's messages; process() all of its own.
+    int outcome_room = own_transactions ? Min(n_chosen, kMessagesPerTransaction) : n_chosen;
+    Outcomes out(outcome_room);
+    Datum* rows = static_cast<Datum*>(palloc0(sizeof(Datum) * n_chosen));
+    int* failed_at = static_cast<int*>(palloc(sizeof(int) * n_chosen));  // chosen index
+    int n_failed = 0;
+    HandlerRef** matching = static_cast<HandlerRef**>(palloc(sizeof(HandlerRef*) * Max(n_handlers, 1)));
+    // The handlers' settings are pinned around their calls only (from each batch's fetch to its
+    // end): eventbox's own statements run with the worker's (or _process()'s) search_path,
+    // pg_catalog first.
+    for (int c = 0; c < n_chosen; ++c) {
+        if (c % kMessagesPerTransaction == 0) {
+            if (c > 0) unpin_handler_settings();
+            if (c > 0 && own_transactions) {
+                record_outcomes(name, out);
+                commit_run_transaction();
+                start_run_transaction();
+                out = Outcomes(outcome_room);
+            }
+            fetch_rows(name, to_run, c, Min(n_chosen, c + kMessagesPerTransaction), rows);
+            pin_handler_settings();
+        }
+        if (rows[c] == (Datum)0) continue;  // handled meanwhile
+        Chosen ch = call_cpp([&] { return state->chosen[c]; });
+        Lane* lane = call_cpp([&] { return &state->lanes[ch.lane]; });
+        Datum id = CStringGetTextDatum(lane->ids[ch.index].c_str());
+        bool held = call_cpp([&] {
+            for (int f = 0; f < n_failed; ++f) {
+                const Chosen& fc = state->chosen[failed_at[f]];
+                if (fc.lane == ch.lane &&
+                    held_back_by(lane->candidates[fc.index], lane->candidates[ch.index],
+                                 options.ordering))
+                    return true;
+            }
+            return false;
+        });
+        if (held) continue;  // stays as it was, to follow the retry
+        const char* type = lane->has_type[ch.index] ? lane->event_types[ch.index].c_str() : nullptr;
+        int n_matching = 0;
+        for (int h = 0; h < n_handlers; ++h)
+            if (type_matches(handlers[h], type)) matching[n_matching++] = &handlers[h];
+        ++handled;
+        if (n_matching == 0) {
+            out.add_ignored(id);
+            continue;
+        }
+        char* error = run_message(rows[c], matching, n_matching);
+        pfree(DatumGetPointer(rows[c]));
+        if (error == nullptr) {
+            out.add_processed(id, tid_datum(lane->tids[ch.index]));
+            continue;
+        }
+        int32 attempts = lane->attempts[ch.index] + 1;
+        bool dead = attempts >= options.max_attempts;
+        double unit = call_cpp([] {
+            return std::uniform_real_distribution<double>(0.0, 1.0)(state->rng);
+        });
+        int64 delay = retry_delay_ms(attempts, options.backoff_ms, options.backoff_max_ms, unit);
+        out.add_failed(id, CStringGetTextDatum(error), Int64GetDatum(delay), BoolGetDatum(dead));
+        failed_at[n_failed++] = c;
+        if (!dead && now + delay < *next_due_ms) *next_due_ms = now + delay;
+    }
+
+    unpin_handler_settings();  // n_chosen > 0 here: the loop pinned them
+    record_outcomes(name, out);
+    if (own_transactions) {
+        clear_claims(name);
+        commit_run_transaction();
+        release_lane_locks();
+    } else {
+        PopActiveSnapshot();
+        SPI_finish();
+    }
+    shmem::count_messages(static_cast<uint64>(handled));
+    return handled;
+}
+
+}  // namespace
+
+int run_pass(const char* subscription, int max, bool own_transactions, int64* next_due_ms) {
+    // A handler calling eventbox.process() would run a pass inside a pass, over the same state.
+    if (in_pass)
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("eventbox.process() cannot be called from a handler"),
+                        errhint("Handlers run inside a handler pass already.")));
+    in_pass = true;
+    int handled = 0;
+    PG_TRY();
+    { handled = run_pass_body(subscription, max, own_transactions, next_due_ms); }
+    PG_FINALLY();
+    { in_pass = false; }
+    PG_END_TRY();
+    return handled;
+}
+
+}  // namespace eventbox::handlers

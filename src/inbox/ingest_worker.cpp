@@ -1,0 +1,546 @@
+// An ingest background worker (eventbox.ingest_workers of them, each consuming its share of every
+// subscription's partitions): one librdkafka consumer per enabled subscription; each poll batch
+// is written in one transaction (inbox rows deduplicated with ON CONFLICT DO NOTHING, plus the
+// partitions' next offsets), then the handler workers are woken. It sleeps on one WaitEventSet:
+// its latch (set when subscriptions change), postmaster death, and every consumer's queue fd.
+//
+// PostgreSQL-side code: C++ objects live on the heap behind `subscriptions` and are reached only
+// through call_cpp(); no object with a destructor lives on these stack frames.
+extern "C" {
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "commands/dbcommands.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+}
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "pg/guc.hpp"
+#include "inbox/jsonb.hpp"
+#include "inbox/record.hpp"
+#include "kafka/consumer.hpp"
+#include "kafka/options.hpp"
+#include "pg/arrays.hpp"
+#include "pg/boundary.hpp"
+#include "pg/shmem.hpp"
+#include "workers/common.hpp"
+
+using eventbox::pg::call_cpp;
+using eventbox::pg::pg_guard;
+
+namespace eventbox {
+
+namespace {
+
+// One enabled subscription and its consumer.
+struct Subscription {
+    std::string name;
+    std::string fingerprint;  // settings the consumer was built with
+    inbox::Options options;
+    std::size_t batch_size = 1000;
+    kafka::Consumer* consumer = nullptr;
+    std::vector<inbox::Classified> rows;  // the current batch, classified
+    std::vector<int> order;               // its rows by message id (see ingest())
+
+    ~Subscription() { delete consumer; }
+};
+
+// What the subscriptions table says, read before (re)building consumers.
+struct Wanted {
+    std::string name, fingerprint, group_id, message_id_field;
+    std::vector<std::string> topics;
+    bool start_latest;
+    int64_t created_ms;  // Unix epoch ms: where start_from 'latest' starts
+    int batch_size;
+};
+
+std::vector<Subscription*>* subscriptions = nullptr;
+std::vector<Wanted>* wanted = nullptr;
+int member = 0;   // this worker's index among the ingest workers
+int members = 1;  // eventbox.ingest_workers, as of the last reload
+uint64 loaded_generation = 0;
+bool needs_reload = true;
+bool announced_idle = false;
+WaitEventSet* wait_set = nullptr;
+TimestampTz last_batch_at = 0;  // end of the last batch with messages
+MemoryContext batch_context = nullptr;
+SPIPlanPtr insert_plan, offsets_plan, stored_plan;
+
+void destroy_state() {
+    if (subscriptions != nullptr) {
+        for (Subscription* s : *subscriptions) delete s;
+        delete subscriptions;
+        subscriptions = nullptr;
+    }
+}
+
+void shutdown_ingest(int, Datum) { destroy_state(); }
+
+SPIPlanPtr prepare(const char* sql, int nargs, Oid* types) {
+    return worker::prepare_kept("eventbox ingest", sql, nargs, types);
+}
+
+void prepare_plans() {
+    if (insert_plan != nullptr) return;
+    Oid insert_types[12] = {TEXTOID,       TEXTARRAYOID, TEXTARRAYOID, INT4ARRAYOID,
+                            INT8ARRAYOID,  BYTEAARRAYOID, JSONBARRAYOID, JSONBARRAYOID,
+                            BYTEAARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID};
+    // unnest() in the select list: the rows stream from the arrays (ProjectSet); unnest() in
+    // FROM would first copy them all into a tuplestore (~12% of the statement at 1 KiB).
+    insert_plan = prepare(
+        "INSERT INTO eventbox.inbox (subscription, message_id, topic, \"partition\", \"offset\", "
+        "key, headers, payload, raw_payload, event_type, status, last_error) "
+        "SELECT $1, unnest($2::text[]), unnest($3::text[]), unnest($4::int4[]), "
+        "unnest($5::int8[]), unnest($6::bytea[]), unnest($7::jsonb[]), unnest($8::jsonb[]), "
+        "unnest($9::bytea[]), unnest($10::text[]), unnest($11::text[]), unnest($12::text[]) "
+        "WHERE EXISTS (SELECT 1 FROM eventbox.subscriptions s WHERE s.name = $1) "
+        "ON CONFLICT (subscription, message_id) DO NOTHING",
+        12, insert_types);
+    // Compare-and-set: a stored offset someone else moved (eventbox.replay) is left alone, and
+    // the worker notices from the row count and moves its consumer to the table's offsets.
+    Oid offsets_types[6] = {TEXTOID,      TEXTARRAYOID, INT4ARRAYOID,
+                            INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID};
+    offsets_plan = prepare(
+        "INSERT INTO eventbox.offsets AS o (subscription, topic, \"partition\", next_offset, "
+        "high_watermark) "
+        "SELECT $1, u.topic, u.p, u.next, u.high "
+        "FROM unnest($2::text[], $3::int4[], $4::int8[], $5::int8[], $6::int8[]) "
+        "AS u(topic, p, next, high, previous) "
+        "WHERE EXISTS (SELECT 1 FROM eventbox.subscriptions s WHERE s.name = $1) "
+        "ON CONFLICT (subscription, topic, \"partition\") DO UPDATE SET "
+        "next_offset = excluded.next_offset, high_watermark = excluded.high_watermark, "
+        "updated_at = now() "
+        "WHERE o.next_offset IS NOT DISTINCT FROM (SELECT u2.previous FROM unnest($2::text[], "
+        "$3::int4[], $6::int8[]) AS u2(topic, p, previous) "
+        "WHERE u2.topic = excluded.topic AND u2.p = excluded.\"partition\")",
+        6, offsets_types);
+    Oid stored_types[1] = {TEXTOID};
+    stored_plan = prepare(
+        "SELECT topic, \"partition\", next_offset FROM eventbox.offsets WHERE subscription = $1",
+        1, stored_types);
+}
+
+void rebuild_wait_set() {
+    if (wait_set != nullptr) FreeWaitEventSet(wait_set);
+    int n = 2 + (subscriptions ? static_cast<int>(subscriptions->size()) : 0);
+    wait_set = CreateWaitEventSet(TopMemoryContext, n);
+    AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, nullptr);
+    AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, nullptr, nullptr);
+    if (subscriptions != nullptr)
+        for (Subscription* s : *subscriptions)
+            AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, s->consumer->event_fd(), nullptr,
+                              nullptr);
+}
+
+char* text_at(HeapTuple tuple, TupleDesc desc, int column) {
+    bool isnull;
+    Datum d = SPI_getbinval(tuple, desc, column, &isnull);
+    return isnull ? pstrdup("") : TextDatumGetCString(d);
+}
+
+// Reads the enabled subscriptions into `wanted` (inside a transaction).
+void read_wanted() {
+    int rc = SPI_execute(
+        "SELECT name, array_to_string(topics, ','), coalesce(group_id, ''), start_from, "
+        "coalesce(message_id_field, ''), batch_size, "
+        "(extract(epoch FROM created_at) * 1000)::int8 FROM eventbox.subscriptions "
+        "WHERE enabled ORDER BY name",
+        true, 0);
+    if (rc != SPI_OK_SELECT) elog(ERROR, "eventbox ingest: reading subscriptions failed");
+    call_cpp([] { wanted->clear(); });
+    char* database = get_database_name(MyDatabaseId);
+    for (uint64 i = 0; i < SPI_processed; ++i) {
+        HeapTuple tuple = SPI_tuptable->vals[i];
+        TupleDesc desc = SPI_tuptable->tupdesc;
+        char* name = text_at(tuple, desc, 1);
+        char* topics = text_at(tuple, desc, 2);
+        char* group = text_at(tuple, desc, 3);
+        char* start_from = text_at(tuple, desc, 4);
+        char* field = text_at(tuple, desc, 5);
+        bool isnull;
+        int batch = DatumGetInt32(SPI_getbinval(tuple, desc, 6, &isnull));
+        int64 created_ms = DatumGetInt64(SPI_getbinval(tuple, desc, 7, &isnull));
+        call_cpp([&] {
+            Wanted w;
+            w.name = name;
+            w.group_id = group[0] ? std::string(group) : "eventbox." + std::string(database) + "." + name;
+            w.message_id_field = field;
+            w.start_latest = std::string_view(start_from) == "latest";
+            w.created_ms = created_ms;
+            w.batch_size = batch;
+            std::string list = topics;
+            for (std::size_t start = 0; start <= list.size();) {
+                std::size_t comma = list.find(',', start);
+                if (comma == std::string::npos) comma = list.size();
+                w.topics.push_back(list.substr(start, comma - start));
+                start = comma + 1;
+            }
+            w.fingerprint = list + "|" + w.group_id + "|" + start_from + "|" + field + "|" +
+                            std::to_string(batch) + "|" + guc::brokers + "|" +
+                            std::to_string(members);
+            wanted->push_back(std::move(w));
+        });
+    }
+}
+
+// Builds a consumer for wanted[i], loading its stored offsets first.
+Subscription* start_subscription(std::size_t i) {
+    Subscription* sub = call_cpp([&] {
+        const Wanted& w = (*wanted)[i];
+        auto* s = new Subscription();
+        s->name = w.name;
+        s->fingerprint = w.fingerprint;
+        s->options.message_id_field = w.message_id_field;
+        s->options.max_message_bytes = static_cast<std::size_t>(guc::max_message_bytes);
+        s->batch_size = static_cast<std::size_t>(w.batch_size);
+        kafka::ConsumerConfig config;
+        config.brokers = guc::brokers;
+        config.options = parse_kafka_options(guc::kafka_options ? guc::kafka_options : "");
+        config.group_id = w.group_id;
+        config.member = member;
+        config.members = members;
+        config.topics = w.topics;
+        config.start_latest = w.start_latest;
+        config.latest_since_ms = w.created_ms;
+        try {
+            s->consumer = new kafka::Consumer(config);
+        } catch (...) {
+            delete s;
+            throw;
+        }
+        return s;
+    });
+    const char* name = sub->name.c_str();
+    Datum values[1] = {CStringGetTextDatum(name)};
+    worker::exec_kept("eventbox ingest", stored_plan, values, true, SPI_OK_SELECT);
+    for (uint64 r = 0; r < SPI_processed; ++r) {
+        HeapTuple tuple = SPI_tuptable->vals[r];
+        TupleDesc desc = SPI_tuptable->tupdesc;
+        bool isnull;
+        char* topic = text_at(tuple, desc, 1);
+        int32 partition = DatumGetInt32(SPI_getbinval(tuple, desc, 2, &isnull));
+        int64 next = DatumGetInt64(SPI_getbinval(tuple, desc, 3, &isnull));
+        call_cpp([&] { sub->consumer->set_stored_offset(topic, partition, next); });
+    }
+    ereport(LOG, (errmsg("eventbox ingest: consuming subscription \"%s\"%s", name,
+                         members > 1 ? psprintf(" (worker %d of %d)", member + 1, members) : "")));
+    return sub;
+}
+
+// Brings the consumers in line with the subscriptions table.
+void reload() {
+    if (wanted == nullptr) wanted = call_cpp([] { return new std::vector<Wanted>(); });
+    if (subscriptions == nullptr)
+        subscriptions = call_cpp([] { return new std::vector<Subscription*>(); });
+    if (guc::brokers[0] == '\0') {
+        destroy_state();
+        subscriptions = call_cpp([] { return new std::vector<Subscription*>(); });
+        if (!announced_idle)
+            ereport(LOG, (errmsg("eventbox ingest idle: eventbox.brokers is empty"),
+                          errhint("Set eventbox.brokers and reload the configuration.")));
+        announced_idle = true;
+        shmem::set_state("idle: no brokers");
+        rebuild_wait_set();
+        return;
+    }
+    announced_idle = false;
+    members = guc::ingest_workers;
+    loaded_generation = shmem::subscriptions_generation();
+    SetCurrentStatementStartTimestamp();  // now() of this transaction
+    StartTransactionCommand();
+    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "eventbox ingest: SPI_connect failed");
+    PushActiveSnapshot(GetTransactionSnapshot());
+    prepare_plans();
+    read_wanted();
+    // Stop consumers whose subscription is gone or changed.
+    call_cpp([] {
+        std::vector<Subscription*> keep;
+        for (Subscription* s : *subscriptions) {
+            bool still = false;
+            for (const Wanted& w : *wanted)
+                if (w.name == s->name && w.fingerprint == s->fingerprint) still = true;
+            if (still) keep.push_back(s);
+            else delete s;
+        }
+        *subscriptions = std::move(keep);
+    });
+    // Settings read per record follow reloads.
+    call_cpp([] {
+        for (Subscription* s : *subscriptions)
+            s->options.max_message_bytes = static_cast<std::size_t>(guc::max_message_bytes);
+    });
+    // A kept consumer whose idea of the stored offsets differs from the table (they were moved
+    // by eventbox.replay) takes the table's offsets and seeks to them.
+    std::size_t n_kept = call_cpp([] { return subscriptions->size(); });
+    for (std::size_t k = 0; k < n_kept; ++k) {
+        Subscription* sub = call_cpp([&] { return (*subscriptions)[k]; });
+        Datum values[1] = {CStringGetTextDatum(sub->name.c_str())};
+        worker::exec_kept("eventbox ingest", stored_plan, values, true, SPI_OK_SELECT);
+        bool differs = false;
+        for (uint64 r = 0; r < SPI_processed; ++r) {
+            bool isnull;
+            char* topic = text_at(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1);
+            int32 partition = DatumGetInt32(
+                SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2, &isnull));
+            int64 next = DatumGetInt64(
+                SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 3, &isnull));
+            call_cpp([&] {
+                if (sub->consumer->set_stored_offset(topic, partition, next)) differs = true;
+            });
+        }
+        if (differs) {
+            call_cpp([&] { sub->consumer->seek_to_stored(); });
+            ereport(LOG, (errmsg("eventbox ingest: subscription \"%s\" continues from its "
+                                 "changed stored offsets",
+                                 sub->name.c_str())));
+        }
+    }
+    std::size_t n_wanted = call_cpp([] { return wanted->size(); });
+    for (std::size_t i = 0; i < n_wanted; ++i) {
+        bool running = call_cpp([&] {
+            for (Subscription* s : *subscriptions)
+                if (s->name == (*wanted)[i].name) return true;
+            return false;
+        });
+        if (running) continue;
+        Subscription* sub = start_subscription(i);
+        call_cpp([&] { subscriptions->push_back(sub); });
+    }
+    PopActiveSnapshot();
+    SPI_finish();
+    CommitTransactionCommand();
+    shmem::set_state(n_wanted ? "running" : "idle: no subscriptions");
+    rebuild_wait_set();
+}
+
+bytea* to_bytea(const void* data, std::size_t len) {
+    auto* b = static_cast<bytea*>(palloc(VARHDRSZ + len));
+    SET_VARSIZE(b, VARHDRSZ + len);
+    if (len > 0) memcpy(VARDATA(b), data, len);
+    return b;
+}
+
+// Reads one batch of `sub` and stores it; returns the number of records read.
+std::size_t ingest(Subscription* sub) {
+    std::size_t n = call_cpp([&] { return sub->consumer->poll(sub->batch_size); });
+    worker::emit_kafka_logs(*sub->consumer, "eventbox ingest");
+    bool pinned = call_cpp([&] { return sub->consumer->has_positions_to_store(); });
+    if (n == 0 && !pinned) return 0;
+
+    // Classify in C++, then build the columns here.
+    call_cpp([&] {
+        // The rows of earlier batches are reused: their strings keep their buffers.
+        if (sub->rows.size() < n) sub->rows.resize(n);
+        std::vector<inbox::KafkaHeader> headers;
+        std::size_t i = 0;
+        for (rd_kafka_message_t* msg : sub->consumer->messages()) {
+            headers.clear();
+            rd_kafka_headers_t* hdrs = nullptr;
+            if (rd_kafka_message_headers(msg, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+                const char* name;
+                const void* value;
+                size_t size;
+                for (size_t idx = 0;
+                     rd_kafka_header_get_all(hdrs, idx, &name, &value, &size) ==
+                     RD_KAFKA_RESP_ERR_NO_ERROR;
+                     ++idx)
+                    headers.push_back(inbox::KafkaHeader{name, static_cast<const char*>(value), size});
+            }
+            inbox::Record record;
+            record.topic = rd_kafka_topic_name(msg->rkt);
+            record.partition = msg->partition;
+            record.offset = msg->offset;
+            record.value = static_cast<const char*>(msg->payload);
+            record.value_len = msg->len;
+            record.headers = headers.data();
+            record.n_headers = headers.size();
+            inbox::classify(record, sub->options, sub->rows[i++]);
+        }
+        // Rows go in by message id: ingest workers inserting the same ids at once (a message
+        // republished to partitions of two workers; a partition read by its old and new owner
+        // while eventbox.ingest_workers changes) then wait for each other in one order, never
+        // in a cycle. Every worker sorts, whatever it believes the worker count is.
+        sub->order.resize(n);
+        for (std::size_t k = 0; k < n; ++k) sub->order[k] = static_cast<int>(k);
+        std::stable_sort(sub->order.begin(), sub->order.end(), [&](int a, int b) {
+            return sub->rows[a].message_id < sub->rows[b].message_id;
+        });
+    });
+
+    SetCurrentStatementStartTimestamp();  // now() of this transaction
+    StartTransactionCommand();
+    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "eventbox ingest: SPI_connect failed");
+    PushActiveSnapshot(GetTransactionSnapshot());
+    prepare_plans();
+    int count = static_cast<int>(n);
+    pg::ArrayColumn ids(count, TEXTOID), topics(count, TEXTOID), partitions(count, INT4OID),
+        offsets(count, INT8OID), keys(count, BYTEAOID), headers(count, JSONBOID),
+        payloads(count, JSONBOID), raws(count, BYTEAOID), types(count, TEXTOID),
+        statuses(count, TEXTOID), notes(count, TEXTOID);
+    int transport_ids = 0;
+    // Values most rows share are made once (the arrays copy them).
+    Datum received = CStringGetTextDatum("received");
+    Datum unparsable = CStringGetTextDatum("unparsable");
+    rd_kafka_topic_t* topic_of = nullptr;
+    Datum topic = 0;
+    const std::string* type_of = nullptr;
+    Datum type = 0;
+    for (int i = 0; i < count; ++i) {
+        int k = sub->order[i];
+        rd_kafka_message_t* msg = sub->consumer->messages()[k];
+        inbox::Classified& row = sub->rows[k];
+        ids.set(i, PointerGetDatum(
+                       cstring_to_text_with_len(row.message_id.data(), row.message_id.size())));
+        transport_ids += row.transport_id ? 1 : 0;
+        if (msg->rkt != topic_of) {
+            topic_of = msg->rkt;
+            topic = CStringGetTextDatum(rd_kafka_topic_name(msg->rkt));
+        }
+        topics.set(i, topic);
+        partitions.set(i, Int32GetDatum(msg->partition));
+        offsets.set(i, Int64GetDatum(msg->offset));
+        if (msg->key != nullptr) keys.set(i, PointerGetDatum(to_bytea(msg->key, msg->key_len)));
+        headers.set(i, inbox::headers_jsonb(row));
+        std::string* note = &row.note;
+        Datum payload;
+        if (row.parsable &&
+            inbox::payload_jsonb(row, static_cast<const char*>(msg->payload), msg->len, &payload,
+                                 note)) {
+            payloads.set(i, payload);
+        } else {
+            if (row.parsable) row.raw_len = msg->len;  // jsonb refused what looked like JSON
+            row.parsable = false;
+            if (!row.raw_null) raws.set(i, PointerGetDatum(to_bytea(msg->payload, row.raw_len)));
+            notes.set(i, CStringGetTextDatum(row.note.c_str()));
+        }
+        if (row.event_type) {
+            if (type_of == nullptr || *type_of != *row.event_type) {
+                type_of = &*row.event_type;
+                type = PointerGetDatum(cstring_to_text_with_len(type_of->data(), type_of->size()));
+            }
+            types.set(i, type);
+        }
+        statuses.set(i, row.parsable ? received : unparsable);
+    }
+    Datum name = CStringGetTextDatum(sub->name.c_str());
+    Datum values[12] = {name,           ids.get(),     topics.get(),   partitions.get(),
+                        offsets.get(),  keys.get(),    headers.get(),  payloads.get(),
+                        raws.get(),     types.get(),   statuses.get(), notes.get()};
+    uint64 inserted = 0;
+    if (count > 0) {
+        worker::exec_kept("eventbox ingest", insert_plan, values, false, SPI_OK_INSERT);
+        inserted = SPI_processed;
+    }
+
+    std::size_t n_ends = call_cpp([&] { return sub->consumer->partition_ends().size(); });
+    int m = static_cast<int>(n_ends);
+    pg::ArrayColumn end_topics(m, TEXTOID), end_partitions(m, INT4OID), end_offsets(m, INT8OID),
+        end_high(m, INT8OID), end_previous(m, INT8OID);
+    for (int i = 0; i < m; ++i) {
+        const kafka::PartitionEnd& end = sub->consumer->partition_ends()[i];
+        end_topics.set(i, CStringGetTextDatum(end.topic.c_str()));
+        end_partitions.set(i, Int32GetDatum(end.partition));
+        end_offsets.set(i, Int64GetDatum(end.next_offset));
+        if (end.high_watermark >= 0) end_high.set(i, Int64GetDatum(end.high_watermark));
+        if (end.previous >= 0) end_previous.set(i, Int64GetDatum(end.previous));
+    }
+    Datum offset_values[6] = {name,           end_topics.get(), end_partitions.get(),
+                              end_offsets.get(), end_high.get(),   end_previous.get()};
+    worker::exec_kept("eventbox ingest", offsets_plan, offset_values, false, SPI_OK_INSERT);
+    bool moved = SPI_processed < static_cast<uint64>(m);
+    PopActiveSnapshot();
+    SPI_finish();
+    CommitTransactionCommand();
+    pgstat_report_stat(false);  // lets autovacuum and autoanalyze see the inbox
+
+    call_cpp([&] { sub->consumer->committed(); });
+    if (moved) {
+        // A stored offset was moved under us (eventbox.replay): continue from the table's.
+        needs_reload = true;
+    }
+    shmem::count_messages(n);
+    shmem::count_transport_ids(static_cast<uint64>(transport_ids));
+    shmem::count_duplicates(n - inserted);
+    shmem::wake_handlers();
+    return n;
+}
+
+}  // namespace
+
+}  // namespace eventbox
+
+extern "C" PGDLLEXPORT void eventbox_ingest_main(Datum);
+
+extern "C" void eventbox_ingest_main(Datum arg) {
+    using namespace eventbox;
+    worker::setup_signals();
+    memcpy(&member, MyBgworkerEntry->bgw_extra, sizeof member);
+    BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(arg), InvalidOid, 0);
+    // Safe asynchronously: a lost commit loses inbox rows and their offsets together, and they
+    // are read from Kafka again.
+    worker::apply_worker_settings(true);
+    shmem::attach_worker(shmem::Role::kIngest, member);
+    before_shmem_exit(shutdown_ingest, 0);
+    batch_context = AllocSetContextCreate(TopMemoryContext, "eventbox ingest batch",
+                                          ALLOCSET_DEFAULT_SIZES);
+
+    static int error_backoff_ms = 0;  // static: survives the longjmp back to sigsetjmp
+    sigjmp_buf local_sigjmp_buf;
+    if (sigsetjmp(local_sigjmp_buf, 1) != 0) {
+        // An ERROR in a batch: rebuild every consumer from the stored offsets (the batch in
+        // memory was not stored and is read again) after a backoff.
+        worker::recover_from_error(batch_context, destroy_state, &error_backoff_ms);
+        needs_reload = true;
+    }
+    PG_exception_stack = &local_sigjmp_buf;
+
+    for (;;) {
+        MemoryContextSwitchTo(batch_context);
+        if (needs_reload || shmem::subscriptions_generation() != loaded_generation) {
+            reload();
+            needs_reload = false;
+        }
+        bool more = false, worked = false;
+        std::size_t n_subs = call_cpp([] { return subscriptions ? subscriptions->size() : 0; });
+        for (std::size_t i = 0; i < n_subs; ++i) {
+            Subscription* sub = (*subscriptions)[i];
+            std::size_t n = ingest(sub);
+            if (n >= sub->batch_size) more = true;
+            if (n > 0) worked = true;
+            MemoryContextReset(batch_context);
+            CHECK_FOR_INTERRUPTS();
+        }
+        if (n_subs > 0) error_backoff_ms = 0;
+        MemoryContextSwitchTo(TopMemoryContext);
+        MemoryContextReset(batch_context);
+        // PostgreSQL holds table statistics back while flushes would come less than a second
+        // apart (by the last commit's time, which stands still while the worker is idle): after
+        // a second without batches they are flushed, so autovacuum sees the last ones too.
+        if (worked)
+            last_batch_at = GetCurrentTimestamp();
+        else if (TimestampDifferenceExceeds(last_batch_at, GetCurrentTimestamp(), 1000))
+            pgstat_report_stat(true);
+
+        WaitEvent event;
+        (void)WaitEventSetWait(wait_set, more ? 0 : 1000, &event, 1, PG_WAIT_EXTENSION);
+        ResetLatch(MyLatch);
+        CHECK_FOR_INTERRUPTS();
+        if (worker::reload_if_requested()) needs_reload = true;
+    }
+}

@@ -1,0 +1,76 @@
+// What the ingest worker stores for one Kafka record: the message id and event type (DESIGN.md
+// section 3), the headers as a JSON object, and whether the value can be kept as jsonb or goes
+// to raw_payload as 'unparsable' (section 5). Pure C++.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "inbox/json_scan.hpp"
+
+namespace eventbox::inbox {
+
+struct KafkaHeader {
+    std::string_view name;
+    const char* value = nullptr;  // nullptr: null header value
+    std::size_t value_len = 0;
+};
+
+struct Record {
+    std::string_view topic;
+    int32_t partition = 0;
+    int64_t offset = 0;
+    const char* value = nullptr;  // nullptr: null value (tombstone)
+    std::size_t value_len = 0;
+    const KafkaHeader* headers = nullptr;
+    std::size_t n_headers = 0;
+};
+
+struct Options {
+    std::string message_id_field;  // top-level JSON field used as message id; empty: none
+    std::size_t max_message_bytes = 1000000;
+};
+
+// Message ids longer than this fall back to the transport identity (the primary key index has a
+// size limit, and an id this long is not an id).
+inline constexpr std::size_t kMaxMessageIdBytes = 256;
+
+// One member of the headers object: a header name and its value as JSON strings (bytes that
+// are not UTF-8, or hold NUL, written as "\\x<hex>"); no value: JSON null.
+struct HeaderField {
+    std::string name;
+    std::optional<std::string> value;
+};
+
+struct Classified {
+    std::string message_id;
+    bool transport_id = false;  // message id is topic/partition/offset
+    std::optional<std::string> event_type;
+    // The headers object's members, each name once (a repeated name keeps its last value), in
+    // order of first appearance. The ingest worker builds the jsonb from them directly.
+    std::vector<HeaderField> headers;
+    bool parsable = false;     // value is JSON that jsonb accepts: store it in payload
+    JsonTokens payload;        // when parsable: the value's tokens, to build its jsonb from
+    std::size_t raw_len = 0;   // bytes of the value kept in raw_payload when not parsable
+    bool raw_null = false;     // no value at all (tombstone): raw_payload NULL
+    std::string note;          // why the record is unparsable (goes to last_error)
+};
+
+Classified classify(const Record& record, const Options& options);
+
+// The same into `out`, reusing the buffers it holds (the ingest worker keeps one per batch row);
+// buffers a large record grew beyond kKeptBufferBytes are released on the next use.
+void classify(const Record& record, const Options& options, Classified& out);
+inline constexpr std::size_t kKeptBufferBytes = 64 * 1024;
+
+// The headers object as JSON text (what jsonb_in would need to store the same value).
+std::string headers_json(const Classified& classified);
+
+// True when [data, data+len) is well-formed UTF-8 (no overlongs, surrogates or > U+10FFFF).
+bool valid_utf8(const char* data, std::size_t len);
+
+}  // namespace eventbox::inbox

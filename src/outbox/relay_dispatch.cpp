@@ -1,0 +1,193 @@
+// The relay dispatcher (see outbox/relay_dispatch.hpp).
+#include "outbox/relay_dispatch.hpp"
+
+#include <algorithm>
+#include <limits>
+
+namespace eventbox::relay {
+
+Dispatcher::Dispatcher(Sink& sink, Limits limits, uint64_t seed)
+    : sink_(sink), limits_(limits), rng_(seed) {}
+
+std::string Dispatcher::lane_of(const Row& row) {
+    std::string lane;
+    if (row.key == nullptr) {
+        // Keyless rows have no order to keep: each is a lane of its own.
+        lane.assign("\x01");
+        lane.append(std::to_string(row.id));
+        return lane;
+    }
+    lane.reserve(row.topic.size() + 1 + row.key_len);
+    lane.append(row.topic);
+    lane.push_back('\0');
+    lane.append(row.key, row.key_len);
+    return lane;
+}
+
+bool Dispatcher::knows(int64_t id) const {
+    return in_flight_.count(id) != 0 || waiting_ids_.count(id) != 0;
+}
+
+std::size_t Dispatcher::capacity() const {
+    if (in_flight_.size() >= limits_.max_in_flight || waiting_count_ >= limits_.max_waiting)
+        return 0;
+    return std::min(limits_.max_in_flight - in_flight_.size(),
+                    limits_.max_waiting - waiting_count_);
+}
+
+int64_t Dispatcher::backoff_for(int32_t attempts) {
+    int64_t delay = limits_.backoff_ms;
+    for (int32_t i = 1; i < attempts && delay < limits_.backoff_max_ms; ++i) delay *= 2;
+    delay = std::min(delay, limits_.backoff_max_ms);
+    if (delay <= 1) return delay;
+    std::uniform_int_distribution<int64_t> jitter(delay / 2, delay);
+    return jitter(rng_);
+}
+
+void Dispatcher::wait_in_lane(const std::string& lane, uint64_t seq, int64_t id, int64_t due_ms) {
+    lanes_[lane].waiting.emplace(seq, Wait{id, due_ms});
+    blocked_.insert(lane);
+    waiting_ids_[id] = {lane, seq};
+    ++waiting_count_;
+}
+
+void Dispatcher::produce_now(const Row& row, const std::string& lane, uint64_t seq,
+                             int64_t now_ms) {
+    std::string error;
+    Produced result = sink_.produce(row, error);
+    switch (result) {
+        case Produced::kQueued:
+            ++lanes_[lane].in_flight;
+            in_flight_.emplace(row.id, Flight{lane, seq, row.attempts});
+            return;
+        case Produced::kBusy:
+            // Local queue full: count nothing, try again after a backoff.
+            wait_in_lane(lane, seq, row.id, now_ms + backoff_for(1));
+            return;
+        case Produced::kFailed:
+        case Produced::kFailedPermanently:
+            record_failure(row.id, lane, seq, row.attempts + 1,
+                           result == Produced::kFailedPermanently, error, now_ms);
+            return;
+    }
+}
+
+void Dispatcher::record_failure(int64_t id, const std::string& lane, uint64_t seq,
+                                int32_t attempts, bool permanent, std::string_view error,
+                                int64_t now_ms) {
+    bool give_up = permanent && attempts >= limits_.max_attempts;
+    int64_t delay = give_up ? 0 : backoff_for(attempts);
+    failed_.push_back(Failed{id, std::string(error), delay, give_up});
+    if (!give_up) wait_in_lane(lane, seq, id, now_ms + delay);
+}
+
+void Dispatcher::offer(const Row& row, int64_t now_ms) {
+    auto fetched = fetching_ids_.find(row.id);
+    if (fetched != fetching_ids_.end()) {
+        // A due waiting row came back from the outbox: it is its lane's head, send it.
+        fetching_ids_.erase(fetched);
+        auto w = waiting_ids_.find(row.id);
+        if (w == waiting_ids_.end()) return;
+        std::string lane = w->second.first;
+        uint64_t seq = w->second.second;
+        Lane& l = lanes_[lane];
+        l.waiting.erase(seq);
+        l.fetching = false;
+        waiting_ids_.erase(w);
+        --waiting_count_;
+        if (l.waiting.empty()) blocked_.erase(lane);
+        produce_now(row, lane, seq, now_ms);
+        return;
+    }
+    if (knows(row.id)) return;
+
+    std::string lane = lane_of(row);
+    uint64_t seq = next_seq_++;
+    auto existing = lanes_.find(lane);
+    bool lane_blocked = existing != lanes_.end() && !existing->second.waiting.empty();
+    if (row.not_before_ms > now_ms) {
+        wait_in_lane(lane, seq, row.id, row.not_before_ms);
+    } else if (lane_blocked) {
+        // An earlier row of this key waits for a retry: hold this one back behind it.
+        wait_in_lane(lane, seq, row.id, now_ms);
+    } else {
+        produce_now(row, lane, seq, now_ms);
+    }
+}
+
+void Dispatcher::forget_lane_if_idle(const std::string& lane) {
+    auto it = lanes_.find(lane);
+    if (it != lanes_.end() && it->second.in_flight == 0 && it->second.waiting.empty() &&
+        !it->second.fetching)
+        lanes_.erase(it);
+}
+
+void Dispatcher::on_delivery(int64_t id, int err, bool permanent, bool counts, int32_t partition,
+                             int64_t offset, std::string_view error, int64_t now_ms) {
+    auto it = in_flight_.find(id);
+    if (it == in_flight_.end()) return;  // from before a reset: the row will be read again
+    Flight flight = std::move(it->second);
+    in_flight_.erase(it);
+    Lane& lane = lanes_[flight.lane];
+    --lane.in_flight;
+
+    if (err == 0) {
+        acked_.push_back(Acked{id, partition, offset});
+    } else if (!counts) {
+        wait_in_lane(flight.lane, flight.seq, id, now_ms);
+    } else {
+        record_failure(id, flight.lane, flight.seq, flight.attempts + 1, permanent, error, now_ms);
+    }
+    forget_lane_if_idle(flight.lane);
+}
+
+const std::vector<int64_t>& Dispatcher::due_ids(int64_t now_ms, std::size_t max) {
+    due_.clear();
+    for (const std::string& name : blocked_) {
+        if (due_.size() >= max) break;
+        Lane& lane = lanes_[name];
+        // The head goes only when nothing of its lane is in flight, so order holds.
+        if (lane.fetching || lane.in_flight != 0 || lane.waiting.empty()) continue;
+        const Wait& head = lane.waiting.begin()->second;
+        if (head.due_ms > now_ms) continue;
+        lane.fetching = true;
+        fetching_ids_.insert(head.id);
+        due_.push_back(head.id);
+    }
+    return due_;
+}
+
+void Dispatcher::refetch_done() {
+    // Rows asked for but not returned left the outbox (deleted, skipped or no longer pending).
+    for (int64_t id : fetching_ids_) {
+        auto w = waiting_ids_.find(id);
+        if (w == waiting_ids_.end()) continue;
+        std::string lane = w->second.first;
+        Lane& l = lanes_[lane];
+        l.waiting.erase(w->second.second);
+        l.fetching = false;
+        waiting_ids_.erase(w);
+        --waiting_count_;
+        if (l.waiting.empty()) blocked_.erase(lane);
+        forget_lane_if_idle(lane);
+    }
+    fetching_ids_.clear();
+}
+
+void Dispatcher::clear_outcomes() {
+    acked_.clear();
+    failed_.clear();
+}
+
+int64_t Dispatcher::next_due_ms() const {
+    int64_t next = std::numeric_limits<int64_t>::max();
+    for (const std::string& name : blocked_) {
+        auto it = lanes_.find(name);
+        if (it == lanes_.end() || it->second.in_flight != 0 || it->second.waiting.empty())
+            continue;
+        next = std::min(next, it->second.waiting.begin()->second.due_ms);
+    }
+    return next;
+}
+
+}  // namespace eventbox::relay

@@ -1,0 +1,165 @@
+// eventbox.send(): validate a message at call time, store it in the outbox in the caller's
+// transaction, and wake the relay when that transaction commits. Also eventbox.next_outbox_id(),
+// the outbox id default, which publishes the writer's xid before drawing an id.
+extern "C" {
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "commands/sequence.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "nodes/makefuncs.h"
+#include "port.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+#include "utils/syscache.h"
+#include "utils/uuid.h"
+}
+
+#include <string_view>
+
+#include "pg/guc.hpp"
+#include "inbox/message_rules.hpp"
+#include "pg/boundary.hpp"
+#include "pg/shmem.hpp"
+
+namespace eventbox {
+
+using pg::pg_guard;
+
+namespace {
+
+SPIPlanPtr insert_plan = nullptr;
+
+// A time-ordered UUID (version 7): keeps the outbox's message_id index append-mostly.
+pg_uuid_t* new_message_id() {
+    auto* uuid = static_cast<pg_uuid_t*>(palloc(sizeof(pg_uuid_t)));
+    uint64 ms = static_cast<uint64>(GetCurrentTimestamp() / 1000 +
+                                    int64{POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE} * SECS_PER_DAY *
+                                        1000);
+    for (int i = 0; i < 6; ++i) uuid->data[i] = static_cast<unsigned char>(ms >> (40 - 8 * i));
+    if (!pg_strong_random(uuid->data + 6, UUID_LEN - 6))
+        ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+                        errmsg("could not generate a random message id")));
+    uuid->data[6] = static_cast<unsigned char>(0x70 | (uuid->data[6] & 0x0f));
+    uuid->data[8] = static_cast<unsigned char>(0x80 | (uuid->data[8] & 0x3f));
+    return uuid;
+}
+
+// Checks every header and returns the bytes they add to the record.
+size_t validate_headers(Jsonb* headers) {
+    if (!JB_ROOT_IS_OBJECT(headers) || JB_ROOT_IS_SCALAR(headers))
+        throw Error(sqlstate::kInvalidParameterValue, "headers must be a JSON object",
+                    {}, "Pass headers as a flat object of strings, e.g. '{\"event_type\":\"OrderCreated\"}'.");
+    size_t bytes = 0;
+    JsonbIterator* it = pg_guard([&] { return JsonbIteratorInit(&headers->root); });
+    JsonbValue key, value;
+    for (;;) {
+        JsonbIteratorToken token = pg_guard([&] { return JsonbIteratorNext(&it, &key, true); });
+        if (token == WJB_DONE) break;
+        if (token != WJB_KEY) continue;
+        pg_guard([&] { JsonbIteratorNext(&it, &value, true); });
+        std::string_view name(key.val.string.val, key.val.string.len);
+        if (value.type != jbvString)
+            throw Error(sqlstate::kInvalidParameterValue,
+                        "value of header \"" + printable(name) + "\" is not a string",
+                        {}, "Headers must be a flat JSON object of string values.");
+        std::string_view text(value.val.string.val, value.val.string.len);
+        validate_header(name, text);
+        bytes += name.size() + text.size();
+    }
+    return bytes;
+}
+
+// The part of send() common to both payload types; `payload` may be NULL (a tombstone).
+Datum send_message(FunctionCallInfo fcinfo, bytea* payload) {
+    if (PG_ARGISNULL(0))
+        throw Error("22004", "topic must not be NULL", {}, "Pass the Kafka topic to publish to.");
+    text* topic = pg_guard([&] { return PG_GETARG_TEXT_PP(0); });
+    validate_topic(std::string_view(VARDATA_ANY(topic), VARSIZE_ANY_EXHDR(topic)));
+
+    text* key = PG_ARGISNULL(2) ? nullptr : pg_guard([&] { return PG_GETARG_TEXT_PP(2); });
+    Jsonb* headers = PG_ARGISNULL(3) ? nullptr : pg_guard([&] { return PG_GETARG_JSONB_P(3); });
+    size_t header_bytes = headers ? validate_headers(headers) : 0;
+    pg_uuid_t* message_id = PG_ARGISNULL(4) ? pg_guard(new_message_id)
+                                            : pg_guard([&] { return PG_GETARG_UUID_P(4); });
+
+    size_t bytes = (payload ? VARSIZE_ANY_EXHDR(payload) : 0) + (key ? VARSIZE_ANY_EXHDR(key) : 0) +
+                   header_bytes + kMessageIdHeader.size() + 36;
+    validate_message_size(bytes, static_cast<size_t>(guc::max_message_bytes));
+
+    pg_guard([&] {
+        if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
+        if (insert_plan == nullptr) {
+            Oid types[5] = {UUIDOID, TEXTOID, BYTEAOID, BYTEAOID, JSONBOID};
+            SPIPlanPtr plan = SPI_prepare(
+                "INSERT INTO eventbox.outbox (message_id, topic, key, payload, headers) "
+                "VALUES ($1, $2, $3, $4, coalesce($5, '{}'::jsonb))",
+                5, types);
+            if (plan == nullptr) elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+            if (SPI_keepplan(plan) != 0) elog(ERROR, "SPI_keepplan failed");
+            insert_plan = plan;
+        }
+        Datum values[5] = {UUIDPGetDatum(message_id), PointerGetDatum(topic),
+                           PointerGetDatum(key), PointerGetDatum(payload),
+                           PointerGetDatum(headers)};
+        char nulls[5] = {' ', ' ', key ? ' ' : 'n', payload ? ' ' : 'n', headers ? ' ' : 'n'};
+        int rc = SPI_execute_plan(insert_plan, values, nulls, false, 0);
+        if (rc != SPI_OK_INSERT) elog(ERROR, "outbox insert failed: %s", SPI_result_code_string(rc));
+        SPI_finish();
+        shmem::wake_relay_at_commit();
+    });
+    PG_RETURN_UUID_P(message_id);
+}
+
+}  // namespace
+
+}  // namespace eventbox
+
+extern "C" {
+PG_FUNCTION_INFO_V1(eventbox_send_jsonb);
+PG_FUNCTION_INFO_V1(eventbox_send_bytea);
+PG_FUNCTION_INFO_V1(eventbox_next_outbox_id);
+}
+
+// send(topic, payload jsonb, ...): the payload is stored as its JSON text bytes.
+extern "C" Datum eventbox_send_jsonb(PG_FUNCTION_ARGS) {
+    return eventbox::pg::call_cpp([&] {
+        bytea* payload = nullptr;
+        if (!PG_ARGISNULL(1)) {
+            payload = eventbox::pg::pg_guard([&] {
+                Jsonb* json = PG_GETARG_JSONB_P(1);
+                char* text = JsonbToCString(nullptr, &json->root, VARSIZE(json));
+                return reinterpret_cast<bytea*>(cstring_to_text(text));
+            });
+        }
+        return eventbox::send_message(fcinfo, payload);
+    });
+}
+
+// send(topic, payload bytea, ...): raw bytes, published as they are.
+extern "C" Datum eventbox_send_bytea(PG_FUNCTION_ARGS) {
+    return eventbox::pg::call_cpp([&] {
+        bytea* payload = PG_ARGISNULL(1)
+                             ? nullptr
+                             : eventbox::pg::pg_guard([&] { return PG_GETARG_BYTEA_PP(1); });
+        return eventbox::send_message(fcinfo, payload);
+    });
+}
+
+// Default of eventbox.outbox.id: assigns the transaction's xid and publishes it as an outbox
+// writer before drawing the id, so the relay can tell when a gap below its cursor is settled.
+extern "C" Datum eventbox_next_outbox_id(PG_FUNCTION_ARGS) {
+    (void)fcinfo;
+    eventbox::shmem::publish_outbox_writer(GetTopTransactionId());
+    static Oid sequence = InvalidOid;
+    // Looked up again when the extension was re-created in this session.
+    if (!OidIsValid(sequence) || !SearchSysCacheExists1(RELOID, ObjectIdGetDatum(sequence)))
+        sequence = RangeVarGetRelid(makeRangeVar(const_cast<char*>("eventbox"),
+                                                 const_cast<char*>("outbox_id_seq"), -1),
+                                    NoLock, false);
+    PG_RETURN_INT64(nextval_internal(sequence, true));
+}

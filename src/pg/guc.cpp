@@ -1,0 +1,171 @@
+// Definitions and check hooks of every eventbox.* setting.
+#include "pg/guc.hpp"
+
+extern "C" {
+#include "postgres.h"
+
+#include "utils/guc.h"
+}
+
+#include "pg/shmem.hpp"
+
+#include <cctype>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+
+namespace eventbox::guc {
+
+char* database = nullptr;
+char* brokers = nullptr;
+char* kafka_options = nullptr;
+int max_message_bytes = 1000000;
+int outbox_retention_s = 0;
+int relay_batch_size = 1000;
+int relay_max_in_flight = 20000;
+int relay_poll_interval_ms = 1000;
+int relay_message_timeout_ms = 0;
+int relay_linger_ms = 5;
+int relay_retry_backoff_ms = 1000;
+int relay_retry_backoff_max_ms = 60000;
+int relay_max_attempts = 5;
+int relay_sweep_interval_s = 60;
+int ingest_workers = 1;
+int handler_workers = 2;
+int handler_timeout_ms = 30000;
+bool allow_superuser_handlers = false;
+
+namespace {
+
+bool check_database(char** newval, void**, GucSource) {
+    if (*newval == nullptr || (*newval)[0] == '\0') {
+        GUC_check_errdetail("eventbox.database must name a database.");
+        return false;
+    }
+    if (strlen(*newval) >= NAMEDATALEN) {
+        GUC_check_errdetail("Database names are at most %d bytes.", NAMEDATALEN - 1);
+        return false;
+    }
+    return true;
+}
+
+// Accepts "" or a comma-separated list of host:port with a port in 1..65535.
+bool check_brokers(char** newval, void**, GucSource) {
+    const char* s = *newval ? *newval : "";
+    while (*s == ' ') ++s;
+    if (*s == '\0') return true;
+    const char* item = s;
+    for (;;) {
+        const char* end = strchr(item, ',');
+        size_t len = end ? static_cast<size_t>(end - item) : strlen(item);
+        while (len > 0 && item[0] == ' ') ++item, --len;
+        while (len > 0 && item[len - 1] == ' ') --len;
+        const char* colon = static_cast<const char*>(memrchr(item, ':', len));
+        bool ok = colon != nullptr && colon > item && colon < item + len - 1;
+        long port = 0;
+        for (const char* p = colon ? colon + 1 : item; ok && p < item + len; ++p) {
+            if (!isdigit(static_cast<unsigned char>(*p))) ok = false;
+            else port = port * 10 + (*p - '0');
+            if (port > 65535) ok = false;
+        }
+        if (!ok || port < 1) {
+            GUC_check_errdetail("Each broker must be written host:port with a port from 1 to 65535.");
+            GUC_check_errhint("Example: 'kafka1:9092,kafka2:9092'.");
+            return false;
+        }
+        if (end == nullptr) break;
+        item = end + 1;
+    }
+    return true;
+}
+
+}  // namespace
+
+void define() {
+    DefineCustomStringVariable(
+        "eventbox.database", "Database whose outbox and inbox the eventbox workers serve.",
+        nullptr, &database, "postgres", PGC_POSTMASTER, 0, check_database, nullptr, nullptr);
+    DefineCustomStringVariable(
+        "eventbox.brokers", "Kafka bootstrap servers (host:port, comma-separated).",
+        "Empty leaves the workers idle until a reload sets it.", &brokers, "", PGC_SIGHUP, 0,
+        check_brokers, nullptr, nullptr);
+    // No check hook: PostgreSQL echoes a rejected value in its error message, and this value may
+    // hold credentials. The relay parses it and reports problems without values. Postmaster-level
+    // because PostgreSQL logs the new value of a setting changed by a reload.
+    DefineCustomStringVariable(
+        "eventbox.kafka_options",
+        "Extra librdkafka properties (key=value, comma-separated), e.g. security settings.",
+        "Superuser-only; never shown in logs or errors.", &kafka_options, "", PGC_POSTMASTER,
+        GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "eventbox.max_message_bytes", "Largest record (key + value + headers) send() accepts.",
+        "Keep it at or below the broker's message.max.bytes.", &max_message_bytes, 1000000, 1024,
+        100 * 1024 * 1024, PGC_SIGHUP, GUC_UNIT_BYTE, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "eventbox.outbox_retention", "How long acknowledged outbox rows are kept as sent.",
+        "0 deletes a row as soon as the broker acknowledges it.", &outbox_retention_s, 0, 0,
+        INT_MAX / 1000, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable("eventbox.relay_batch_size",
+                            "Outbox rows the relay reads per claim query.", nullptr,
+                            &relay_batch_size, 1000, 1, 100000, PGC_SIGHUP, 0, nullptr, nullptr,
+                            nullptr);
+    DefineCustomIntVariable("eventbox.relay_max_in_flight",
+                            "Messages the relay has handed to Kafka and not yet seen acknowledged.",
+                            nullptr, &relay_max_in_flight, 20000, 1, 1000000, PGC_SIGHUP, 0,
+                            nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "eventbox.relay_poll_interval", "Longest the relay sleeps when nothing wakes it.",
+        "Commits wake the relay at once; this only bounds the wait for work no commit announced.",
+        &relay_poll_interval_ms, 1000, 10, 3600 * 1000, PGC_SIGHUP, GUC_UNIT_MS, nullptr, nullptr,
+        nullptr);
+    DefineCustomIntVariable(
+        "eventbox.relay_message_timeout",
+        "How long librdkafka tries to deliver a message before reporting a failure; 0 = forever.",
+        "0 keeps per-key order through any outage. A timed-out row is retried with backoff and "
+        "nothing is dropped, but later rows of its key already in flight may overtake it.",
+        &relay_message_timeout_ms, 0, 0, 3600 * 1000, PGC_SIGHUP, GUC_UNIT_MS, nullptr, nullptr,
+        nullptr);
+    DefineCustomIntVariable("eventbox.relay_linger", "librdkafka linger.ms for the relay.", nullptr,
+                            &relay_linger_ms, 5, 0, 10000, PGC_SIGHUP, GUC_UNIT_MS, nullptr,
+                            nullptr, nullptr);
+    DefineCustomIntVariable("eventbox.relay_retry_backoff",
+                            "First delay before a failed delivery is retried.", nullptr,
+                            &relay_retry_backoff_ms, 1000, 10, 3600 * 1000, PGC_SIGHUP,
+                            GUC_UNIT_MS, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable("eventbox.relay_retry_backoff_max",
+                            "Longest delay between delivery retries (exponential, with jitter).",
+                            nullptr, &relay_retry_backoff_max_ms, 60000, 10, 24 * 3600 * 1000,
+                            PGC_SIGHUP, GUC_UNIT_MS, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "eventbox.relay_max_attempts",
+        "Attempts before a row whose delivery failed permanently is marked failed.",
+        "Transient failures (broker down, timeouts) are retried without limit.",
+        &relay_max_attempts, 5, 1, 1000000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "eventbox.relay_sweep_interval",
+        "How often the relay re-reads all pending rows as a safety net (e.g. two-phase commits).",
+        nullptr, &relay_sweep_interval_s, 60, 1, 24 * 3600, PGC_SIGHUP, GUC_UNIT_S, nullptr,
+        nullptr, nullptr);
+    DefineCustomIntVariable(
+        "eventbox.ingest_workers", "Background workers that consume Kafka into the inbox.",
+        "Each takes its share of every subscription's partitions; a reload that changes the "
+        "number hands the partitions over at their stored offsets.",
+        &ingest_workers, 1, 1, shmem::kMaxIngestWorkers, PGC_SIGHUP, 0, nullptr, nullptr,
+        nullptr);
+    DefineCustomIntVariable("eventbox.handler_workers",
+                            "Background workers that run handlers (lanes run in parallel).",
+                            nullptr, &handler_workers, 2, 0, shmem::kMaxHandlerWorkers,
+                            PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "eventbox.handler_timeout", "Longest a handler may run on one message; 0 = no limit.",
+        "A handler still running then is cancelled and the attempt counts as failed.",
+        &handler_timeout_ms, 30000, 0, INT_MAX, PGC_SIGHUP, GUC_UNIT_MS, nullptr, nullptr,
+        nullptr);
+    DefineCustomBoolVariable(
+        "eventbox.allow_superuser_handlers", "Whether handlers may run as a superuser.",
+        "Off: registering or running a handler whose run_as role is a superuser is refused.",
+        &allow_superuser_handlers, false, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
+    MarkGUCPrefixReserved("eventbox");
+}
+
+}  // namespace eventbox::guc

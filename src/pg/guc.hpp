@@ -1,0 +1,28 @@
+// Every eventbox.* setting, defined in one place (pg/guc.cpp).
+#pragma once
+
+namespace eventbox::guc {
+
+extern char* database;       // eventbox.database
+extern char* brokers;        // eventbox.brokers
+extern char* kafka_options;  // eventbox.kafka_options (superuser-only, never logged)
+extern int max_message_bytes;
+extern int outbox_retention_s;
+extern int relay_batch_size;
+extern int relay_max_in_flight;
+extern int relay_poll_interval_ms;
+extern int relay_message_timeout_ms;
+extern int relay_linger_ms;
+extern int relay_retry_backoff_ms;
+extern int relay_retry_backoff_max_ms;
+extern int relay_max_attempts;
+extern int relay_sweep_interval_s;
+extern int ingest_workers;
+extern int handler_workers;
+extern int handler_timeout_ms;
+extern bool allow_superuser_handlers;
+
+// Defines the settings; called once from _PG_init.
+void define();
+
+}  // namespace eventbox::guc

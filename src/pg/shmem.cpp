@@ -1,0 +1,295 @@
+// Shared memory of the eventbox workers (see pg/shmem.hpp) and the eventbox.workers() function.
+#include "pg/shmem.hpp"
+
+extern "C" {
+#include "access/twophase.h"
+#include "access/xact.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "port/atomics.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+}
+
+#include <cstring>
+
+namespace eventbox::shmem {
+
+namespace {
+
+// Slots: launcher, relay, the ingest workers, the handler workers.
+constexpr int kIngestSlots = static_cast<int>(Role::kIngest);
+constexpr int kHandlerSlots = kIngestSlots + kMaxIngestWorkers;
+constexpr int kSlots = kHandlerSlots + kMaxHandlerWorkers;
+
+// The slot of a worker; -1 when the index is out of range.
+int slot_of(Role role, int index) {
+    switch (role) {
+        case Role::kIngest:
+            return index >= 0 && index < kMaxIngestWorkers ? kIngestSlots + index : -1;
+        case Role::kHandler:
+            return index >= 0 && index < kMaxHandlerWorkers ? kHandlerSlots + index : -1;
+        default:
+            return static_cast<int>(role);
+    }
+}
+const char* const kRoleNames[] = {"launcher", "relay", "ingest", "handler"};
+
+struct WorkerSlot {
+    pid_t pid;
+    int role;
+    Latch* latch;
+    TimestampTz started_at;
+    TimestampTz last_activity;
+    uint64 messages;
+    uint64 errors;
+    uint64 duplicates;
+    uint64 transport_ids;
+    char state[32];
+    char last_error[256];
+};
+
+struct Shared {
+    slock_t mutex;
+    WorkerSlot slots[kSlots];
+    pg_atomic_uint64 subscriptions_generation;
+    int n_writers;
+    pg_atomic_uint32 writers[FLEXIBLE_ARRAY_MEMBER];  // indexed by pgprocno
+};
+
+Shared* shared = nullptr;
+int my_slot = -1;
+shmem_request_hook_type prev_request_hook = nullptr;
+shmem_startup_hook_type prev_startup_hook = nullptr;
+
+int writer_count() { return MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts; }
+
+Size shared_size() {
+    return add_size(offsetof(Shared, writers),
+                    mul_size(sizeof(pg_atomic_uint32), writer_count()));
+}
+
+void request_hook() {
+    if (prev_request_hook) prev_request_hook();
+    RequestAddinShmemSpace(shared_size());
+}
+
+void startup_hook() {
+    if (prev_startup_hook) prev_startup_hook();
+    LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+    bool found = false;
+    shared = static_cast<Shared*>(ShmemInitStruct("pg_eventbox", shared_size(), &found));
+    if (!found) {
+        memset(shared, 0, offsetof(Shared, writers));
+        SpinLockInit(&shared->mutex);
+        pg_atomic_init_u64(&shared->subscriptions_generation, 1);
+        shared->n_writers = writer_count();
+        for (int i = 0; i < shared->n_writers; ++i) pg_atomic_init_u32(&shared->writers[i], 0);
+    }
+    LWLockRelease(AddinShmemInitLock);
+}
+
+void detach_worker(int, Datum) {
+    if (shared == nullptr || my_slot < 0) return;
+    SpinLockAcquire(&shared->mutex);
+    // A successor may own the slot already (a worker stopped and started again at once).
+    if (shared->slots[my_slot].pid == MyProcPid) {
+        shared->slots[my_slot].pid = 0;
+        shared->slots[my_slot].latch = nullptr;
+    }
+    SpinLockRelease(&shared->mutex);
+    my_slot = -1;
+}
+
+// Sets the latch in `slot`, if its worker runs.
+void wake_slot(int slot) {
+    SpinLockAcquire(&shared->mutex);
+    Latch* latch = shared->slots[slot].latch;
+    SpinLockRelease(&shared->mutex);
+    if (latch != nullptr) SetLatch(latch);
+}
+
+}  // namespace
+
+void install_hooks() {
+    prev_request_hook = shmem_request_hook;
+    shmem_request_hook = request_hook;
+    prev_startup_hook = shmem_startup_hook;
+    shmem_startup_hook = startup_hook;
+}
+
+bool available() { return shared != nullptr; }
+
+void attach_worker(Role role, int index) {
+    if (shared == nullptr) return;
+    int slot = slot_of(role, index);
+    if (slot < 0) return;
+    SpinLockAcquire(&shared->mutex);
+    WorkerSlot& s = shared->slots[slot];
+    s.pid = MyProcPid;
+    s.role = static_cast<int>(role);
+    s.latch = &MyProc->procLatch;
+    s.started_at = s.last_activity = GetCurrentTimestamp();
+    s.messages = s.errors = s.duplicates = s.transport_ids = 0;
+    strlcpy(s.state, "starting", sizeof s.state);
+    s.last_error[0] = '\0';
+    SpinLockRelease(&shared->mutex);
+    my_slot = slot;
+    on_shmem_exit(detach_worker, 0);
+}
+
+void set_state(const char* state) {
+    if (shared == nullptr || my_slot < 0) return;
+    TimestampTz now = GetCurrentTimestamp();
+    SpinLockAcquire(&shared->mutex);
+    strlcpy(shared->slots[my_slot].state, state, sizeof shared->slots[my_slot].state);
+    shared->slots[my_slot].last_activity = now;
+    SpinLockRelease(&shared->mutex);
+}
+
+void count_messages(uint64 n) {
+    if (shared == nullptr || my_slot < 0 || n == 0) return;
+    TimestampTz now = GetCurrentTimestamp();
+    SpinLockAcquire(&shared->mutex);
+    shared->slots[my_slot].messages += n;
+    shared->slots[my_slot].last_activity = now;
+    SpinLockRelease(&shared->mutex);
+}
+
+void count_duplicates(uint64 n) {
+    if (shared == nullptr || my_slot < 0 || n == 0) return;
+    SpinLockAcquire(&shared->mutex);
+    shared->slots[my_slot].duplicates += n;
+    SpinLockRelease(&shared->mutex);
+}
+
+void count_transport_ids(uint64 n) {
+    if (shared == nullptr || my_slot < 0 || n == 0) return;
+    SpinLockAcquire(&shared->mutex);
+    shared->slots[my_slot].transport_ids += n;
+    SpinLockRelease(&shared->mutex);
+}
+
+void record_error(const char* message) {
+    if (shared == nullptr || my_slot < 0) return;
+    SpinLockAcquire(&shared->mutex);
+    shared->slots[my_slot].errors += 1;
+    strlcpy(shared->slots[my_slot].last_error, message, sizeof shared->slots[my_slot].last_error);
+    SpinLockRelease(&shared->mutex);
+}
+
+void wake_relay() {
+    if (shared != nullptr) wake_slot(static_cast<int>(Role::kRelay));
+}
+
+void wake_handlers() {
+    if (shared == nullptr) return;
+    for (int i = 0; i < kMaxHandlerWorkers; ++i) wake_slot(kHandlerSlots + i);
+}
+
+void subscriptions_changed() {
+    if (shared == nullptr) return;
+    pg_atomic_fetch_add_u64(&shared->subscriptions_generation, 1);
+    for (int i = 0; i < kMaxIngestWorkers; ++i) wake_slot(kIngestSlots + i);
+    // Enabled subscriptions, new handlers, retried messages: the handler workers may have work.
+    wake_handlers();
+}
+
+namespace {
+
+bool commit_callback_registered = false;
+bool relay_at_commit = false;
+bool changes_at_commit = false;
+
+void on_xact_event(XactEvent event, void*) {
+    if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT) {
+        if (relay_at_commit) wake_relay();
+        if (changes_at_commit) subscriptions_changed();
+    } else if (event != XACT_EVENT_ABORT && event != XACT_EVENT_PARALLEL_ABORT &&
+               event != XACT_EVENT_PREPARE) {
+        return;
+    }
+    relay_at_commit = changes_at_commit = false;
+}
+
+void register_commit_callback_once() {
+    if (commit_callback_registered) return;
+    RegisterXactCallback(on_xact_event, nullptr);
+    commit_callback_registered = true;
+}
+
+}  // namespace
+
+void wake_relay_at_commit() {
+    register_commit_callback_once();
+    relay_at_commit = true;
+}
+
+void subscriptions_changed_at_commit() {
+    register_commit_callback_once();
+    changes_at_commit = true;
+}
+
+uint64 subscriptions_generation() {
+    return shared ? pg_atomic_read_u64(&shared->subscriptions_generation) : 0;
+}
+
+void publish_outbox_writer(TransactionId xid) {
+    if (shared == nullptr || MyProc == nullptr) return;
+    int index = MyProc->pgprocno;
+    if (index < 0 || index >= shared->n_writers) return;
+    // Written before the id is drawn; the sequence's buffer lock orders it before the nextval.
+    pg_atomic_write_u32(&shared->writers[index], xid);
+    pg_memory_barrier();
+}
+
+void outbox_writers(std::vector<uint32_t>& out) {
+    out.clear();
+    if (shared == nullptr) return;
+    pg_memory_barrier();
+    for (int i = 0; i < shared->n_writers; ++i) {
+        uint32 xid = pg_atomic_read_u32(&shared->writers[i]);
+        if (xid != InvalidTransactionId) out.push_back(xid);
+    }
+}
+
+}  // namespace eventbox::shmem
+
+extern "C" {
+PG_FUNCTION_INFO_V1(eventbox_workers);
+}
+
+// eventbox.workers(): one row per running worker.
+extern "C" Datum eventbox_workers(PG_FUNCTION_ARGS) {
+    using namespace eventbox::shmem;
+    ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
+    InitMaterializedSRF(fcinfo, 0);
+    if (shared == nullptr) return (Datum)0;
+    for (int i = 0; i < kSlots; ++i) {
+        WorkerSlot copy;
+        SpinLockAcquire(&shared->mutex);
+        copy = shared->slots[i];
+        SpinLockRelease(&shared->mutex);
+        if (copy.pid == 0) continue;
+        Datum values[10];
+        bool nulls[10] = {false, false, false, false, false, false, false,
+                          copy.last_error[0] == 0, false, false};
+        values[0] = Int32GetDatum(copy.pid);
+        values[1] = CStringGetTextDatum(kRoleNames[copy.role]);
+        values[2] = CStringGetTextDatum(copy.state);
+        values[3] = TimestampTzGetDatum(copy.last_activity);
+        values[4] = TimestampTzGetDatum(copy.started_at);
+        values[5] = Int64GetDatum(static_cast<int64>(copy.messages));
+        values[6] = Int64GetDatum(static_cast<int64>(copy.errors));
+        values[7] = copy.last_error[0] ? CStringGetTextDatum(copy.last_error) : (Datum)0;
+        values[8] = Int64GetDatum(static_cast<int64>(copy.duplicates));
+        values[9] = Int64GetDatum(static_cast<int64>(copy.transport_ids));
+        tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+    }
+    return (Datum)0;
+}
