@@ -297,7 +297,7 @@ SELECT pg_temp.sqlstate_of($$SELECT eventbox.register_handler('reg',
     'regress_eventbox_fn.proc(eventbox.inbox)', run_as => 'regress_eventbox_runner')$$)
        AS procedure_refused;
 RESET ROLE;
-DELETE FROM eventbox.handlers WHERE handler = 'regress_eventbox_fn.proc(eventbox.inbox)'::regprocedure;
+DELETE FROM eventbox.handlers WHERE handler = 'regress_eventbox_fn.proc(eventbox.inbox)';
 
 -- A superuser may register anything but a handler running as a superuser (allow_superuser_handlers
 -- is off), be it named or the default current_user.

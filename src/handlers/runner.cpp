@@ -87,7 +87,8 @@ struct PassState {
 
 struct HandlerRef {
     char* event_type;  // NULL: every type
-    Oid fn;
+    char* signature;   // as registered: schema-qualified, resolved again at every pass
+    Oid fn;            // InvalidOid when no function has that signature now
     Oid run_as;
     Oid registered_by;
 };
@@ -142,8 +143,9 @@ void prepare_plans() {
         "FROM eventbox.subscriptions WHERE name = $1 AND enabled",
         1, text1);
     handlers_plan = prepare(
-        "SELECT event_type, handler::oid, run_as::oid, registered_by::oid "
-        "FROM eventbox.handlers WHERE subscription = $1 ORDER BY created_at, handler::oid",
+        "SELECT event_type, coalesce(pg_catalog.to_regprocedure(handler)::oid, 0), run_as::oid, "
+        "registered_by::oid, handler "
+        "FROM eventbox.handlers WHERE subscription = $1 ORDER BY created_at, handler",
         1, text1);
     // The next lane with work after ($2, $3), one probe of the todo index (up to ($4, $5)
     // inclusive in the second plan): a pass looks for lanes only as far as it needs them.
@@ -342,10 +344,10 @@ const char* role_name(Oid role) {
 
 // Authority, checked again at every run (DESIGN.md section 6); raises ERROR 42501 when lost.
 void check_authority(const HandlerRef& h) {
-    if (!SearchSysCacheExists1(PROCOID, ObjectIdGetDatum(h.fn)))
+    if (!OidIsValid(h.fn) || !SearchSysCacheExists1(PROCOID, ObjectIdGetDatum(h.fn)))
         ereport(ERROR, (errcode(ERRCODE_UNDEFINED_FUNCTION),
-                        errmsg("handler function %u no longer exists", h.fn),
-                        errhint("Unregister the handler or register an existing function.")));
+                        errmsg("handler function %s does not exist", h.signature),
+                        errhint("Create the function again, or unregister the handler.")));
     if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(h.run_as)))
         ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
                         errmsg("the handler's run_as role %u no longer exists", h.run_as)));
@@ -809,6 +811,7 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
         handlers[i].fn = DatumGetObjectId(SPI_getbinval(t, d, 2, &isnull));
         handlers[i].run_as = DatumGetObjectId(SPI_getbinval(t, d, 3, &isnull));
         handlers[i].registered_by = DatumGetObjectId(SPI_getbinval(t, d, 4, &isnull));
+        handlers[i].signature = nullable_text(t, d, 5);
     }
     Options options{Ordering::kPartition, 1, 1000, 1000, false};
     bool found = read_options(name, &options);

@@ -21,6 +21,7 @@ extern "C" {
 #include <climits>
 
 #include "handlers/runner.hpp"
+#include "pg/extension.hpp"
 #include "pg/shmem.hpp"
 #include "workers/common.hpp"
 
@@ -118,6 +119,7 @@ extern "C" void eventbox_handler_main(Datum arg) {
 // trampoline: checks that the caller may manage the subscription, then runs passes in the
 // caller's transaction until max_messages were handled or nothing is due.
 extern "C" Datum eventbox_process(PG_FUNCTION_ARGS) {
+    eventbox::pg::require_current_schema("eventbox.process()");
     Oid caller = PG_GETARG_OID(0);
     if (PG_ARGISNULL(1))
         ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),

@@ -205,16 +205,18 @@ namespace {
 bool commit_callback_registered = false;
 bool relay_at_commit = false;
 bool changes_at_commit = false;
+bool launcher_at_commit = false;
 
 void on_xact_event(XactEvent event, void*) {
     if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT) {
         if (relay_at_commit) wake_relay();
         if (changes_at_commit) subscriptions_changed();
+        if (launcher_at_commit && shared != nullptr) wake_slot(static_cast<int>(Role::kLauncher));
     } else if (event != XACT_EVENT_ABORT && event != XACT_EVENT_PARALLEL_ABORT &&
                event != XACT_EVENT_PREPARE) {
         return;
     }
-    relay_at_commit = changes_at_commit = false;
+    relay_at_commit = changes_at_commit = launcher_at_commit = false;
 }
 
 void register_commit_callback_once() {
@@ -228,6 +230,11 @@ void register_commit_callback_once() {
 void wake_relay_at_commit() {
     register_commit_callback_once();
     relay_at_commit = true;
+}
+
+void wake_launcher_at_commit() {
+    register_commit_callback_once();
+    launcher_at_commit = true;
 }
 
 void subscriptions_changed_at_commit() {

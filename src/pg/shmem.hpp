@@ -43,6 +43,9 @@ uint64 subscriptions_generation();
 // PREPARE): the relay for messages sent in it, the workers for configuration changed in it.
 void wake_relay_at_commit();
 void subscriptions_changed_at_commit();
+// Sets the launcher's latch when the current transaction commits (an extension was created,
+// updated or dropped).
+void wake_launcher_at_commit();
 
 // Publishes the current top-level xid as an outbox writer (before an outbox id is drawn).
 void publish_outbox_writer(TransactionId xid);

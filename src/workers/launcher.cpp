@@ -1,10 +1,16 @@
-// The launcher: waits for the extension in eventbox.database, starts the dynamic workers, restarts
-// a dead one with backoff, and stops them when the extension is dropped.
+// Two processes keep the workers running:
+// - the launcher (registered in _PG_init, connected to no database) waits for eventbox.database
+//   to exist, saying so once as a WARNING while it does not, and keeps the supervisor running;
+// - the supervisor (connected to that database) waits for the extension at the schema version
+//   of this library, starts the dynamic workers, restarts a dead one with backoff, and stops
+//   them when the extension is dropped, re-created or its schema is not this library's.
+// Extension changes wake the supervisor when they commit (pg/extension.cpp); a one-second
+// check backs that up.
 extern "C" {
 #include "postgres.h"
 
 #include "access/xact.h"
-#include "commands/extension.h"
+#include "commands/dbcommands.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -16,6 +22,7 @@ extern "C" {
 
 #include <climits>
 
+#include "pg/extension.hpp"
 #include "pg/guc.hpp"
 #include "pg/shmem.hpp"
 #include "workers/common.hpp"
@@ -36,6 +43,8 @@ struct Managed {
     int backoff_ms;
 };
 
+Managed supervisor = {"eventbox_supervisor_main", "eventbox supervisor", 0, nullptr, nullptr, 0, 0,
+                      1000};
 Managed relay = {"eventbox_relay_main", "eventbox relay", 0, nullptr, nullptr, 0, 0, 1000};
 Managed ingest_workers[shmem::kMaxIngestWorkers];
 Managed handler_workers[shmem::kMaxHandlerWorkers];
@@ -45,12 +54,23 @@ constexpr int kMaxBackoffMs = 60000;
 // A worker that lived this long before dying is restarted without growing the backoff.
 constexpr int kHealthyRunMs = 60000;
 
-bool extension_exists() {
+// The database the started workers connect to.
+Oid served_database = InvalidOid;
+
+pg::ExtensionState read_extension_state() {
     SetCurrentStatementStartTimestamp();
     StartTransactionCommand();
-    bool exists = OidIsValid(get_extension_oid("pg_eventbox", true));
+    pg::ExtensionState state = pg::extension_state();
     CommitTransactionCommand();
-    return exists;
+    return state;
+}
+
+Oid lookup_database() {
+    SetCurrentStatementStartTimestamp();
+    StartTransactionCommand();
+    Oid db = get_database_oid(guc::database, true);
+    CommitTransactionCommand();
+    return db;
 }
 
 bool is_running(Managed& w) {
@@ -81,7 +101,7 @@ void start(Managed& w) {
     snprintf(worker.bgw_function_name, BGW_MAXLEN, "%s", w.function);
     snprintf(worker.bgw_name, BGW_MAXLEN, "%s", w.type);
     snprintf(worker.bgw_type, BGW_MAXLEN, "%s", w.type);
-    worker.bgw_main_arg = ObjectIdGetDatum(MyDatabaseId);
+    worker.bgw_main_arg = ObjectIdGetDatum(served_database);
     memcpy(worker.bgw_extra, &w.index, sizeof w.index);
     worker.bgw_notify_pid = MyProcPid;
     w.started_at = GetCurrentTimestamp();
@@ -131,11 +151,64 @@ long supervise(Managed& w) {
 }  // namespace eventbox
 
 extern "C" PGDLLEXPORT void eventbox_launcher_main(Datum);
+extern "C" PGDLLEXPORT void eventbox_supervisor_main(Datum);
 
 extern "C" void eventbox_launcher_main(Datum) {
     using namespace eventbox;
     worker::setup_signals();
-    BackgroundWorkerInitializeConnection(guc::database, nullptr, 0);
+    // No database: connecting to a missing one would be FATAL, and this process must stay to
+    // say so once and wait for it.
+    BackgroundWorkerInitializeConnection(nullptr, nullptr, 0);
+    pgstat_report_activity(STATE_IDLE, nullptr);
+    bool warned = false;
+    int missing_backoff_ms = 1000;
+    for (;;) {
+        long timeout_ms = 10000;  // the supervisor's exit sets our latch (bgw_notify_pid)
+        if (!is_running(supervisor) && !still_stopping(supervisor)) {
+            served_database = lookup_database();
+            if (!OidIsValid(served_database)) {
+                if (!warned)
+                    ereport(WARNING,
+                            (errmsg("eventbox.database \"%s\" does not exist", guc::database),
+                             errdetail("The pg_eventbox workers start once it exists; checked "
+                                       "again with a backoff of up to 60 s."),
+                             errhint("Create the database, or set eventbox.database to an "
+                                     "existing one and restart the server.")));
+                warned = true;
+                timeout_ms = missing_backoff_ms;
+                missing_backoff_ms = Min(missing_backoff_ms * 2, 60000);
+            } else {
+                if (warned)
+                    ereport(LOG, (errmsg("eventbox.database \"%s\" exists now", guc::database)));
+                warned = false;
+                missing_backoff_ms = 1000;
+                timeout_ms = Min(supervise(supervisor), 10000L);
+            }
+        }
+        (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+                        Max(timeout_ms, 1L), PG_WAIT_EXTENSION);
+        ResetLatch(MyLatch);
+        CHECK_FOR_INTERRUPTS();
+        worker::reload_if_requested();
+    }
+}
+
+namespace {
+
+void stop_all_workers() {
+    using namespace eventbox;
+    stop(relay);
+    for (int i = 0; i < shmem::kMaxIngestWorkers; ++i) stop(ingest_workers[i]);
+    for (int i = 0; i < shmem::kMaxHandlerWorkers; ++i) stop(handler_workers[i]);
+}
+
+}  // namespace
+
+extern "C" void eventbox_supervisor_main(Datum arg) {
+    using namespace eventbox;
+    worker::setup_signals();
+    BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(arg), InvalidOid, 0);
+    served_database = MyDatabaseId;
     shmem::attach_worker(shmem::Role::kLauncher);
     pgstat_report_activity(STATE_IDLE, nullptr);
 
@@ -146,15 +219,29 @@ extern "C" void eventbox_launcher_main(Datum) {
         handler_workers[i] = {"eventbox_handler_main", "eventbox handler", i, nullptr, nullptr, 0,
                               0, 1000};
     bool announced_wait = false;
+    char announced_version[64] = "";
+    Oid served_extension = InvalidOid;  // the extension the running workers were started for
     for (;;) {
-        long timeout_ms = 1000;  // how soon to look for the extension again
-        if (extension_exists()) {
-            if (announced_wait)
-                ereport(LOG, (errmsg("pg_eventbox found in database \"%s\"; starting workers",
-                                     guc::database)));
+        long timeout_ms = 1000;  // how soon to look at the extension again
+        pg::ExtensionState ext = read_extension_state();
+        if (OidIsValid(served_extension) && ext.oid != served_extension) {
+            // Dropped, or dropped and created again: workers started for the old one hold its
+            // plans, row types and cursors. They stop; fresh ones start for the new one.
+            ereport(LOG, (errmsg("pg_eventbox was dropped or re-created in database \"%s\"; "
+                                 "restarting its workers",
+                                 guc::database)));
+            stop_all_workers();
+            served_extension = InvalidOid;
+        }
+        if (pg::schema_matches(ext)) {
+            if (announced_wait || announced_version[0] != '\0')
+                ereport(LOG, (errmsg("pg_eventbox %s found in database \"%s\"; starting workers",
+                                     ext.version, guc::database)));
             announced_wait = false;
+            announced_version[0] = '\0';
+            served_extension = ext.oid;
             shmem::set_state("supervising");
-            timeout_ms = Min(supervise(relay), 10000L);
+            timeout_ms = Min(supervise(relay), timeout_ms);
             // eventbox.ingest_workers follows reloads: the ones beyond it are stopped (the
             // others take their partitions over at the stored offsets).
             for (int i = 0; i < shmem::kMaxIngestWorkers; ++i) {
@@ -163,15 +250,26 @@ extern "C" void eventbox_launcher_main(Datum) {
             }
             for (int i = 0; i < guc::handler_workers; ++i)
                 timeout_ms = Min(timeout_ms, supervise(handler_workers[i]));
+        } else if (OidIsValid(ext.oid)) {
+            // A library of another version than the schema: the workers would misread the
+            // tables. One WARNING per version seen, then wait for ALTER EXTENSION ... UPDATE.
+            if (strcmp(announced_version, ext.version) != 0)
+                ereport(WARNING,
+                        (errmsg("pg_eventbox library %s does not match the schema version %s "
+                                "installed in database \"%s\"; its workers wait",
+                                pg::kLibraryVersion, ext.version, guc::database),
+                         errhint("Run ALTER EXTENSION pg_eventbox UPDATE in that database.")));
+            strlcpy(announced_version, ext.version, sizeof announced_version);
+            stop_all_workers();
+            shmem::set_state("waiting for ALTER EXTENSION UPDATE");
         } else {
             if (!announced_wait)
                 ereport(LOG, (errmsg("eventbox launcher waiting for CREATE EXTENSION pg_eventbox "
                                      "in database \"%s\"",
                                      guc::database)));
             announced_wait = true;
-            stop(relay);
-            for (int i = 0; i < shmem::kMaxIngestWorkers; ++i) stop(ingest_workers[i]);
-            for (int i = 0; i < guc::handler_workers; ++i) stop(handler_workers[i]);
+            announced_version[0] = '\0';
+            stop_all_workers();
             shmem::set_state("waiting for extension");
         }
         (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,

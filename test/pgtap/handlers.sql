@@ -19,7 +19,7 @@ CREATE TEMP TABLE handler_columns (col name, typ text, not_null boolean);
 INSERT INTO handler_columns VALUES
     ('subscription',  'text',                     true),
     ('event_type',    'text',                     false),
-    ('handler',       'regprocedure',             true),
+    ('handler',       'text',                     true),
     ('run_as',        'regrole',                  true),
     ('registered_by', 'regrole',                  true),
     ('created_at',    'timestamp with time zone', true);

@@ -1,0 +1,110 @@
+-- pg_eventbox 0.1.0 -> 0.2.0. Released scripts never change: every schema change of 0.2.0 is
+-- made here and in pg_eventbox--0.2.0.sql, and the upgrade test proves both give the same schema.
+\echo Use "ALTER EXTENSION pg_eventbox UPDATE TO '0.2.0'" to load this file. \quit
+
+-- Handlers are stored by their schema-qualified signature instead of a regprocedure column, which
+-- pg_upgrade refuses (and a dump restores only while the function keeps its OID). A row whose
+-- function is gone gets a signature nobody can create (a name in schema eventbox that carries
+-- the old OID): it resolves to nothing and fails at run time, as before.
+CREATE FUNCTION eventbox._handler_signature(handler regprocedure) RETURNS text
+LANGUAGE sql STABLE STRICT SET search_path = pg_catalog, pg_temp AS $$
+    SELECT format('%I.%I(eventbox.inbox)', n.nspname, p.proname)
+      FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+     WHERE p.oid = handler
+$$;
+REVOKE ALL ON FUNCTION eventbox._handler_signature(regprocedure) FROM PUBLIC;
+
+ALTER TABLE eventbox.handlers
+    ALTER COLUMN handler TYPE text
+    USING coalesce(eventbox._handler_signature(handler),
+                   format('eventbox.%I(eventbox.inbox)', 'dropped function ' || handler::oid));
+
+-- Registration and unregistration store and match that signature.
+CREATE OR REPLACE FUNCTION eventbox._register_handler(caller oid, subscription text, handler regprocedure,
+                                           event_type text, run_as name)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s eventbox.subscriptions;
+    role_oid oid;
+    inbox_type oid := 'eventbox.inbox'::regtype;
+BEGIN
+    s := eventbox._managed_subscription(caller, subscription);
+    IF handler IS NULL THEN
+        RAISE EXCEPTION 'handler must not be NULL' USING ERRCODE = 'null_value_not_allowed',
+            HINT = 'Pass the function, e.g. ''billing.on_order(eventbox.inbox)''::regprocedure.';
+    END IF;
+    IF (SELECT p.prokind <> 'f' FROM pg_proc p WHERE p.oid = handler) THEN
+        RAISE EXCEPTION 'handler % is not a function', handler
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Handlers are functions f(msg eventbox.inbox), not procedures or aggregates.';
+    END IF;
+    IF (SELECT p.pronargs <> 1 OR p.proargtypes[0] <> inbox_type FROM pg_proc p
+         WHERE p.oid = handler) THEN
+        RAISE EXCEPTION 'handler % must take exactly one eventbox.inbox argument', handler
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Declare it as f(msg eventbox.inbox).';
+    END IF;
+    IF event_type = '' THEN
+        RAISE EXCEPTION 'event_type must not be empty' USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'Pass NULL to handle every event type.';
+    END IF;
+    SELECT r.oid INTO role_oid FROM pg_roles r WHERE r.rolname = run_as;
+    IF role_oid IS NULL THEN
+        RAISE EXCEPTION 'role % does not exist', coalesce(eventbox._quote(run_as), 'NULL')
+            USING ERRCODE = 'undefined_object', HINT = 'Pass an existing role as run_as.';
+    END IF;
+    IF NOT pg_has_role(caller, role_oid, 'MEMBER') THEN
+        RAISE EXCEPTION 'permission denied to register a handler running as %',
+            quote_ident(run_as) USING ERRCODE = 'insufficient_privilege',
+            HINT = 'You must be a member of the run_as role.';
+    END IF;
+    IF (SELECT rolsuper FROM pg_roles WHERE oid = role_oid)
+       AND NOT current_setting('eventbox.allow_superuser_handlers')::boolean THEN
+        RAISE EXCEPTION 'handlers may not run as superuser %', quote_ident(run_as)
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Register the handler with a non-superuser run_as role.';
+    END IF;
+    IF NOT has_function_privilege(caller, handler, 'EXECUTE')
+       OR NOT has_function_privilege(role_oid, handler, 'EXECUTE') THEN
+        RAISE EXCEPTION 'permission denied for function %', handler
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'You and the run_as role both need EXECUTE on the handler.';
+    END IF;
+    BEGIN
+        INSERT INTO eventbox.handlers (subscription, event_type, handler, run_as, registered_by)
+        VALUES (s.name, event_type, eventbox._handler_signature(handler), role_oid::regrole,
+                caller::regrole);
+    EXCEPTION WHEN unique_violation THEN
+        RAISE EXCEPTION 'handler % is already registered for subscription % and event type %',
+            handler, eventbox._quote(s.name), coalesce(eventbox._quote(event_type), 'NULL (every type)')
+            USING ERRCODE = 'duplicate_object',
+                  HINT = 'Unregister it first to change its run_as role.';
+    END;
+    PERFORM eventbox._notify_ingest();
+END $$;
+
+CREATE OR REPLACE FUNCTION eventbox._unregister_handler(caller oid, subscription text, handler regprocedure,
+                                             event_type text)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s eventbox.subscriptions;
+BEGIN
+    s := eventbox._managed_subscription(caller, subscription);
+    IF handler IS NULL THEN
+        RAISE EXCEPTION 'handler must not be NULL' USING ERRCODE = 'null_value_not_allowed',
+            HINT = 'Pass the function, e.g. ''billing.on_order(eventbox.inbox)''::regprocedure.';
+    END IF;
+    DELETE FROM eventbox.handlers h
+     WHERE h.subscription = s.name
+       AND h.handler = eventbox._handler_signature(_unregister_handler.handler)
+       AND h.event_type IS NOT DISTINCT FROM _unregister_handler.event_type;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'handler % is not registered for subscription % and event type %',
+            handler, eventbox._quote(s.name), coalesce(eventbox._quote(event_type), 'NULL (every type)')
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'See the subscription''s rows in eventbox.handlers.';
+    END IF;
+    PERFORM eventbox._notify_ingest();
+END $$;

@@ -1,0 +1,650 @@
+-- pg_eventbox 0.2.0: transactional inbox and outbox for Kafka (full install script; upgrades from
+-- 0.1.0 run pg_eventbox--0.1.0--0.2.0.sql, and the upgrade test proves both give the same schema).
+\echo Use "CREATE EXTENSION pg_eventbox" to load this file. \quit
+
+-- Nothing in this schema is usable by PUBLIC; see the README for the writer/admin grants.
+REVOKE ALL ON SCHEMA eventbox FROM PUBLIC;
+
+-- One row per message to publish. The relay deletes a row when the broker acknowledges it
+-- (eventbox.outbox_retention = 0) or marks it sent and purges it after the retention.
+--
+-- Ids come from next_outbox_id(), which publishes the writer's xid before drawing the id, and
+-- the sequence keeps CACHE 1 so ids are handed out in allocation order across sessions: together
+-- they let the relay find rows that commit late with a lower id (see src/outbox/relay_recheck.hpp).
+CREATE SEQUENCE eventbox.outbox_id_seq AS bigint CACHE 1;
+
+CREATE FUNCTION eventbox.next_outbox_id() RETURNS bigint
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'eventbox_next_outbox_id';
+
+CREATE TABLE eventbox.outbox (
+    id              bigint      NOT NULL DEFAULT eventbox.next_outbox_id() PRIMARY KEY,
+    message_id      uuid        NOT NULL,
+    topic           text        NOT NULL,
+    key             bytea,
+    payload         bytea,
+    headers         jsonb       NOT NULL DEFAULT '{}',
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    status          text        NOT NULL DEFAULT 'pending',
+    attempts        integer     NOT NULL DEFAULT 0,
+    next_attempt_at timestamptz,
+    sent_at         timestamptz,
+    kafka_partition integer,
+    kafka_offset    bigint,
+    last_error      text,
+    CONSTRAINT outbox_message_id_key UNIQUE (message_id),
+    CONSTRAINT outbox_status_check CHECK (status IN ('pending', 'sent', 'failed')),
+    CONSTRAINT outbox_attempts_check CHECK (attempts >= 0),
+    CONSTRAINT outbox_headers_object CHECK (jsonb_typeof(headers) = 'object')
+);
+-- The relay's claim and recheck scans walk only pending rows, in id order.
+ALTER SEQUENCE eventbox.outbox_id_seq OWNED BY eventbox.outbox.id;
+
+CREATE INDEX outbox_pending_idx ON eventbox.outbox (id) WHERE status = 'pending';
+-- Retention purge walks sent rows by age.
+CREATE INDEX outbox_sent_idx ON eventbox.outbox (sent_at) WHERE status = 'sent';
+
+-- Pending messages are business data: pg_dump must carry them.
+SELECT pg_catalog.pg_extension_config_dump('eventbox.outbox', '');
+SELECT pg_catalog.pg_extension_config_dump('eventbox.outbox_id_seq', '');
+
+COMMENT ON TABLE eventbox.outbox IS
+    'Messages to publish to Kafka; published if and only if the inserting transaction commits';
+
+CREATE VIEW eventbox.outbox_stats AS
+SELECT status,
+       count(*)                      AS messages,
+       min(created_at)               AS oldest,
+       max(attempts)                 AS max_attempts,
+       count(*) FILTER (WHERE last_error IS NOT NULL) AS with_error
+  FROM eventbox.outbox
+ GROUP BY status;
+
+-- send(): validated at call time, stored in the caller's transaction, relayed after COMMIT.
+CREATE FUNCTION eventbox.send(topic text, payload jsonb, key text DEFAULT NULL,
+                              headers jsonb DEFAULT '{}', message_id uuid DEFAULT NULL)
+RETURNS uuid
+LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'eventbox_send_jsonb';
+
+CREATE FUNCTION eventbox.send(topic text, payload bytea, key text DEFAULT NULL,
+                              headers jsonb DEFAULT '{}', message_id uuid DEFAULT NULL)
+RETURNS uuid
+LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'eventbox_send_bytea';
+
+COMMENT ON FUNCTION eventbox.send(text, jsonb, text, jsonb, uuid) IS
+    'Queue a JSON message for Kafka; published if and only if the transaction commits';
+COMMENT ON FUNCTION eventbox.send(text, bytea, text, jsonb, uuid) IS
+    'Queue raw bytes for Kafka; published if and only if the transaction commits';
+
+-- Running workers as seen by the launcher's shared state.
+CREATE FUNCTION eventbox.workers(OUT pid integer, OUT role text, OUT state text,
+                                 OUT last_activity timestamptz, OUT started_at timestamptz,
+                                 OUT messages bigint, OUT errors bigint, OUT last_error text,
+                                 OUT duplicates bigint, OUT transport_ids bigint)
+RETURNS SETOF record
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'eventbox_workers';
+
+CREATE VIEW eventbox.workers AS SELECT * FROM eventbox.workers();
+
+
+-- ---------------------------------------------------------------------------------------------
+-- Inbox: subscriptions, received messages and the offsets stored with them.
+-- ---------------------------------------------------------------------------------------------
+
+-- Who may change a subscription is checked against `owner`. The tables are written only by the
+-- API functions below, which run as the extension owner after recording the calling role.
+CREATE TABLE eventbox.subscriptions (
+    name             text        PRIMARY KEY,
+    topics           text[]      NOT NULL,
+    owner            regrole     NOT NULL,
+    start_from       text        NOT NULL DEFAULT 'earliest',
+    ordering         text        NOT NULL DEFAULT 'partition',
+    max_attempts     integer     NOT NULL DEFAULT 10,
+    backoff          interval    NOT NULL DEFAULT '1 second',
+    backoff_max      interval    NOT NULL DEFAULT '10 minutes',
+    message_id_field text,
+    unhandled        text        NOT NULL DEFAULT 'ignore',
+    batch_size       integer     NOT NULL DEFAULT 1000,
+    group_id         text,
+    enabled          boolean     NOT NULL DEFAULT true,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT subscriptions_name_check CHECK (name ~ '^[A-Za-z0-9_.-]{1,63}$'),
+    CONSTRAINT subscriptions_topics_check CHECK (cardinality(topics) > 0),
+    CONSTRAINT subscriptions_start_from_check CHECK (start_from IN ('earliest', 'latest')),
+    CONSTRAINT subscriptions_ordering_check CHECK (ordering IN ('partition', 'key', 'none')),
+    CONSTRAINT subscriptions_unhandled_check CHECK (unhandled IN ('ignore', 'keep')),
+    CONSTRAINT subscriptions_max_attempts_check CHECK (max_attempts >= 1),
+    CONSTRAINT subscriptions_backoff_check CHECK (backoff > '0' AND backoff_max >= backoff),
+    CONSTRAINT subscriptions_batch_size_check CHECK (batch_size BETWEEN 1 AND 100000)
+);
+SELECT pg_catalog.pg_extension_config_dump('eventbox.subscriptions', '');
+
+-- One row per received message per subscription; payload is NULL when the bytes are not JSON,
+-- and then raw_payload holds them: nothing is ever dropped.
+CREATE TABLE eventbox.inbox (
+    subscription    text        NOT NULL,
+    message_id      text        NOT NULL,
+    topic           text        NOT NULL,
+    "partition"     integer     NOT NULL,
+    "offset"        bigint      NOT NULL,
+    key             bytea,
+    headers         jsonb       NOT NULL DEFAULT '{}',
+    payload         jsonb,
+    raw_payload     bytea,
+    event_type      text,
+    status          text        NOT NULL DEFAULT 'received',
+    attempts        integer     NOT NULL DEFAULT 0,
+    next_attempt_at timestamptz,
+    received_at     timestamptz NOT NULL DEFAULT now(),
+    processed_at    timestamptz,
+    last_error      text,
+    PRIMARY KEY (subscription, message_id) WITH (fillfactor = 50),
+    CONSTRAINT inbox_status_check
+        CHECK (status IN ('received', 'processed', 'retry', 'dead', 'ignored', 'unparsable'))
+) WITH (fillfactor = 90);
+-- fillfactor: the room a handler pass needs to count an attempt as a HOT update (attempts and
+-- next_attempt_at are in no index), on the row's own page and without index entries. Marking
+-- a message processed changes its status, which the partial indexes below depend on: not a
+-- HOT update, so the new row version gets a primary key entry next to the old one. Message
+-- ids often ascend (UUIDv7, like eventbox.send()'s). B-tree leaf pages split inside the index
+-- are split 50:50 and keep room for those entries; the index's rightmost page (the last
+-- subscription's newest ids) is split at the fillfactor, 90 by default, and then every batch
+-- of processed marks paid a bottom-up deletion or deduplication pass there (about 8% more CPU
+-- per handled message at 200 B, 14% at 1 KiB, when that subscription is the only one). With 50
+-- the last subscription is handled like the others. The price: REINDEX and restores build all
+-- leaf pages half full.
+SELECT pg_catalog.pg_extension_config_dump('eventbox.inbox', '');
+
+-- Next offset to read per subscription and partition, written in the same transaction as the
+-- inbox rows it covers. high_watermark is the broker's, as last seen by the ingest worker.
+CREATE TABLE eventbox.offsets (
+    subscription   text        NOT NULL,
+    topic          text        NOT NULL,
+    "partition"    integer     NOT NULL,
+    next_offset    bigint      NOT NULL,
+    high_watermark bigint,
+    updated_at     timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (subscription, topic, "partition")
+);
+SELECT pg_catalog.pg_extension_config_dump('eventbox.offsets', '');
+
+-- The messages a handler worker's pass took in a lane, written (synchronously) before any of
+-- them runs and emptied when the last of their outcomes commits. Whoever takes the lane next
+-- and finds in it a message still waiting with the same attempts knows that its attempt was cut
+-- short by a crash, and counts it.
+CREATE TABLE eventbox.handler_claims (
+    subscription text    NOT NULL,
+    topic        text    NOT NULL,
+    "partition"  integer NOT NULL,
+    message_ids  text[]  NOT NULL,
+    attempts     integer[] NOT NULL,  -- each message's attempts before the pass ran it
+    PRIMARY KEY (subscription, topic, "partition")
+);
+
+CREATE VIEW eventbox.inbox_stats AS
+SELECT subscription, status, count(*) AS messages, min(received_at) AS oldest,
+       max(received_at) AS newest
+  FROM eventbox.inbox
+ GROUP BY subscription, status;
+
+CREATE VIEW eventbox.lag AS
+SELECT subscription, topic, "partition", next_offset, high_watermark,
+       CASE WHEN high_watermark IS NOT NULL THEN greatest(high_watermark - next_offset, 0) END
+           AS lag, updated_at
+  FROM eventbox.offsets;
+
+-- Internal helpers (not granted to anyone).
+CREATE FUNCTION eventbox._check_topic(topic text) RETURNS void
+LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'eventbox_check_topic';
+
+-- A value quoted for an error message, control characters and malformed bytes escaped.
+CREATE FUNCTION eventbox._quote(value text) RETURNS text
+LANGUAGE c IMMUTABLE STRICT AS 'MODULE_PATHNAME', 'eventbox_quote';
+
+CREATE FUNCTION eventbox._notify_ingest() RETURNS void
+LANGUAGE c AS 'MODULE_PATHNAME', 'eventbox_notify_ingest';
+
+-- Validates subscription options; raises 22023 with a hint.
+CREATE FUNCTION eventbox._check_subscription_options(
+    topics text[], start_from text, ordering text, max_attempts integer, backoff interval,
+    backoff_max interval, unhandled text, batch_size integer)
+RETURNS text[]
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    t text;
+BEGIN
+    IF topics IS NULL OR cardinality(topics) = 0 THEN
+        RAISE EXCEPTION 'topics must not be empty'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass the Kafka topics to consume, e.g. topics => ARRAY[''orders''].';
+    END IF;
+    FOREACH t IN ARRAY topics LOOP
+        IF t IS NULL THEN
+            RAISE EXCEPTION 'topics must not contain NULL'
+                USING ERRCODE = 'null_value_not_allowed', HINT = 'Remove the NULL element.';
+        END IF;
+        PERFORM eventbox._check_topic(t);
+    END LOOP;
+    IF start_from IS NULL OR start_from NOT IN ('earliest', 'latest') THEN
+        RAISE EXCEPTION 'invalid start_from: %', coalesce(eventbox._quote(start_from), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Use ''earliest'' or ''latest''.';
+    END IF;
+    IF ordering IS NULL OR ordering NOT IN ('partition', 'key', 'none') THEN
+        RAISE EXCEPTION 'invalid ordering: %', coalesce(eventbox._quote(ordering), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use ''partition'', ''key'' or ''none''.';
+    END IF;
+    IF unhandled IS NULL OR unhandled NOT IN ('ignore', 'keep') THEN
+        RAISE EXCEPTION 'invalid unhandled: %', coalesce(eventbox._quote(unhandled), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Use ''ignore'' or ''keep''.';
+    END IF;
+    IF max_attempts IS NULL OR max_attempts < 1 THEN
+        RAISE EXCEPTION 'max_attempts must be at least 1'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'It counts handler attempts before a message goes dead, e.g. 10.';
+    END IF;
+    IF backoff IS NULL OR backoff <= '0' OR backoff_max IS NULL OR backoff_max < backoff THEN
+        RAISE EXCEPTION 'backoff must be positive and backoff_max at least backoff'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'For example backoff => ''1 second'', backoff_max => ''10 minutes''.';
+    END IF;
+    IF backoff_max > '1 year' THEN
+        RAISE EXCEPTION 'backoff_max must be at most 1 year'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A message waiting longer than that is better redriven by hand.';
+    END IF;
+    IF batch_size IS NULL OR batch_size NOT BETWEEN 1 AND 100000 THEN
+        RAISE EXCEPTION 'batch_size must be between 1 and 100000'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'It is the number of records stored per transaction, e.g. 1000.';
+    END IF;
+    RETURN ARRAY(SELECT DISTINCT u FROM unnest(topics) u ORDER BY u);
+END $$;
+
+-- The subscription `name`, locked, after checking that `caller` may manage it.
+CREATE FUNCTION eventbox._managed_subscription(caller oid, name text)
+RETURNS eventbox.subscriptions
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s eventbox.subscriptions;
+BEGIN
+    SELECT * INTO s FROM eventbox.subscriptions WHERE subscriptions.name = _managed_subscription.name
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'subscription % does not exist', coalesce(eventbox._quote(name), 'NULL')
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'Check the subscription name.';
+    END IF;
+    IF NOT pg_has_role(caller, s.owner::oid, 'USAGE') THEN
+        RAISE EXCEPTION 'permission denied for subscription %', eventbox._quote(name)
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = format('Only members of its owner role %s can change it.', s.owner);
+    END IF;
+    RETURN s;
+END $$;
+
+CREATE FUNCTION eventbox._create_subscription(
+    caller oid, name text, topics text[], start_from text, ordering text, max_attempts integer,
+    backoff interval, backoff_max interval, message_id_field text, unhandled text,
+    batch_size integer, group_id text)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    clean_topics text[];
+BEGIN
+    IF name IS NULL OR name !~ '^[A-Za-z0-9_.-]{1,63}$' THEN
+        RAISE EXCEPTION 'invalid subscription name: %', coalesce(eventbox._quote(name), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use 1 to 63 letters, digits, ''_'', ''.'' or ''-''.';
+    END IF;
+    clean_topics := eventbox._check_subscription_options(topics, start_from, ordering,
+        max_attempts, backoff, backoff_max, unhandled, batch_size);
+    IF group_id = '' THEN
+        RAISE EXCEPTION 'group_id must not be empty' USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'Pass NULL to derive it from the database and subscription names.';
+    END IF;
+    IF message_id_field = '' THEN
+        RAISE EXCEPTION 'message_id_field must not be empty'
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Pass NULL for none.';
+    END IF;
+    BEGIN
+        INSERT INTO eventbox.subscriptions (name, topics, owner, start_from, ordering,
+            max_attempts, backoff, backoff_max, message_id_field, unhandled, batch_size, group_id)
+        VALUES (name, clean_topics, caller::regrole, start_from, ordering, max_attempts, backoff,
+            backoff_max, message_id_field, unhandled, batch_size, group_id);
+    EXCEPTION WHEN unique_violation THEN
+        RAISE EXCEPTION 'subscription % already exists', eventbox._quote(name)
+            USING ERRCODE = 'duplicate_object',
+                  HINT = 'Use eventbox.alter_subscription() to change it.';
+    END;
+    PERFORM eventbox._notify_ingest();
+END $$;
+
+CREATE FUNCTION eventbox._alter_subscription(
+    caller oid, name text, topics text[], start_from text, ordering text, max_attempts integer,
+    backoff interval, backoff_max interval, message_id_field text, unhandled text,
+    batch_size integer, group_id text, enabled boolean)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s eventbox.subscriptions;
+    clean_topics text[];
+BEGIN
+    s := eventbox._managed_subscription(caller, name);
+    clean_topics := eventbox._check_subscription_options(
+        coalesce(topics, s.topics), coalesce(start_from, s.start_from),
+        coalesce(ordering, s.ordering), coalesce(max_attempts, s.max_attempts),
+        coalesce(backoff, s.backoff), coalesce(backoff_max, s.backoff_max),
+        coalesce(unhandled, s.unhandled), coalesce(batch_size, s.batch_size));
+    UPDATE eventbox.subscriptions SET
+        topics = clean_topics,
+        start_from = coalesce(_alter_subscription.start_from, s.start_from),
+        ordering = coalesce(_alter_subscription.ordering, s.ordering),
+        max_attempts = coalesce(_alter_subscription.max_attempts, s.max_attempts),
+        backoff = coalesce(_alter_subscription.backoff, s.backoff),
+        backoff_max = coalesce(_alter_subscription.backoff_max, s.backoff_max),
+        message_id_field = CASE WHEN _alter_subscription.message_id_field IS NULL
+                                THEN s.message_id_field
+                                ELSE nullif(_alter_subscription.message_id_field, '') END,
+        unhandled = coalesce(_alter_subscription.unhandled, s.unhandled),
+        batch_size = coalesce(_alter_subscription.batch_size, s.batch_size),
+        group_id = CASE WHEN _alter_subscription.group_id IS NULL THEN s.group_id
+                        ELSE nullif(_alter_subscription.group_id, '') END,
+        enabled = coalesce(_alter_subscription.enabled, s.enabled)
+     WHERE subscriptions.name = s.name;
+    PERFORM eventbox._notify_ingest();
+END $$;
+
+CREATE FUNCTION eventbox._drop_subscription(caller oid, name text)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s eventbox.subscriptions;
+BEGIN
+    s := eventbox._managed_subscription(caller, name);
+    DELETE FROM eventbox.handlers WHERE subscription = s.name;
+    DELETE FROM eventbox.inbox WHERE subscription = s.name;
+    DELETE FROM eventbox.offsets WHERE subscription = s.name;
+    DELETE FROM eventbox.handler_claims WHERE subscription = s.name;
+    DELETE FROM eventbox.subscriptions WHERE subscriptions.name = s.name;
+    PERFORM eventbox._notify_ingest();
+END $$;
+
+-- The API: each runs eventbox._<name>(calling role, ...) as the extension owner.
+CREATE FUNCTION eventbox.create_subscription(
+    name text, topics text[], start_from text DEFAULT 'earliest', ordering text DEFAULT 'partition',
+    max_attempts integer DEFAULT 10, backoff interval DEFAULT '1 second',
+    backoff_max interval DEFAULT '10 minutes', message_id_field text DEFAULT NULL,
+    unhandled text DEFAULT 'ignore', batch_size integer DEFAULT 1000, group_id text DEFAULT NULL)
+RETURNS void
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
+
+CREATE FUNCTION eventbox.alter_subscription(
+    name text, topics text[] DEFAULT NULL, start_from text DEFAULT NULL,
+    ordering text DEFAULT NULL, max_attempts integer DEFAULT NULL, backoff interval DEFAULT NULL,
+    backoff_max interval DEFAULT NULL, message_id_field text DEFAULT NULL,
+    unhandled text DEFAULT NULL, batch_size integer DEFAULT NULL, group_id text DEFAULT NULL,
+    enabled boolean DEFAULT NULL)
+RETURNS void
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
+
+CREATE FUNCTION eventbox.drop_subscription(name text)
+RETURNS void
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
+
+COMMENT ON FUNCTION eventbox.alter_subscription(text, text[], text, text, integer, interval,
+    interval, text, text, integer, text, boolean) IS
+    'Change a subscription''s options; NULL keeps an option (pass '''' to clear message_id_field or group_id)';
+
+
+-- ---------------------------------------------------------------------------------------------
+-- Handlers: registered SQL functions run on inbox messages, and the operations on messages.
+-- ---------------------------------------------------------------------------------------------
+
+-- The identity handlers are stored by: the function's schema-qualified signature, resolved when
+-- the handler is registered and again at every run. Not a regprocedure column: pg_upgrade refuses
+-- those, and a dump would restore it only if the function kept its OID.
+CREATE FUNCTION eventbox._handler_signature(handler regprocedure) RETURNS text
+LANGUAGE sql STABLE STRICT SET search_path = pg_catalog, pg_temp AS $$
+    SELECT format('%I.%I(eventbox.inbox)', n.nspname, p.proname)
+      FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+     WHERE p.oid = handler
+$$;
+
+-- A handler is any function taking one eventbox.inbox row; it runs as run_as. registered_by is
+-- kept so that authority can be checked again when the handler runs.
+CREATE TABLE eventbox.handlers (
+    subscription  text         NOT NULL,
+    event_type    text,
+    handler       text         NOT NULL,
+    run_as        regrole      NOT NULL,
+    registered_by regrole      NOT NULL,
+    created_at    timestamptz  NOT NULL DEFAULT now(),
+    CONSTRAINT handlers_unique UNIQUE NULLS NOT DISTINCT (subscription, event_type, handler)
+);
+SELECT pg_catalog.pg_extension_config_dump('eventbox.handlers', '');
+
+-- Handler passes read each partition's messages that still need handling, in offset order.
+CREATE INDEX inbox_todo_idx ON eventbox.inbox (subscription, topic, "partition", "offset")
+    WHERE status IN ('received', 'retry');
+-- With ordering 'key', the keys of a partition that wait for a retry.
+CREATE INDEX inbox_retry_idx ON eventbox.inbox (subscription, topic, "partition")
+    WHERE status = 'retry';
+
+CREATE FUNCTION eventbox._register_handler(caller oid, subscription text, handler regprocedure,
+                                           event_type text, run_as name)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s eventbox.subscriptions;
+    role_oid oid;
+    inbox_type oid := 'eventbox.inbox'::regtype;
+BEGIN
+    s := eventbox._managed_subscription(caller, subscription);
+    IF handler IS NULL THEN
+        RAISE EXCEPTION 'handler must not be NULL' USING ERRCODE = 'null_value_not_allowed',
+            HINT = 'Pass the function, e.g. ''billing.on_order(eventbox.inbox)''::regprocedure.';
+    END IF;
+    IF (SELECT p.prokind <> 'f' FROM pg_proc p WHERE p.oid = handler) THEN
+        RAISE EXCEPTION 'handler % is not a function', handler
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Handlers are functions f(msg eventbox.inbox), not procedures or aggregates.';
+    END IF;
+    IF (SELECT p.pronargs <> 1 OR p.proargtypes[0] <> inbox_type FROM pg_proc p
+         WHERE p.oid = handler) THEN
+        RAISE EXCEPTION 'handler % must take exactly one eventbox.inbox argument', handler
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Declare it as f(msg eventbox.inbox).';
+    END IF;
+    IF event_type = '' THEN
+        RAISE EXCEPTION 'event_type must not be empty' USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'Pass NULL to handle every event type.';
+    END IF;
+    SELECT r.oid INTO role_oid FROM pg_roles r WHERE r.rolname = run_as;
+    IF role_oid IS NULL THEN
+        RAISE EXCEPTION 'role % does not exist', coalesce(eventbox._quote(run_as), 'NULL')
+            USING ERRCODE = 'undefined_object', HINT = 'Pass an existing role as run_as.';
+    END IF;
+    IF NOT pg_has_role(caller, role_oid, 'MEMBER') THEN
+        RAISE EXCEPTION 'permission denied to register a handler running as %',
+            quote_ident(run_as) USING ERRCODE = 'insufficient_privilege',
+            HINT = 'You must be a member of the run_as role.';
+    END IF;
+    IF (SELECT rolsuper FROM pg_roles WHERE oid = role_oid)
+       AND NOT current_setting('eventbox.allow_superuser_handlers')::boolean THEN
+        RAISE EXCEPTION 'handlers may not run as superuser %', quote_ident(run_as)
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Register the handler with a non-superuser run_as role.';
+    END IF;
+    IF NOT has_function_privilege(caller, handler, 'EXECUTE')
+       OR NOT has_function_privilege(role_oid, handler, 'EXECUTE') THEN
+        RAISE EXCEPTION 'permission denied for function %', handler
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'You and the run_as role both need EXECUTE on the handler.';
+    END IF;
+    BEGIN
+        INSERT INTO eventbox.handlers (subscription, event_type, handler, run_as, registered_by)
+        VALUES (s.name, event_type, eventbox._handler_signature(handler), role_oid::regrole,
+                caller::regrole);
+    EXCEPTION WHEN unique_violation THEN
+        RAISE EXCEPTION 'handler % is already registered for subscription % and event type %',
+            handler, eventbox._quote(s.name), coalesce(eventbox._quote(event_type), 'NULL (every type)')
+            USING ERRCODE = 'duplicate_object',
+                  HINT = 'Unregister it first to change its run_as role.';
+    END;
+    PERFORM eventbox._notify_ingest();
+END $$;
+
+CREATE FUNCTION eventbox._unregister_handler(caller oid, subscription text, handler regprocedure,
+                                             event_type text)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s eventbox.subscriptions;
+BEGIN
+    s := eventbox._managed_subscription(caller, subscription);
+    IF handler IS NULL THEN
+        RAISE EXCEPTION 'handler must not be NULL' USING ERRCODE = 'null_value_not_allowed',
+            HINT = 'Pass the function, e.g. ''billing.on_order(eventbox.inbox)''::regprocedure.';
+    END IF;
+    DELETE FROM eventbox.handlers h
+     WHERE h.subscription = s.name
+       AND h.handler = eventbox._handler_signature(_unregister_handler.handler)
+       AND h.event_type IS NOT DISTINCT FROM _unregister_handler.event_type;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'handler % is not registered for subscription % and event type %',
+            handler, eventbox._quote(s.name), coalesce(eventbox._quote(event_type), 'NULL (every type)')
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'See the subscription''s rows in eventbox.handlers.';
+    END IF;
+    PERFORM eventbox._notify_ingest();
+END $$;
+
+-- The message `message_id` of `subscription`, locked, for an operation by `caller`.
+CREATE FUNCTION eventbox._managed_message(caller oid, subscription text, message_id text)
+RETURNS eventbox.inbox
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s eventbox.subscriptions;
+    m eventbox.inbox;
+BEGIN
+    s := eventbox._managed_subscription(caller, subscription);
+    SELECT * INTO m FROM eventbox.inbox i
+     WHERE i.subscription = s.name AND i.message_id = _managed_message.message_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'message % of subscription % does not exist',
+            coalesce(eventbox._quote(message_id), 'NULL'), eventbox._quote(s.name)
+            USING ERRCODE = 'undefined_object', HINT = 'Check the message id.';
+    END IF;
+    RETURN m;
+END $$;
+
+CREATE FUNCTION eventbox._retry(caller oid, subscription text, message_id text)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    m eventbox.inbox;
+BEGIN
+    m := eventbox._managed_message(caller, subscription, message_id);
+    IF m.status = 'processed' THEN
+        RAISE EXCEPTION 'message % was already processed', eventbox._quote(message_id)
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Processed messages are not run again.';
+    END IF;
+    UPDATE eventbox.inbox i SET status = 'retry', attempts = 0, next_attempt_at = now()
+     WHERE i.subscription = m.subscription AND i.message_id = m.message_id;
+    PERFORM eventbox._notify_ingest();
+END $$;
+
+CREATE FUNCTION eventbox._redrive(caller oid, subscription text, event_type text)
+RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s eventbox.subscriptions;
+    n bigint;
+BEGIN
+    s := eventbox._managed_subscription(caller, subscription);
+    UPDATE eventbox.inbox i SET status = 'retry', attempts = 0, next_attempt_at = now()
+     WHERE i.subscription = s.name AND i.status = 'dead'
+       AND (_redrive.event_type IS NULL OR i.event_type = _redrive.event_type);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    PERFORM eventbox._notify_ingest();
+    RETURN n;
+END $$;
+
+CREATE FUNCTION eventbox._skip(caller oid, subscription text, message_id text)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    m eventbox.inbox;
+BEGIN
+    m := eventbox._managed_message(caller, subscription, message_id);
+    IF m.status NOT IN ('received', 'retry', 'dead', 'unparsable') THEN
+        RAISE EXCEPTION 'message % is %, not waiting to be handled', eventbox._quote(message_id),
+            m.status USING ERRCODE = 'object_not_in_prerequisite_state',
+            HINT = 'Only received, retry, dead and unparsable messages can be skipped.';
+    END IF;
+    UPDATE eventbox.inbox i SET status = 'ignored', processed_at = now(), next_attempt_at = NULL,
+           last_error = concat_ws('; ', i.last_error, format('skipped by %s', caller::regrole))
+     WHERE i.subscription = m.subscription AND i.message_id = m.message_id;
+    PERFORM eventbox._notify_ingest();
+END $$;
+
+CREATE FUNCTION eventbox._replay(caller oid, subscription text, topic text, "partition" integer,
+                                 from_offset bigint)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s eventbox.subscriptions;
+BEGIN
+    s := eventbox._managed_subscription(caller, subscription);
+    IF topic IS NULL OR NOT topic = ANY (s.topics) THEN
+        RAISE EXCEPTION 'subscription % does not consume topic %', eventbox._quote(s.name),
+            coalesce(eventbox._quote(topic), 'NULL') USING ERRCODE = 'invalid_parameter_value',
+            HINT = format('Its topics are %s.', array_to_string(s.topics, ', '));
+    END IF;
+    IF "partition" IS NULL OR "partition" < 0 OR from_offset IS NULL OR from_offset < 0 THEN
+        RAISE EXCEPTION 'partition and from_offset must be 0 or more'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Kafka partitions and offsets start at 0.';
+    END IF;
+    INSERT INTO eventbox.offsets (subscription, topic, "partition", next_offset)
+    VALUES (s.name, topic, "partition", from_offset)
+    ON CONFLICT ON CONSTRAINT offsets_pkey DO UPDATE SET next_offset = excluded.next_offset,
+        updated_at = now();
+    PERFORM eventbox._notify_ingest();
+END $$;
+
+-- Runs handlers now, in the caller's session and transaction (the workers' code path).
+-- Runs eventbox's own statements as the extension owner: never with the caller's search_path.
+CREATE FUNCTION eventbox._process(caller oid, subscription text, max_messages integer)
+RETURNS integer
+LANGUAGE c SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 'eventbox_process';
+
+CREATE FUNCTION eventbox.register_handler(subscription text, handler regprocedure,
+                                          event_type text DEFAULT NULL,
+                                          run_as name DEFAULT current_user)
+RETURNS void LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
+CREATE FUNCTION eventbox.unregister_handler(subscription text, handler regprocedure,
+                                            event_type text DEFAULT NULL)
+RETURNS void LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
+CREATE FUNCTION eventbox.process(subscription text, max_messages integer DEFAULT 100)
+RETURNS integer LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
+CREATE FUNCTION eventbox.retry(subscription text, message_id text)
+RETURNS void LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
+CREATE FUNCTION eventbox.redrive(subscription text, event_type text DEFAULT NULL)
+RETURNS bigint LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
+CREATE FUNCTION eventbox.skip(subscription text, message_id text)
+RETURNS void LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
+CREATE FUNCTION eventbox.replay(subscription text, topic text, "partition" integer,
+                                from_offset bigint)
+RETURNS void LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
+
+REVOKE ALL ON ALL TABLES IN SCHEMA eventbox FROM PUBLIC;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA eventbox FROM PUBLIC;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA eventbox FROM PUBLIC;

@@ -1,0 +1,130 @@
+-- The upgrade path: 0.1.0 as released, filled with state, then ALTER EXTENSION ... UPDATE, must
+-- give exactly the schema of a fresh install of the current version. pg_dump leaves an
+-- extension's own objects out, so the catalog of both is compared: every member's definition,
+-- columns, constraints, indexes, triggers, function signatures and attributes, grants, comments
+-- and config-dump registrations.
+\set SHOW_CONTEXT never
+SET client_min_messages = warning;
+
+-- One line per property of every object of the extension (names only, never OIDs).
+CREATE SCHEMA upgrade_check;
+CREATE FUNCTION upgrade_check.eventbox_catalog() RETURNS SETOF text LANGUAGE sql AS $$
+WITH ext AS (SELECT oid, extconfig, extcondition FROM pg_extension WHERE extname = 'pg_eventbox'),
+members AS (
+    SELECT d.classid, d.objid FROM pg_depend d, ext
+     WHERE d.refclassid = 'pg_extension'::regclass AND d.refobjid = ext.oid AND d.deptype = 'e'
+),
+rels AS (SELECT c.* FROM pg_class c JOIN members m ON m.classid = 'pg_class'::regclass
+                                                           AND m.objid = c.oid)
+SELECT 'member ' || pg_describe_object(classid, objid, 0) FROM members
+UNION ALL
+SELECT format('relation %s kind=%s persistence=%s options=%s acl=%s comment=%s',
+              r.oid::regclass, r.relkind, r.relpersistence, r.reloptions, r.relacl,
+              obj_description(r.oid, 'pg_class'))
+  FROM rels r
+UNION ALL
+SELECT format('column %s.%s #%s %s notnull=%s default=%s identity=%s generated=%s collation=%s acl=%s',
+              a.attrelid::regclass, a.attname, a.attnum, format_type(a.atttypid, a.atttypmod),
+              a.attnotnull, pg_get_expr(ad.adbin, ad.adrelid), a.attidentity, a.attgenerated,
+              a.attcollation::regcollation, a.attacl)
+  FROM rels r JOIN pg_attribute a ON a.attrelid = r.oid AND a.attnum > 0 AND NOT a.attisdropped
+  LEFT JOIN pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
+UNION ALL
+SELECT format('constraint %s.%s %s deferrable=%s', con.conrelid::regclass, con.conname,
+              pg_get_constraintdef(con.oid), con.condeferrable)
+  FROM rels r JOIN pg_constraint con ON con.conrelid = r.oid
+UNION ALL
+SELECT format('index %s %s', i.indexrelid::regclass, pg_get_indexdef(i.indexrelid))
+       || coalesce(' options=' || ic.reloptions::text, '')
+  FROM rels r JOIN pg_index i ON i.indrelid = r.oid JOIN pg_class ic ON ic.oid = i.indexrelid
+UNION ALL
+SELECT format('trigger %s.%s %s', t.tgrelid::regclass, t.tgname, pg_get_triggerdef(t.oid))
+  FROM rels r JOIN pg_trigger t ON t.tgrelid = r.oid
+UNION ALL
+SELECT format('view %s %s', r.oid::regclass, pg_get_viewdef(r.oid)) FROM rels r
+ WHERE r.relkind IN ('v', 'm')
+UNION ALL
+SELECT format('sequence %s %s start=%s inc=%s min=%s max=%s cache=%s cycle=%s owned_by=%s',
+              s.seqrelid::regclass, format_type(s.seqtypid, NULL), s.seqstart, s.seqincrement,
+              s.seqmin, s.seqmax, s.seqcache, s.seqcycle,
+              (SELECT format('%s.%s', d.refobjid::regclass, a.attname) FROM pg_depend d
+                 JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
+                WHERE d.classid = 'pg_class'::regclass AND d.objid = s.seqrelid AND d.deptype = 'a'))
+  FROM rels r JOIN pg_sequence s ON s.seqrelid = r.oid
+UNION ALL
+SELECT format('function %s acl=%s comment=%s def=%s', p.oid::regprocedure, p.proacl,
+              obj_description(p.oid, 'pg_proc'), pg_get_functiondef(p.oid))
+  FROM pg_proc p JOIN members m ON m.classid = 'pg_proc'::regclass AND m.objid = p.oid
+UNION ALL
+SELECT format('type %s %s', t.oid::regtype, t.typtype)
+  FROM pg_type t JOIN members m ON m.classid = 'pg_type'::regclass AND m.objid = t.oid
+UNION ALL
+SELECT format('schema %s owner=%s acl=%s', n.nspname, n.nspowner::regrole, n.nspacl)
+  FROM pg_namespace n WHERE n.nspname = 'eventbox'
+UNION ALL
+SELECT format('config_dump %s condition=%s', c.rel::regclass, c.cond)
+  FROM ext, unnest(ext.extconfig, ext.extcondition) AS c(rel, cond)
+$$;
+
+-- A fresh install of the current version (pg_regress created it).
+SELECT extversion FROM pg_extension WHERE extname = 'pg_eventbox';
+CREATE TEMP TABLE fresh AS SELECT * FROM upgrade_check.eventbox_catalog() AS line;
+
+-- 0.1.0 as released, with state in it.
+DROP EXTENSION pg_eventbox;
+CREATE EXTENSION pg_eventbox VERSION '0.1.0';
+-- What 0.2.0 changes, as the comparison sees it (so it is known to see differences).
+CREATE TEMP TABLE released AS SELECT * FROM upgrade_check.eventbox_catalog() AS line;
+SELECT 'only in 0.2.0' AS side, left(line, 100) AS line FROM (TABLE fresh EXCEPT ALL TABLE released) f
+UNION ALL
+SELECT 'only in 0.1.0', left(line, 100) FROM (TABLE released EXCEPT ALL TABLE fresh) r
+ORDER BY 1, 2;
+CREATE ROLE regress_upgrade_app;
+CREATE SCHEMA "Upgrade App";
+CREATE FUNCTION "Upgrade App"."On Order"(msg eventbox.inbox) RETURNS void LANGUAGE sql AS 'SELECT';
+CREATE FUNCTION "Upgrade App".gone(msg eventbox.inbox) RETURNS void LANGUAGE sql AS 'SELECT';
+SELECT eventbox.create_subscription('upgrade-sub', ARRAY['orders']);
+SELECT eventbox.register_handler('upgrade-sub', '"Upgrade App"."On Order"(eventbox.inbox)'::regprocedure,
+                                 event_type => 'OrderCreated', run_as => 'regress_upgrade_app');
+SELECT eventbox.register_handler('upgrade-sub', '"Upgrade App".gone(eventbox.inbox)'::regprocedure,
+                                 run_as => 'regress_upgrade_app');
+-- A 0.1.0 handler whose function was dropped since: it keeps failing its check, never blocks the
+-- upgrade.
+DROP FUNCTION "Upgrade App".gone(eventbox.inbox);
+SELECT count(*) AS handlers_before FROM eventbox.handlers;
+
+ALTER EXTENSION pg_eventbox UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'pg_eventbox';
+CREATE TEMP TABLE upgraded AS SELECT * FROM upgrade_check.eventbox_catalog() AS line;
+
+-- Both sides describe many objects, and no line differs.
+SELECT count(*) > 100 AS fresh_has_lines, (SELECT count(*) FROM upgraded) = count(*) AS same_count
+  FROM fresh;
+SELECT 'only in fresh install' AS side, line FROM (TABLE fresh EXCEPT ALL TABLE upgraded) f
+UNION ALL
+SELECT 'only after upgrade', line FROM (TABLE upgraded EXCEPT ALL TABLE fresh) u
+ORDER BY 1, 2;
+
+-- No column of a type pg_upgrade refuses.
+SELECT a.attrelid::regclass, a.attname, a.atttypid::regtype
+  FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+ WHERE c.relnamespace = 'eventbox'::regnamespace AND a.attnum > 0 AND NOT a.attisdropped
+   AND a.atttypid IN ('regproc'::regtype, 'regprocedure'::regtype, 'regoper'::regtype,
+                      'regoperator'::regtype, 'regconfig'::regtype, 'regdictionary'::regtype,
+                      'regnamespace'::regtype, 'regcollation'::regtype);
+
+-- The handlers came through as signatures that resolve to the same functions (the dropped one
+-- is named by its old OID under eventbox, resolves to nothing and fails at run time, as in 0.1.0).
+SELECT regexp_replace(handler, '[0-9]+', 'N') AS handler, to_regprocedure(handler) IS NOT NULL AS resolves,
+       event_type
+  FROM eventbox.handlers ORDER BY handler;
+-- Unregistering by function works on migrated rows.
+SELECT eventbox.unregister_handler('upgrade-sub', '"Upgrade App"."On Order"(eventbox.inbox)'::regprocedure,
+                                   'OrderCreated');
+SELECT count(*) AS handlers_after FROM eventbox.handlers;
+
+-- Leave the database as the other suites expect it: a fresh install.
+DROP SCHEMA "Upgrade App", upgrade_check CASCADE;
+DROP EXTENSION pg_eventbox;
+DROP ROLE regress_upgrade_app;
+CREATE EXTENSION pg_eventbox;
