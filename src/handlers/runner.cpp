@@ -201,7 +201,8 @@ void prepare_plans() {
         "last_error = CASE WHEN i.attempts + 1 >= $3 THEN format('attempt %s never finished: the "
         "backend running it crashed or was killed', i.attempts + 1) ELSE i.last_error END "
         "FROM unnest($2::text[], $4::int4[]) AS u(id, attempts) "
-        "WHERE i.subscription = $1 AND i.message_id = u.id AND i.attempts = u.attempts "
+        "WHERE i.subscription = $1 AND i.message_id = ANY ($2) AND i.message_id = u.id "
+        "  AND i.attempts = u.attempts "
         "  AND i.status IN ('received', 'retry') "
         "RETURNING i.status = 'dead'",
         4, crash_types);
@@ -244,12 +245,12 @@ void prepare_plans() {
     Oid sub_ids[2] = {TEXTOID, TEXTARRAYOID};
     processed_by_id_plan = prepare(
         MARK_PROCESSED
-        "FROM unnest($2::text[]) AS u(id) WHERE i.subscription = $1 AND i.message_id = u.id",
+        "WHERE i.subscription = $1 AND i.message_id = ANY ($2::text[])",
         2, sub_ids);
 #undef MARK_PROCESSED
     ignored_plan = prepare(
         "UPDATE eventbox.inbox i SET status = 'ignored', processed_at = now() "
-        "FROM unnest($2::text[]) AS u(id) WHERE i.subscription = $1 AND i.message_id = u.id",
+        "WHERE i.subscription = $1 AND i.message_id = ANY ($2::text[])",
         2, sub_ids);
     Oid failed_types[5] = {TEXTOID, TEXTARRAYOID, TEXTARRAYOID, INT8ARRAYOID, BOOLARRAYOID};
     failed_plan = prepare(
@@ -258,15 +259,16 @@ void prepare_plans() {
         "next_attempt_at = CASE WHEN u.dead THEN NULL "
         "                  ELSE clock_timestamp() + u.delay * interval '1 millisecond' END "
         "FROM unnest($2::text[], $3::text[], $4::int8[], $5::bool[]) AS u(id, err, delay, dead) "
-        "WHERE i.subscription = $1 AND i.message_id = u.id",
+        "WHERE i.subscription = $1 AND i.message_id = ANY ($2) AND i.message_id = u.id",
         5, failed_types);
     inbox_type = get_rel_type_id(RangeVarGetRelid(
         makeRangeVar(const_cast<char*>("eventbox"), const_cast<char*>("inbox"), -1), NoLock,
         false));
 }
 
-void exec(SPIPlanPtr plan, Datum* values, bool read_only, int expected) {
-    worker::exec_kept("eventbox handlers", plan, values, read_only, expected);
+void exec(SPIPlanPtr plan, Datum* values, bool read_only, int expected,
+          worker::Access access = worker::Access::kIndex) {
+    worker::exec_kept("eventbox handlers", plan, values, read_only, expected, access);
 }
 
 ItemPointer ItemPointerFromDatum(Datum d) { return reinterpret_cast<ItemPointer>(DatumGetPointer(d)); }
@@ -615,7 +617,7 @@ void mark_moved_processed(Datum name, const Outcomes& o) {
 void record_outcomes(Datum name, const Outcomes& o) {
     if (o.n_processed > 0) {
         Datum args[2] = {name, o.processed_tids.get(o.n_processed)};
-        exec(processed_plan, args, false, SPI_OK_UPDATE_RETURNING);
+        exec(processed_plan, args, false, SPI_OK_UPDATE_RETURNING, worker::Access::kTid);
         if (SPI_processed < static_cast<uint64>(o.n_processed)) mark_moved_processed(name, o);
     }
     if (o.n_ignored > 0) {
@@ -736,7 +738,7 @@ void fetch_rows(Datum name, const bool* to_run, int from, int to, Datum* rows) {
     if (n_wanted == 0) return;
     MemoryContext keep = CurrentMemoryContext;
     Datum args[2] = {tids.get(), name};
-    exec(fetch_plan, args, false, SPI_OK_SELECT);
+    exec(fetch_plan, args, false, SPI_OK_SELECT, worker::Access::kTid);
     MemoryContextSwitchTo(keep);
     for (uint64 r = 0; r < SPI_processed; ++r) {
         bool isnull;

@@ -101,7 +101,8 @@ void prepare_plans() {
     sent_plan = prepare(
         "UPDATE eventbox.outbox o SET status = 'sent', sent_at = now(), attempts = o.attempts + 1, "
         "kafka_partition = u.p, kafka_offset = u.o, next_attempt_at = NULL, last_error = NULL "
-        "FROM unnest($1::int8[], $2::int4[], $3::int8[]) AS u(id, p, o) WHERE o.id = u.id",
+        "FROM unnest($1::int8[], $2::int4[], $3::int8[]) AS u(id, p, o) "
+        "WHERE o.id = ANY ($1) AND o.id = u.id",
         3, sent_types);
     Oid failed_types[4] = {INT8ARRAYOID, TEXTARRAYOID, INT8ARRAYOID, BOOLARRAYOID};
     failed_plan = prepare(
@@ -109,7 +110,7 @@ void prepare_plans() {
         "next_attempt_at = now() + u.delay * interval '1 millisecond', "
         "status = CASE WHEN u.give_up THEN 'failed' ELSE o.status END "
         "FROM unnest($1::int8[], $2::text[], $3::int8[], $4::bool[]) AS u(id, err, delay, give_up) "
-        "WHERE o.id = u.id AND o.status = 'pending'",
+        "WHERE o.id = ANY ($1) AND o.id = u.id AND o.status = 'pending'",
         4, failed_types);
     Oid purge_types[2] = {INT4OID, INT4OID};
     purge_plan = prepare(

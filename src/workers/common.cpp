@@ -9,7 +9,10 @@ extern "C" {
 #include "postmaster/interrupt.h"
 #include "storage/latch.h"
 #include "tcop/tcopprot.h"
+#include "jit/jit.h"
+#include "optimizer/cost.h"
 #include "utils/guc.h"
+#include "utils/plancache.h"
 #include "utils/timestamp.h"
 }
 
@@ -113,9 +116,39 @@ SPIPlanPtr prepare_kept(const char* who, const char* sql, int nargs, Oid* types)
     return plan;
 }
 
-void exec_kept(const char* who, SPIPlanPtr plan, Datum* values, bool read_only, int expected) {
+namespace {
+
+// Sets a boolean planner setting to off for the current GUC nest level, opening it first.
+void planner_off(int* nest, const char* name) {
+    if (*nest < 0) *nest = NewGUCNestLevel();
+    (void)set_config_option(name, "off", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0,
+                            false);
+}
+
+}  // namespace
+
+void exec_kept(const char* who, SPIPlanPtr plan, Datum* values, bool read_only, int expected,
+               Access access) {
+    int nest = -1;
+    if (enable_seqscan) planner_off(&nest, "enable_seqscan");
+    if (enable_sort) planner_off(&nest, "enable_sort");
+    if (enable_hashjoin) planner_off(&nest, "enable_hashjoin");
+    if (enable_mergejoin) planner_off(&nest, "enable_mergejoin");
+    if (jit_enabled) planner_off(&nest, "jit");
+    if (plan_cache_mode != PLAN_CACHE_MODE_FORCE_GENERIC_PLAN) {
+        if (nest < 0) nest = NewGUCNestLevel();
+        (void)set_config_option("plan_cache_mode", "force_generic_plan", PGC_USERSET,
+                                PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+    }
+    if (access == Access::kTid) {
+        if (enable_indexscan) planner_off(&nest, "enable_indexscan");
+        if (enable_indexonlyscan) planner_off(&nest, "enable_indexonlyscan");
+        if (enable_bitmapscan) planner_off(&nest, "enable_bitmapscan");
+    }
     int rc = SPI_execute_plan(plan, values, nullptr, read_only, 0);
     if (rc != expected) elog(ERROR, "%s: query failed: %s", who, SPI_result_code_string(rc));
+    // An ERROR above leaves the settings to the (sub)transaction's abort, which restores them.
+    if (nest >= 0) AtEOXact_GUC(true, nest);
 }
 
 }  // namespace eventbox::worker

@@ -32,8 +32,18 @@ void recover_from_error(MemoryContext batch_context, void (*cleanup)(), int* bac
 
 // SPI_prepare + SPI_keepplan, raising ERROR with `who` and the statement on failure.
 SPIPlanPtr prepare_kept(const char* who, const char* sql, int nargs, Oid* types);
-// Executes a kept plan (no NULL arguments), raising ERROR unless it returns `expected`.
-void exec_kept(const char* who, SPIPlanPtr plan, Datum* values, bool read_only, int expected);
+// How a kept statement reaches its rows: through an index bounded by the statement's arguments
+// (a lane, an id list or range), or by the ctids the worker read them at.
+enum class Access { kIndex, kTid };
+// Executes a kept plan (no NULL arguments), raising ERROR unless it returns `expected`. The
+// planner settings that make the plan's shape independent of table statistics (which may be
+// missing, stale or from before a TRUNCATE) are in force while it runs, and so also whenever
+// PostgreSQL replans it (after an ANALYZE, for example): no sequential scans, sorts, hash or
+// merge joins, a generic plan; with Access::kTid, no index or bitmap scans either, which leaves
+// the TID scan. Only settings that differ are changed (the workers run with most of them), so
+// eventbox.process() plans exactly like the workers.
+void exec_kept(const char* who, SPIPlanPtr plan, Datum* values, bool read_only, int expected,
+               Access access = Access::kIndex);
 
 // Milliseconds on PostgreSQL's clock (GetCurrentTimestamp() / 1000, PostgreSQL epoch).
 int64 now_ms();

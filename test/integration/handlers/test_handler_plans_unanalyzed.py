@@ -1,0 +1,161 @@
+"""The handler path's statements cost what their batch costs, whatever the
+inbox's statistics say: never analyzed, analyzed when every row was processed
+(stale), or with a backlog that arrived after the last ANALYZE.
+
+eventbox.process() runs the workers' code path with the same kept statements
+and the same planner settings (workers/common.cpp, exec_kept), so
+auto_explain (log_analyze, log_buffers, nested statements, sent to the client
+as NOTICEs) shows exactly what a worker's pass runs. The inbox holds a backlog
+of BACKLOG received messages in one subscription; each pass of 64 messages
+must touch a number of buffers bounded by the batch, not by the backlog. The
+defect this guards against: the fetch by ctid ran as an index scan over the
+subscription's whole todo backlog with a ctid filter (tens of thousands of
+buffers per 64-message transaction, growing with the backlog).
+
+It runs in a database of its own, which the background workers do not serve.
+"""
+
+import collections
+import json
+import re
+
+import psycopg2
+import pytest
+
+from eventbox_fixtures import query, query_one
+
+BACKLOG = 200000
+PARTITIONS = 8
+BATCH = 64
+# A pass of 64 messages reads lanes, fetches and marks 64 rows: a few hundred
+# buffers at most. The whole backlog spans thousands of heap pages and
+# hundreds of thousands of index entries.
+MAX_BUFFERS_PER_NODE = 1500
+DB = "eventbox_plans"
+
+
+@pytest.fixture(scope="module")
+def plans_db(extension):
+    admin = psycopg2.connect("", dbname="postgres", application_name="eventbox-tests")
+    admin.autocommit = True
+    query(admin, "DROP DATABASE IF EXISTS %s" % DB)
+    query(admin, "CREATE DATABASE %s" % DB)
+    c = psycopg2.connect("", dbname=DB, application_name="eventbox-tests")
+    c.autocommit = True
+    query(c, """
+        CREATE EXTENSION pg_eventbox;
+        DO $$ BEGIN
+            IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'eb_plans_role') THEN
+                CREATE ROLE eb_plans_role;
+            END IF;
+        END $$;
+        CREATE SCHEMA plans;
+        GRANT USAGE ON SCHEMA plans TO eb_plans_role;
+        CREATE TABLE plans.sink (id text PRIMARY KEY, v int);
+        GRANT INSERT ON plans.sink TO eb_plans_role;
+        CREATE FUNCTION plans.on_msg(msg eventbox.inbox) RETURNS void LANGUAGE plpgsql AS $f$
+        BEGIN
+            INSERT INTO plans.sink VALUES (msg.message_id, (msg.payload->>'n')::int);
+        END $f$;
+        SELECT eventbox.create_subscription('plans', ARRAY['plans']);
+        SELECT eventbox.register_handler('plans', 'plans.on_msg(eventbox.inbox)'::regprocedure,
+                                         run_as => 'eb_plans_role');
+    """)
+    yield c
+    c.close()
+    query(admin, "DROP DATABASE IF EXISTS %s WITH (FORCE)" % DB)
+    admin.close()
+
+
+def add_backlog(c, first, n):
+    """n received messages, offsets first.. in PARTITIONS lanes, ~200 B payloads."""
+    query(c, """
+        INSERT INTO eventbox.inbox (subscription, message_id, topic, "partition", "offset",
+                                    headers, payload, status)
+        SELECT 'plans', 'm' || lpad(g::text, 9, '0'), 'plans', g %% %s, g / %s,
+               '{}', jsonb_build_object('n', g, 'pad', repeat('x', 160)), 'received'
+          FROM generate_series(%s, %s) g
+    """, (PARTITIONS, PARTITIONS, first, first + n - 1))
+
+
+def explained_pass(c):
+    """Runs one process() pass of BATCH messages with auto_explain on; returns
+    (handled, [(statement text, plan json)])."""
+    c.notices = collections.deque(maxlen=1000)
+    query(c, """
+        LOAD 'auto_explain';
+        SET auto_explain.log_min_duration = 0;
+        SET auto_explain.log_analyze = on;
+        SET auto_explain.log_buffers = on;
+        SET auto_explain.log_timing = off;
+        SET auto_explain.log_nested_statements = on;
+        SET auto_explain.log_format = json;
+        SET auto_explain.log_level = notice;
+    """)
+    handled = query_one(c, "SELECT eventbox.process('plans', %s)", (BATCH,))
+    query(c, "SET auto_explain.log_min_duration = -1")
+    plans = []
+    for notice in list(c.notices):
+        m = re.search(r"plan:\s*(\{.*\})\s*$", notice, re.S)
+        if m:
+            doc = json.loads(m.group(1))
+            plans.append((doc.get("Query Text", ""), doc["Plan"]))
+    return handled, plans
+
+
+def nodes(plan):
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from nodes(child)
+
+
+def inbox_nodes(plans):
+    """(statement, node type, index, buffers) of every scan of eventbox.inbox (the
+    ModifyTable node of an UPDATE counts the new row versions' index entries too:
+    bounded by the batch as well, but not a scan)."""
+    out = []
+    for text, plan in plans:
+        for n in nodes(plan):
+            if not n["Node Type"].endswith("Scan"):
+                continue
+            if n.get("Relation Name") == "inbox" or "inbox_" in n.get("Index Name", ""):
+                buffers = n.get("Shared Hit Blocks", 0) + n.get("Shared Read Blocks", 0)
+                out.append((text, n["Node Type"], n.get("Index Name"), buffers))
+    return out
+
+
+def check_pass(c, state):
+    handled, plans = explained_pass(c)
+    assert handled == BATCH, "%s: process() handled %s of %s" % (state, handled, BATCH)
+    scans = inbox_nodes(plans)
+    assert scans, "%s: auto_explain showed no statement on eventbox.inbox" % state
+    worst = max(scans, key=lambda s: s[3])
+    assert worst[3] <= MAX_BUFFERS_PER_NODE, (
+        "%s: a %s%s touched %d buffers (backlog of %d): %s" % (
+            state, worst[1], " using " + worst[2] if worst[2] else "", worst[3], BACKLOG,
+            worst[0][:300]))
+    fetch = [s for s in scans if "ROW(i.subscription" in s[0]]
+    mark = [s for s in scans if "status = 'processed'" in s[0] and "ctid" in s[0]]
+    assert fetch and all(s[1] == "Tid Scan" for s in fetch), "%s: fetch plans %s" % (state, fetch)
+    assert mark and all(s[1] == "Tid Scan" for s in mark), "%s: mark plans %s" % (state, mark)
+    return worst[3]
+
+
+def test_handler_pass_cost_is_bounded_by_its_batch_whatever_the_statistics(plans_db):
+    c = plans_db
+    # 1. Never analyzed (autovacuum may analyze meanwhile: the bound holds either way).
+    add_backlog(c, 0, BACKLOG)
+    never = check_pass(c, "never analyzed")
+    # 2. Statistics taken when every message was processed (a drained inbox, vacuumed and
+    #    analyzed by autovacuum), then a new backlog arrives: the statistics say no message
+    #    waits.
+    query(c, "UPDATE eventbox.inbox SET status = 'processed' WHERE subscription = 'plans'")
+    query(c, "VACUUM ANALYZE eventbox.inbox")
+    add_backlog(c, BACKLOG, BACKLOG)
+    stale = check_pass(c, "stale statistics, new backlog")
+    # 3. After TRUNCATE (statistics survive it) and a fresh backlog.
+    query(c, "TRUNCATE eventbox.inbox")
+    add_backlog(c, 2 * BACKLOG, BACKLOG)
+    truncated = check_pass(c, "after TRUNCATE")
+    print("worst inbox node buffers per 64-message pass: never analyzed %d, stale %d, "
+          "after TRUNCATE %d (backlog %d)" % (never, stale, truncated, BACKLOG))
