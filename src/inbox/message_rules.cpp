@@ -97,6 +97,30 @@ void validate_header(std::string_view name, std::string_view value) {
                     "value of header \"" + printable(name) + "\" contains CR, LF or NUL", {}, hint);
 }
 
+std::size_t varint_bytes(int64_t value) {
+    uint64_t zigzag = (static_cast<uint64_t>(value) << 1) ^ static_cast<uint64_t>(value >> 63);
+    std::size_t n = 1;
+    while (zigzag >= 0x80) {
+        zigzag >>= 7;
+        ++n;
+    }
+    return n;
+}
+
+std::size_t header_wire_bytes(std::size_t name_len, std::size_t value_len) {
+    return varint_bytes(static_cast<int64_t>(name_len)) + name_len +
+           varint_bytes(static_cast<int64_t>(value_len)) + value_len;
+}
+
+void validate_header_count(std::size_t n) {
+    if (n > kMaxHeaders)
+        throw Error(sqlstate::kProgramLimitExceeded, "too many headers",
+                    "The record has " + std::to_string(n) + " headers; at most " +
+                        std::to_string(kMaxHeaders) + " are allowed besides message_id.",
+                    "Put structured data in the payload; consumers parse every header of a "
+                    "record before any of it.");
+}
+
 void validate_message_size(std::size_t bytes, std::size_t limit) {
     if (bytes > limit)
         throw Error(sqlstate::kProgramLimitExceeded, "message is too large for Kafka",

@@ -174,9 +174,9 @@ void Dispatcher::refetch_done() {
     fetching_ids_.clear();
 }
 
-void Dispatcher::clear_outcomes() {
-    acked_.clear();
-    failed_.clear();
+void Dispatcher::clear_outcomes(std::size_t n_acked, std::size_t n_failed) {
+    acked_.erase(acked_.begin(), acked_.begin() + std::min(n_acked, acked_.size()));
+    failed_.erase(failed_.begin(), failed_.begin() + std::min(n_failed, failed_.size()));
 }
 
 int64_t Dispatcher::next_due_ms() const {

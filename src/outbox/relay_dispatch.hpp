@@ -92,10 +92,12 @@ public:
     const std::vector<int64_t>& due_ids(int64_t now_ms, std::size_t max);
     void refetch_done();
 
-    // Outcomes to write back; clear after the writing transaction committed.
+    // Outcomes to write back, oldest first. After the transaction that wrote the first n_acked
+    // and n_failed of them committed, forget those: outcomes recorded meanwhile (a row refused
+    // while that transaction offered rows) stay for the next write.
     const std::vector<Acked>& acked() const { return acked_; }
     const std::vector<Failed>& failed() const { return failed_; }
-    void clear_outcomes();
+    void clear_outcomes(std::size_t n_acked, std::size_t n_failed);
 
     std::size_t in_flight() const { return in_flight_.size(); }
     std::size_t waiting() const { return waiting_count_; }

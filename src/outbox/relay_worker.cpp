@@ -408,7 +408,10 @@ bool read_range(int64 lo, int64 hi) {
 bool iterate() {
     bool more = false;
     int64 claimed = 0;
+    // The outcomes this pass writes; rows offered below may add failures (refused by the
+    // producer at once), which stay for the next pass.
     std::size_t acked = call_cpp([] { return dispatcher->acked().size(); });
+    std::size_t failed = call_cpp([] { return dispatcher->failed().size(); });
 
     SetCurrentStatementStartTimestamp();  // now() of this transaction
     StartTransactionCommand();
@@ -498,7 +501,10 @@ bool iterate() {
     SPI_finish();
     CommitTransactionCommand();
     pgstat_report_stat(false);  // lets autovacuum see the deletes
-    call_cpp([] { dispatcher->clear_outcomes(); });
+    more = call_cpp([&] {
+        dispatcher->clear_outcomes(acked, failed);
+        return !dispatcher->failed().empty();
+    }) || more;
     shmem::count_messages(acked);
     return more;
 }

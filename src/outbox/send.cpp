@@ -49,12 +49,13 @@ pg_uuid_t* new_message_id() {
     return uuid;
 }
 
-// Checks every header and returns the bytes they add to the record.
+// Checks every header and returns the bytes they add to the record on the wire (with their
+// length varints).
 size_t validate_headers(Jsonb* headers) {
     if (!JB_ROOT_IS_OBJECT(headers) || JB_ROOT_IS_SCALAR(headers))
         throw Error(sqlstate::kInvalidParameterValue, "headers must be a JSON object",
                     {}, "Pass headers as a flat object of strings, e.g. '{\"event_type\":\"OrderCreated\"}'.");
-    size_t bytes = 0;
+    size_t bytes = 0, count = 0;
     JsonbIterator* it = pg_guard([&] { return JsonbIteratorInit(&headers->root); });
     JsonbValue key, value;
     for (;;) {
@@ -69,7 +70,8 @@ size_t validate_headers(Jsonb* headers) {
                         {}, "Headers must be a flat JSON object of string values.");
         std::string_view text(value.val.string.val, value.val.string.len);
         validate_header(name, text);
-        bytes += name.size() + text.size();
+        validate_header_count(++count);
+        bytes += header_wire_bytes(name.size(), text.size());
     }
     return bytes;
 }
@@ -87,8 +89,12 @@ Datum send_message(FunctionCallInfo fcinfo, bytea* payload) {
     pg_uuid_t* message_id = PG_ARGISNULL(4) ? pg_guard(new_message_id)
                                             : pg_guard([&] { return PG_GETARG_UUID_P(4); });
 
+    // What the relay's producer counts against its limit: key, value and headers, each
+    // header with its framing (the message_id header too: 36 characters), plus the record's
+    // own fields.
     size_t bytes = (payload ? VARSIZE_ANY_EXHDR(payload) : 0) + (key ? VARSIZE_ANY_EXHDR(key) : 0) +
-                   header_bytes + kMessageIdHeader.size() + 36;
+                   header_bytes + header_wire_bytes(kMessageIdHeader.size(), 36) +
+                   kRecordOverheadBytes;
     validate_message_size(bytes, static_cast<size_t>(guc::max_message_bytes));
 
     pg_guard([&] {

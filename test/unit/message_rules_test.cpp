@@ -244,5 +244,40 @@ TEST(ValidateMessageSize, HugeSizes) {
         validate_message_size(static_cast<std::size_t>(-1), static_cast<std::size_t>(-1)));
 }
 
+// Kafka's record format (v2) writes lengths as zigzag varints: 0..63 take one byte, 64..8191
+// two, and so on; -1 (a null value or key) one.
+TEST(WireSize, VarintBytesFollowZigzagEncoding) {
+    EXPECT_EQ(varint_bytes(0), 1u);
+    EXPECT_EQ(varint_bytes(-1), 1u);
+    EXPECT_EQ(varint_bytes(63), 1u);
+    EXPECT_EQ(varint_bytes(64), 2u);
+    EXPECT_EQ(varint_bytes(8191), 2u);
+    EXPECT_EQ(varint_bytes(8192), 3u);
+    EXPECT_EQ(varint_bytes(1000000), 3u);
+    EXPECT_EQ(varint_bytes(INT64_MAX), 10u);
+    EXPECT_EQ(varint_bytes(INT64_MIN), 10u);
+}
+
+// A header costs its bytes plus two length varints: 100,000 one-byte headers with empty values
+// are 300,000 bytes on the wire, not 100,000 (what send() counted before).
+TEST(WireSize, HeadersCountTheirFraming) {
+    EXPECT_EQ(header_wire_bytes(1, 0), 3u);
+    EXPECT_EQ(header_wire_bytes(10, 36), 48u);
+    EXPECT_EQ(header_wire_bytes(100, 0), 103u);
+    std::size_t total = 0;
+    for (int i = 0; i < 100000; ++i) total += header_wire_bytes(1, 0);
+    EXPECT_EQ(total, 300000u);
+}
+
+TEST(ValidateHeaderCount, AtMostTheLimit) {
+    EXPECT_NO_THROW(validate_header_count(0));
+    EXPECT_NO_THROW(validate_header_count(kMaxHeaders));
+    Error e = expect_error([] { validate_header_count(kMaxHeaders + 1); });
+    EXPECT_STREQ(e.sqlstate(), "54000");
+    EXPECT_STREQ(e.what(), "too many headers");
+    EXPECT_EQ(e.detail(), "The record has 1001 headers; at most 1000 are allowed besides message_id.");
+    EXPECT_FALSE(e.hint().empty());
+}
+
 }  // namespace
 }  // namespace eventbox

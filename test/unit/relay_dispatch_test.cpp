@@ -151,7 +151,7 @@ TEST(Dispatcher, ProducesAndReportsAcks) {
     EXPECT_TRUE(d.failed().empty());
     EXPECT_EQ(d.in_flight(), 0u);
     EXPECT_FALSE(d.knows(1));
-    d.clear_outcomes();
+    d.clear_outcomes(d.acked().size(), d.failed().size());
     EXPECT_TRUE(d.acked().empty());
     EXPECT_EQ(d.next_due_ms(), std::numeric_limits<int64_t>::max());
 }
@@ -355,7 +355,7 @@ TEST(Dispatcher, PermanentErrorsGiveUpAfterMaxAttempts) {
     d.offer(outbox[1].row(), 0);
     d.offer(outbox[2].row(), 0);  // in flight behind A
     ack(d, 2, 0);
-    d.clear_outcomes();
+    d.clear_outcomes(d.acked().size(), d.failed().size());
     int64_t now = 0;
     for (int32_t attempt = 1; attempt <= 3; ++attempt) {
         fail(d, 1, now, kErrTooLarge, true);
@@ -367,7 +367,7 @@ TEST(Dispatcher, PermanentErrorsGiveUpAfterMaxAttempts) {
             EXPECT_FALSE(f.give_up) << attempt;
             EXPECT_GT(f.retry_in_ms, 0);
             EXPECT_TRUE(d.knows(1));
-            d.clear_outcomes();
+            d.clear_outcomes(d.acked().size(), d.failed().size());
             outbox[1].attempts = attempt;  // the relay stored attempts + 1
             now += 100000;
             ASSERT_EQ(refetch(d, outbox, now), std::vector<int64_t>{1});
@@ -737,7 +737,7 @@ TEST(Dispatcher, LocallyRefusedRowIsAFailedAttemptAndGivesUp) {
     ASSERT_EQ(d.failed().size(), 1u);
     EXPECT_FALSE(d.failed()[0].give_up);
     EXPECT_NE(d.failed()[0].error.find("MSG_SIZE_TOO_LARGE"), std::string::npos);
-    d.clear_outcomes();
+    d.clear_outcomes(d.acked().size(), d.failed().size());
     outbox[1].attempts = 1;
     d.offer(outbox[2].row(), 1);
     EXPECT_TRUE(sink.produced.empty()) << "row 2 waits behind row 1 of its key";
@@ -745,10 +745,34 @@ TEST(Dispatcher, LocallyRefusedRowIsAFailedAttemptAndGivesUp) {
         refetch(d, outbox, now);
     ASSERT_EQ(d.failed().size(), 1u);
     EXPECT_TRUE(d.failed()[0].give_up) << "second permanent failure with max_attempts 2";
-    d.clear_outcomes();
+    d.clear_outcomes(d.acked().size(), d.failed().size());
     for (int64_t now = 1000000; now < 2000000 && sink.produced.empty(); now += 1000)
         refetch(d, outbox, now);
     EXPECT_EQ(sink.produced, (std::vector<int64_t>{2})) << "the key moves on once row 1 failed";
+}
+
+// The relay writes the outcomes it has, then offers rows in the same pass; a row the producer
+// refuses at once records its failure then. Clearing after the commit must keep that failure
+// (it was dropped before: the row stayed pending with no attempt and blocked its key forever).
+TEST(Dispatcher, OutcomesRecordedAfterTheWriteSurviveTheClear) {
+    FakeSink sink;
+    sink.too_large.insert(3);
+    Dispatcher d(sink, small_limits(), 5);
+    d.offer(keyed(1, "a").row(), 0);
+    d.offer(keyed(2, "b").row(), 0);
+    ack(d, 1, 1);
+    fail(d, 2, 1);
+    std::size_t written_acked = d.acked().size(), written_failed = d.failed().size();
+    ASSERT_EQ(written_acked, 1u);
+    ASSERT_EQ(written_failed, 1u);
+    d.offer(keyed(3, "c").row(), 2);  // refused while the written outcomes commit
+    ack(d, 4, 2);                      // unknown: ignored
+    d.clear_outcomes(written_acked, written_failed);
+    EXPECT_TRUE(d.acked().empty());
+    ASSERT_EQ(d.failed().size(), 1u);
+    EXPECT_EQ(d.failed()[0].id, 3);
+    d.clear_outcomes(5, 5);  // more than there are: clears what there is
+    EXPECT_TRUE(d.failed().empty());
 }
 
 }  // namespace
