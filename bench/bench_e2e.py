@@ -226,7 +226,13 @@ def run_ext(env, in_topic, n, partitions, tag, pg_groups, kill=None):
     time.sleep(0.3)
     wm = Watermarks(env, out_topic, partitions)
     killed = None
-    meter = B.CpuMeter(pg_groups)
+    roles = {}
+    cur.execute("SELECT role, array_agg(pid) FROM eventbox.workers GROUP BY role")
+    for role, pids in cur.fetchall():
+        roles[role] = list(pids)
+    meter = B.CpuMeter(dict(pg_groups, ingest=lambda: roles.get("ingest", []),
+                            handlers=lambda: roles.get("handler", []),
+                            relay=lambda: roles.get("relay", [])))
     meter.start()
     t0 = time.monotonic()
     cur.execute("SELECT eventbox.alter_subscription(%s, enabled => true)", (sub,))
@@ -529,7 +535,9 @@ def notes(res, args):
                 x["rate"], x["elapsed"], x["first_s"] or -1, us(x),
                 (", peer processes %.1f us/msg, %d batches" % (
                     x["cpu"]["peer_s"] / x["n"] * 1e6, x["batches"])) if "batches" in x else
-                (", postgres %.1f us/msg" % (x["cpu"]["postgres_s"] / x["n"] * 1e6)))
+                (", postgres %.1f us/msg (ingest %.1f, handlers %.1f, relay %.1f)" % tuple(
+                    x["cpu"][k] / x["n"] * 1e6 for k in ("postgres_s", "ingest_s", "handlers_s",
+                                                         "relay_s"))))
             for x in runs)))
     ke, kp = e.get("kill_ext"), e.get("kill_peer")
     if ke and kp:
@@ -550,7 +558,11 @@ def notes(res, args):
                    "(the mock keeps ~5 MiB per partition) before the subscription is enabled; "
                    "the figure's rate counts from the first outgoing message seen to the last "
                    "(consumer start left out): %s" % (BACKLOG_PARTITIONS, "; ".join(
-                       "%d: %.0f msg/s (whole run %.0f msg/s, %.2fs)" % (
-                           x["n"], x["steady_rate"] or 0, x["rate"], x["elapsed"])
+                       "%d: %.0f msg/s (whole run %.0f msg/s, %.2fs; CPU us/msg: box %.1f, "
+                       "ingest %.1f, handlers %.1f, relay %.1f)" % (
+                           x["n"], x["steady_rate"] or 0, x["rate"], x["elapsed"], us(x),
+                           x["cpu"]["ingest_s"] / x["n"] * 1e6,
+                           x["cpu"]["handlers_s"] / x["n"] * 1e6,
+                           x["cpu"]["relay_s"] / x["n"] * 1e6)
                        for x in e["backlog"])))
     return out
