@@ -621,12 +621,14 @@ ROW = "%-36s %-20s %-26s %-7s %s"
 
 
 def table(res):
+    import bench_e2e
     import bench_inbox
     rows = [ROW % ("figure", "pg_eventbox", "baseline", "ratio", "target")]
     rows.append("-" * 104)
     if "relay" in res:
         rows.extend(relay_rows(res))
     rows.extend(bench_inbox.table_rows(res, ROW))
+    rows.extend(bench_e2e.table_rows(res, ROW))
     return "\n".join(rows)
 
 
@@ -706,9 +708,11 @@ def relay_rows(res):
 
 
 def notes(res, args):
+    import bench_e2e
     import bench_inbox
     out = relay_notes(res, args) if "relay" in res else []
     out.extend(bench_inbox.notes(res, args))
+    out.extend(bench_e2e.notes(res, args))
     return "\n".join("  " + line for line in out)
 
 
@@ -772,7 +776,7 @@ def relay_notes(res, args):
     return out
 
 
-SECTIONS = ("relay", "ingest", "handlers", "e2e")
+SECTIONS = ("relay", "ingest", "handlers", "e2e", "e2e_peer")
 
 
 def run_main(args):
@@ -799,6 +803,10 @@ def run_main(args):
             bench_inbox.section_handlers(env, cur, args, pg_groups, res)
         if "e2e" in sections and args.e2e_seconds > 0:
             bench_inbox.section_e2e(env, cur, args, tmpdir, res)
+        if "e2e_peer" in sections:
+            import bench_e2e
+            conn.close()  # the kill test restarts every backend
+            bench_e2e.section(env, args, pg_groups, res, tmpdir)
     finally:
         for name in os.listdir(tmpdir):
             os.unlink(os.path.join(tmpdir, name))
@@ -895,6 +903,12 @@ def main():
     r.add_argument("--handler-messages", type=int, default=50000)
     r.add_argument("--e2e-rate", type=int, default=1000)
     r.add_argument("--e2e-seconds", type=int, default=10)
+    r.add_argument("--e2e-orders", type=int, default=50000)
+    r.add_argument("--e2e-repeat", type=int, default=1)
+    r.add_argument("--e2e-kill-orders", type=int, default=20000)
+    r.add_argument("--e2e-kill", choices=("relay", "handler"), default="relay")
+    r.add_argument("--backlog-sizes", default="10000,100000",
+                   type=lambda s: [int(x) for x in s.split(",") if x])
     r.add_argument("--out")
     r.add_argument("--json")
     c = sub.add_parser("consume")

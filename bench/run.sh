@@ -16,12 +16,21 @@
 #   BENCH_SECTIONS          comma-separated sections to run, in this order (default all):
 #                           relay (outbox -> Kafka, above), ingest (Kafka -> inbox vs COPY,
 #                           naive client, replay), handlers (handler throughput vs
-#                           INSERT ... SELECT), e2e (Kafka -> handler commit latency @1k msg/s)
+#                           INSERT ... SELECT), e2e (Kafka -> handler commit latency @1k msg/s),
+#                           e2e_peer (Kafka -> handler -> Kafka vs bench/peer.py, kill test,
+#                           backlog scaling; its figures want a fresh cluster: run it alone)
 #   BENCH_INGEST_MESSAGES   messages per ingest run (default 100000; 32 partitions: must fit
 #                           the mock broker's ~5 MiB per partition at 1 KiB)
 #   BENCH_NAIVE_MESSAGES    messages of the naive client baseline (default 5000)
 #   BENCH_HANDLER_MESSAGES  inbox rows per handler run (default 50000)
 #   BENCH_E2E_SECONDS       length of the e2e latency run at 1k msg/s (default 10; 0 skips it)
+#   BENCH_E2E_ORDERS        section e2e_peer (pg_eventbox vs the hand-written peer, bench/peer.py):
+#                           orders per run (default 50000)
+#   BENCH_E2E_REPEAT        e2e_peer runs per side (default 1; best kept)
+#   BENCH_E2E_KILL_ORDERS   orders of the e2e_peer kill test (default 20000; 0 skips it)
+#   BENCH_E2E_KILL          worker SIGKILLed in the kill test: relay (default) or handler
+#   BENCH_BACKLOG_SIZES     e2e_peer backlog scaling, orders queued per run (default 10000,100000;
+#                           empty skips it); BENCH_BACKLOG_1M=1 adds 1000000
 #   EVENTBOX_PGBIN          PostgreSQL bin dir (default /usr/lib/postgresql/15/bin), e.g. a
 #                           relocated copy holding this build (make install DESTDIR=...)
 set -euo pipefail
@@ -34,22 +43,33 @@ REPEAT=${BENCH_REPEAT:-3}
 LATENCY_SECONDS=${BENCH_LATENCY_SECONDS:-10}
 BURST=${BENCH_BURST:-1}
 PORT=${BENCH_PORT:-54331}
-SECTIONS=${BENCH_SECTIONS:-relay,ingest,handlers,e2e}
+SECTIONS=${BENCH_SECTIONS:-relay,ingest,handlers,e2e,e2e_peer}
 INGEST_MESSAGES=${BENCH_INGEST_MESSAGES:-100000}
 NAIVE_MESSAGES=${BENCH_NAIVE_MESSAGES:-5000}
 HANDLER_MESSAGES=${BENCH_HANDLER_MESSAGES:-50000}
 E2E_SECONDS=${BENCH_E2E_SECONDS:-10}
+E2E_ORDERS=${BENCH_E2E_ORDERS:-50000}
+E2E_REPEAT=${BENCH_E2E_REPEAT:-1}
+E2E_KILL_ORDERS=${BENCH_E2E_KILL_ORDERS:-20000}
+E2E_KILL=${BENCH_E2E_KILL:-relay}
+BACKLOG_SIZES=${BENCH_BACKLOG_SIZES-10000,100000}
+[[ "${BENCH_BACKLOG_1M:-0}" == 1 ]] && BACKLOG_SIZES="${BACKLOG_SIZES:+$BACKLOG_SIZES,}1000000"
 export EVENTBOX_PGBIN=${EVENTBOX_PGBIN:-/usr/lib/postgresql/15/bin}
 KEEP=${BENCH_KEEP:-0}
 RESULTS=$HERE/results
 
-for v in MESSAGES REPEAT INGEST_MESSAGES NAIVE_MESSAGES HANDLER_MESSAGES; do
+for v in MESSAGES REPEAT INGEST_MESSAGES NAIVE_MESSAGES HANDLER_MESSAGES E2E_ORDERS E2E_REPEAT; do
   [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || { echo "bench: BENCH_$v must be a positive integer" >&2; exit 2; }
 done
 [[ "$LATENCY_SECONDS" =~ ^[0-9]+$ ]] || { echo "bench: BENCH_LATENCY_SECONDS must be an integer" >&2; exit 2; }
 [[ "$E2E_SECONDS" =~ ^[0-9]+$ ]] || { echo "bench: BENCH_E2E_SECONDS must be an integer" >&2; exit 2; }
-[[ "$SECTIONS" =~ ^(relay|ingest|handlers|e2e)(,(relay|ingest|handlers|e2e))*$ ]] ||
-  { echo "bench: BENCH_SECTIONS must list some of relay,ingest,handlers,e2e" >&2; exit 2; }
+[[ "$E2E_KILL_ORDERS" =~ ^[0-9]+$ ]] || { echo "bench: BENCH_E2E_KILL_ORDERS must be an integer" >&2; exit 2; }
+[[ "$E2E_KILL" =~ ^(relay|handler)$ ]] || { echo "bench: BENCH_E2E_KILL must be relay or handler" >&2; exit 2; }
+[[ "$BACKLOG_SIZES" =~ ^([1-9][0-9]*(,[1-9][0-9]*)*)?$ ]] ||
+  { echo "bench: BENCH_BACKLOG_SIZES must be comma-separated positive integers" >&2; exit 2; }
+S='(relay|ingest|handlers|e2e|e2e_peer)'
+[[ "$SECTIONS" =~ ^$S(,$S)*$ ]] ||
+  { echo "bench: BENCH_SECTIONS must list some of relay,ingest,handlers,e2e,e2e_peer" >&2; exit 2; }
 command -v kcat >/dev/null || { echo "bench: kcat not found (run tools/deps.sh)" >&2; exit 1; }
 
 if [[ -x "$EVENTBOX_PGBIN/pg_config" ]]; then
@@ -95,5 +115,7 @@ mkdir -p "$RESULTS"
   --repeat "$REPEAT" --burst "$([[ "$BURST" == 0 ]] && echo 0 || echo 1)" --latency-seconds "$LATENCY_SECONDS" \
   --sections "$SECTIONS" --ingest-messages "$INGEST_MESSAGES" --naive-messages "$NAIVE_MESSAGES" \
   --handler-messages "$HANDLER_MESSAGES" --e2e-seconds "$E2E_SECONDS" --build "$BUILD" \
+  --e2e-orders "$E2E_ORDERS" --e2e-repeat "$E2E_REPEAT" --e2e-kill-orders "$E2E_KILL_ORDERS" \
+  --e2e-kill "$E2E_KILL" --backlog-sizes "$BACKLOG_SIZES" \
   --out "$RESULTS/latest.txt" --json "$RESULTS/latest.json"
 echo "bench: table written to $RESULTS/latest.txt" >&2

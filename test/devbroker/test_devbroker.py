@@ -337,6 +337,57 @@ def test_broker_rtt_delays_responses(broker):
     assert time.monotonic() - t0 < 0.5
 
 
+# --- TCP_NODELAY on the broker side ---------------------------------------------
+
+def broker_sockets(broker):
+    """(accepted Kafka connections, how many have TCP_NODELAY) from the broker."""
+    reply = broker.ctl.command("sockets")
+    fields = dict(kv.split("=") for kv in reply.split())
+    return int(fields["connections"]), int(fields["nodelay"])
+
+
+def test_accepted_connections_have_tcp_nodelay(binary):
+    # The option itself, read back by the broker process with getsockopt() on
+    # every accepted connection (a client cannot see the peer's option).
+    b = Running(binary, brokers=3)
+    try:
+        assert broker_sockets(b) == (0, 0)
+        b.ctl.create_topic("nodelay", 6, 1)
+        p = confluent_producer(b.bootstrap)
+        for part in range(6):
+            p.produce("nodelay", b"x", partition=part)
+        assert p.flush(10) == 0
+        kp = kafka.KafkaProducer(bootstrap_servers=b.bootstrap)
+        kp.send("nodelay", b"y", partition=0).get(timeout=10)
+        conns, nodelay = broker_sockets(b)
+        assert conns >= 3  # at least one per broker (partition leaders)
+        assert nodelay == conns
+        kp.close()
+    finally:
+        assert b.stop() == 0
+
+
+def test_produce_round_trip_over_partitions_is_not_delayed(broker):
+    # What the option changes: one flush of small messages to 8 partitions
+    # (acks=all, linger.ms=0) took ~44 ms without it (the response waited for
+    # the client's delayed ACK behind Nagle), well under 1 ms with it.
+    topic = "roundtrips"
+    broker.ctl.create_topic(topic, 8)
+    p = confluent_producer(broker.bootstrap, acks="all")
+
+    def flush_ms():
+        t0 = time.monotonic()
+        for part in range(8):
+            p.produce(topic, b"x" * 100, partition=part)
+        assert p.flush(10) == 0
+        return (time.monotonic() - t0) * 1000
+
+    for _ in range(5):
+        flush_ms()
+    times = sorted(flush_ms() for _ in range(40))
+    assert times[len(times) // 2] < 20, times
+
+
 # --- control protocol ------------------------------------------------------------
 
 BAD_COMMANDS = [
@@ -367,6 +418,7 @@ BAD_COMMANDS = [
     "broker_rtt 9 5",
     "clear_errors",
     "quit now",
+    "sockets all",
 ]
 
 

@@ -22,6 +22,10 @@
 //                                                 with these codes, in order)
 //   clear_errors APIKEY                   -> OK  (drop pending injected errors)
 //   broker_rtt ID|all MS                  -> OK
+//   sockets                               -> OK connections=N nodelay=M
+//                                            (accepted Kafka connections
+//                                            open now, and how many of
+//                                            them have TCP_NODELAY set)
 //   quit                                  -> OK, then exit 0
 //
 // What librdkafka 2.0.2's mock cluster does (checked by test/devbroker):
@@ -41,6 +45,12 @@
 //  * Partitions keep at most ~5 MiB or 100k message sets (older ones are
 //    dropped); idempotent-producer sequence numbers are not checked; the
 //    CreateTopics admin API is not supported.
+//  * Accepted connections get TCP_NODELAY from the owning handle's
+//    socket.nagle.disable (rd_kafka_mock_connection_new() ->
+//    rd_kafka_transport_post_connect_setup() with the cluster's dummy
+//    broker, whose rk is the handle passed to rd_kafka_mock_cluster_new).
+//    Without it a response written in pieces waits for the client's delayed
+//    ACK: ~40 ms per produce round trip over several partitions.
 //  * Injected errors are cluster-wide (any client, any broker) and consumed
 //    one per matching request. librdkafka producers retry retriable codes
 //    such as NOT_LEADER_FOR_PARTITION (6) even with retries=0.
@@ -55,7 +65,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <dirent.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sstream>
 #include <string>
@@ -233,6 +245,14 @@ class Broker {
     // Notice and worse only: keeps stderr quiet during normal operation.
     rd_kafka_conf_set(conf, "log_level", "5", errstr, sizeof(errstr));
     rd_kafka_conf_set_log_cb(conf, log_cb);
+    // The mock cluster sets up every accepted connection with this handle's
+    // settings: TCP_NODELAY on the broker side, as a real broker does.
+    if (rd_kafka_conf_set(conf, "socket.nagle.disable", "true", errstr,
+                          sizeof(errstr)) != RD_KAFKA_CONF_OK) {
+      rd_kafka_conf_destroy(conf);
+      std::fprintf(stderr, "devbroker: socket.nagle.disable: %s\n", errstr);
+      return;
+    }
     rk_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
     if (!rk_) {
       rd_kafka_conf_destroy(conf);
@@ -282,6 +302,8 @@ class Broker {
     if (cmd == "inject_errors") return inject_errors(args);
     if (cmd == "clear_errors") return clear_errors(args);
     if (cmd == "broker_rtt") return broker_rtt(args);
+    if (cmd == "sockets")
+      return n == 0 ? sockets() : "ERR usage: sockets";
     std::string shown = cmd.size() > 64 ? cmd.substr(0, 64) + "..." : cmd;
     return "ERR unknown command " + shown;
   }
@@ -374,6 +396,53 @@ class Broker {
     if (!parse_int(a[2], 0, 3600000, &ms)) return "ERR MS must be 0..3600000";
     return result(
         rd_kafka_mock_broker_set_rtt(mcluster_, id, static_cast<int>(ms)));
+  }
+
+  // sockets: walks /proc/self/fd for connected TCP sockets whose local port
+  // is one of the mock brokers' listeners (the accepted Kafka connections)
+  // and reads their TCP_NODELAY back.
+  std::string sockets() const {
+    std::vector<int> ports;
+    std::istringstream ss(bootstrap_);
+    for (std::string addr; std::getline(ss, addr, ',');) {
+      long port = 0;
+      size_t colon = addr.rfind(':');
+      if (colon != std::string::npos &&
+          parse_int(addr.substr(colon + 1), 1, 65535, &port))
+        ports.push_back(static_cast<int>(port));
+    }
+    DIR *dir = opendir("/proc/self/fd");
+    if (!dir) return std::string("ERR /proc/self/fd: ") + std::strerror(errno);
+    int conns = 0, nodelay = 0;
+    while (dirent *e = readdir(dir)) {
+      long fd = 0;
+      if (!parse_int(e->d_name, 0, 1 << 30, &fd) || fd == dirfd(dir)) continue;
+      sockaddr_in local{}, peer{};
+      socklen_t llen = sizeof(local), plen = sizeof(peer);
+      int type = 0;
+      socklen_t tlen = sizeof(type);
+      if (getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_TYPE, &type,
+                     &tlen) != 0 || type != SOCK_STREAM)
+        continue;
+      if (getsockname(static_cast<int>(fd),
+                      reinterpret_cast<sockaddr *>(&local), &llen) != 0 ||
+          local.sin_family != AF_INET ||
+          getpeername(static_cast<int>(fd),
+                      reinterpret_cast<sockaddr *>(&peer), &plen) != 0)
+        continue;  // not IPv4, or a listener
+      bool broker_side = false;
+      for (int p : ports) broker_side |= ntohs(local.sin_port) == p;
+      if (!broker_side) continue;
+      int on = 0;
+      socklen_t olen = sizeof(on);
+      conns++;
+      if (getsockopt(static_cast<int>(fd), IPPROTO_TCP, TCP_NODELAY, &on,
+                     &olen) == 0 && on)
+        nodelay++;
+    }
+    closedir(dir);
+    return "OK connections=" + std::to_string(conns) +
+           " nodelay=" + std::to_string(nodelay);
   }
 
   Options opts_;
