@@ -238,8 +238,15 @@ Subscription* start_subscription(std::size_t i) {
         int64 next = DatumGetInt64(SPI_getbinval(tuple, desc, 3, &isnull));
         call_cpp([&] { sub->consumer->set_stored_offset(topic, partition, next); });
     }
-    ereport(LOG, (errmsg("eventbox ingest: consuming subscription \"%s\"%s", name,
-                         members > 1 ? psprintf(" (worker %d of %d)", member + 1, members) : "")));
+    // Subscriptions changed in a loop (alter_subscription, replay) rebuild consumers as fast:
+    // the log says so at a bounded rate.
+    static worker::LogRate rate{5, 60000};
+    int held_back = 0;
+    if (worker::log_allowed(rate, &held_back))
+        ereport(LOG, (errmsg("eventbox ingest: consuming subscription \"%s\"%s", name,
+                             members > 1 ? psprintf(" (worker %d of %d)", member + 1, members)
+                                         : ""),
+                      held_back ? errdetail("%d similar messages suppressed.", held_back) : 0));
     return sub;
 }
 
@@ -306,9 +313,14 @@ void reload() {
         }
         if (differs) {
             call_cpp([&] { sub->consumer->seek_to_stored(); });
-            ereport(LOG, (errmsg("eventbox ingest: subscription \"%s\" continues from its "
-                                 "changed stored offsets",
-                                 sub->name.c_str())));
+            static worker::LogRate rate{5, 60000};
+            int held_back = 0;
+            if (worker::log_allowed(rate, &held_back))
+                ereport(LOG, (errmsg("eventbox ingest: subscription \"%s\" continues from its "
+                                     "changed stored offsets",
+                                     sub->name.c_str()),
+                              held_back ? errdetail("%d similar messages suppressed.", held_back)
+                                        : 0));
         }
     }
     std::size_t n_wanted = call_cpp([] { return wanted->size(); });

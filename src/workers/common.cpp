@@ -86,6 +86,22 @@ void emit_kafka_logs(kafka::ClientEvents& client, const char* who) {
 
 int64 now_ms() { return GetCurrentTimestamp() / 1000; }
 
+bool log_allowed(LogRate& rate, int* held_back) {
+    int64 now = now_ms();
+    if (rate.window_start_ms == 0 || now - rate.window_start_ms >= rate.window_ms) {
+        rate.window_start_ms = now;
+        rate.lines = 0;
+    }
+    if (rate.lines >= rate.burst) {
+        ++rate.held_back;
+        return false;
+    }
+    ++rate.lines;
+    *held_back = rate.held_back;
+    rate.held_back = 0;
+    return true;
+}
+
 void recover_from_error(MemoryContext batch_context, void (*cleanup)(), int* backoff_ms) {
     error_context_stack = nullptr;
     HOLD_INTERRUPTS();

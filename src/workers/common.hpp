@@ -45,6 +45,18 @@ enum class Access { kIndex, kTid };
 void exec_kept(const char* who, SPIPlanPtr plan, Datum* values, bool read_only, int expected,
                Access access = Access::kIndex);
 
+// A bound on how often a kind of LOG line is written: at most `burst` lines per `window_ms`.
+// Lines beyond it are counted, and the next line allowed says how many were held back.
+struct LogRate {
+    int burst;
+    int window_ms;
+    int64 window_start_ms = 0;
+    int lines = 0;
+    int held_back = 0;
+};
+// Whether a line may be written now; *held_back gets the lines suppressed since the last one.
+bool log_allowed(LogRate& rate, int* held_back);
+
 // Milliseconds on PostgreSQL's clock (GetCurrentTimestamp() / 1000, PostgreSQL epoch).
 int64 now_ms();
 
