@@ -1,8 +1,8 @@
 // One handler pass (see handlers/runner.hpp).
 //
-// PostgreSQL-side code. The lanes read by a pass live in a heap-held C++ structure reached only
-// through call_cpp(); handler runs use PG_TRY around an internal subtransaction, like PL/pgSQL's
-// exception blocks.
+// PostgreSQL-side code. The lanes read by a pass and the messages it chose live in a heap-held
+// PassState (handlers/pass_state.hpp), whose operations are called only through call_cpp();
+// handler runs use PG_TRY around an internal subtransaction, like PL/pgSQL's exception blocks.
 extern "C" {
 #include "postgres.h"
 
@@ -29,13 +29,9 @@ extern "C" {
 }
 
 #include <climits>
-#include <deque>
-#include <map>
-#include <random>
-#include <string>
-#include <vector>
 
 #include "pg/guc.hpp"
+#include "handlers/pass_state.hpp"
 #include "handlers/plan.hpp"
 #include "handlers/runner.hpp"
 #include "pg/arrays.hpp"
@@ -48,42 +44,6 @@ using eventbox::pg::call_cpp;
 namespace eventbox::handlers {
 
 namespace {
-
-// Messages of one partition that still need handling, in offset order.
-struct Lane {
-    std::string topic;
-    int32_t partition = 0;
-    std::vector<Candidate> candidates;
-    std::vector<std::string> keys;  // owns the bytes candidates[i].key points to
-    std::vector<std::string> ids;
-    std::vector<int32_t> attempts;
-    std::vector<std::string> event_types;
-    std::vector<bool> has_type;
-    std::vector<uint64_t> tids;  // ctid: block << 16 | offset
-    bool had_claim = false;      // a crashed pass's claim was settled in this pass
-};
-
-struct Chosen {
-    std::size_t lane;
-    std::size_t index;
-};
-
-// The lane a worker served last in a subscription; its next pass starts after it.
-struct LaneCursor {
-    std::string topic;
-    int32_t partition = 0;
-};
-
-// A pass's working set (heap; cleared at the start of each pass). Lanes are appended while
-// earlier ones are in use: a deque keeps them (and the keys candidates point into) in place.
-struct PassState {
-    std::deque<Lane> lanes;
-    std::vector<Chosen> chosen;
-    std::vector<std::size_t> picks;  // of the lane being planned
-    std::vector<bool> lane_locked;
-    std::mt19937_64 rng{std::random_device{}()};
-    std::map<std::string, LaneCursor> cursors;  // by subscription
-};
 
 struct HandlerRef {
     char* event_type;  // NULL: every type
@@ -101,6 +61,7 @@ struct Options {
     bool unhandled_keep;
 };
 
+// The pass's working set (heap; begun anew by each pass; the cursors outlive passes).
 PassState* state = nullptr;
 // What a pass allocates lives here, across its two transactions and SPI connections.
 MemoryContext pass_context = nullptr;
@@ -499,15 +460,16 @@ bool next_lane(Datum name, const char* after_topic, int32 after_partition, const
 
 // Reads up to `per_lane` waiting messages of a lane whose lock this pass holds, with a snapshot
 // taken after the lock: what another pass handled before releasing the lane is not read again.
-void read_lane(Datum name, Lane* lane, int per_lane, const Options& options, Datum any_type,
+void read_lane(Datum name, std::size_t l, int per_lane, const Options& options, Datum any_type,
                Datum handled_types) {
     bool isnull;
-    Datum topic = CStringGetTextDatum(lane->topic.c_str());
+    LaneId lane = call_cpp([&] { return state->lane_id(l); });
+    Datum topic = CStringGetTextDatum(lane.topic);
     int n_waiting = 0;
     bool null_key_waits = false;
     Datum* waiting = nullptr;
     if (options.ordering == Ordering::kKey) {
-        Datum wargs[3] = {name, topic, Int32GetDatum(lane->partition)};
+        Datum wargs[3] = {name, topic, Int32GetDatum(lane.partition)};
         exec(waiting_keys_plan, wargs, false, SPI_OK_SELECT);
         waiting = static_cast<Datum*>(palloc(sizeof(Datum) * Max(SPI_processed, 1)));
         for (uint64 r = 0; r < SPI_processed; ++r) {
@@ -520,7 +482,7 @@ void read_lane(Datum name, Lane* lane, int per_lane, const Options& options, Dat
     for (int k = 0; k < n_waiting; ++k) waiting_keys.set(k, waiting[k]);
     Datum args[10] = {name,
                       topic,
-                      Int32GetDatum(lane->partition),
+                      Int32GetDatum(lane.partition),
                       Int32GetDatum(per_lane),
                       BoolGetDatum(options.unhandled_keep),
                       waiting_keys.get(),
@@ -543,27 +505,17 @@ void read_lane(Datum name, Lane* lane, int per_lane, const Options& options, Dat
         ItemPointer tid = ItemPointerFromDatum(SPI_getbinval(tuple, desc, 6, &isnull));
         uint64 packed = (static_cast<uint64>(ItemPointerGetBlockNumber(tid)) << 16) |
                         ItemPointerGetOffsetNumber(tid);
-        call_cpp([&] {
-            lane->keys.emplace_back(key_bytes ? std::string(VARDATA_ANY(key_bytes),
-                                                            VARSIZE_ANY_EXHDR(key_bytes))
-                                              : std::string());
-            lane->ids.emplace_back(id);
-            lane->attempts.push_back(attempts);
-            lane->event_types.emplace_back(type ? type : "");
-            lane->has_type.push_back(type != nullptr);
-            lane->tids.push_back(packed);
-            Candidate c;
-            c.has_key = key_bytes != nullptr;
-            c.not_before_ms = not_before;
-            c.suspect = attempts > 0 && next_null;
-            lane->candidates.push_back(c);
-        });
+        MessageRow row{id,
+                       key_bytes ? VARDATA_ANY(key_bytes) : nullptr,
+                       key_bytes ? VARSIZE_ANY_EXHDR(key_bytes) : 0,
+                       type,
+                       attempts,
+                       !next_null,
+                       not_before,
+                       packed};
+        call_cpp([&] { state->add_message(l, row); });
     }
-    // Keys point into the lane's own strings, fixed only now that they are complete.
-    call_cpp([&] {
-        for (std::size_t i = 0; i < lane->candidates.size(); ++i)
-            lane->candidates[i].key = lane->keys[i];
-    });
+    call_cpp([&] { state->seal_lane(l); });
 }
 
 // The outcomes a run transaction records: each kind in arrays of its own, filled from the
@@ -653,8 +605,9 @@ void start_run_transaction() {
 
 // Settles what a crashed pass left in a lane this pass holds: the claimed messages that still
 // wait have their attempt counted (dead when it was the last). Returns how many went dead.
-int settle_claim(Datum name, Lane* lane, int32 max_attempts) {
-    Datum args[3] = {name, CStringGetTextDatum(lane->topic.c_str()), Int32GetDatum(lane->partition)};
+int settle_claim(Datum name, std::size_t l, int32 max_attempts) {
+    LaneId lane = call_cpp([&] { return state->lane_id(l); });
+    Datum args[3] = {name, CStringGetTextDatum(lane.topic), Int32GetDatum(lane.partition)};
     exec(claim_read_plan, args, false, SPI_OK_SELECT);
     if (SPI_processed == 0) return 0;
     bool isnull;
@@ -662,7 +615,7 @@ int settle_claim(Datum name, Lane* lane, int32 max_attempts) {
     Datum attempts = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
     ArrayType* id_array = DatumGetArrayTypeP(ids);
     if (ArrayGetNItems(ARR_NDIM(id_array), ARR_DIMS(id_array)) == 0) return 0;
-    lane->had_claim = true;
+    call_cpp([&] { state->set_had_claim(l); });
     Datum crash_args[4] = {name, ids, Int32GetDatum(max_attempts), attempts};
     exec(crash_plan, crash_args, false, SPI_OK_UPDATE_RETURNING);
     int dead = 0;
@@ -675,45 +628,41 @@ int settle_claim(Datum name, Lane* lane, int32 max_attempts) {
 // Writes the claim of each lane this pass holds that runs messages (a worker's pass:
 // `own_transactions`) or whose crashed claim it settled (then emptied, or replaced).
 void write_claims(Datum name, const bool* to_run, bool own_transactions) {
-    std::size_t n_lanes = call_cpp([] { return state->lanes.size(); });
-    int n_chosen = static_cast<int>(call_cpp([] { return state->chosen.size(); }));
+    std::size_t n_lanes = call_cpp([] { return state->lane_count(); });
+    int n_chosen = static_cast<int>(call_cpp([] { return state->chosen_count(); }));
     for (std::size_t l = 0; l < n_lanes; ++l) {
-        Lane* lane = call_cpp([&] { return &state->lanes[l]; });
-        if (!call_cpp([&] { return static_cast<bool>(state->lane_locked[l]); })) continue;
+        if (!call_cpp([&] { return state->is_locked(l); })) continue;
         int n = 0;
         for (int c = 0; own_transactions && c < n_chosen; ++c)
-            if (to_run[c] && call_cpp([&] { return state->chosen[c].lane == l; })) ++n;
-        if (n == 0 && !lane->had_claim) continue;
+            if (to_run[c] && call_cpp([&] { return state->lane_of_chosen(c) == l; })) ++n;
+        if (n == 0 && !call_cpp([&] { return state->had_claim(l); })) continue;
         pg::ArrayColumn ids(n, TEXTOID), attempts(n, INT4OID);
         n = 0;
         for (int c = 0; own_transactions && c < n_chosen; ++c) {
-            Chosen ch = call_cpp([&] { return state->chosen[c]; });
-            if (ch.lane != l || !to_run[c]) continue;
-            ids.set(n, CStringGetTextDatum(lane->ids[ch.index].c_str()));
-            attempts.set(n, Int32GetDatum(lane->attempts[ch.index]));
+            if (!to_run[c]) continue;
+            ChosenMessage m = call_cpp([&] { return state->chosen(c); });
+            if (m.lane != l) continue;
+            ids.set(n, CStringGetTextDatum(m.id));
+            attempts.set(n, Int32GetDatum(m.attempts));
             ++n;
         }
-        Datum args[5] = {name, CStringGetTextDatum(lane->topic.c_str()),
-                         Int32GetDatum(lane->partition), ids.get(), attempts.get()};
+        LaneId lane = call_cpp([&] { return state->lane_id(l); });
+        Datum args[5] = {name, CStringGetTextDatum(lane.topic), Int32GetDatum(lane.partition),
+                         ids.get(), attempts.get()};
         exec(claim_write_plan, args, false, SPI_OK_INSERT);
     }
 }
 
 // Empties the claims of the lanes whose messages this pass ran (with the last outcomes).
 void clear_claims(Datum name) {
-    std::size_t n_lanes = call_cpp([] { return state->lanes.size(); });
+    std::size_t n_lanes = call_cpp([] { return state->lane_count(); });
     pg::ArrayColumn topics(static_cast<int>(Max(n_lanes, 1)), TEXTOID),
         partitions(static_cast<int>(Max(n_lanes, 1)), INT4OID);
     for (std::size_t l = 0; l < n_lanes; ++l) {
-        bool ran = call_cpp([&] {
-            for (const Chosen& c : state->chosen)
-                if (c.lane == l) return true;
-            return false;
-        });
-        if (!ran) continue;
-        Lane* lane = call_cpp([&] { return &state->lanes[l]; });
-        topics.set(static_cast<int>(l), CStringGetTextDatum(lane->topic.c_str()));
-        partitions.set(static_cast<int>(l), Int32GetDatum(lane->partition));
+        if (!call_cpp([&] { return state->lane_has_chosen(l); })) continue;
+        LaneId lane = call_cpp([&] { return state->lane_id(l); });
+        topics.set(static_cast<int>(l), CStringGetTextDatum(lane.topic));
+        partitions.set(static_cast<int>(l), Int32GetDatum(lane.partition));
     }
     Datum args[3] = {name, topics.get(), partitions.get()};
     exec(claim_clear_plan, args, false, SPI_OK_UPDATE);
@@ -729,8 +678,7 @@ void fetch_rows(Datum name, const bool* to_run, int from, int to, Datum* rows) {
     for (int c = from; c < to; ++c) {
         wanted[c - from] = UINT64_MAX;
         if (!to_run[c]) continue;
-        Chosen ch = call_cpp([&] { return state->chosen[c]; });
-        uint64 packed = call_cpp([&] { return state->lanes[ch.lane].tids[ch.index]; });
+        uint64 packed = call_cpp([&] { return state->chosen(c).tid; });
         tids.set(c - from, tid_datum(packed));
         wanted[c - from] = packed;
         ++n_wanted;
@@ -751,10 +699,7 @@ void fetch_rows(Datum name, const bool* to_run, int from, int to, Datum* rows) {
         for (int k = 0; k < n; ++k) {
             if (wanted[k] != packed) continue;
             int c = from + k;
-            bool same = call_cpp([&] {
-                const Chosen& ch = state->chosen[c];
-                return state->lanes[ch.lane].ids[ch.index] == id;
-            });
+            bool same = call_cpp([&] { return state->chosen_has_id(c, id); });
             if (same) rows[c] = datumCopy(SPI_getbinval(tuple, desc, 3, &isnull), false, -1);
             break;
         }
@@ -762,7 +707,7 @@ void fetch_rows(Datum name, const bool* to_run, int from, int to, Datum* rows) {
 }
 
 bool type_matches(const HandlerRef& h, const char* event_type) {
-    return h.event_type == nullptr || (event_type != nullptr && strcmp(h.event_type, event_type) == 0);
+    return handler_takes(h.event_type, event_type);
 }
 
 }  // namespace
@@ -776,8 +721,22 @@ namespace {
 
 bool in_pass = false;
 
-int run_pass_body(const char* subscription, int max, bool own_transactions, int64* next_due_ms) {
-    *next_due_ms = INT64_MAX;
+// What a pass knows of its subscription. Trivially destructible (its parts are palloc'd).
+struct PassSetup {
+    Datum name;
+    HandlerRef* handlers;
+    int n_handlers;
+    Options options;
+    bool found;  // the subscription exists, is enabled, and may have something to run
+    // For reading lanes: some handler takes every type; the types handlers take.
+    bool any_type;
+    Datum handled_types;
+    const char** handler_types;  // each handler's type (NULL: every type), for mark_handled()
+};
+
+// Starts a pass: the state it works in, its memory context (reset), its first transaction (a
+// worker's) and SPI connection, with a snapshot; leaves pass_context current.
+void open_pass(bool own_transactions) {
     if (state == nullptr) state = call_cpp([] { return new PassState(); });
     if (handler_timeout_id == MAX_TIMEOUTS)
         handler_timeout_id = RegisterTimeout(USER_TIMEOUT, on_handler_timeout);
@@ -795,9 +754,10 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
     // SPI calls (prepare_plans too) return in SPI's context, which the commit between the two
     // transactions frees: what the pass keeps is allocated after switching to pass_context.
     MemoryContextSwitchTo(pass_context);
-    Datum name = CStringGetTextDatum(subscription);
+}
 
-    // Handlers and lanes.
+// The subscription's handlers, in registration order (in pass_context); *n gets how many.
+HandlerRef* load_handlers(Datum name, int* n) {
     Datum args[1] = {name};
     exec(handlers_plan, args, true, SPI_OK_SELECT);
     // SPI calls return in SPI's own context, which the commit between the two transactions
@@ -815,146 +775,129 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
         handlers[i].registered_by = DatumGetObjectId(SPI_getbinval(t, d, 4, &isnull));
         handlers[i].signature = nullable_text(t, d, 5);
     }
-    Options options{Ordering::kPartition, 1, 1000, 1000, false};
-    bool found = read_options(name, &options);
-    // Kept messages without any handler registered: nothing to run, nothing to read.
-    if (found && n_handlers == 0 && options.unhandled_keep) found = false;
-    int per_lane = max;
-    // The event types some handler takes, for reading lanes.
-    bool any_type = false;
-    pg::ArrayColumn handled_types(n_handlers, TEXTOID);
-    for (int h = 0; h < n_handlers; ++h) {
-        if (handlers[h].event_type == nullptr) any_type = true;
-        else handled_types.set(h, CStringGetTextDatum(handlers[h].event_type));
-    }
-    Datum handled_types_array = handled_types.get();
+    *n = n_handlers;
+    return handlers;
+}
 
-    // Choose messages lane by lane, from the lane after the one this worker served last in the
-    // subscription (a round robin), wrapping around at most once.
-    int64 now = worker::now_ms();
-    call_cpp([] {
-        state->lanes.clear();
-        state->chosen.clear();
-        state->lane_locked.clear();
+// Reads the subscription's handlers and options, and the lane read's parameters derived from
+// them. The handlers are kept in pass_context; the rest belongs to the first transaction.
+void load_setup(Datum name, PassSetup* setup) {
+    setup->name = name;
+    setup->handlers = load_handlers(name, &setup->n_handlers);
+    setup->options = Options{Ordering::kPartition, 1, 1000, 1000, false};
+    setup->found = read_options(name, &setup->options);
+    // Kept messages without any handler registered: nothing to run, nothing to read.
+    if (setup->found && setup->n_handlers == 0 && setup->options.unhandled_keep)
+        setup->found = false;
+    // The event types some handler takes, for reading lanes.
+    setup->any_type = false;
+    pg::ArrayColumn handled_types(setup->n_handlers, TEXTOID);
+    setup->handler_types =
+        static_cast<const char**>(palloc(sizeof(const char*) * Max(setup->n_handlers, 1)));
+    for (int h = 0; h < setup->n_handlers; ++h) {
+        const char* type = setup->handlers[h].event_type;
+        setup->handler_types[h] = type;
+        if (type == nullptr) setup->any_type = true;
+        else handled_types.set(h, CStringGetTextDatum(type));
+    }
+    setup->handled_types = handled_types.get();
+}
+
+// Chooses messages of lane l (read, its messages' handlers marked) while fewer than `max` are
+// chosen. Returns false when the pass looks at no further lane.
+bool choose_in_lane(std::size_t l, const Options& options, int max, bool own_transactions,
+                    int64 now, int64* next_due_ms) {
+    long suspect = call_cpp([&] {
+        return state->plan(l, options.ordering, options.unhandled_keep, now,
+                           static_cast<std::size_t>(max), next_due_ms);
     });
-    const LaneCursor* cursor = call_cpp([&]() -> const LaneCursor* {
-        auto it = state->cursors.find(subscription);
-        return it == state->cursors.end() ? nullptr : &it->second;
-    });
-    char* start_topic = cursor ? pstrdup(cursor->topic.c_str()) : nullptr;
-    int32 start_partition = cursor ? cursor->partition : 0;
+    if (suspect < 0) {
+        call_cpp([&] { state->choose_picks(l); });
+        return true;
+    }
+    // A message whose last attempt never finished runs alone, in a pass of its own.
+    bool first = call_cpp([] { return state->chosen_count() == 0; });
+    if (first && try_lock_suspects(own_transactions)) {
+        call_cpp([&] { state->choose_alone(l, static_cast<std::size_t>(suspect)); });
+        return false;
+    }
+    call_cpp([&] { state->choose_picks(l, static_cast<std::size_t>(suspect)); });
+    // Not first: a later pass takes it. First but another pass runs a suspect: the lane
+    // waits behind it, the other lanes go on.
+    return first;
+}
+
+// Chooses up to `max` messages lane by lane, from the lane after the one this worker served
+// last in the subscription (a round robin), wrapping around at most once. Each lane it reads is
+// locked first, and a crashed pass's claim there settled. Returns how many messages those
+// settlements made dead.
+int choose_messages(const char* subscription, const PassSetup& setup, int max,
+                    bool own_transactions, int64 now, int64* next_due_ms) {
+    int per_lane = max;
+    call_cpp([] { state->begin_pass(); });
+    const char* cursor_topic = nullptr;
+    int32 cursor_partition = 0;
+    bool has_cursor = call_cpp(
+        [&] { return state->find_cursor(subscription, &cursor_topic, &cursor_partition); });
+    LaneWalk walk = LaneWalk::from(has_cursor ? pstrdup(cursor_topic) : nullptr, cursor_partition);
     int crash_dead = 0;  // messages whose last attempt a crash cut short
-    const char* after_topic = start_topic ? start_topic : "";  // before every topic
-    int32 after_partition = start_topic ? start_partition : -1;
-    bool wrapped = start_topic == nullptr;
-    while (found) {
-        if (call_cpp([&] { return state->chosen.size(); }) >= static_cast<std::size_t>(max)) break;
+    while (setup.found) {
+        if (call_cpp([] { return state->chosen_count(); }) >= static_cast<std::size_t>(max)) break;
         char* topic;
         int32 partition;
-        if (!next_lane(name, after_topic, after_partition, wrapped ? start_topic : nullptr,
-                       start_partition, &topic, &partition)) {
-            if (wrapped) break;
-            wrapped = true;
-            after_topic = "";
-            after_partition = -1;
+        if (!next_lane(setup.name, walk.after_topic, walk.after_partition, walk.upto_topic(),
+                       walk.upto_partition(), &topic, &partition)) {
+            if (!walk.wrap()) break;
             continue;
         }
-        after_topic = topic;
-        after_partition = partition;
-        std::size_t l = call_cpp([&] {
-            state->lanes.emplace_back();
-            state->lanes.back().topic = topic;
-            state->lanes.back().partition = partition;
-            state->lane_locked.push_back(false);
-            return state->lanes.size() - 1;
-        });
-        Lane* lane = call_cpp([&] { return &state->lanes[l]; });
-        if (!try_lock_lane(subscription, lane->topic.c_str(), lane->partition, own_transactions))
-            continue;
-        call_cpp([&] { state->lane_locked[l] = true; });
-        crash_dead += settle_claim(name, lane, options.max_attempts);
-        read_lane(name, lane, per_lane, options, BoolGetDatum(any_type), handled_types_array);
+        walk.found(topic, partition);
+        std::size_t l = call_cpp([&] { return state->add_lane(topic, partition); });
+        if (!try_lock_lane(subscription, topic, partition, own_transactions)) continue;
+        call_cpp([&] { state->set_locked(l); });
+        crash_dead += settle_claim(setup.name, l, setup.options.max_attempts);
+        read_lane(setup.name, l, per_lane, setup.options, BoolGetDatum(setup.any_type),
+                  setup.handled_types);
         MemoryContextSwitchTo(pass_context);
-        // Which messages have a handler.
         call_cpp([&] {
-            for (std::size_t i = 0; i < lane->candidates.size(); ++i) {
-                bool handled = false;
-                for (int h = 0; h < n_handlers && !handled; ++h)
-                    handled = type_matches(handlers[h], lane->has_type[i]
-                                                            ? lane->event_types[i].c_str()
-                                                            : nullptr);
-                lane->candidates[i].handled = handled;
-            }
+            state->mark_handled(l, setup.handler_types, static_cast<std::size_t>(setup.n_handlers));
         });
-        long suspect = call_cpp([&] {
-            std::size_t room = static_cast<std::size_t>(max) - state->chosen.size();
-            state->picks.clear();
-            long s = plan_lane(lane->candidates, options.ordering, options.unhandled_keep, now,
-                               room, state->picks);
-            for (const Candidate& c : lane->candidates)
-                if (c.not_before_ms > now && c.not_before_ms < *next_due_ms)
-                    *next_due_ms = c.not_before_ms;
-            return s;
-        });
-        if (suspect < 0) {
-            call_cpp([&] {
-                for (std::size_t p : state->picks) state->chosen.push_back({l, p});
-            });
-            continue;
-        }
-        // A message whose last attempt never finished runs alone, in a pass of its own.
-        bool first = call_cpp([] { return state->chosen.empty(); });
-        if (first && try_lock_suspects(own_transactions)) {
-            call_cpp([&] { state->chosen.push_back({l, static_cast<std::size_t>(suspect)}); });
-            break;
-        }
-        call_cpp([&] {
-            for (std::size_t p : state->picks)
-                if (p < static_cast<std::size_t>(suspect)) state->chosen.push_back({l, p});
-        });
-        // Not first: a later pass takes it. First but another pass runs a suspect: the lane
-        // waits behind it, the other lanes go on.
-        if (!first) break;
+        if (!choose_in_lane(l, setup.options, max, own_transactions, now, next_due_ms)) break;
     }
+    if (walk.on_lane())
+        call_cpp([&] { state->set_cursor(subscription, walk.after_topic, walk.after_partition); });
+    return crash_dead;
+}
 
-    if (after_partition >= 0)
-        call_cpp([&] { state->cursors[subscription] = LaneCursor{after_topic, after_partition}; });
-    MemoryContextSwitchTo(pass_context);
-    std::size_t n_lanes = call_cpp([] { return state->lanes.size(); });
-    int n_chosen = static_cast<int>(call_cpp([] { return state->chosen.size(); }));
-    if (own_transactions)
-        for (std::size_t l = 0; l < n_lanes; ++l)
-            if (call_cpp([&] { return state->lane_locked[l]; })) {
-                // A lane whose claim this pass settled stays locked until that commits.
-                bool used = call_cpp([&] {
-                    if (state->lanes[l].had_claim) return true;
-                    for (const Chosen& c : state->chosen)
-                        if (c.lane == l) return true;
-                    return false;
-                });
-                if (!used) {
-                    Lane* lane = call_cpp([&] { return &state->lanes[l]; });
-                    LOCKTAG tag = lane_tag(subscription, lane->topic.c_str(), lane->partition);
-                    LockRelease(&tag, ExclusiveLock, true);
-                    for (int i = 0; i < n_held; ++i)
-                        if (memcmp(&held_locks[i], &tag, sizeof tag) == 0) {
-                            held_locks[i] = held_locks[--n_held];
-                            break;
-                        }
-                }
+// Releases the session locks of the lanes a worker's pass read but does not use: no message
+// chosen in them and no claim settled (which stays locked until it commits).
+void release_unused_lanes(const char* subscription) {
+    std::size_t n_lanes = call_cpp([] { return state->lane_count(); });
+    for (std::size_t l = 0; l < n_lanes; ++l) {
+        if (!call_cpp([&] { return state->is_locked(l) && !state->lane_in_use(l); })) continue;
+        LaneId lane = call_cpp([&] { return state->lane_id(l); });
+        LOCKTAG tag = lane_tag(subscription, lane.topic, lane.partition);
+        LockRelease(&tag, ExclusiveLock, true);
+        for (int i = 0; i < n_held; ++i)
+            if (memcmp(&held_locks[i], &tag, sizeof tag) == 0) {
+                held_locks[i] = held_locks[--n_held];
+                break;
             }
-    // What runs, and what is ignored (no handler) without an attempt.
+    }
+}
+
+// Marks ignored, without an attempt, the chosen messages no handler takes, and marks the others
+// in to_run[] (*n_to_run gets how many). Returns how many it ignored.
+int ignore_unhandled(Datum name, int n_chosen, bool* to_run, int* n_to_run) {
     pg::ArrayColumn unhandled_ids(Max(n_chosen, 1), TEXTOID);
-    bool* to_run = static_cast<bool*>(palloc0(sizeof(bool) * Max(n_chosen, 1)));
-    int n_unhandled = 0, n_to_run = 0;
+    int n_unhandled = 0;
+    *n_to_run = 0;
     for (int c = 0; c < n_chosen; ++c) {
-        Chosen ch = call_cpp([&] { return state->chosen[c]; });
-        Lane* lane = call_cpp([&] { return &state->lanes[ch.lane]; });
-        if (!lane->candidates[ch.index].handled) {
-            unhandled_ids.set(n_unhandled++, CStringGetTextDatum(lane->ids[ch.index].c_str()));
+        ChosenMessage m = call_cpp([&] { return state->chosen(c); });
+        if (!m.handled) {
+            unhandled_ids.set(n_unhandled++, CStringGetTextDatum(m.id));
         } else {
             to_run[c] = true;
-            ++n_to_run;
+            ++*n_to_run;
         }
     }
     if (n_unhandled > 0) {
@@ -962,11 +905,97 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
         exec(ignored_plan, ignore_args, false, SPI_OK_UPDATE);
         MemoryContextSwitchTo(pass_context);
     }
+    return n_unhandled;
+}
+
+// Runs chosen message `c`, whose row was fetched, unless a failure earlier in the pass holds it
+// back; adds its outcome to `out`. `matching` has room for every handler. Returns whether it was
+// handled (processed, ignored or failed).
+bool run_chosen(const PassSetup& setup, int c, Datum row, HandlerRef** matching, Outcomes* out,
+                int64 now, int64* next_due_ms) {
+    ChosenMessage m = call_cpp([&] { return state->chosen(c); });
+    Datum id = CStringGetTextDatum(m.id);
+    if (call_cpp([&] { return state->is_held_back(c, setup.options.ordering); }))
+        return false;  // stays as it was, to follow the retry
+    int n_matching = 0;
+    for (int h = 0; h < setup.n_handlers; ++h)
+        if (type_matches(setup.handlers[h], m.event_type))
+            matching[n_matching++] = &setup.handlers[h];
+    if (n_matching == 0) {
+        out->add_ignored(id);
+        return true;
+    }
+    char* error = run_message(row, matching, n_matching);
+    pfree(DatumGetPointer(row));
+    if (error == nullptr) {
+        out->add_processed(id, tid_datum(m.tid));
+        return true;
+    }
+    int32 attempts = m.attempts + 1;
+    bool dead = attempts >= setup.options.max_attempts;
+    double unit = call_cpp([] { return state->next_jitter(); });
+    int64 delay =
+        retry_delay_ms(attempts, setup.options.backoff_ms, setup.options.backoff_max_ms, unit);
+    out->add_failed(id, CStringGetTextDatum(error), Int64GetDatum(delay), BoolGetDatum(dead));
+    call_cpp([&] { state->mark_failed(static_cast<std::size_t>(c)); });
+    if (!dead && now + delay < *next_due_ms) *next_due_ms = now + delay;
+    return true;
+}
+
+// Runs the chosen messages marked in to_run[], in lane order, fetching each transaction's rows
+// first; a failure holds back the rest of its lane (or key) in this pass. A worker records the
+// outcomes of each transaction's messages and commits it; process() records all of its own in
+// the caller's transaction. Returns how many messages it handled.
+int run_messages(const PassSetup& setup, int n_chosen, const bool* to_run, bool own_transactions,
+                 int64 now, int64* next_due_ms) {
+    int outcome_room = own_transactions ? Min(n_chosen, kMessagesPerTransaction) : n_chosen;
+    Outcomes out(outcome_room);
+    Datum* rows = static_cast<Datum*>(palloc0(sizeof(Datum) * n_chosen));
+    HandlerRef** matching =
+        static_cast<HandlerRef**>(palloc(sizeof(HandlerRef*) * Max(setup.n_handlers, 1)));
+    int handled = 0;
+    // The handlers' settings are pinned around their calls only (from each batch's fetch to its
+    // end): eventbox's own statements run with the worker's (or _process()'s) search_path,
+    // pg_catalog first.
+    for (int c = 0; c < n_chosen; ++c) {
+        if (c % kMessagesPerTransaction == 0) {
+            if (c > 0) unpin_handler_settings();
+            if (c > 0 && own_transactions) {
+                record_outcomes(setup.name, out);
+                commit_run_transaction();
+                start_run_transaction();
+                out = Outcomes(outcome_room);
+            }
+            fetch_rows(setup.name, to_run, c, Min(n_chosen, c + kMessagesPerTransaction), rows);
+            pin_handler_settings();
+        }
+        if (rows[c] == (Datum)0) continue;  // handled meanwhile
+        if (run_chosen(setup, c, rows[c], matching, &out, now, next_due_ms)) ++handled;
+    }
+    unpin_handler_settings();  // n_chosen > 0 here: the loop pinned them
+    record_outcomes(setup.name, out);
+    return handled;
+}
+
+// run_pass(), inside its guard against nesting.
+int run_pass_body(const char* subscription, int max, bool own_transactions, int64* next_due_ms) {
+    *next_due_ms = INT64_MAX;
+    open_pass(own_transactions);
+    PassSetup setup;
+    load_setup(CStringGetTextDatum(subscription), &setup);
+    int64 now = worker::now_ms();
+    int crash_dead = choose_messages(subscription, setup, max, own_transactions, now, next_due_ms);
+    MemoryContextSwitchTo(pass_context);
+    int n_chosen = static_cast<int>(call_cpp([] { return state->chosen_count(); }));
+    if (own_transactions) release_unused_lanes(subscription);
+    // What runs, and what is ignored (no handler) without an attempt.
+    bool* to_run = static_cast<bool*>(palloc0(sizeof(bool) * Max(n_chosen, 1)));
+    int n_to_run;
+    int handled = ignore_unhandled(setup.name, n_chosen, to_run, &n_to_run) + crash_dead;
     // Each lane's claim: a worker's commits before any of its messages runs, so a handler that
     // kills the backend cannot run forever; a settled claim is emptied with its settlement.
-    write_claims(name, to_run, own_transactions);
+    write_claims(setup.name, to_run, own_transactions);
     PopActiveSnapshot();
-    int handled = n_unhandled + crash_dead;
     if (n_to_run == 0) {
         SPI_finish();
         if (own_transactions) CommitTransactionCommand();
@@ -981,76 +1010,9 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
     } else {
         PushActiveSnapshot(GetTransactionSnapshot());
     }
-
-    // Run, in lane order, fetching each transaction's rows first; a failure holds back the rest
-    // of its lane (or key) in this pass.
-    // A worker records the outcomes of each transaction's messages; process() all of its own.
-    int outcome_room = own_transactions ? Min(n_chosen, kMessagesPerTransaction) : n_chosen;
-    Outcomes out(outcome_room);
-    Datum* rows = static_cast<Datum*>(palloc0(sizeof(Datum) * n_chosen));
-    int* failed_at = static_cast<int*>(palloc(sizeof(int) * n_chosen));  // chosen index
-    int n_failed = 0;
-    HandlerRef** matching = static_cast<HandlerRef**>(palloc(sizeof(HandlerRef*) * Max(n_handlers, 1)));
-    // The handlers' settings are pinned around their calls only (from each batch's fetch to its
-    // end): eventbox's own statements run with the worker's (or _process()'s) search_path,
-    // pg_catalog first.
-    for (int c = 0; c < n_chosen; ++c) {
-        if (c % kMessagesPerTransaction == 0) {
-            if (c > 0) unpin_handler_settings();
-            if (c > 0 && own_transactions) {
-                record_outcomes(name, out);
-                commit_run_transaction();
-                start_run_transaction();
-                out = Outcomes(outcome_room);
-            }
-            fetch_rows(name, to_run, c, Min(n_chosen, c + kMessagesPerTransaction), rows);
-            pin_handler_settings();
-        }
-        if (rows[c] == (Datum)0) continue;  // handled meanwhile
-        Chosen ch = call_cpp([&] { return state->chosen[c]; });
-        Lane* lane = call_cpp([&] { return &state->lanes[ch.lane]; });
-        Datum id = CStringGetTextDatum(lane->ids[ch.index].c_str());
-        bool held = call_cpp([&] {
-            for (int f = 0; f < n_failed; ++f) {
-                const Chosen& fc = state->chosen[failed_at[f]];
-                if (fc.lane == ch.lane &&
-                    held_back_by(lane->candidates[fc.index], lane->candidates[ch.index],
-                                 options.ordering))
-                    return true;
-            }
-            return false;
-        });
-        if (held) continue;  // stays as it was, to follow the retry
-        const char* type = lane->has_type[ch.index] ? lane->event_types[ch.index].c_str() : nullptr;
-        int n_matching = 0;
-        for (int h = 0; h < n_handlers; ++h)
-            if (type_matches(handlers[h], type)) matching[n_matching++] = &handlers[h];
-        ++handled;
-        if (n_matching == 0) {
-            out.add_ignored(id);
-            continue;
-        }
-        char* error = run_message(rows[c], matching, n_matching);
-        pfree(DatumGetPointer(rows[c]));
-        if (error == nullptr) {
-            out.add_processed(id, tid_datum(lane->tids[ch.index]));
-            continue;
-        }
-        int32 attempts = lane->attempts[ch.index] + 1;
-        bool dead = attempts >= options.max_attempts;
-        double unit = call_cpp([] {
-            return std::uniform_real_distribution<double>(0.0, 1.0)(state->rng);
-        });
-        int64 delay = retry_delay_ms(attempts, options.backoff_ms, options.backoff_max_ms, unit);
-        out.add_failed(id, CStringGetTextDatum(error), Int64GetDatum(delay), BoolGetDatum(dead));
-        failed_at[n_failed++] = c;
-        if (!dead && now + delay < *next_due_ms) *next_due_ms = now + delay;
-    }
-
-    unpin_handler_settings();  // n_chosen > 0 here: the loop pinned them
-    record_outcomes(name, out);
+    handled += run_messages(setup, n_chosen, to_run, own_transactions, now, next_due_ms);
     if (own_transactions) {
-        clear_claims(name);
+        clear_claims(setup.name);
         commit_run_transaction();
         release_lane_locks();
     } else {
