@@ -66,9 +66,18 @@ PassState* state = nullptr;
 // What a pass allocates lives here, across its two transactions and SPI connections.
 MemoryContext pass_context = nullptr;
 
-// eventbox.handler_timeout: a timeout of our own (not the statement timeout, which
-// eventbox.process() must leave to its caller) that cancels the running handler.
+// eventbox.handler_timeout: timeouts of our own (not the statement timeout, which
+// eventbox.process() must leave to its caller). The first cancels the running handler. A handler
+// can catch that (EXCEPTION WHEN query_canceled): it is cancelled again kRecancelMs later, and if
+// it still runs kEscalateMs after its timeout, its backend is terminated (FATAL, which nothing
+// catches): a handler worker is restarted and the claim its pass committed counts the attempt;
+// a session in eventbox.process() loses its connection. A handler that returns after its
+// timeout fired has failed its attempt, whatever it did with the cancel.
 TimeoutId handler_timeout_id = MAX_TIMEOUTS;
+TimeoutId handler_recancel_id = MAX_TIMEOUTS;
+TimeoutId handler_escalate_id = MAX_TIMEOUTS;
+constexpr int kRecancelMs = 500;
+constexpr int kEscalateMs = 2000;
 volatile sig_atomic_t handler_timed_out = false;
 
 void on_handler_timeout() {
@@ -76,6 +85,27 @@ void on_handler_timeout() {
     QueryCancelPending = true;
     InterruptPending = true;
     SetLatch(MyLatch);
+}
+
+void on_handler_escalate() {
+    handler_timed_out = true;
+    ProcDiePending = true;
+    InterruptPending = true;
+    SetLatch(MyLatch);
+}
+
+void enable_handler_timeouts() {
+    handler_timed_out = false;
+    if (guc::handler_timeout_ms <= 0) return;
+    enable_timeout_after(handler_timeout_id, guc::handler_timeout_ms);
+    enable_timeout_after(handler_recancel_id, guc::handler_timeout_ms + kRecancelMs);
+    enable_timeout_after(handler_escalate_id, guc::handler_timeout_ms + kEscalateMs);
+}
+
+void disable_handler_timeouts() {
+    disable_timeout(handler_timeout_id, false);
+    disable_timeout(handler_recancel_id, false);
+    disable_timeout(handler_escalate_id, false);
 }
 SPIPlanPtr options_plan, handlers_plan, next_lane_plan, next_lane_upto_plan, lane_plan,
     waiting_keys_plan, claim_read_plan, crash_plan, claim_write_plan, claim_clear_plan, fetch_plan,
@@ -372,16 +402,16 @@ char* run_message(Datum row, HandlerRef* const* handlers, int n) {
             SetUserIdAndSecContext(h.run_as, saved_context | SECURITY_LOCAL_USERID_CHANGE |
                                                  SECURITY_RESTRICTED_OPERATION);
             int nest = NewGUCNestLevel();
-            handler_timed_out = false;
-            if (guc::handler_timeout_ms > 0)
-                enable_timeout_after(handler_timeout_id, guc::handler_timeout_ms);
+            enable_handler_timeouts();
             int rc = SPI_execute_plan(plan, &row, nullptr, false, 0);
-            disable_timeout(handler_timeout_id, false);
-            // The timeout fired after the handler had returned: its cancel request must not
-            // cancel what runs next (another handler, or the outcomes of the whole batch).
+            disable_handler_timeouts();
+            // The timeout fired and the handler returned anyway (it caught the cancel, or it
+            // returned as the timeout fired): the attempt failed. Its pending cancel must not
+            // cancel what runs next; the error below rolls the handler's effects back.
             if (handler_timed_out) {
                 QueryCancelPending = false;
-                handler_timed_out = false;
+                ereport(ERROR, (errcode(ERRCODE_QUERY_CANCELED),
+                                errmsg("handler ran past eventbox.handler_timeout")));
             }
             // Whatever the handler changed goes back, even for the session (set_config(...,
             // false)): the next handler, which may run as another role, and the caller of
@@ -398,7 +428,7 @@ char* run_message(Datum row, HandlerRef* const* handlers, int n) {
     PG_CATCH();
     {
         // The subtransaction's abort also restores the user id and the settings.
-        disable_timeout(handler_timeout_id, false);
+        disable_handler_timeouts();
         MemoryContextSwitchTo(caller_context);
         ErrorData* edata = CopyErrorData();
         FlushErrorState();
@@ -738,8 +768,11 @@ struct PassSetup {
 // worker's) and SPI connection, with a snapshot; leaves pass_context current.
 void open_pass(bool own_transactions) {
     if (state == nullptr) state = call_cpp([] { return new PassState(); });
-    if (handler_timeout_id == MAX_TIMEOUTS)
+    if (handler_timeout_id == MAX_TIMEOUTS) {
         handler_timeout_id = RegisterTimeout(USER_TIMEOUT, on_handler_timeout);
+        handler_recancel_id = RegisterTimeout(USER_TIMEOUT, on_handler_timeout);
+        handler_escalate_id = RegisterTimeout(USER_TIMEOUT, on_handler_escalate);
+    }
     if (pass_context == nullptr)
         pass_context = AllocSetContextCreate(TopMemoryContext, "eventbox handler pass",
                                              ALLOCSET_DEFAULT_SIZES);
