@@ -309,8 +309,8 @@ def worker_counts(conn):
 
 
 def wait_workers(cluster, timeout=30.0, handlers=2, dbname=None):
-    """Waits until one relay, one ingest and `handlers` handler workers run (and report
-    'running' in eventbox.workers); returns the seconds it took."""
+    """Waits until one relay, one ingest and `handlers` handler workers run (and show in
+    eventbox.workers); returns the seconds it took."""
     el = Elapsed()
     want = {"eventbox relay": 1, "eventbox ingest": 1}
     if handlers:
@@ -321,8 +321,10 @@ def wait_workers(cluster, timeout=30.0, handlers=2, dbname=None):
         try:
             if worker_counts(c) != want:
                 return False
-            states = query(c, "SELECT role, state FROM eventbox.workers")
-            return (sum(1 for _, s in states if s == "running") == sum(want.values()))
+            # and each has attached to the shared state (its state depends on its work)
+            return query_one(c, "SELECT count(*) FROM eventbox.workers w JOIN pg_stat_activity a "
+                                "USING (pid) WHERE a.backend_type = ANY (%s)",
+                             (list(WORKER_TYPES),)) == sum(want.values())
         except psycopg2.Error:
             return False
         finally:
@@ -335,18 +337,17 @@ def wait_workers(cluster, timeout=30.0, handlers=2, dbname=None):
 def wait_settled(conn, sub, expected, timeout=60.0):
     """Waits until `sub` holds `expected` inbox rows, none received or retry; returns
     {status: count}."""
-    last = {}
-
-    def probe():
-        nonlocal last
+    deadline = time.monotonic() + timeout
+    while True:
         last = dict(query(conn, "SELECT status, count(*) FROM eventbox.inbox "
                                 "WHERE subscription = %s GROUP BY 1", (sub,)))
-        return (sum(last.values()) == expected and not last.get("received")
-                and not last.get("retry"))
-
-    wait_until(probe, timeout, interval=0.2,
-               what="subscription %s settled at %d rows (last %r)" % (sub, expected, last))
-    return last
+        if (sum(last.values()) == expected and not last.get("received")
+                and not last.get("retry")):
+            return last
+        if time.monotonic() >= deadline:
+            pytest.fail("subscription %s not settled at %d rows after %.0f s: %r"
+                        % (sub, expected, timeout, last))
+        time.sleep(0.2)
 
 
 # A handler: one row per run in shop.handled (with the role it ran as), and one output message
