@@ -49,7 +49,7 @@ CRASH_RE = re.compile(r"terminated by signal|server process \(PID \d+\) was term
 __all__ = [
     "PGBIN", "Cluster", "Kafka", "count_ids", "read_topic", "report", "wait_until", "query",
     "query_one", "worker_counts", "wait_workers", "wait_settled", "as_postgres", "HANDLER_DDL",
-    "Elapsed", "duplicates",
+    "Elapsed", "duplicates", "WORKER_TYPES",
 ]
 
 _ports_taken = set()
