@@ -1,6 +1,7 @@
 """Fixtures of the upgrade tests: see upgrade_support.py. Each test starts its own clusters
 (`clusters` stops every one of them, whatever happens); one dev broker serves the folder."""
 import pathlib
+import shutil
 import sys
 import tempfile
 
@@ -33,5 +34,6 @@ def clusters(request):
     yield make
     for c in made:
         c.stop()
+        shutil.rmtree(c.datadir, ignore_errors=True)   # the logs stay, like cluster.sh's
     crashes = {c.dir: c.crash_lines() for c in made if c.crash_lines()}
     assert not crashes, "crash lines in server logs: %r" % crashes
