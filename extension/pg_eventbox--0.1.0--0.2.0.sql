@@ -108,3 +108,17 @@ BEGIN
     END IF;
     PERFORM eventbox._notify_ingest();
 END $$;
+
+-- Subscriptions written without the API (pg_restore's COPY, a superuser's UPDATE) wake the
+-- ingest workers too: they re-read the table only when told, and a database restored while the
+-- workers serve it would otherwise have its subscriptions left unconsumed.
+CREATE FUNCTION eventbox._subscriptions_changed() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM eventbox._notify_ingest();
+    RETURN NULL;
+END $$;
+CREATE TRIGGER subscriptions_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON eventbox.subscriptions
+    FOR EACH STATEMENT EXECUTE FUNCTION eventbox._subscriptions_changed();
+REVOKE ALL ON FUNCTION eventbox._subscriptions_changed() FROM PUBLIC;

@@ -209,6 +209,19 @@ LANGUAGE c IMMUTABLE STRICT AS 'MODULE_PATHNAME', 'eventbox_quote';
 CREATE FUNCTION eventbox._notify_ingest() RETURNS void
 LANGUAGE c AS 'MODULE_PATHNAME', 'eventbox_notify_ingest';
 
+-- Subscriptions written without the API (pg_restore's COPY, a superuser's UPDATE) wake the
+-- ingest workers too: they re-read the table only when told, and a database restored while the
+-- workers serve it would otherwise have its subscriptions left unconsumed.
+CREATE FUNCTION eventbox._subscriptions_changed() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM eventbox._notify_ingest();
+    RETURN NULL;
+END $$;
+CREATE TRIGGER subscriptions_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON eventbox.subscriptions
+    FOR EACH STATEMENT EXECUTE FUNCTION eventbox._subscriptions_changed();
+
 -- Validates subscription options; raises 22023 with a hint.
 CREATE FUNCTION eventbox._check_subscription_options(
     topics text[], start_from text, ordering text, max_attempts integer, backoff interval,

@@ -9,13 +9,20 @@
 extern "C" {
 #include "postgres.h"
 
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/relscan.h"
+#include "access/table.h"
+#include "access/tableam.h"
 #include "access/xact.h"
-#include "commands/dbcommands.h"
+#include "catalog/pg_database.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "utils/fmgroids.h"
+#include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 }
@@ -65,10 +72,25 @@ pg::ExtensionState read_extension_state() {
     return state;
 }
 
+// The launcher is connected to no database, so it reads pg_database like the autovacuum
+// launcher does: a heap scan. get_database_oid() scans an index of pg_database, whose relcache
+// entry must be built from pg_class (an ERROR, hence FATAL and a restart every 10 s, without a
+// database) unless a backend has already written the shared relcache init file, which is not
+// the case after a start.
 Oid lookup_database() {
     SetCurrentStatementStartTimestamp();
     StartTransactionCommand();
-    Oid db = get_database_oid(guc::database, true);
+    (void)GetTransactionSnapshot();
+    Relation rel = table_open(DatabaseRelationId, AccessShareLock);
+    ScanKeyData key;
+    ScanKeyInit(&key, Anum_pg_database_datname, BTEqualStrategyNumber, F_NAMEEQ,
+                CStringGetDatum(guc::database));
+    TableScanDesc scan = table_beginscan_catalog(rel, 1, &key);
+    HeapTuple tuple = heap_getnext(scan, ForwardScanDirection);
+    Oid db = HeapTupleIsValid(tuple) ? reinterpret_cast<Form_pg_database>(GETSTRUCT(tuple))->oid
+                                     : InvalidOid;
+    table_endscan(scan);
+    table_close(rel, AccessShareLock);
     CommitTransactionCommand();
     return db;
 }
