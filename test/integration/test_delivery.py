@@ -421,14 +421,16 @@ def test_late_commit_not_held_back_by_unrelated_open_writer(conn, new_topic, set
 
 
 def test_message_of_max_message_bytes_is_delivered(conn, new_topic):
-    """send() accepts a record of exactly eventbox.max_message_bytes (key +
-    value + headers, message_id header included): the relay must deliver it,
-    and a later message of the same key must not be held behind it."""
+    """send() accepts a record of exactly eventbox.max_message_bytes as the
+    producer counts it (key + value + headers with their length varints, the
+    message_id header: 1 + 10 + 1 + 36 bytes, and 36 bytes of record fields):
+    the relay must deliver it, and a later message of the same key must not be
+    held behind it."""
     topic = new_topic(1)
     limit = int(query_one(conn, "SELECT setting FROM pg_settings "
                                 "WHERE name = 'eventbox.max_message_bytes'"))
     key = "big"
-    size = limit - len("message_id") - 36 - len(key)
+    size = limit - (1 + len("message_id") + 1 + 36) - 36 - len(key)
     payload = os.urandom(size)
     try:
         with pytest.raises(psycopg2.errors.ProgramLimitExceeded):
