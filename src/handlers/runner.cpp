@@ -819,9 +819,11 @@ void load_setup(Datum name, PassSetup* setup) {
     setup->handlers = load_handlers(name, &setup->n_handlers);
     setup->options = Options{Ordering::kPartition, 1, 1000, 1000, false};
     setup->found = read_options(name, &setup->options);
-    // Kept messages without any handler registered: nothing to run, nothing to read.
-    if (setup->found && setup->n_handlers == 0 && setup->options.unhandled_keep)
-        setup->found = false;
+    // A subscription without any handler registered yet: its messages wait for one, whatever
+    // `unhandled` says (that option is about event types no registered handler takes). Marking
+    // them ignored threw away everything that arrived between create_subscription() and
+    // register_handler(), as the README's own example does it.
+    if (setup->found && setup->n_handlers == 0) setup->found = false;
     // The event types some handler takes, for reading lanes.
     setup->any_type = false;
     pg::ArrayColumn handled_types(setup->n_handlers, TEXTOID);
