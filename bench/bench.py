@@ -638,13 +638,13 @@ def relay_rows(res):
         r, k = best(res["relay"][size]), best(res["kcat"][size])
         ratio = r["rate"] / k["rate"]
         rows.append(ROW % ("relay %s (msg/s)" % size, "%.0f" % r["rate"], "kcat %.0f" % k["rate"],
-                           "%.2f" % ratio, ">= 0.33 " + ("ok" if ratio >= 0.33 else "BELOW")))
+                           "%.2f" % ratio, ">= 0.5 " + ("ok" if ratio >= 0.5 else "BELOW")))
     for size in SIZES if res.get("burst") else ():
         r, k = res["burst"][size], best(res["kcat"][size])
         ratio = r["rate"] / k["rate"]
         rows.append(ROW % ("relay %s burst, running (msg/s)" % size, "%.0f" % r["rate"],
                            "kcat %.0f" % k["rate"], "%.2f" % ratio,
-                           ">= 0.33 " + ("ok" if ratio >= 0.33 else "BELOW")))
+                           ">= 0.5 " + ("ok" if ratio >= 0.5 else "BELOW")))
     rows.append(ROW % ("  send() insert %s (rows/s)" % "/".join(SIZES),
                        "/".join("%.0f" % statistics.median(x["insert_rate"]
                                                            for x in res["relay"][size])

@@ -597,7 +597,8 @@ def run_handlers(env, cur, msgs, sub, pg_groups):
     env.broker.create_topic(sub, PARTITIONS)
     create_disabled_subscription(cur, sub, sub, handler="public.bench_on_msg(eventbox.inbox)")
     copy_rows(cur, copy_buffer(sub, sub, msgs))
-    cur.execute("VACUUM ANALYZE eventbox.inbox")
+    # No VACUUM, no ANALYZE: the workers meet the backlog as a user's would (whatever
+    # autovacuum managed meanwhile); their plans must not depend on statistics.
     cur.execute("CHECKPOINT")
     values_sql = multi_row_insert(msgs)
     t0 = time.monotonic()
@@ -848,9 +849,11 @@ def table_rows(res, ROW):
         for size, per in ing["sizes"].items():
             i, c = best(per["ingest"]), best(per["copy"])
             r = i["rate"] / c["rate"]
+            # DESIGN.md section 7: >= 0.8 at 200 B, >= 1.0 at 1 KiB.
+            want = 0.8 if size.startswith("200") else 1.0
             rows.append(ROW % ("ingest %s (msg/s)" % size, "%.0f" % i["rate"],
                                "COPY binary %.0f" % c["rate"], "%.2f" % r,
-                               ">= 0.5 " + ("ok" if r >= 0.5 else "BELOW")))
+                               ">= %.1f " % want + ("ok" if r >= want else "BELOW")))
             st = max((x["steady_rate"] or 0) for x in per["ingest"])
             rows.append(ROW % ("  after 1st batch %s (msg/s)" % size, "%.0f" % st,
                                "COPY binary %.0f" % c["rate"], "%.2f" % (st / c["rate"]),
@@ -910,7 +913,7 @@ def table_rows(res, ROW):
             r = h["rate"] / v
             rows.append(ROW % ("handler INSERT %s (msg/s)" % size, "%.0f" % h["rate"],
                                "multi-row INSERT %.0f" % v, "%.3f" % r,
-                               ">= 0.25 " + ("ok" if r >= 0.25 else "BELOW")))
+                               ">= 0.4 " + ("ok" if r >= 0.4 else "BELOW")))
             rows.append(ROW % ("  vs INSERT..SELECT %s" % size, "%.0f" % h["rate"],
                                "INSERT..SELECT %.0f" % sel, "%.3f" % (h["rate"] / sel),
                                "info (stricter)"))
@@ -931,6 +934,11 @@ def table_rows(res, ROW):
                            "workers %s" % "/".join("%.1f" % us_per_msg(runs, "handlers_s")
                                                    for runs in hd["sizes"].values()),
                            "-", "info"))
+        worst = max(us_per_msg(runs, "handlers_s") for runs in hd["sizes"].values())
+        rows.append(ROW % ("cpu/msg handler workers (us)",
+                           "/".join("%.1f" % us_per_msg(runs, "handlers_s")
+                                    for runs in hd["sizes"].values()),
+                           "-", "-", "<= 10 " + ("ok" if worst <= 10 else "ABOVE")))
     e = res.get("e2e")
     if e:
         for phase, label in (("steady", "e2e Kafka->handler commit @%.0f/s"),
