@@ -364,7 +364,8 @@ std::size_t ingest(Subscription* sub) {
         for (rd_kafka_message_t* msg : sub->consumer->messages()) {
             headers.clear();
             rd_kafka_headers_t* hdrs = nullptr;
-            if (rd_kafka_message_headers(msg, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+            rd_kafka_resp_err_t herr = rd_kafka_message_headers(msg, &hdrs);
+            if (herr == RD_KAFKA_RESP_ERR_NO_ERROR) {
                 const char* name;
                 const void* value;
                 size_t size;
@@ -382,6 +383,11 @@ std::size_t ingest(Subscription* sub) {
             record.value_len = msg->len;
             record.headers = headers.data();
             record.n_headers = headers.size();
+            // NOENT: the record has no headers. Anything else: it has some we cannot read.
+            if (herr != RD_KAFKA_RESP_ERR_NO_ERROR && herr != RD_KAFKA_RESP_ERR__NOENT) {
+                record.headers_unreadable = true;
+                record.headers_error = rd_kafka_err2str(herr);
+            }
             inbox::classify(record, sub->options, sub->rows[i++]);
         }
         // Rows go in by message id: ingest workers inserting the same ids at once (a message

@@ -1,6 +1,7 @@
 // Classification of Kafka records for the inbox (see inbox/record.hpp).
 #include "inbox/record.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include <nlohmann/json.hpp>
@@ -195,6 +196,27 @@ void classify(const Record& r, const Options& options, Classified& out) {
     if (scan.valid) {
         if (!options.message_id_field.empty()) id_field = &scan.fields[0];
         type_field = &scan.fields.back();
+    }
+
+    // Headers the client could not read: the record's identity and type are unknown. It is kept
+    // as unparsable (no handler can take it by a type it may not have), with the value's bytes
+    // and a note, under its transport identity: never silently routed or deduplicated as if
+    // it had no headers.
+    if (r.headers_unreadable) {
+        if (out.parsable) {
+            out.parsable = false;
+            out.payload.tokens.clear();
+            out.payload.text.clear();
+            out.raw_len = std::min(r.value_len, options.max_message_bytes);
+        }
+        std::string why = "headers could not be read (" + std::string(r.headers_error) +
+                          "): message_id and event_type unknown; stored by its transport id";
+        out.note = out.note.empty() ? why : why + "; " + out.note;
+        out.transport_id = true;
+        out.message_id.assign(r.topic);
+        out.message_id += "/" + std::to_string(r.partition) + "/" + std::to_string(r.offset);
+        out.event_type.reset();
+        return;
     }
 
     // Message id: header message_id, CloudEvents ce_id, the configured field, else transport.

@@ -28,6 +28,10 @@ struct Record {
     std::size_t value_len = 0;
     const KafkaHeader* headers = nullptr;
     std::size_t n_headers = 0;
+    // The client could not parse the record's headers (e.g. librdkafka with very many of
+    // them): none are known, so neither its message_id nor its event type.
+    bool headers_unreadable = false;
+    std::string_view headers_error;  // the client's reason, when unreadable
 };
 
 struct Options {

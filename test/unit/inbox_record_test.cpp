@@ -30,6 +30,11 @@ class Rec {
         headers_.push_back({std::move(name), std::string(), true});
         return *this;
     }
+    // The client could not parse the record's headers (it reports none, and why).
+    Rec& unreadable_headers(std::string why) {
+        unreadable_ = std::move(why);
+        return *this;
+    }
     Rec& at(std::string topic, int32_t partition, int64_t offset) {
         topic_ = std::move(topic);
         partition_ = partition;
@@ -61,6 +66,8 @@ class Rec {
         r.value_len = has_value_ ? value_.size() : 0;
         r.headers = views_.empty() ? nullptr : views_.data();
         r.n_headers = views_.size();
+        r.headers_unreadable = !unreadable_.empty();
+        r.headers_error = unreadable_;
         if (reuse) eventbox::inbox::classify(r, options, out);
         else out = eventbox::inbox::classify(r, options);
     }
@@ -78,6 +85,7 @@ class Rec {
     bool has_value_ = true;
     std::vector<Header> headers_;
     std::vector<KafkaHeader> views_;
+    std::string unreadable_;
 };
 
 Options with_field(std::string field) {
@@ -109,6 +117,41 @@ void expect_parsable(const std::string& value) {
 }
 
 // ---- message id ---------------------------------------------------------------------------
+
+// Headers the client could not read: never treated as "no headers" (which would dedupe by the
+// transport id and route by the JSON "type" as if nothing happened). The record is kept as
+// unparsable with its bytes, a note naming the reason, and its transport identity; a JSON value
+// that would have named a type or an id does not.
+TEST(UnreadableHeaders, RecordIsUnparsableWithANoteAndItsTransportId) {
+    Options o = with_field("id");
+    Classified c = Rec()
+                       .at("orders", 1, 7)
+                       .value(R"({"id":"a-1","type":"OrderCreated"})")
+                       .unreadable_headers("Local: Bad message format")
+                       .classify(o);
+    EXPECT_FALSE(c.parsable);
+    EXPECT_EQ(c.raw_len, std::string(R"({"id":"a-1","type":"OrderCreated"})").size());
+    EXPECT_EQ(c.message_id, "orders/1/7");
+    EXPECT_TRUE(c.transport_id);
+    EXPECT_FALSE(c.event_type.has_value());
+    EXPECT_EQ(c.note.rfind("headers could not be read (Local: Bad message format)", 0), 0u)
+        << c.note;
+    EXPECT_TRUE(c.headers.empty());
+}
+
+TEST(UnreadableHeaders, KeepsTheValuesOwnNoteAndTombstone) {
+    Classified c = Rec().tombstone().unreadable_headers("bad").classify();
+    EXPECT_TRUE(c.raw_null);
+    EXPECT_NE(c.note.find("headers could not be read (bad)"), std::string::npos);
+    EXPECT_NE(c.note.find("null value (tombstone)"), std::string::npos);
+    // Reused buffers after such a record classify the next one normally.
+    Classified reused;
+    Rec().unreadable_headers("bad").classify_into(reused);
+    Rec().header("message_id", "m-2").value("{}").classify_into(reused);
+    EXPECT_TRUE(reused.parsable);
+    EXPECT_EQ(reused.message_id, "m-2");
+    EXPECT_EQ(reused.note, "");
+}
 
 TEST(MessageId, TransportIdentityWhenNothingNamesTheMessage) {
     Classified c = Rec().at("orders.v1", 3, 1234567890123).value(R"({"id":"x"})").classify();
