@@ -176,3 +176,40 @@ SELECT eventbox.send('after-recreate', '\x00'::bytea) IS NOT NULL AS sent;
 SELECT topic, status, attempts FROM eventbox.outbox ORDER BY id;
 
 TRUNCATE eventbox.outbox;
+
+-- send() writes its row directly (no executor per call): the row has the columns' defaults,
+-- is visible to the rest of the transaction, and goes with a rollback.
+BEGIN;
+SELECT eventbox.send('direct', '{"a": 1}'::jsonb, headers => NULL) IS NOT NULL AS sent;
+SELECT eventbox.send('direct', NULL::bytea, key => 'k') IS NOT NULL AS sent;
+SELECT topic, key, convert_from(payload, 'UTF8') AS payload, headers, status, attempts,
+       created_at = now() AS created_now, next_attempt_at, sent_at, last_error,
+       id = (SELECT max(id) FROM eventbox.outbox) AS newest
+  FROM eventbox.outbox WHERE topic = 'direct' ORDER BY id;
+ROLLBACK;
+SELECT count(*) AS after_rollback FROM eventbox.outbox WHERE topic = 'direct';
+-- A savepoint rolled back takes its sends with it.
+BEGIN;
+SELECT eventbox.send('direct', '{"n": 1}'::jsonb) IS NOT NULL AS sent;
+SAVEPOINT s;
+SELECT eventbox.send('direct', '{"n": 2}'::jsonb) IS NOT NULL AS sent;
+ROLLBACK TO SAVEPOINT s;
+COMMIT;
+SELECT convert_from(payload, 'UTF8') AS kept FROM eventbox.outbox WHERE topic = 'direct';
+TRUNCATE eventbox.outbox;
+-- An outbox someone gave a trigger: send() goes through SQL, so the trigger fires.
+CREATE TABLE public.send_audit (topic text, status text);
+CREATE FUNCTION public.send_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO public.send_audit VALUES (NEW.topic, NEW.status);
+    RETURN NEW;
+END $$;
+CREATE TRIGGER send_audit BEFORE INSERT ON eventbox.outbox
+    FOR EACH ROW EXECUTE FUNCTION public.send_audit();
+SELECT eventbox.send('audited', '{}'::jsonb) IS NOT NULL AS sent;
+SELECT * FROM public.send_audit;
+SELECT topic, status FROM eventbox.outbox;
+DROP TRIGGER send_audit ON eventbox.outbox;
+DROP FUNCTION public.send_audit();
+DROP TABLE public.send_audit;
+TRUNCATE eventbox.outbox;
