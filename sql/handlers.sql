@@ -1297,3 +1297,32 @@ RESET ROLE;
 SELECT message_id, status, attempts, last_error ~ '^[0-9A-Z]{5}: ' AS failed_with_sqlstate
   FROM eventbox.inbox WHERE subscription = 'nested' ORDER BY message_id;
 ROLLBACK;
+
+-- Handlers are called directly (fmgr), their call set up once per function: a changed function
+-- (another language, a SET clause, SECURITY DEFINER) is called as it is now, within a session.
+BEGIN;
+CREATE ROLE regress_eventbox_redef;
+CREATE TABLE pg_temp.redef_seen (message_id text, how text, who name, datestyle text);
+GRANT INSERT ON pg_temp.redef_seen TO regress_eventbox_redef;
+CREATE FUNCTION pg_temp.redef(msg eventbox.inbox) RETURNS void LANGUAGE sql AS $$
+    INSERT INTO pg_temp.redef_seen VALUES (msg.message_id, 'sql', current_user,
+                                          current_setting('datestyle'))
+$$;
+GRANT EXECUTE ON FUNCTION pg_temp.redef(eventbox.inbox) TO regress_eventbox_redef;
+SELECT eventbox.create_subscription('redef', ARRAY['orders']);
+SELECT eventbox.register_handler('redef', 'pg_temp.redef(eventbox.inbox)',
+                                 run_as => 'regress_eventbox_redef');
+INSERT INTO eventbox.inbox (subscription, message_id, topic, "partition", "offset")
+VALUES ('redef', 'r1', 'orders', 0, 0), ('redef', 'r2', 'orders', 0, 1),
+       ('redef', 'r3', 'orders', 0, 2);
+SELECT eventbox.process('redef', 1);
+CREATE OR REPLACE FUNCTION pg_temp.redef(msg eventbox.inbox) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO pg_temp.redef_seen VALUES (msg.message_id, 'plpgsql', current_user,
+                                          current_setting('datestyle'));
+END $$;
+SELECT eventbox.process('redef', 1);
+ALTER FUNCTION pg_temp.redef(eventbox.inbox) SET datestyle = 'German, DMY';
+SELECT eventbox.process('redef', 1);
+SELECT message_id, how, who, datestyle FROM pg_temp.redef_seen ORDER BY message_id;
+ROLLBACK;
