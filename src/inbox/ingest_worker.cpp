@@ -76,6 +76,7 @@ struct Subscription {
     int64_t resumed_at_ms = 0;
     std::string error;     // why its last batch failed
     std::string recorded;  // its error as in eventbox.ingest_errors ("" = no row)
+    int recorded_attempts = 0;
 };
 
 // What the subscriptions table says, read before (re)building consumers.
@@ -102,8 +103,10 @@ TimestampTz last_batch_at = 0;  // end of the last batch with messages
 MemoryContext batch_context = nullptr;
 SPIPlanPtr insert_plan, offsets_plan, stored_plan, error_set_plan, error_clear_plan,
     errors_sync_plan;
-// Lines about single subscriptions (added, moved, failing, recovered): at most 5 a minute.
+// Lines about single subscriptions, at most 5 a minute of each kind: added, moved or recovered;
+// failing.
 worker::LogRate subscription_log_rate{5, 60000};
+worker::LogRate failure_log_rate{5, 60000};
 
 constexpr int kMaxBackoffMs = 60000;
 constexpr int64_t kQuietAfterResumeMs = 5000;
@@ -264,10 +267,11 @@ Subscription* start_subscription(std::size_t i) {
     });
 }
 
-// Logs a line about one subscription, at most subscription_log_rate allows.
-void log_subscription(const char* fmt, const char* name, const char* what) {
+// Logs a line about one subscription, at most `rate` allows.
+void log_subscription(const char* fmt, const char* name, const char* what,
+                      worker::LogRate& rate = subscription_log_rate) {
     int held_back = 0;
-    if (!worker::log_allowed(subscription_log_rate, &held_back)) return;
+    if (!worker::log_allowed(rate, &held_back)) return;
     ereport(LOG, (errmsg_internal(fmt, name, what),
                   held_back ? errdetail("%d similar messages suppressed.", held_back) : 0));
 }
@@ -633,7 +637,7 @@ void subscription_failed(Subscription* sub, const char* message) {
     });
     shmem::record_error(message);
     int held_back = 0;
-    if (worker::log_allowed(subscription_log_rate, &held_back))
+    if (worker::log_allowed(failure_log_rate, &held_back))
         ereport(LOG, (errmsg("eventbox ingest: subscription \"%s\" could not store a batch: %s",
                              sub->name.c_str(), message),
                       errdetail("It is read again from its stored offsets in %d s (attempt %d); "
@@ -675,13 +679,19 @@ const std::string& wanted_error(Subscription* sub) {
     return sub->failing ? sub->error : consumer->problem(sub->id);
 }
 
+// Whether eventbox.ingest_errors says something else (another error, or another attempt).
+bool error_changed(Subscription* sub) {
+    return wanted_error(sub) != sub->recorded ||
+           (sub->failing ? sub->attempts : 0) != sub->recorded_attempts;
+}
+
 // Writes the subscriptions' errors that changed since they were last written, in one
 // transaction, and logs them (at a bounded rate). Rows change only when a subscription starts
 // or stops failing, or fails again after its backoff.
 void record_errors() {
     bool due = call_cpp([] {
         for (Subscription* s : *subscriptions)
-            if (wanted_error(s) != s->recorded) return true;
+            if (error_changed(s)) return true;
         return false;
     });
     if (!due) return;
@@ -693,7 +703,7 @@ void record_errors() {
     std::size_t n_subs = call_cpp([] { return subscriptions->size(); });
     for (std::size_t k = 0; k < n_subs; ++k) {
         Subscription* sub = call_cpp([&] { return (*subscriptions)[k]; });
-        bool changed = call_cpp([&] { return wanted_error(sub) != sub->recorded; });
+        bool changed = call_cpp([&] { return error_changed(sub); });
         if (!changed) continue;
         const char* error = call_cpp([&] { return wanted_error(sub).c_str(); });
         Datum name = CStringGetTextDatum(sub->name.c_str());
@@ -710,11 +720,14 @@ void record_errors() {
             char nulls[5] = {' ', ' ', ' ', ' ', sub->failing && paused ? ' ' : 'n'};
             int rc = SPI_execute_plan(error_set_plan, values, nulls, false, 0);
             if (rc != SPI_OK_INSERT) elog(ERROR, "eventbox ingest: recording an error failed");
-            if (!sub->failing)  // failures were logged when they happened
+            if (!sub->failing && sub->recorded.empty())  // failures were logged when they happened
                 log_subscription("eventbox ingest: subscription \"%s\" cannot be consumed: %s",
-                                 sub->name.c_str(), error);
+                                 sub->name.c_str(), error, failure_log_rate);
         }
-        call_cpp([&] { sub->recorded = wanted_error(sub); });
+        call_cpp([&] {
+            sub->recorded = wanted_error(sub);
+            sub->recorded_attempts = sub->failing ? sub->attempts : 0;
+        });
     }
     PopActiveSnapshot();
     SPI_finish();

@@ -188,6 +188,7 @@ bool Consumer::start_position(Sub& s, const std::string& topic, int32_t partitio
             rd_kafka_query_watermark_offsets(rk_, topic.c_str(), partition, &low, &high, 2000);
         if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
             found = -2;
+            lookup_error_ = rd_kafka_err2str(err);
         } else if (low < high && offset_for_time(topic.c_str(), partition, 0) == -1) {
             // Every message has a timestamp >= 0, so the broker cannot look offsets up by time:
             // read the partition from its start once and skip the older messages.
@@ -200,7 +201,7 @@ bool Consumer::start_position(Sub& s, const std::string& topic, int32_t partitio
     }
     if (found < 0) {
         s.start_problem = "could not resolve where " + where({topic, partition}) +
-                          " starts for start_from 'latest'";
+                          " starts for start_from 'latest': " + lookup_error_;
         return false;
     }
     position->next = found;
@@ -213,9 +214,9 @@ int64_t Consumer::offset_for_time(const char* topic, int32_t partition, int64_t 
     rd_kafka_topic_partition_list_t* list = rd_kafka_topic_partition_list_new(1);
     rd_kafka_topic_partition_list_add(list, topic, partition)->offset = ms;
     rd_kafka_resp_err_t err = rd_kafka_offsets_for_times(rk_, list, 2000);
-    int64_t found = err == RD_KAFKA_RESP_ERR_NO_ERROR && list->elems[0].err == 0
-                        ? list->elems[0].offset
-                        : -2;
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR) err = list->elems[0].err;
+    int64_t found = err == RD_KAFKA_RESP_ERR_NO_ERROR ? list->elems[0].offset : -2;
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) lookup_error_ = rd_kafka_err2str(err);
     rd_kafka_topic_partition_list_destroy(list);
     return found;
 }

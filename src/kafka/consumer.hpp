@@ -194,6 +194,7 @@ private:
     int32_t last_partition_ = -1;
     Partition* last_ = nullptr;
     const std::string* last_topic_ = nullptr;
+    std::string lookup_error_;  // why the last offset lookup failed
     std::vector<rd_kafka_message_t*> empty_;
     std::string no_problem_;
 };
