@@ -327,7 +327,7 @@ void reload() {
     int64 now = worker::now_ms();
     // Subscriptions gone or changed leave the consumer; settings read per record follow
     // reloads; failing ones whose retry is due read their stored offsets again.
-    int added = call_cpp([&] {
+    call_cpp([&] {
         std::vector<Subscription*> keep;
         for (Subscription* s : *subscriptions) {
             bool still = false;
@@ -345,7 +345,6 @@ void reload() {
             s->options.max_message_bytes = static_cast<std::size_t>(guc::max_message_bytes);
             if (s->failing && consumer->paused(s->id) && now >= s->retry_at_ms) s->fresh = true;
         }
-        return 0;
     });
     std::size_t n_wanted = call_cpp([] { return wanted->size(); });
     for (std::size_t i = 0; i < n_wanted; ++i) {
@@ -357,7 +356,6 @@ void reload() {
         if (running) continue;
         Subscription* sub = start_subscription(i);
         call_cpp([&] { subscriptions->push_back(sub); });
-        ++added;
     }
     // Stored offsets: the source of every fresh subscription's positions; a running one whose
     // offsets differ from what it stored was moved (eventbox.replay) and continues from there.

@@ -544,15 +544,24 @@ def ib_topic(ib_broker):
 
 
 def footprint(pid):
-    """{fds, threads, rss_kb, anon_kb} of a server process (/proc). anon_kb (RssAnon) is its
-    private memory: RSS also counts the shared buffers it has touched, which grows with the data
-    it reads, not with what it keeps."""
+    """{fds, rel_fds, threads, rss_kb, anon_kb} of a server process (/proc). rel_fds are the
+    fds of relation files (PostgreSQL's file cache: one per relation fork and segment touched, up
+    to max_files_per_process); anon_kb (RssAnon) is its private memory: RSS also counts the
+    shared buffers it has touched, which grows with the data it reads, not with what it keeps."""
+    rel_fds = 0
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            target = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+        except OSError:
+            continue
+        if re.search(r"/(base|global)/\d+(/\d+)?(_\w+)?(\.\d+)?$", target):
+            rel_fds += 1
     status = {}
     with open("/proc/%d/status" % pid) as f:
         for line in f:
             key, _, value = line.partition(":")
             status[key] = value.strip()
-    return {"fds": len(os.listdir("/proc/%d/fd" % pid)),
+    return {"fds": len(os.listdir("/proc/%d/fd" % pid)), "rel_fds": rel_fds,
             "threads": int(status["Threads"]),
             "rss_kb": int(status["VmRSS"].split()[0]),
             "anon_kb": int(status["RssAnon"].split()[0])}
