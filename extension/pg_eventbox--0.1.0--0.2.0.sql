@@ -122,3 +122,28 @@ CREATE TRIGGER subscriptions_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON eventbox.subscriptions
     FOR EACH STATEMENT EXECUTE FUNCTION eventbox._subscriptions_changed();
 REVOKE ALL ON FUNCTION eventbox._subscriptions_changed() FROM PUBLIC;
+
+-- Why an ingest worker cannot consume a subscription (or some of its partitions), one row per
+-- subscription and worker: a batch it could not store (the subscription is paused and read
+-- again from its stored offsets after next_retry_at), or a topic the broker does not know or
+-- refuses (retried by the worker on its own). Written by the ingest workers when a subscription
+-- starts or stops failing; the other subscriptions are consumed meanwhile. Not dumped: it is
+-- the running workers' view.
+CREATE TABLE eventbox.ingest_errors (
+    subscription  text        NOT NULL,
+    worker        integer     NOT NULL,
+    error         text        NOT NULL,
+    attempts      integer     NOT NULL DEFAULT 0,
+    failing_since timestamptz NOT NULL DEFAULT now(),
+    next_retry_at timestamptz,
+    updated_at    timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (subscription, worker)
+);
+
+CREATE VIEW eventbox.subscription_errors AS
+SELECT e.subscription, e.worker + 1 AS ingest_worker, e.error, e.attempts, e.failing_since,
+       e.next_retry_at, e.updated_at
+  FROM eventbox.ingest_errors e
+  JOIN eventbox.subscriptions s ON s.name = e.subscription
+ WHERE s.enabled;
+REVOKE ALL ON TABLE eventbox.ingest_errors, eventbox.subscription_errors FROM PUBLIC;

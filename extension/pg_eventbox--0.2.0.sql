@@ -198,6 +198,30 @@ SELECT subscription, topic, "partition", next_offset, high_watermark,
            AS lag, updated_at
   FROM eventbox.offsets;
 
+-- Why an ingest worker cannot consume a subscription (or some of its partitions), one row per
+-- subscription and worker: a batch it could not store (the subscription is paused and read
+-- again from its stored offsets after next_retry_at), or a topic the broker does not know or
+-- refuses (retried by the worker on its own). Written by the ingest workers when a subscription
+-- starts or stops failing; the other subscriptions are consumed meanwhile. Not dumped: it is
+-- the running workers' view.
+CREATE TABLE eventbox.ingest_errors (
+    subscription  text        NOT NULL,
+    worker        integer     NOT NULL,
+    error         text        NOT NULL,
+    attempts      integer     NOT NULL DEFAULT 0,
+    failing_since timestamptz NOT NULL DEFAULT now(),
+    next_retry_at timestamptz,
+    updated_at    timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (subscription, worker)
+);
+
+CREATE VIEW eventbox.subscription_errors AS
+SELECT e.subscription, e.worker + 1 AS ingest_worker, e.error, e.attempts, e.failing_since,
+       e.next_retry_at, e.updated_at
+  FROM eventbox.ingest_errors e
+  JOIN eventbox.subscriptions s ON s.name = e.subscription
+ WHERE s.enabled;
+
 -- Internal helpers (not granted to anyone).
 CREATE FUNCTION eventbox._check_topic(topic text) RETURNS void
 LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'eventbox_check_topic';

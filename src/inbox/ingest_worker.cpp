@@ -1,8 +1,17 @@
 // An ingest background worker (eventbox.ingest_workers of them, each consuming its share of every
-// subscription's partitions): one librdkafka consumer per enabled subscription; each poll batch
-// is written in one transaction (inbox rows deduplicated with ON CONFLICT DO NOTHING, plus the
-// partitions' next offsets), then the handler workers are woken. It sleeps on one WaitEventSet:
-// its latch (set when subscriptions change), postmaster death, and every consumer's queue fd.
+// subscription's partitions): one librdkafka consumer for all of its subscriptions (see
+// kafka/consumer.hpp), so its threads, sockets and fds do not grow with them. Each poll's
+// records are handed to the subscriptions that want them, and each subscription's share is
+// written in one transaction per batch (inbox rows deduplicated with ON CONFLICT DO NOTHING, plus
+// the partitions' next offsets), then the handler workers are woken. It sleeps on one
+// WaitEventSet: its latch (set when subscriptions change), postmaster death, and the consumer's
+// queue fd.
+//
+// A subscription whose batch cannot be stored (any ERROR) is rolled back alone, paused and retried
+// with a backoff from its stored offsets; one that cannot read (an unknown or refused topic, an
+// unresolvable start) is retried by the consumer. Either shows in eventbox.subscription_errors
+// (the table eventbox.ingest_errors, written only when a subscription starts or stops failing)
+// and in the log at a bounded rate; the other subscriptions go on.
 //
 // PostgreSQL-side code: C++ objects live on the heap behind `subscriptions` and are reached only
 // through call_cpp(); no object with a destructor lives on these stack frames.
@@ -48,17 +57,26 @@ namespace eventbox {
 
 namespace {
 
-// One enabled subscription and its consumer.
+// One enabled subscription; its records come from the worker's consumer.
 struct Subscription {
     std::string name;
-    std::string fingerprint;  // settings the consumer was built with
+    std::string fingerprint;  // settings it was added to the consumer with
+    int id = 0;               // in the consumer
     inbox::Options options;
     std::size_t batch_size = 1000;
-    kafka::Consumer* consumer = nullptr;
     std::vector<inbox::Classified> rows;  // the current batch, classified
-    std::vector<int> order;               // its rows by message id (see ingest())
-
-    ~Subscription() { delete consumer; }
+    std::vector<int> order;               // its rows by message id (see store_chunk())
+    bool fresh = true;  // paused in the consumer until reload() gives it its stored offsets
+    // A batch that could not be stored: paused until retry_at_ms, then read again from the
+    // stored offsets; failing until a batch is stored (or it stays quiet a while after resuming).
+    bool failing = false;
+    int attempts = 0;
+    int backoff_ms = 0;
+    int64_t retry_at_ms = 0;
+    int64_t resumed_at_ms = 0;
+    std::string error;     // why its last batch failed
+    std::string recorded;  // its error as in eventbox.ingest_errors ("" = no row)
+    int recorded_attempts = 0;
 };
 
 // What the subscriptions table says, read before (re)building consumers.
@@ -70,8 +88,11 @@ struct Wanted {
     int batch_size;
 };
 
+kafka::Consumer* consumer = nullptr;
+std::string consumer_fingerprint;  // brokers and worker count it was built for
 std::vector<Subscription*>* subscriptions = nullptr;
 std::vector<Wanted>* wanted = nullptr;
+std::size_t round_size = 1000;  // records read per poll: the largest batch size
 int member = 0;   // this worker's index among the ingest workers
 int members = 1;  // eventbox.ingest_workers, as of the last reload
 uint64 loaded_generation = 0;
@@ -80,7 +101,15 @@ bool announced_idle = false;
 WaitEventSet* wait_set = nullptr;
 TimestampTz last_batch_at = 0;  // end of the last batch with messages
 MemoryContext batch_context = nullptr;
-SPIPlanPtr insert_plan, offsets_plan, stored_plan;
+SPIPlanPtr insert_plan, offsets_plan, stored_plan, error_set_plan, error_clear_plan,
+    errors_sync_plan;
+// Lines about single subscriptions, at most 5 a minute of each kind: added, moved or recovered;
+// failing.
+worker::LogRate subscription_log_rate{5, 60000};
+worker::LogRate failure_log_rate{5, 60000};
+
+constexpr int kMaxBackoffMs = 60000;
+constexpr int64_t kQuietAfterResumeMs = 5000;
 
 void destroy_state() {
     if (subscriptions != nullptr) {
@@ -88,6 +117,9 @@ void destroy_state() {
         delete subscriptions;
         subscriptions = nullptr;
     }
+    delete consumer;
+    consumer = nullptr;
+    consumer_fingerprint.clear();
 }
 
 void shutdown_ingest(int, Datum) { destroy_state(); }
@@ -113,7 +145,7 @@ void prepare_plans() {
         "ON CONFLICT (subscription, message_id) DO NOTHING",
         12, insert_types);
     // Compare-and-set: a stored offset someone else moved (eventbox.replay) is left alone, and
-    // the worker notices from the row count and moves its consumer to the table's offsets.
+    // the worker notices from the row count and moves the subscription to the table's offsets.
     Oid offsets_types[6] = {TEXTOID,      TEXTARRAYOID, INT4ARRAYOID,
                             INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID};
     offsets_plan = prepare(
@@ -130,22 +162,38 @@ void prepare_plans() {
         "$3::int4[], $6::int8[]) AS u2(topic, p, previous) "
         "WHERE u2.topic = excluded.topic AND u2.p = excluded.\"partition\")",
         6, offsets_types);
-    Oid stored_types[1] = {TEXTOID};
+    // Every subscription's stored offsets at once (a reload reads them all).
     stored_plan = prepare(
-        "SELECT topic, \"partition\", next_offset FROM eventbox.offsets WHERE subscription = $1",
-        1, stored_types);
+        "SELECT subscription, topic, \"partition\", next_offset FROM eventbox.offsets", 0,
+        nullptr);
+    Oid set_types[5] = {TEXTOID, INT4OID, TEXTOID, INT4OID, TIMESTAMPTZOID};
+    error_set_plan = prepare(
+        "INSERT INTO eventbox.ingest_errors AS e (subscription, worker, error, attempts, "
+        "next_retry_at) VALUES ($1, $2, $3, $4, $5) "
+        "ON CONFLICT (subscription, worker) DO UPDATE SET error = excluded.error, "
+        "attempts = excluded.attempts, next_retry_at = excluded.next_retry_at, "
+        "updated_at = now()",
+        5, set_types);
+    Oid clear_types[2] = {TEXTOID, INT4OID};
+    error_clear_plan = prepare(
+        "DELETE FROM eventbox.ingest_errors WHERE subscription = $1 AND worker = $2", 2,
+        clear_types);
+    // Rows this worker no longer stands behind (after a restart, a change or a drop), and those
+    // of workers that no longer run.
+    Oid sync_types[3] = {INT4OID, TEXTARRAYOID, INT4OID};
+    errors_sync_plan = prepare(
+        "DELETE FROM eventbox.ingest_errors WHERE (worker = $1 AND subscription <> ALL ($2)) "
+        "OR worker >= $3",
+        3, sync_types);
 }
 
 void rebuild_wait_set() {
     if (wait_set != nullptr) FreeWaitEventSet(wait_set);
-    int n = 2 + (subscriptions ? static_cast<int>(subscriptions->size()) : 0);
-    wait_set = CreateWaitEventSet(TopMemoryContext, n);
+    wait_set = CreateWaitEventSet(TopMemoryContext, 3);
     AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, nullptr);
     AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, nullptr, nullptr);
-    if (subscriptions != nullptr)
-        for (Subscription* s : *subscriptions)
-            AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, s->consumer->event_fd(), nullptr,
-                              nullptr);
+    if (consumer != nullptr)
+        AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, consumer->event_fd(), nullptr, nullptr);
 }
 
 char* text_at(HeapTuple tuple, TupleDesc desc, int column) {
@@ -192,16 +240,15 @@ void read_wanted() {
                 start = comma + 1;
             }
             w.fingerprint = list + "|" + w.group_id + "|" + start_from + "|" + field + "|" +
-                            std::to_string(batch) + "|" + guc::brokers + "|" +
-                            std::to_string(members);
+                            std::to_string(batch);
             wanted->push_back(std::move(w));
         });
     }
 }
 
-// Builds a consumer for wanted[i], loading its stored offsets first.
+// Adds wanted[i] to the consumer (paused until its stored offsets are read).
 Subscription* start_subscription(std::size_t i) {
-    Subscription* sub = call_cpp([&] {
+    return call_cpp([&] {
         const Wanted& w = (*wanted)[i];
         auto* s = new Subscription();
         s->name = w.name;
@@ -209,48 +256,27 @@ Subscription* start_subscription(std::size_t i) {
         s->options.message_id_field = w.message_id_field;
         s->options.max_message_bytes = static_cast<std::size_t>(guc::max_message_bytes);
         s->batch_size = static_cast<std::size_t>(w.batch_size);
-        kafka::ConsumerConfig config;
-        config.brokers = guc::brokers;
-        config.options = parse_kafka_options(guc::kafka_options ? guc::kafka_options : "");
+        kafka::SubscriptionConfig config;
+        config.name = w.name;
         config.group_id = w.group_id;
-        config.member = member;
-        config.members = members;
         config.topics = w.topics;
         config.start_latest = w.start_latest;
         config.latest_since_ms = w.created_ms;
-        try {
-            s->consumer = new kafka::Consumer(config);
-        } catch (...) {
-            delete s;
-            throw;
-        }
+        s->id = consumer->add_subscription(config);
         return s;
     });
-    const char* name = sub->name.c_str();
-    Datum values[1] = {CStringGetTextDatum(name)};
-    worker::exec_kept("eventbox ingest", stored_plan, values, true, SPI_OK_SELECT);
-    for (uint64 r = 0; r < SPI_processed; ++r) {
-        HeapTuple tuple = SPI_tuptable->vals[r];
-        TupleDesc desc = SPI_tuptable->tupdesc;
-        bool isnull;
-        char* topic = text_at(tuple, desc, 1);
-        int32 partition = DatumGetInt32(SPI_getbinval(tuple, desc, 2, &isnull));
-        int64 next = DatumGetInt64(SPI_getbinval(tuple, desc, 3, &isnull));
-        call_cpp([&] { sub->consumer->set_stored_offset(topic, partition, next); });
-    }
-    // Subscriptions changed in a loop (alter_subscription, replay) rebuild consumers as fast:
-    // the log says so at a bounded rate.
-    static worker::LogRate rate{5, 60000};
-    int held_back = 0;
-    if (worker::log_allowed(rate, &held_back))
-        ereport(LOG, (errmsg("eventbox ingest: consuming subscription \"%s\"%s", name,
-                             members > 1 ? psprintf(" (worker %d of %d)", member + 1, members)
-                                         : ""),
-                      held_back ? errdetail("%d similar messages suppressed.", held_back) : 0));
-    return sub;
 }
 
-// Brings the consumers in line with the subscriptions table.
+// Logs a line about one subscription, at most `rate` allows.
+void log_subscription(const char* fmt, const char* name, const char* what,
+                      worker::LogRate& rate = subscription_log_rate) {
+    int held_back = 0;
+    if (!worker::log_allowed(rate, &held_back)) return;
+    ereport(LOG, (errmsg_internal(fmt, name, what),
+                  held_back ? errdetail("%d similar messages suppressed.", held_back) : 0));
+}
+
+// Brings the consumer and its subscriptions in line with the subscriptions table.
 void reload() {
     if (wanted == nullptr) wanted = call_cpp([] { return new std::vector<Wanted>(); });
     if (subscriptions == nullptr)
@@ -269,60 +295,57 @@ void reload() {
     announced_idle = false;
     members = guc::ingest_workers;
     loaded_generation = shmem::subscriptions_generation();
+    // A consumer built for other brokers or another share of the partitions starts over.
+    bool rebuild = call_cpp([] {
+        std::string fingerprint = std::string(guc::brokers) + "|" + std::to_string(members);
+        bool changed = consumer != nullptr && fingerprint != consumer_fingerprint;
+        consumer_fingerprint = fingerprint;
+        return changed;
+    });
+    if (rebuild) {
+        destroy_state();
+        subscriptions = call_cpp([] { return new std::vector<Subscription*>(); });
+    }
+    if (consumer == nullptr) {
+        consumer = call_cpp([] {
+            kafka::ConsumerConfig config;
+            config.brokers = guc::brokers;
+            config.options = parse_kafka_options(guc::kafka_options ? guc::kafka_options : "");
+            config.member = member;
+            config.members = members;
+            config.group_id = "pg_eventbox-ingest";
+            consumer_fingerprint = std::string(guc::brokers) + "|" + std::to_string(members);
+            return new kafka::Consumer(config);
+        });
+    }
     SetCurrentStatementStartTimestamp();  // now() of this transaction
     StartTransactionCommand();
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "eventbox ingest: SPI_connect failed");
     PushActiveSnapshot(GetTransactionSnapshot());
     prepare_plans();
     read_wanted();
-    // Stop consumers whose subscription is gone or changed.
-    call_cpp([] {
+    int64 now = worker::now_ms();
+    // Subscriptions gone or changed leave the consumer; settings read per record follow
+    // reloads; failing ones whose retry is due read their stored offsets again.
+    call_cpp([&] {
         std::vector<Subscription*> keep;
         for (Subscription* s : *subscriptions) {
             bool still = false;
             for (const Wanted& w : *wanted)
                 if (w.name == s->name && w.fingerprint == s->fingerprint) still = true;
-            if (still) keep.push_back(s);
-            else delete s;
+            if (still) {
+                keep.push_back(s);
+            } else {
+                consumer->remove_subscription(s->id);
+                delete s;
+            }
         }
         *subscriptions = std::move(keep);
-    });
-    // Settings read per record follow reloads.
-    call_cpp([] {
-        for (Subscription* s : *subscriptions)
+        for (Subscription* s : *subscriptions) {
             s->options.max_message_bytes = static_cast<std::size_t>(guc::max_message_bytes);
+            if (s->failing && consumer->paused(s->id) && now >= s->retry_at_ms) s->fresh = true;
+        }
     });
-    // A kept consumer whose idea of the stored offsets differs from the table (they were moved
-    // by eventbox.replay) takes the table's offsets and seeks to them.
-    std::size_t n_kept = call_cpp([] { return subscriptions->size(); });
-    for (std::size_t k = 0; k < n_kept; ++k) {
-        Subscription* sub = call_cpp([&] { return (*subscriptions)[k]; });
-        Datum values[1] = {CStringGetTextDatum(sub->name.c_str())};
-        worker::exec_kept("eventbox ingest", stored_plan, values, true, SPI_OK_SELECT);
-        bool differs = false;
-        for (uint64 r = 0; r < SPI_processed; ++r) {
-            bool isnull;
-            char* topic = text_at(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1);
-            int32 partition = DatumGetInt32(
-                SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2, &isnull));
-            int64 next = DatumGetInt64(
-                SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 3, &isnull));
-            call_cpp([&] {
-                if (sub->consumer->set_stored_offset(topic, partition, next)) differs = true;
-            });
-        }
-        if (differs) {
-            call_cpp([&] { sub->consumer->seek_to_stored(); });
-            static worker::LogRate rate{5, 60000};
-            int held_back = 0;
-            if (worker::log_allowed(rate, &held_back))
-                ereport(LOG, (errmsg("eventbox ingest: subscription \"%s\" continues from its "
-                                     "changed stored offsets",
-                                     sub->name.c_str()),
-                              held_back ? errdetail("%d similar messages suppressed.", held_back)
-                                        : 0));
-        }
-    }
     std::size_t n_wanted = call_cpp([] { return wanted->size(); });
     for (std::size_t i = 0; i < n_wanted; ++i) {
         bool running = call_cpp([&] {
@@ -334,9 +357,93 @@ void reload() {
         Subscription* sub = start_subscription(i);
         call_cpp([&] { subscriptions->push_back(sub); });
     }
+    // Stored offsets: the source of every fresh subscription's positions; a running one whose
+    // offsets differ from what it stored was moved (eventbox.replay) and continues from there.
+    worker::exec_kept("eventbox ingest", stored_plan, nullptr, true, SPI_OK_SELECT);
+    struct Lookup {
+        std::map<std::string, Subscription*> by_name;
+        std::vector<Subscription*> moved;
+    };
+    Lookup* lookup = call_cpp([] {
+        auto* l = new Lookup();
+        for (Subscription* s : *subscriptions) l->by_name[s->name] = s;
+        return l;
+    });
+    for (uint64 r = 0; r < SPI_processed; ++r) {
+        HeapTuple tuple = SPI_tuptable->vals[r];
+        TupleDesc desc = SPI_tuptable->tupdesc;
+        bool isnull;
+        char* name = text_at(tuple, desc, 1);
+        char* topic = text_at(tuple, desc, 2);
+        int32 partition = DatumGetInt32(SPI_getbinval(tuple, desc, 3, &isnull));
+        int64 next = DatumGetInt64(SPI_getbinval(tuple, desc, 4, &isnull));
+        call_cpp([&] {
+            auto it = lookup->by_name.find(name);
+            if (it == lookup->by_name.end()) return;
+            Subscription* s = it->second;
+            if (s->fresh) {
+                if (!consumer->paused(s->id)) consumer->pause(s->id);
+                consumer->set_stored_offset(s->id, topic, partition, next);
+            } else if (!consumer->paused(s->id) &&
+                       consumer->set_stored_offset(s->id, topic, partition, next) &&
+                       (lookup->moved.empty() || lookup->moved.back() != s)) {
+                lookup->moved.push_back(s);
+            }
+        });
+        pfree(name);
+        pfree(topic);
+    }
+    std::size_t n_moved = call_cpp([&] { return lookup->moved.size(); });
+    for (std::size_t k = 0; k < n_moved; ++k) {
+        Subscription* sub = call_cpp([&] {
+            Subscription* s = lookup->moved[k];
+            consumer->seek_to_stored(s->id);
+            return s;
+        });
+        log_subscription("eventbox ingest: subscription \"%s\" continues from its changed "
+                         "stored offsets%s", sub->name.c_str(), "");
+    }
+    call_cpp([&] { delete lookup; });
+    // Fresh subscriptions (new, or failing ones whose retry is due) start from those offsets.
+    std::size_t n_subs = call_cpp([] { return subscriptions->size(); });
+    for (std::size_t k = 0; k < n_subs; ++k) {
+        Subscription* sub = call_cpp([&] { return (*subscriptions)[k]; });
+        if (!sub->fresh) continue;
+        bool retry = call_cpp([&] {
+            if (!consumer->paused(sub->id)) consumer->pause(sub->id);  // no stored offsets
+            consumer->resume(sub->id);
+            sub->fresh = false;
+            sub->resumed_at_ms = now;
+            return sub->failing;
+        });
+        if (!retry)
+            log_subscription("eventbox ingest: consuming subscription \"%s\"%s", sub->name.c_str(),
+                             members > 1 ? psprintf(" (worker %d of %d)", member + 1, members) : "");
+    }
+    // eventbox.ingest_errors: only rows of the subscriptions this worker sees failing.
+    {
+        int n_failing = call_cpp([] {
+            int n = 0;
+            for (Subscription* s : *subscriptions) n += s->recorded.empty() ? 0 : 1;
+            return n;
+        });
+        pg::ArrayColumn names(n_failing, TEXTOID);
+        int j = 0;
+        for (std::size_t k = 0; k < n_subs; ++k) {
+            Subscription* sub = call_cpp([&] { return (*subscriptions)[k]; });
+            if (!sub->recorded.empty() && j < n_failing)
+                names.set(j++, CStringGetTextDatum(sub->name.c_str()));
+        }
+        Datum values[3] = {Int32GetDatum(member), names.get(), Int32GetDatum(members)};
+        worker::exec_kept("eventbox ingest", errors_sync_plan, values, false, SPI_OK_DELETE);
+    }
     PopActiveSnapshot();
     SPI_finish();
     CommitTransactionCommand();
+    call_cpp([] {
+        round_size = 1;
+        for (Subscription* s : *subscriptions) round_size = std::max(round_size, s->batch_size);
+    });
     shmem::set_state(n_wanted ? "running" : "idle: no subscriptions");
     rebuild_wait_set();
 }
@@ -348,20 +455,18 @@ bytea* to_bytea(const void* data, std::size_t len) {
     return b;
 }
 
-// Reads one batch of `sub` and stores it; returns the number of records read.
-std::size_t ingest(Subscription* sub) {
-    std::size_t n = call_cpp([&] { return sub->consumer->poll(sub->batch_size); });
-    worker::emit_kafka_logs(*sub->consumer, "eventbox ingest");
-    bool pinned = call_cpp([&] { return sub->consumer->has_positions_to_store(); });
-    if (n == 0 && !pinned) return 0;
-
+// Stores records [from, to) of `sub`'s batch (and the positions to store) in one transaction;
+// returns the number of records.
+std::size_t store_chunk(Subscription* sub, std::size_t from, std::size_t to) {
+    std::size_t n = to - from;
     // Classify in C++, then build the columns here.
     call_cpp([&] {
         // The rows of earlier batches are reused: their strings keep their buffers.
         if (sub->rows.size() < n) sub->rows.resize(n);
         std::vector<inbox::KafkaHeader> headers;
-        std::size_t i = 0;
-        for (rd_kafka_message_t* msg : sub->consumer->messages()) {
+        const std::vector<rd_kafka_message_t*>& batch = consumer->batch(sub->id);
+        for (std::size_t i = 0; i < n; ++i) {
+            rd_kafka_message_t* msg = batch[from + i];
             headers.clear();
             rd_kafka_headers_t* hdrs = nullptr;
             rd_kafka_resp_err_t herr = rd_kafka_message_headers(msg, &hdrs);
@@ -388,7 +493,7 @@ std::size_t ingest(Subscription* sub) {
                 record.headers_unreadable = true;
                 record.headers_error = rd_kafka_err2str(herr);
             }
-            inbox::classify(record, sub->options, sub->rows[i++]);
+            inbox::classify(record, sub->options, sub->rows[i]);
         }
         // Rows go in by message id: ingest workers inserting the same ids at once (a message
         // republished to partitions of two workers; a partition read by its old and new owner
@@ -400,6 +505,7 @@ std::size_t ingest(Subscription* sub) {
             return sub->rows[a].message_id < sub->rows[b].message_id;
         });
     });
+    rd_kafka_message_t* const* messages = call_cpp([&] { return consumer->batch(sub->id).data() + from; });
 
     SetCurrentStatementStartTimestamp();  // now() of this transaction
     StartTransactionCommand();
@@ -421,7 +527,7 @@ std::size_t ingest(Subscription* sub) {
     Datum type = 0;
     for (int i = 0; i < count; ++i) {
         int k = sub->order[i];
-        rd_kafka_message_t* msg = sub->consumer->messages()[k];
+        rd_kafka_message_t* msg = messages[k];
         inbox::Classified& row = sub->rows[k];
         ids.set(i, PointerGetDatum(
                        cstring_to_text_with_len(row.message_id.data(), row.message_id.size())));
@@ -466,12 +572,13 @@ std::size_t ingest(Subscription* sub) {
         inserted = SPI_processed;
     }
 
-    std::size_t n_ends = call_cpp([&] { return sub->consumer->partition_ends().size(); });
-    int m = static_cast<int>(n_ends);
+    const std::vector<kafka::PartitionEnd>* ends =
+        call_cpp([&] { return &consumer->partition_ends(sub->id, from, to); });
+    int m = static_cast<int>(ends->size());
     pg::ArrayColumn end_topics(m, TEXTOID), end_partitions(m, INT4OID), end_offsets(m, INT8OID),
         end_high(m, INT8OID), end_previous(m, INT8OID);
     for (int i = 0; i < m; ++i) {
-        const kafka::PartitionEnd& end = sub->consumer->partition_ends()[i];
+        const kafka::PartitionEnd& end = (*ends)[i];
         end_topics.set(i, CStringGetTextDatum(end.topic.c_str()));
         end_partitions.set(i, Int32GetDatum(end.partition));
         end_offsets.set(i, Int64GetDatum(end.next_offset));
@@ -487,7 +594,7 @@ std::size_t ingest(Subscription* sub) {
     CommitTransactionCommand();
     pgstat_report_stat(false);  // lets autovacuum and autoanalyze see the inbox
 
-    call_cpp([&] { sub->consumer->committed(); });
+    call_cpp([&] { consumer->committed(sub->id); });
     if (moved) {
         // A stored offset was moved under us (eventbox.replay): continue from the table's.
         needs_reload = true;
@@ -497,6 +604,132 @@ std::size_t ingest(Subscription* sub) {
     shmem::count_duplicates(n - inserted);
     shmem::wake_handlers();
     return n;
+}
+
+// Stores `sub`'s records of the last poll, batch_size records per transaction; returns how many.
+std::size_t store(Subscription* sub) {
+    std::size_t total = call_cpp([&] { return consumer->batch(sub->id).size(); });
+    bool pinned = call_cpp([&] { return consumer->has_positions_to_store(sub->id); });
+    if (total == 0 && !pinned) return 0;
+    std::size_t from = 0;
+    do {
+        std::size_t to = Min(from + sub->batch_size, total);
+        store_chunk(sub, from, to);
+        MemoryContextReset(batch_context);
+        from = to;
+    } while (from < total);
+    return total;
+}
+
+// A batch of `sub` failed with `message`: it is paused (the others go on) and read again from
+// its stored offsets after a backoff.
+void subscription_failed(Subscription* sub, const char* message) {
+    int backoff_ms = call_cpp([&] {
+        consumer->pause(sub->id);
+        sub->failing = true;
+        sub->attempts += 1;
+        sub->backoff_ms = std::min(std::max(sub->backoff_ms * 2, 1000), kMaxBackoffMs);
+        sub->retry_at_ms = worker::now_ms() + sub->backoff_ms;
+        sub->error = message;
+        return sub->backoff_ms;
+    });
+    shmem::record_error(message);
+    int held_back = 0;
+    if (worker::log_allowed(failure_log_rate, &held_back))
+        ereport(LOG, (errmsg("eventbox ingest: subscription \"%s\" could not store a batch: %s",
+                             sub->name.c_str(), message),
+                      errdetail("It is read again from its stored offsets in %d s (attempt %d); "
+                                "the other subscriptions go on.%s",
+                                backoff_ms / 1000, sub->attempts,
+                                held_back ? psprintf(" %d similar messages suppressed.", held_back)
+                                          : ""),
+                      errhint("See eventbox.subscription_errors.")));
+}
+
+// Stores `sub`'s records; an ERROR is rolled back and recorded on `sub` alone. Returns false
+// when the batch failed.
+bool store_isolated(Subscription* sub, std::size_t* stored) {
+    MemoryContext context = CurrentMemoryContext;
+    volatile bool ok = true;
+    PG_TRY();
+    {
+        *stored = store(sub);
+    }
+    PG_CATCH();
+    {
+        // As a worker's top-level handler does, but for this subscription only.
+        MemoryContextSwitchTo(TopMemoryContext);
+        ErrorData* edata = CopyErrorData();
+        FlushErrorState();
+        AbortCurrentTransaction();
+        MemoryContextSwitchTo(context);
+        MemoryContextReset(batch_context);
+        subscription_failed(sub, edata->message);
+        FreeErrorData(edata);
+        ok = false;
+    }
+    PG_END_TRY();
+    return ok;
+}
+
+// What eventbox.ingest_errors should say about `sub` ("" = nothing).
+const std::string& wanted_error(Subscription* sub) {
+    return sub->failing ? sub->error : consumer->problem(sub->id);
+}
+
+// Whether eventbox.ingest_errors says something else (another error, or another attempt).
+bool error_changed(Subscription* sub) {
+    return wanted_error(sub) != sub->recorded ||
+           (sub->failing ? sub->attempts : 0) != sub->recorded_attempts;
+}
+
+// Writes the subscriptions' errors that changed since they were last written, in one
+// transaction, and logs them (at a bounded rate). Rows change only when a subscription starts
+// or stops failing, or fails again after its backoff.
+void record_errors() {
+    bool due = call_cpp([] {
+        for (Subscription* s : *subscriptions)
+            if (error_changed(s)) return true;
+        return false;
+    });
+    if (!due) return;
+    SetCurrentStatementStartTimestamp();
+    StartTransactionCommand();
+    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "eventbox ingest: SPI_connect failed");
+    PushActiveSnapshot(GetTransactionSnapshot());
+    prepare_plans();
+    std::size_t n_subs = call_cpp([] { return subscriptions->size(); });
+    for (std::size_t k = 0; k < n_subs; ++k) {
+        Subscription* sub = call_cpp([&] { return (*subscriptions)[k]; });
+        bool changed = call_cpp([&] { return error_changed(sub); });
+        if (!changed) continue;
+        const char* error = call_cpp([&] { return wanted_error(sub).c_str(); });
+        Datum name = CStringGetTextDatum(sub->name.c_str());
+        if (error[0] == '\0') {
+            Datum values[2] = {name, Int32GetDatum(member)};
+            worker::exec_kept("eventbox ingest", error_clear_plan, values, false, SPI_OK_DELETE);
+            log_subscription("eventbox ingest: subscription \"%s\" is consumed again%s",
+                             sub->name.c_str(), "");
+        } else {
+            bool paused = call_cpp([&] { return consumer->paused(sub->id); });
+            Datum values[5] = {name, Int32GetDatum(member), CStringGetTextDatum(error),
+                               Int32GetDatum(sub->failing ? sub->attempts : 0),
+                               TimestampTzGetDatum(sub->retry_at_ms * 1000)};
+            char nulls[5] = {' ', ' ', ' ', ' ', sub->failing && paused ? ' ' : 'n'};
+            int rc = SPI_execute_plan(error_set_plan, values, nulls, false, 0);
+            if (rc != SPI_OK_INSERT) elog(ERROR, "eventbox ingest: recording an error failed");
+            if (!sub->failing && sub->recorded.empty())  // failures were logged when they happened
+                log_subscription("eventbox ingest: subscription \"%s\" cannot be consumed: %s",
+                                 sub->name.c_str(), error, failure_log_rate);
+        }
+        call_cpp([&] {
+            sub->recorded = wanted_error(sub);
+            sub->recorded_attempts = sub->failing ? sub->attempts : 0;
+        });
+    }
+    PopActiveSnapshot();
+    SPI_finish();
+    CommitTransactionCommand();
 }
 
 }  // namespace
@@ -521,8 +754,9 @@ extern "C" void eventbox_ingest_main(Datum arg) {
     static int error_backoff_ms = 0;  // static: survives the longjmp back to sigsetjmp
     sigjmp_buf local_sigjmp_buf;
     if (sigsetjmp(local_sigjmp_buf, 1) != 0) {
-        // An ERROR in a batch: rebuild every consumer from the stored offsets (the batch in
-        // memory was not stored and is read again) after a backoff.
+        // An ERROR outside a subscription's batch (building the consumer, reading the
+        // subscriptions, recording errors): rebuild everything from the stored offsets (records
+        // in memory were not stored and are read again) after a backoff.
         worker::recover_from_error(batch_context, destroy_state, &error_backoff_ms);
         needs_reload = true;
     }
@@ -530,21 +764,49 @@ extern "C" void eventbox_ingest_main(Datum arg) {
 
     for (;;) {
         MemoryContextSwitchTo(batch_context);
-        if (needs_reload || shmem::subscriptions_generation() != loaded_generation) {
-            reload();
+        // Failing subscriptions whose backoff is over are read again from their stored offsets.
+        bool retry_due = call_cpp([] {
+            if (subscriptions == nullptr || consumer == nullptr) return false;
+            int64 now = worker::now_ms();
+            for (Subscription* s : *subscriptions)
+                if (s->failing && consumer->paused(s->id) && now >= s->retry_at_ms) return true;
+            return false;
+        });
+        if (needs_reload || retry_due ||
+            shmem::subscriptions_generation() != loaded_generation) {
             needs_reload = false;
+            reload();
         }
         bool more = false, worked = false;
+        std::size_t n = call_cpp([] { return consumer ? consumer->poll(round_size) : 0; });
+        if (consumer != nullptr) worker::emit_kafka_logs(*consumer, "eventbox ingest");
+        if (n >= round_size) more = true;
         std::size_t n_subs = call_cpp([] { return subscriptions ? subscriptions->size() : 0; });
+        int64 now = worker::now_ms();
         for (std::size_t i = 0; i < n_subs; ++i) {
-            Subscription* sub = (*subscriptions)[i];
-            std::size_t n = ingest(sub);
-            if (n >= sub->batch_size) more = true;
-            if (n > 0) worked = true;
+            Subscription* sub = call_cpp([&] { return (*subscriptions)[i]; });
+            std::size_t stored = 0;
+            if (store_isolated(sub, &stored)) {
+                if (stored > 0) worked = true;
+                // A subscription that failed is well again once it stores records, or stays
+                // quiet for a while after resuming.
+                if (sub->failing && !call_cpp([&] { return consumer->paused(sub->id); }) &&
+                    (stored > 0 || now - sub->resumed_at_ms >= kQuietAfterResumeMs))
+                    call_cpp([&] {
+                        sub->failing = false;
+                        sub->attempts = 0;
+                        sub->backoff_ms = 0;
+                        sub->error.clear();
+                    });
+            }
             MemoryContextReset(batch_context);
             CHECK_FOR_INTERRUPTS();
         }
+        call_cpp([] {
+            if (consumer != nullptr) consumer->release();
+        });
         if (n_subs > 0) error_backoff_ms = 0;
+        if (subscriptions != nullptr && consumer != nullptr) record_errors();
         MemoryContextSwitchTo(TopMemoryContext);
         MemoryContextReset(batch_context);
         // PostgreSQL holds table statistics back while flushes would come less than a second

@@ -1,10 +1,19 @@
-// One subscription's librdkafka consumer in one ingest worker. The database is the source of
-// truth for offsets. Partitions are assigned directly (no consumer group membership, so a
-// restart resumes at once instead of waiting out a session timeout), each to one of the ingest
-// workers by partition_owner(), at the offset stored in eventbox.offsets (kept in an in-memory
-// copy, since its owner is its only writer), else at the subscription's start position. The
-// group id is still used to commit offsets to Kafka, asynchronously after the database commit,
-// only so that external lag tools see progress. Pure C++.
+// The one librdkafka consumer of an ingest worker, serving all of its subscriptions. The
+// database is the source of truth for offsets. Partitions are assigned directly (no consumer
+// group membership, so a restart resumes at once instead of waiting out a session timeout),
+// each to one of the ingest workers by partition_owner(). A partition is assigned once, however
+// many subscriptions read it, and fetched from the lowest position any of them needs; each
+// record goes to every subscription whose own position (its offset stored in eventbox.offsets,
+// kept in an in-memory copy since its owner is its only writer, else its start position) it
+// has reached. So threads, sockets and fds do not grow with the number of subscriptions.
+//
+// A subscription that cannot read (a topic the broker does not know or refuses, a start
+// position that cannot be resolved) has its problem() set and is retried on its own with a
+// backoff; the others go on. A subscription the caller pauses (its batch could not be stored)
+// gets nothing until resume(), which starts it again from its stored offsets.
+//
+// The subscriptions' offsets are committed to Kafka under their own group ids, at most every few
+// seconds and asynchronously, only so that external lag tools see progress. Pure C++.
 #pragma once
 
 #include <librdkafka/rdkafka.h>
@@ -12,6 +21,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <utility>
@@ -31,9 +41,14 @@ struct ConsumerConfig {
     int member = 0;   // this ingest worker's index
     int members = 1;  // how many ingest workers share the partitions
     std::vector<KafkaOption> options;  // user options, applied after our defaults
-    std::string group_id;
+    std::string group_id;              // the handle's own group id (nothing is committed there)
+};
+
+struct SubscriptionConfig {
+    std::string name;
+    std::string group_id;  // where its offsets are committed for external lag tools
     std::vector<std::string> topics;
-    bool start_latest = false;  // no stored offset: start at `latest_since_ms`, not the beginning
+    bool start_latest = false;    // no stored offset: start at `latest_since_ms`, not the beginning
     int64_t latest_since_ms = 0;  // when the subscription was created (Unix epoch ms)
 };
 
@@ -42,8 +57,10 @@ struct PartitionEnd {
     int32_t partition;
     int64_t next_offset;
     int64_t high_watermark;  // as last seen in a fetch response; -1 when unknown
-    int64_t previous;        // the stored offset this consumer started from; -1 when none
+    int64_t previous;        // the stored offset the subscription continued from; -1 when none
 };
+
+using TopicPartition = std::pair<std::string, int32_t>;
 
 class Consumer final : public ClientEvents {
 public:
@@ -55,64 +72,131 @@ public:
 
     int event_fd() const { return pipe_[0]; }
 
+    // Adds a subscription, paused: give it its stored offsets, then resume(). Returns its id.
+    int add_subscription(const SubscriptionConfig& config);
+    void remove_subscription(int id);
+
     // The next offset to read for a partition, as stored in the database; ignored for a
-    // partition another ingest worker owns. Returns whether this consumer's copy changed.
-    bool set_stored_offset(const std::string& topic, int32_t partition, int64_t next_offset);
-    // Moves every assigned partition to its stored offset (after set_stored_offset() learned that
-    // the table changed, e.g. eventbox.replay). Prefetched messages from before are dropped.
-    void seek_to_stored();
-    // What this consumer believes is stored for a partition; -1 when nothing.
-    int64_t stored_offset(const std::string& topic, int32_t partition) const;
+    // partition another ingest worker owns. Returns whether the subscription's copy changed.
+    bool set_stored_offset(int id, const std::string& topic, int32_t partition,
+                           int64_t next_offset);
+    // Moves the subscription to its stored offsets (after set_stored_offset() learned that the
+    // table changed, e.g. eventbox.replay); the partitions are fetched again from there if needed.
+    void seek_to_stored(int id);
+    // What the subscription believes is stored for a partition; -1 when nothing.
+    int64_t stored_offset(int id, const std::string& topic, int32_t partition) const;
 
-    // Reads up to `max` messages without blocking (assigning new partitions, serving logs and
-    // errors on the way); returns how many are now in messages(). They stay valid until
-    // committed().
+    // Stops delivering to the subscription and forgets its positions, stored offsets included,
+    // and its batch (its last batch could not be stored). Give it its stored offsets again, then
+    // resume() starts it from them.
+    void pause(int id);
+    void resume(int id);
+    bool paused(int id) const;
+
+    // Reads up to `max` records without blocking (assigning partitions, serving logs and errors
+    // on the way) and hands each to the subscriptions that want it; returns how many records
+    // were read. They stay valid until release().
     std::size_t poll(std::size_t max);
-    const std::vector<rd_kafka_message_t*>& messages() const { return messages_; }
-    // The next offset of every partition in messages(), to store with the batch.
-    const std::vector<PartitionEnd>& partition_ends();
-    // The batch is in the database: remember its offsets, commit them to Kafka asynchronously
-    // and free the messages.
-    void committed();
+    // The records of the last poll() for a subscription, in the order read.
+    const std::vector<rd_kafka_message_t*>& batch(int id) const;
+    // Whether the subscription must store offsets even without records: partitions started at a
+    // position resolved from start_from 'latest' (stored at once, so a restart starts there
+    // too), or older records skipped for it. Cleared by committed().
+    bool has_positions_to_store(int id) const;
+    // The next offset of every partition in batch(id)[from, to) (and the positions to store),
+    // to store with those records.
+    const std::vector<PartitionEnd>& partition_ends(int id, std::size_t from, std::size_t to);
+    // Those records are in the database: remember their offsets (committed to Kafka later).
+    void committed(int id);
+    // Frees the records of the last poll().
+    void release();
 
-    std::size_t assigned_partitions() const { return assigned_.size(); }
+    // Why the subscription cannot read (some of) its partitions; empty when it can.
+    const std::string& problem(int id) const;
+
+    std::size_t assigned_partitions() const { return partitions_.size(); }
+    std::size_t subscriptions() const { return subs_.size(); }
     // Whether this worker consumes the partition (see partition_owner()).
     bool owns(const std::string& topic, int32_t partition) const {
         return partition_owner(topic, partition, members_) == member_;
     }
 
-    // Whether the next batch must store offsets even without messages: partitions started at a
-    // position resolved from start_from 'latest' (stored at once, so a restart starts there
-    // too), or older messages skipped for it. Cleared by committed().
-    bool has_positions_to_store() const { return !initial_.empty() || !skipped_.empty(); }
-
 private:
-    // Assigns the subscribed topics' partitions that are not assigned yet (new topics, added
-    // partitions), from fresh metadata. Called by poll() now and then.
-    void refresh_assignment();
+    struct Position {
+        int64_t next = -1;    // next offset to hand over; -1 while unresolved
+        int64_t stored = -1;  // as stored in the database; -1 when nothing is
+        int64_t skip_before_ms = -1;  // start_from 'latest' without time lookups: see poll()
+    };
+    struct Sub {
+        SubscriptionConfig config;
+        bool paused = true;
+        std::map<TopicPartition, Position> positions;
+        std::vector<rd_kafka_message_t*> batch;
+        std::map<TopicPartition, int64_t> initial;  // resolved start positions not yet stored
+        std::map<TopicPartition, int64_t> skipped;  // next offset after skipped older records
+        std::vector<PartitionEnd> ends;
+        std::string start_problem;  // start positions that could not be resolved
+        int start_backoff_ms = 0;
+        std::chrono::steady_clock::time_point next_start_try{};
+        std::string problem;
+        bool commit_due = false;
+        std::chrono::steady_clock::time_point next_commit{};
+    };
+    struct Reader {
+        Sub* sub;
+        Position* position;
+        const TopicPartition* tp;
+    };
+    struct Partition {
+        int64_t fetch_next = -1;  // the offset librdkafka fetches next, as far as we know
+        bool paused = false;
+        std::vector<Reader> readers;  // subscriptions that are not paused and have a position
+    };
+    struct Topic {
+        std::vector<int32_t> partitions;  // ids this worker owns
+        bool known = false;
+        std::string error;        // why its metadata could not be read; empty when it was
+        std::string fetch_error;  // last fetch error, until a record arrives
+        int backoff_ms = 0;
+        std::chrono::steady_clock::time_point next_refresh{};
+    };
+
+    Sub& sub(int id);
+    const Sub& sub(int id) const;
+    // Refreshes the metadata of the topics that are due (all every 10 s, failing ones with a
+    // growing backoff), resolves missing start positions and brings the assignment, the readers
+    // and the fetch positions in line.
+    void maintain();
+    void refresh_topic(const std::string& name, Topic& topic);
+    // Where a partition with nothing stored starts; false when it cannot be resolved now.
+    bool start_position(Sub& s, const std::string& topic, int32_t partition, Position* position);
     // The first offset at or after time `ms` (Unix epoch), -1 when there is none, -2 on error.
     int64_t offset_for_time(const char* topic, int32_t partition, int64_t ms);
-    // Where a partition with nothing stored starts; false when it cannot be resolved now.
-    bool start_position(const char* topic, int32_t partition, int64_t* offset);
-    void free_messages();
+    void update_assignment();
+    void update_problems();
+    void commit_offsets();
+    void serve_admin_results();
 
     rd_kafka_t* rk_ = nullptr;
     rd_kafka_queue_t* queue_ = nullptr;
-    std::vector<std::string> topics_;
+    rd_kafka_queue_t* admin_queue_ = nullptr;
     int member_ = 0;
     int members_ = 1;
-    bool start_latest_ = false;
-    int64_t latest_since_ms_ = 0;
-    std::chrono::steady_clock::time_point next_refresh_{};
-    std::set<std::pair<std::string, int32_t>> assigned_;
-    std::map<std::pair<std::string, int32_t>, int64_t> stored_;
-    std::vector<rd_kafka_message_t*> messages_;
-    std::vector<PartitionEnd> ends_;
-    std::vector<PartitionEnd> initial_;
-    // start_from 'latest' on a broker that cannot look offsets up by time (the dev broker):
-    // such partitions are read from their start once, skipping messages older than this.
-    std::map<std::pair<std::string, int32_t>, int64_t> skip_before_;
-    std::map<std::pair<std::string, int32_t>, int64_t> skipped_;  // next offset after skips
+    int next_id_ = 1;
+    bool changed_ = true;  // subscriptions or positions changed: maintain() at the next poll
+    std::chrono::steady_clock::time_point next_maintain_{};
+    std::map<int, std::unique_ptr<Sub>> subs_;
+    std::map<std::string, Topic> topics_;
+    std::map<TopicPartition, Partition> partitions_;  // assigned
+    std::vector<rd_kafka_message_t*> messages_;       // read by the last poll()
+    // The partition of the last record read: records come in runs of one partition.
+    rd_kafka_topic_t* last_rkt_ = nullptr;
+    int32_t last_partition_ = -1;
+    Partition* last_ = nullptr;
+    const std::string* last_topic_ = nullptr;
+    std::string lookup_error_;  // why the last offset lookup failed
+    std::vector<rd_kafka_message_t*> empty_;
+    std::string no_problem_;
 };
 
 }  // namespace eventbox::kafka

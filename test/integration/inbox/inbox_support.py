@@ -537,3 +537,103 @@ def ib_topic(ib_broker):
         ib_broker.create_topic(name, partitions)
         return name
     return new
+
+
+# ---------------------------------------------------------------------------------------------
+# many subscriptions: the ingest worker's footprint, an admin role without superuser
+
+
+def footprint(pid):
+    """{fds, rel_fds, threads, rss_kb, anon_kb} of a server process (/proc). rel_fds are the
+    fds of relation files (PostgreSQL's file cache: one per relation fork and segment touched, up
+    to max_files_per_process); anon_kb (RssAnon) is its private memory: RSS also counts the
+    shared buffers it has touched, which grows with the data it reads, not with what it keeps."""
+    rel_fds = 0
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            target = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+        except OSError:
+            continue
+        if re.search(r"/(base|global)/\d+(/\d+)?(_\w+)?(\.\d+)?$", target):
+            rel_fds += 1
+    status = {}
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            status[key] = value.strip()
+    return {"fds": len(os.listdir("/proc/%d/fd" % pid)), "rel_fds": rel_fds,
+            "threads": int(status["Threads"]),
+            "rss_kb": int(status["VmRSS"].split()[0]),
+            "anon_kb": int(status["RssAnon"].split()[0])}
+
+
+# The grants of the README's admin role (section Grants).
+ADMIN_GRANTS = """
+GRANT USAGE ON SCHEMA eventbox TO {role};
+GRANT EXECUTE ON FUNCTION
+    eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text, text, integer, text),
+    eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text, integer, text, boolean),
+    eventbox.drop_subscription(text),
+    eventbox.register_handler(text, regprocedure, text, name),
+    eventbox.unregister_handler(text, regprocedure, text),
+    eventbox.process(text, integer), eventbox.retry(text, text), eventbox.redrive(text, text),
+    eventbox.skip(text, text), eventbox.replay(text, text, integer, bigint)
+  TO {role};
+GRANT SELECT ON eventbox.subscriptions, eventbox.handlers, eventbox.inbox, eventbox.offsets,
+                eventbox.inbox_stats, eventbox.lag, eventbox.outbox, eventbox.outbox_stats,
+                eventbox.workers, eventbox.subscription_errors TO {role};
+GRANT EXECUTE ON FUNCTION eventbox.workers() TO {role};
+"""
+
+
+def admin_role(db, role):
+    """Creates (once) a LOGIN role that is no superuser, with the README's admin grants."""
+    assert re.fullmatch(r"[a-z_0-9]+", role), role
+    if not db.value("SELECT count(*) FROM pg_roles WHERE rolname = %s", (role,)):
+        db.rows("CREATE ROLE %s LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE" % role)
+    db.rows(ADMIN_GRANTS.format(role=role))
+    return role
+
+
+def connect_as(role):
+    c = psycopg2.connect("", user=role, connect_timeout=10,
+                         application_name="eventbox-inbox-tests")
+    c.autocommit = True
+    return c
+
+
+def create_subscriptions(conn, names_topics, **options):
+    """Creates subscriptions [(name, [topics])] on `conn` (unhandled => 'keep', see
+    Db.create_subscription), in one transaction per 50."""
+    options.setdefault("unhandled", "keep")
+    keys = sorted(options)
+    for key in keys:
+        assert re.fullmatch(r"[a-z_]+", key), key
+    sql = "SELECT eventbox.create_subscription(%s, %s::text[]" + "".join(
+        ", %s => %%s" % k for k in keys) + ")"
+    conn.autocommit = False
+    try:
+        with conn.cursor() as cur:
+            for i, (name, topics) in enumerate(names_topics):
+                cur.execute(sql, [name, list(topics)] + [options[k] for k in keys])
+                if i % 50 == 49:
+                    conn.commit()
+        conn.commit()
+    finally:
+        conn.autocommit = True
+
+
+def caught_up(db, ends_by_topic, subs_topics):
+    """Subscriptions [(name, [topics])] whose stored offsets are not yet the topics' ends."""
+    stored = {}
+    for sub, topic, p, n in db.rows('SELECT subscription, topic, "partition", next_offset '
+                                    "FROM eventbox.offsets"):
+        stored[(sub, topic, p)] = n
+    behind = []
+    for name, topics in subs_topics:
+        for t in topics:
+            for (topic, p), end in ends_by_topic[t].items():
+                if end > 0 and stored.get((name, topic, p)) != end:
+                    behind.append(name)
+                    break
+    return sorted(set(behind))
