@@ -29,7 +29,7 @@ RUN_AS = "eb_handler_role"
 __all__ = [
     "RUN_AS", "Msg", "Producer", "produce", "handler_pids", "wait_workers", "HandlerCase",
     "inbox_status", "wait_settled", "ledger_figures", "duplicate_runs", "show_duplicates",
-    "retry_conn", "handler_env", "case",
+    "retry_conn", "handler_env", "case", "ScratchDatabase",
 ]
 
 # ---------------------------------------------------------------------------
@@ -343,3 +343,38 @@ def case(request, handler_env, new_topic):
             hc.drop()
         except Exception as e:  # cleanup must not hide the test's own outcome
             print("cleanup of %s failed: %s" % (hc.sub, e))
+
+
+class ScratchDatabase:
+    """A database of its own with pg_eventbox in it, which the background workers do not
+    serve (eventbox.process() runs there in the test's session), and a non-superuser role
+    `role` for its handlers; `setup_sql` runs in it after CREATE EXTENSION. drop() removes
+    the database."""
+
+    def __init__(self, name, role, setup_sql=""):
+        self.name = name
+        self.admin = psycopg2.connect("", dbname="postgres", application_name="eventbox-tests")
+        self.admin.autocommit = True
+        query(self.admin, "DROP DATABASE IF EXISTS %s WITH (FORCE)" % name)
+        query(self.admin, "CREATE DATABASE %s" % name)
+        c = self.connect()
+        try:
+            query(c, """
+                CREATE EXTENSION pg_eventbox;
+                DO $$ BEGIN
+                    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '%s') THEN
+                        CREATE ROLE %s;
+                    END IF;
+                END $$;
+            """ % (role, role) + setup_sql)
+        finally:
+            c.close()
+
+    def connect(self):
+        c = psycopg2.connect("", dbname=self.name, application_name="eventbox-tests")
+        c.autocommit = True
+        return c
+
+    def drop(self):
+        query(self.admin, "DROP DATABASE IF EXISTS %s WITH (FORCE)" % self.name)
+        self.admin.close()

@@ -19,10 +19,10 @@ import collections
 import json
 import re
 
-import psycopg2
 import pytest
 
 from eventbox_fixtures import query, query_one
+from eventbox_handler_lib import ScratchDatabase
 
 BACKLOG = 200000
 PARTITIONS = 8
@@ -36,19 +36,7 @@ DB = "eventbox_plans"
 
 @pytest.fixture(scope="module")
 def plans_db(extension):
-    admin = psycopg2.connect("", dbname="postgres", application_name="eventbox-tests")
-    admin.autocommit = True
-    query(admin, "DROP DATABASE IF EXISTS %s" % DB)
-    query(admin, "CREATE DATABASE %s" % DB)
-    c = psycopg2.connect("", dbname=DB, application_name="eventbox-tests")
-    c.autocommit = True
-    query(c, """
-        CREATE EXTENSION pg_eventbox;
-        DO $$ BEGIN
-            IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'eb_plans_role') THEN
-                CREATE ROLE eb_plans_role;
-            END IF;
-        END $$;
+    db = ScratchDatabase(DB, "eb_plans_role", """
         CREATE SCHEMA plans;
         GRANT USAGE ON SCHEMA plans TO eb_plans_role;
         CREATE TABLE plans.sink (id text PRIMARY KEY, v int);
@@ -61,10 +49,10 @@ def plans_db(extension):
         SELECT eventbox.register_handler('plans', 'plans.on_msg(eventbox.inbox)'::regprocedure,
                                          run_as => 'eb_plans_role');
     """)
+    c = db.connect()
     yield c
     c.close()
-    query(admin, "DROP DATABASE IF EXISTS %s WITH (FORCE)" % DB)
-    admin.close()
+    db.drop()
 
 
 def add_backlog(c, first, n):

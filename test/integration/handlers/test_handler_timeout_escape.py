@@ -17,7 +17,7 @@ import psycopg2
 import pytest
 
 from eventbox_fixtures import query, query_one
-from eventbox_handler_lib import Msg, produce, retry_conn, wait_settled
+from eventbox_handler_lib import Msg, ScratchDatabase, produce, retry_conn, wait_settled
 
 DB = "eventbox_timeouts"
 
@@ -51,34 +51,14 @@ END $$;
 @pytest.fixture
 def timeout_db(extension, settings):
     settings.set("eventbox.handler_timeout", "500ms")
-    admin = psycopg2.connect("", dbname="postgres", application_name="eventbox-tests")
-    admin.autocommit = True
-    query(admin, "DROP DATABASE IF EXISTS %s WITH (FORCE)" % DB)
-    query(admin, "CREATE DATABASE %s" % DB)
-    c = psycopg2.connect("", dbname=DB, application_name="eventbox-tests")
-    c.autocommit = True
-    query(c, """
-        CREATE EXTENSION pg_eventbox;
-        DO $$ BEGIN
-            IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'eb_timeout_role') THEN
-                CREATE ROLE eb_timeout_role;
-            END IF;
-        END $$;
+    db = ScratchDatabase(DB, "eb_timeout_role", """
         CREATE SCHEMA t;
         GRANT USAGE ON SCHEMA t TO eb_timeout_role;
         CREATE TABLE t.effects (message_id text);
         GRANT INSERT ON t.effects TO eb_timeout_role;
     """ + CATCH_AND_RETURN + CATCH_FOREVER)
-    c.close()
-    yield
-    query(admin, "DROP DATABASE IF EXISTS %s WITH (FORCE)" % DB)
-    admin.close()
-
-
-def connect_db():
-    c = psycopg2.connect("", dbname=DB, application_name="eventbox-tests")
-    c.autocommit = True
-    return c
+    yield db
+    db.drop()
 
 
 def subscription_with(c, sub, handler):
@@ -90,7 +70,7 @@ def subscription_with(c, sub, handler):
 
 
 def test_handler_returning_after_its_timeout_failed_its_attempt(timeout_db):
-    c = connect_db()
+    c = timeout_db.connect()
     try:
         subscription_with(c, "catch_return", "catch_and_return")
         t0 = time.monotonic()
@@ -110,7 +90,7 @@ def test_handler_returning_after_its_timeout_failed_its_attempt(timeout_db):
 
 
 def test_handler_catching_every_cancel_is_terminated_in_process(timeout_db):
-    c = connect_db()
+    c = timeout_db.connect()
     subscription_with(c, "catch_forever", "catch_forever")
     t0 = time.monotonic()
     with pytest.raises(psycopg2.OperationalError):
@@ -118,7 +98,7 @@ def test_handler_catching_every_cancel_is_terminated_in_process(timeout_db):
     took = time.monotonic() - t0
     # 0.5 s timeout + 2 s escalation; never the handler's endless loop.
     assert took < 8, took
-    c2 = connect_db()
+    c2 = timeout_db.connect()
     try:
         status = query_one(c2, "SELECT status FROM eventbox.inbox WHERE subscription = 'catch_forever'")
         assert status == "received", status   # process()'s transaction was rolled back
