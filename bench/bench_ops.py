@@ -145,7 +145,8 @@ def main():
                 res.setdefault(("ingest", scrape), []).append(r)
                 log("ingest scrape=%s: %.0f msg/s" % (scrape, r))
         # 2. ingest + handlers while PURGE_ROWS aged rows are purged, vs without.
-        cur.execute("ALTER SYSTEM SET eventbox.inbox_retention = 0; SELECT pg_reload_conf()")
+        cur.execute("ALTER SYSTEM SET eventbox.inbox_retention = 0")
+        cur.execute("SELECT pg_reload_conf()")
         time.sleep(1)
         cur.execute("SELECT eventbox.create_subscription('aged', ARRAY['nothing_here'])")
         cur.execute("SELECT eventbox.alter_subscription('aged', enabled => false)")
@@ -158,7 +159,8 @@ def main():
         cur.execute("SELECT eventbox.drop_subscription(%s)", (sub,))
         logfile = os.path.join(d, "postgres.log")
         mark = os.path.getsize(logfile)
-        cur.execute("ALTER SYSTEM SET eventbox.inbox_retention = '1h'; SELECT pg_reload_conf()")
+        cur.execute("ALTER SYSTEM SET eventbox.inbox_retention = '1h'")
+        cur.execute("SELECT pg_reload_conf()")
         time.sleep(0.5)
         cur.execute("SELECT count(*) FROM eventbox.inbox WHERE subscription = 'aged'")
         before = cur.fetchone()[0]
@@ -173,7 +175,8 @@ def main():
         res["purge"] = (base, with_purge, before - after, waits)
         wait(cur, "SELECT count(*) FROM eventbox.inbox WHERE subscription = 'aged'", 0, timeout=1200)
         # 3. bounded size over cycles.
-        cur.execute("ALTER SYSTEM SET eventbox.inbox_retention = '1h'; SELECT pg_reload_conf()")
+        cur.execute("ALTER SYSTEM SET eventbox.inbox_retention = '1h'")
+        cur.execute("SELECT pg_reload_conf()")
         sizes = []
         for k in range(CYCLES):
             cur.execute("BEGIN")
