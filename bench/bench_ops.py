@@ -10,7 +10,8 @@ log_lock_waits with deadlock_timeout = 100ms, autovacuum_naptime = 1s) and print
   3. bounded size: CYCLES cycles of ingest CYCLE_ROWS -> process -> age past retention -> purge
      (and autovacuum); inbox heap + index size after the last vs after the first (<= 1.5x).
 
-Sizes are knobs (environment): BENCH_OPS_MESSAGES (default 100000), BENCH_OPS_REPEAT (2),
+Sizes are knobs (environment): BENCH_OPS_MESSAGES (default 20000: the ingest topic, 4 partitions
+of ~200 B records, must fit the dev broker's ~5 MiB per partition), BENCH_OPS_REPEAT (2),
 BENCH_OPS_PURGE_ROWS (1000000), BENCH_OPS_CYCLES (5), BENCH_OPS_CYCLE_ROWS (200000),
 EVENTBOX_PGBIN. Every figure is a ratio of runs in the same invocation.
 """
@@ -28,7 +29,7 @@ import urllib.request
 import psycopg2
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-N = int(os.environ.get("BENCH_OPS_MESSAGES", 100000))
+N = int(os.environ.get("BENCH_OPS_MESSAGES", 20000))
 REPEAT = int(os.environ.get("BENCH_OPS_REPEAT", 2))
 PURGE_ROWS = int(os.environ.get("BENCH_OPS_PURGE_ROWS", 1000000))
 CYCLES = int(os.environ.get("BENCH_OPS_CYCLES", 5))
