@@ -638,6 +638,8 @@ RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     s eventbox.subscriptions;
+    stored_next bigint;
+    present bigint;
 BEGIN
     s := eventbox._managed_subscription(caller, subscription);
     IF topic IS NULL OR NOT topic = ANY (s.topics) THEN
@@ -649,6 +651,25 @@ BEGIN
         RAISE EXCEPTION 'partition and from_offset must be 0 or more'
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Kafka partitions and offsets start at 0.';
+    END IF;
+    -- Records read again whose row is gone (purged by eventbox.inbox_retention, or deleted) are
+    -- not deduplicated: they are stored and handled again. Say how many, before it happens.
+    SELECT o.next_offset INTO stored_next FROM eventbox.offsets o
+     WHERE o.subscription = s.name AND o.topic = _replay.topic AND o."partition" = _replay."partition";
+    IF stored_next > from_offset THEN
+        SELECT count(*) INTO present FROM eventbox.inbox i
+         WHERE i.subscription = s.name AND i.topic = _replay.topic
+           AND i."partition" = _replay."partition"
+           AND i."offset" >= from_offset AND i."offset" < stored_next;
+        IF stored_next - from_offset - present > 0 THEN
+            RAISE NOTICE 'replay of % partition % from offset % will store up to % record(s) again',
+                topic, "partition", from_offset, stored_next - from_offset - present
+                USING DETAIL = format('Offsets %s to %s were consumed; %s of their messages are still '
+                                      'in the inbox and are deduplicated, the others are no longer '
+                                      'there (purged by eventbox.inbox_retention, or deleted).',
+                                      from_offset, stored_next - 1, present),
+                      HINT = 'Their handlers run again. The retention window is the deduplication horizon.';
+        END IF;
     END IF;
     INSERT INTO eventbox.offsets (subscription, topic, "partition", next_offset)
     VALUES (s.name, topic, "partition", from_offset)
@@ -681,6 +702,33 @@ RETURNS void LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
 CREATE FUNCTION eventbox.replay(subscription text, topic text, "partition" integer,
                                 from_offset bigint)
 RETURNS void LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
+
+-- ---------------------------------------------------------------------------------------------
+-- Retention and metrics (0.2.0).
+-- ---------------------------------------------------------------------------------------------
+
+-- eventbox.inbox_retention: the supervisor deletes processed and ignored rows oldest first, a
+-- small batch per transaction, walking this index in processed_at order (and eventbox.dead_retention
+-- dead and unparsable rows through the next one, by received_at). Partial: the messages still to
+-- handle are not in it.
+CREATE INDEX inbox_done_idx ON eventbox.inbox (processed_at)
+    WHERE status IN ('processed', 'ignored');
+CREATE INDEX inbox_dead_idx ON eventbox.inbox (received_at)
+    WHERE status IN ('dead', 'unparsable');
+
+-- Counters of the workers (shared memory) and gauges of the tables, in the Prometheus text
+-- exposition format 0.0.4; eventbox.metrics_address serves the same text over HTTP.
+CREATE FUNCTION eventbox.metrics() RETURNS text
+LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'eventbox_metrics';
+CREATE FUNCTION eventbox.metric_samples(OUT name text, OUT labels jsonb,
+                                        OUT value double precision)
+RETURNS SETOF record
+LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'eventbox_metric_samples';
+CREATE VIEW eventbox.metrics AS SELECT * FROM eventbox.metric_samples();
+COMMENT ON FUNCTION eventbox.metrics() IS
+    'Counters and gauges of pg_eventbox in the Prometheus text exposition format 0.0.4';
 
 REVOKE ALL ON ALL TABLES IN SCHEMA eventbox FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA eventbox FROM PUBLIC;

@@ -19,6 +19,7 @@ PACKAGES=(
   kcat googletest libgtest-dev
   python3-pytest python3-psycopg2 python3-confluent-kafka python3-kafka
   procps util-linux
+  prometheus
 )
 
 check_only=0

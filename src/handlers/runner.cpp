@@ -39,6 +39,7 @@ extern "C" {
 #include "handlers/runner.hpp"
 #include "pg/arrays.hpp"
 #include "pg/boundary.hpp"
+#include "metrics/counters.hpp"
 #include "pg/shmem.hpp"
 #include "workers/common.hpp"
 
@@ -1028,16 +1029,21 @@ bool run_chosen(const PassSetup& setup, int c, Datum row, HandlerRef** matching,
             matching[n_matching++] = &setup.handlers[h];
     if (n_matching == 0) {
         out->add_ignored(id);
+        metrics::handler_ignored(1);
         return true;
     }
+    TimestampTz started = GetCurrentTimestamp();
     char* error = run_message(row, matching, n_matching);
+    int64 duration_us = GetCurrentTimestamp() - started;
     pfree(DatumGetPointer(row));
     if (error == nullptr) {
         out->add_processed(id, tid_datum(m.tid));
+        metrics::handler_processed(duration_us);
         return true;
     }
     int32 attempts = m.attempts + 1;
     bool dead = attempts >= setup.options.max_attempts;
+    metrics::handler_failed(duration_us, dead);
     double unit = call_cpp([] { return state->next_jitter(); });
     int64 delay =
         retry_delay_ms(attempts, setup.options.backoff_ms, setup.options.backoff_max_ms, unit);
@@ -1096,7 +1102,11 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
     // What runs, and what is ignored (no handler) without an attempt.
     bool* to_run = static_cast<bool*>(palloc0(sizeof(bool) * Max(n_chosen, 1)));
     int n_to_run;
-    int handled = ignore_unhandled(setup.name, n_chosen, to_run, &n_to_run) + crash_dead;
+    int n_ignored = ignore_unhandled(setup.name, n_chosen, to_run, &n_to_run);
+    int handled = n_ignored + crash_dead;
+    metrics::handler_discard();  // what an interrupted pass tallied never committed
+    metrics::handler_ignored(static_cast<uint64>(n_ignored));
+    metrics::handler_dead(static_cast<uint64>(crash_dead));
     // Each lane's claim: a worker's commits before any of its messages runs, so a handler that
     // kills the backend cannot run forever; a settled claim is emptied with its settlement.
     write_claims(setup.name, to_run, own_transactions);
@@ -1106,6 +1116,7 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
         if (own_transactions) CommitTransactionCommand();
         release_lane_locks();
         shmem::count_messages(static_cast<uint64>(handled));
+        metrics::handler_flush(subscription);
         return handled;
     }
     if (own_transactions) {
@@ -1125,6 +1136,7 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
         SPI_finish();
     }
     shmem::count_messages(static_cast<uint64>(handled));
+    metrics::handler_flush(subscription);
     return handled;
 }
 

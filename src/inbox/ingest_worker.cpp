@@ -47,6 +47,7 @@ extern "C" {
 #include "kafka/options.hpp"
 #include "pg/arrays.hpp"
 #include "pg/boundary.hpp"
+#include "metrics/counters.hpp"
 #include "pg/shmem.hpp"
 #include "workers/common.hpp"
 
@@ -518,6 +519,7 @@ std::size_t store_chunk(Subscription* sub, std::size_t from, std::size_t to) {
         payloads(count, JSONBOID), raws(count, BYTEAOID), types(count, TEXTOID),
         statuses(count, TEXTOID), notes(count, TEXTOID);
     int transport_ids = 0;
+    int unparsable_rows = 0;
     // Values most rows share are made once (the arrays copy them).
     Datum received = CStringGetTextDatum("received");
     Datum unparsable = CStringGetTextDatum("unparsable");
@@ -561,6 +563,7 @@ std::size_t store_chunk(Subscription* sub, std::size_t from, std::size_t to) {
             types.set(i, type);
         }
         statuses.set(i, row.parsable ? received : unparsable);
+        unparsable_rows += row.parsable ? 0 : 1;
     }
     Datum name = CStringGetTextDatum(sub->name.c_str());
     Datum values[12] = {name,           ids.get(),     topics.get(),   partitions.get(),
@@ -602,6 +605,8 @@ std::size_t store_chunk(Subscription* sub, std::size_t from, std::size_t to) {
     shmem::count_messages(n);
     shmem::count_transport_ids(static_cast<uint64>(transport_ids));
     shmem::count_duplicates(n - inserted);
+    metrics::ingested(sub->name.c_str(), n, n - inserted, static_cast<uint64>(transport_ids),
+                      static_cast<uint64>(unparsable_rows));
     shmem::wake_handlers();
     return n;
 }

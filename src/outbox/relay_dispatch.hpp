@@ -34,6 +34,7 @@ struct Row {
     std::size_t n_headers = 0;
     int32_t attempts = 0;       // delivery attempts recorded so far
     int64_t not_before_ms = 0;  // next_attempt_at in epoch ms; 0 when due now
+    int64_t created_ms = 0;     // created_at in epoch ms (for the publish latency metric)
 };
 
 // What handing a row to Kafka's client came to.
@@ -64,6 +65,7 @@ struct Acked {
     int64_t id;
     int32_t partition;
     int64_t offset;
+    int64_t created_ms = 0;  // the row's created_at (epoch ms)
 };
 
 // A row whose delivery failed: write attempts + 1, last_error, next_attempt_at (or 'failed').
@@ -125,6 +127,7 @@ private:
         std::string lane;
         uint64_t seq;
         int32_t attempts;
+        int64_t created_ms;
     };
 
     static std::string lane_of(const Row& row);

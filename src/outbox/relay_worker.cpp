@@ -39,6 +39,7 @@ extern "C" {
 #include "pg/boundary.hpp"
 #include "outbox/relay_dispatch.hpp"
 #include "outbox/relay_recheck.hpp"
+#include "metrics/counters.hpp"
 #include "pg/shmem.hpp"
 #include "workers/common.hpp"
 
@@ -65,11 +66,12 @@ bool announced_idle = false;
 bool needs_reset = true;           // rebuild producer and dispatcher before the next pass
 WaitEventSet* wait_set = nullptr;
 MemoryContext batch_context = nullptr;
+metrics::LocalHistogram* latency = nullptr;  // publish latencies of the outcomes being written
 
 SPIPlanPtr claim_plan, range_plan, refetch_plan, delete_plan, sent_plan, failed_plan, purge_plan;
 
 constexpr const char* kRowColumns =
-    "SELECT id, message_id, topic, key, payload, headers, attempts, next_attempt_at "
+    "SELECT id, message_id, topic, key, payload, headers, attempts, next_attempt_at, created_at "
     "FROM eventbox.outbox ";
 
 SPIPlanPtr prepare(const char* sql, int nargs, Oid* types) {
@@ -299,6 +301,7 @@ int64 offer_result(int64* last_id, std::vector<int64_t>* ids) {
         row.attempts = DatumGetInt32(SPI_getbinval(tuple, desc, 7, &isnull));
         Datum next = SPI_getbinval(tuple, desc, 8, &isnull);
         row.not_before_ms = isnull ? 0 : DatumGetTimestampTz(next) / 1000;
+        row.created_ms = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 9, &isnull)) / 1000;
         call_cpp([&] {
             dispatcher->offer(row, now);
             if (ids != nullptr) ids->push_back(row.id);
@@ -323,6 +326,11 @@ void write_outcomes() {
     const std::vector<relay::Acked>& acked = dispatcher->acked();
     int n = static_cast<int>(acked.size());
     if (n > 0) {
+        // Delivery reports were taken just before this pass: "now" is when the acks arrived.
+        int64 now = now_ms();
+        latency->clear();
+        for (int i = 0; i < n; ++i)
+            if (acked[i].created_ms != 0) latency->observe_us((now - acked[i].created_ms) * 1000);
         int64* ids = static_cast<int64*>(palloc(sizeof(int64) * n));
         Datum* partitions = static_cast<Datum*>(palloc(sizeof(Datum) * n));
         int64* offsets = static_cast<int64*>(palloc(sizeof(int64) * n));
@@ -494,6 +502,7 @@ bool iterate() {
         PushActiveSnapshot(GetTransactionSnapshot());
         exec(purge_plan, values, false, SPI_OK_DELETE);
         PopActiveSnapshot();
+        metrics::purged(metrics::PurgedTable::kOutbox, SPI_processed);
         if (SPI_processed < static_cast<uint64>(guc::relay_batch_size)) last_purge = now;
         else more = true;
     }
@@ -506,6 +515,8 @@ bool iterate() {
         return !dispatcher->failed().empty();
     }) || more;
     shmem::count_messages(acked);
+    if (acked > 0) metrics::relay_published(acked, *latency);
+    if (failed > 0) metrics::relay_failures(failed);
     return more;
 }
 
@@ -524,6 +535,8 @@ extern "C" void eventbox_relay_main(Datum arg) {
     before_shmem_exit(shutdown_relay, 0);
     batch_context = AllocSetContextCreate(TopMemoryContext, "eventbox relay batch",
                                           ALLOCSET_DEFAULT_SIZES);
+    latency = static_cast<metrics::LocalHistogram*>(
+        MemoryContextAllocZero(TopMemoryContext, sizeof(metrics::LocalHistogram)));
 
     static int error_backoff_ms = 0;  // static: survives the longjmp back to sigsetjmp
     sigjmp_buf local_sigjmp_buf;

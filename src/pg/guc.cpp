@@ -7,7 +7,10 @@ extern "C" {
 #include "utils/guc.h"
 }
 
+#include "metrics/http_server.hpp"
 #include "pg/shmem.hpp"
+
+#include <string>
 
 #include <cctype>
 #include <climits>
@@ -34,6 +37,9 @@ int ingest_workers = 1;
 int handler_workers = 2;
 int handler_timeout_ms = 30000;
 bool allow_superuser_handlers = false;
+int inbox_retention_s = 7 * 24 * 3600;
+int dead_retention_s = 0;
+char* metrics_address = nullptr;
 
 namespace {
 
@@ -77,6 +83,25 @@ bool check_brokers(char** newval, void**, GucSource) {
         item = end + 1;
     }
     return true;
+}
+
+// Accepts '' or host:port (a literal or a name; resolved when the supervisor starts).
+bool check_metrics_address(char** newval, void**, GucSource) {
+    if (*newval == nullptr || (*newval)[0] == '\0') return true;
+    const char* value = *newval;
+    bool ok = false;
+    try {
+        std::string host;
+        int port;
+        metrics::parse_address(value, &host, &port);
+        ok = true;
+    } catch (...) {
+    }
+    if (!ok) {
+        GUC_check_errdetail("eventbox.metrics_address must be host:port with a port from 1 to 65535.");
+        GUC_check_errhint("Example: '127.0.0.1:9187'; '' turns the endpoint off.");
+    }
+    return ok;
 }
 
 }  // namespace
@@ -165,6 +190,23 @@ void define() {
         "eventbox.allow_superuser_handlers", "Whether handlers may run as a superuser.",
         "Off: registering or running a handler whose run_as role is a superuser is refused.",
         &allow_superuser_handlers, false, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "eventbox.inbox_retention",
+        "How long processed and ignored inbox rows are kept (the deduplication horizon).",
+        "Rows older than this (by processed_at) are deleted in small batches; a copy of such a "
+        "message arriving later is stored and handled again. 0 keeps them forever.",
+        &inbox_retention_s, 7 * 24 * 3600, 0, INT_MAX / 1000, PGC_SIGHUP, GUC_UNIT_S, nullptr,
+        nullptr, nullptr);
+    DefineCustomIntVariable(
+        "eventbox.dead_retention", "How long dead and unparsable inbox rows are kept.",
+        "Rows older than this (by received_at) are deleted; 0 keeps them until an operator acts.",
+        &dead_retention_s, 0, 0, INT_MAX / 1000, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr,
+        nullptr);
+    DefineCustomStringVariable(
+        "eventbox.metrics_address",
+        "Address (host:port) on which the supervisor serves GET /metrics; empty = off.",
+        "Prometheus text format; serve it on a loopback or otherwise protected address.",
+        &metrics_address, "", PGC_POSTMASTER, 0, check_metrics_address, nullptr, nullptr);
     MarkGUCPrefixReserved("eventbox");
 }
 

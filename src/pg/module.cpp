@@ -13,6 +13,7 @@ void _PG_init(void);
 
 #include "pg/guc.hpp"
 #include "pg/extension.hpp"
+#include "metrics/counters.hpp"
 #include "pg/shmem.hpp"
 
 extern "C" void _PG_init(void) {
@@ -20,6 +21,7 @@ extern "C" void _PG_init(void) {
     // Workers and shared state need shared_preload_libraries; send() works without them.
     if (!process_shared_preload_libraries_in_progress || IsBinaryUpgrade) return;
     eventbox::shmem::install_hooks();
+    eventbox::metrics::install_hooks();
     eventbox::pg::install_extension_hook();
 
     BackgroundWorker worker;

@@ -16,6 +16,8 @@ extern "C" {
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/pg_database.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -28,11 +30,18 @@ extern "C" {
 }
 
 #include <climits>
+#include <exception>
 
+#include "metrics/collect.hpp"
+#include "metrics/counters.hpp"
+#include "metrics/http_server.hpp"
+#include "pg/boundary.hpp"
 #include "pg/extension.hpp"
 #include "pg/guc.hpp"
 #include "pg/shmem.hpp"
 #include "workers/common.hpp"
+
+using eventbox::pg::call_cpp;
 
 namespace eventbox {
 
@@ -95,6 +104,13 @@ Oid lookup_database() {
     return db;
 }
 
+metrics::WorkerRole role_of(const Managed& w) {
+    if (strcmp(w.type, "eventbox relay") == 0) return metrics::WorkerRole::kRelay;
+    if (strcmp(w.type, "eventbox ingest") == 0) return metrics::WorkerRole::kIngest;
+    if (strcmp(w.type, "eventbox handler") == 0) return metrics::WorkerRole::kHandler;
+    return metrics::WorkerRole::kSupervisor;
+}
+
 bool is_running(Managed& w) {
     if (w.handle == nullptr) return false;
     pid_t pid;
@@ -109,6 +125,7 @@ bool is_running(Managed& w) {
     w.next_start = TimestampTzPlusMilliseconds(now, w.backoff_ms);
     pfree(w.handle);
     w.handle = nullptr;
+    metrics::worker_restarted(role_of(w));
     ereport(LOG, (errmsg("%s exited; restarting it in %d ms", w.type, w.backoff_ms)));
     return false;
 }
@@ -166,6 +183,224 @@ long supervise(Managed& w) {
     if (now < w.next_start) return TimestampDifferenceMilliseconds(now, w.next_start);
     start(w);
     return w.handle ? LONG_MAX : w.backoff_ms;
+}
+
+
+// ---- Supervisor duties besides supervising: retention and the metrics endpoint -------------
+
+// Runs fn(arg) in a transaction of its own with SPI connected and a snapshot. An ERROR is
+// logged (at most once a minute per `rate`), the transaction aborted and false returned: the
+// supervisor keeps supervising.
+bool run_in_transaction(void (*fn)(void*), void* arg, const char* what, worker::LogRate* rate) {
+    MemoryContext outer = CurrentMemoryContext;
+    volatile bool ok = true;
+    SetCurrentStatementStartTimestamp();
+    StartTransactionCommand();
+    PG_TRY();
+    {
+        if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "eventbox supervisor: SPI_connect failed");
+        PushActiveSnapshot(GetTransactionSnapshot());
+        fn(arg);
+        PopActiveSnapshot();
+        SPI_finish();
+        CommitTransactionCommand();
+    }
+    PG_CATCH();
+    {
+        MemoryContextSwitchTo(outer);
+        ErrorData* edata = CopyErrorData();
+        FlushErrorState();
+        AbortCurrentTransaction();
+        int held_back = 0;
+        if (worker::log_allowed(*rate, &held_back))
+            ereport(LOG, (errmsg("eventbox supervisor: %s failed: %s", what, edata->message),
+                          held_back ? errdetail("%d similar messages suppressed.", held_back) : 0));
+        shmem::record_error(edata->message);
+        FreeErrorData(edata);
+        ok = false;
+    }
+    PG_END_TRY();
+    MemoryContextSwitchTo(outer);
+    return ok;
+}
+
+// Retention. Processed and ignored rows are deleted oldest first through the partial index
+// inbox_done_idx (processed_at, only those statuses), at most kPurgeBatch per transaction, each
+// batch starting where the last one ended (purge_cursor): no batch re-reads what earlier ones
+// deleted (their index entries stay until VACUUM, and would make a round over n rows cost n^2).
+// A round ends with a batch that is not full; the next starts at the beginning again, which also
+// takes rows whose processed_at lies before the cursor because their transaction committed late.
+constexpr int kPurgeBatch = 1000;
+constexpr long kPurgePauseMs = 10;    // between full batches: ingest and handlers go first
+constexpr long kPurgeIdleMs = 1000;   // between rounds
+TimestampTz purge_cursor = DT_NOBEGIN;
+TimestampTz next_purge = 0;
+worker::LogRate purge_log = {1, 60000};
+
+struct PurgeBatch {
+    uint64 inbox_deleted;
+    TimestampTz last_processed_at;
+    uint64 dead_deleted;
+};
+
+void purge_batch(void* arg) {
+    auto* batch = static_cast<PurgeBatch*>(arg);
+    if (guc::inbox_retention_s > 0) {
+        Oid types[3] = {TIMESTAMPTZOID, INT4OID, INT4OID};
+        SPIPlanPtr plan = SPI_prepare(
+            "DELETE FROM eventbox.inbox WHERE ctid = ANY (ARRAY("
+            "SELECT ctid FROM eventbox.inbox "
+            "WHERE status IN ('processed', 'ignored') AND processed_at >= $1 "
+            "AND processed_at < now() - $2 * interval '1 second' "
+            "ORDER BY processed_at LIMIT $3 FOR UPDATE SKIP LOCKED)) "
+            "RETURNING processed_at",
+            3, types);
+        if (plan == nullptr) elog(ERROR, "could not prepare the inbox purge");
+        Datum values[3] = {TimestampTzGetDatum(purge_cursor),
+                           Int32GetDatum(guc::inbox_retention_s), Int32GetDatum(kPurgeBatch)};
+        worker::exec_kept("eventbox supervisor", plan, values, false, SPI_OK_DELETE_RETURNING);
+        batch->inbox_deleted = SPI_processed;
+        for (uint64 i = 0; i < SPI_processed; ++i) {
+            bool isnull;
+            TimestampTz at = DatumGetTimestampTz(
+                SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+            if (!isnull && at > batch->last_processed_at) batch->last_processed_at = at;
+        }
+    }
+    if (guc::dead_retention_s > 0) {
+        Oid types[2] = {INT4OID, INT4OID};
+        SPIPlanPtr plan = SPI_prepare(
+            "DELETE FROM eventbox.inbox WHERE ctid = ANY (ARRAY("
+            "SELECT ctid FROM eventbox.inbox "
+            "WHERE status IN ('dead', 'unparsable') "
+            "AND received_at < now() - $1 * interval '1 second' "
+            "ORDER BY received_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
+            2, types);
+        if (plan == nullptr) elog(ERROR, "could not prepare the dead inbox purge");
+        Datum values[2] = {Int32GetDatum(guc::dead_retention_s), Int32GetDatum(kPurgeBatch)};
+        worker::exec_kept("eventbox supervisor", plan, values, false, SPI_OK_DELETE);
+        batch->dead_deleted = SPI_processed;
+    }
+}
+
+// One purge batch when one is due; returns milliseconds until the next.
+long retention_step() {
+    if (guc::inbox_retention_s == 0 && guc::dead_retention_s == 0) return LONG_MAX;
+    TimestampTz now = GetCurrentTimestamp();
+    if (now < next_purge) return TimestampDifferenceMilliseconds(now, next_purge);
+    PurgeBatch batch = {0, DT_NOBEGIN, 0};
+    shmem::set_state("purging");
+    bool ok = run_in_transaction(purge_batch, &batch, "inbox retention", &purge_log);
+    shmem::set_state("supervising");
+    pgstat_report_stat(false);  // lets autovacuum see the deletes
+    metrics::purged(metrics::PurgedTable::kInbox, batch.inbox_deleted + batch.dead_deleted);
+    bool full = ok && (batch.inbox_deleted == static_cast<uint64>(kPurgeBatch) ||
+                       batch.dead_deleted == static_cast<uint64>(kPurgeBatch));
+    if (ok && batch.inbox_deleted == static_cast<uint64>(kPurgeBatch))
+        purge_cursor = batch.last_processed_at;
+    else
+        purge_cursor = DT_NOBEGIN;
+    long wait = full ? kPurgePauseMs : ok ? kPurgeIdleMs : 10000;
+    next_purge = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), wait);
+    return wait;
+}
+
+// The metrics endpoint (eventbox.metrics_address). Gauges are queried at most once a second;
+// every scrape gets the counters as they are and the gauges of that query.
+metrics::HttpServer* http = nullptr;
+TimestampTz next_listen_attempt = 0;
+MemoryContext gauge_context = nullptr;
+metrics::Gauges gauges;
+TimestampTz gauges_at = 0;
+worker::LogRate gauge_log = {1, 60000};
+
+void close_http(int, Datum) {
+    delete http;
+    http = nullptr;
+}
+
+void open_http() {
+    if (http != nullptr || guc::metrics_address == nullptr || guc::metrics_address[0] == '\0')
+        return;
+    TimestampTz now = GetCurrentTimestamp();
+    if (now < next_listen_attempt) return;
+    char error[256] = "";
+    http = call_cpp([&]() -> metrics::HttpServer* {
+        try {
+            return new metrics::HttpServer(guc::metrics_address, metrics::HttpLimits{});
+        } catch (const std::exception& e) {
+            snprintf(error, sizeof error, "%s", e.what());
+            return nullptr;
+        }
+    });
+    if (http == nullptr) {
+        ereport(WARNING, (errmsg("eventbox supervisor: %s", error),
+                          errdetail("Trying again in 60 s.")));
+        next_listen_attempt = TimestampTzPlusMilliseconds(now, 60000);
+    } else {
+        ereport(LOG, (errmsg("eventbox supervisor serving metrics on http://%s/metrics",
+                             guc::metrics_address)));
+    }
+}
+
+void refresh_gauges(void*) {
+    MemoryContextReset(gauge_context);
+    metrics::query_gauges(&gauges, gauge_context);
+}
+
+// Answers the scrapes waiting for a body.
+void serve_scrapes(bool schema_ok) {
+    if (http == nullptr || call_cpp([] { return http->pending(); }) == 0) return;
+    TimestampTz now = GetCurrentTimestamp();
+    if (!schema_ok) {
+        gauges.valid = false;
+    } else if (!gauges.valid || TimestampDifferenceExceeds(gauges_at, now, 1000)) {
+        gauges.valid = false;
+        if (run_in_transaction(refresh_gauges, nullptr, "metrics gauges", &gauge_log))
+            gauges_at = now;
+        else
+            gauges.valid = false;
+    }
+    metrics::Counters counters;
+    metrics::snapshot(&counters);
+    size_t len;
+    char* text = metrics::render(counters, &gauges, &len);
+    int64 at = worker::now_ms();
+    call_cpp([&] { http->respond(std::string_view(text, len), at); });
+}
+
+// Waits for the latch, postmaster death, the endpoint's sockets or `timeout_ms`.
+void supervisor_wait(long timeout_ms) {
+    int n_watch = 0;
+    metrics::HttpServer::Watch* watch = nullptr;
+    bool listen = false;
+    if (http != nullptr) {
+        int64 deadline = call_cpp([] { return http->next_deadline_ms(); });
+        if (deadline != INT64_MAX) timeout_ms = Min(timeout_ms, Max(deadline - worker::now_ms(), 0L));
+        listen = call_cpp([] { return http->accepting(); });
+        call_cpp([&] {
+            std::vector<metrics::HttpServer::Watch> w = http->watches();
+            n_watch = static_cast<int>(w.size());
+            watch = static_cast<metrics::HttpServer::Watch*>(
+                pg::pg_guard([&] { return palloc(sizeof(metrics::HttpServer::Watch) * (w.size() + 1)); }));
+            std::copy(w.begin(), w.end(), watch);
+        });
+    }
+    WaitEventSet* set = CreateWaitEventSet(CurrentMemoryContext, 3 + n_watch);
+    AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, nullptr);
+    AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, nullptr, nullptr);
+    if (listen) AddWaitEventToSet(set, WL_SOCKET_READABLE, http->listen_fd(), nullptr, nullptr);
+    for (int i = 0; i < n_watch; ++i)
+        AddWaitEventToSet(set, watch[i].write ? WL_SOCKET_WRITEABLE : WL_SOCKET_READABLE,
+                          watch[i].fd, nullptr, nullptr);
+    WaitEvent event;
+    (void)WaitEventSetWait(set, Max(timeout_ms, 0L), &event, 1, PG_WAIT_EXTENSION);
+    FreeWaitEventSet(set);
+    ResetLatch(MyLatch);
+    if (http != nullptr) {
+        int64 now = worker::now_ms();
+        call_cpp([&] { http->step(now); });
+    }
 }
 
 }  // namespace
@@ -233,6 +468,13 @@ extern "C" void eventbox_supervisor_main(Datum arg) {
     served_database = MyDatabaseId;
     shmem::attach_worker(shmem::Role::kLauncher);
     pgstat_report_activity(STATE_IDLE, nullptr);
+    // Planner settings of the workers for the purge and the gauge queries.
+    worker::apply_worker_settings(true);
+    before_shmem_exit(close_http, 0);
+    gauge_context = AllocSetContextCreate(TopMemoryContext, "eventbox metrics gauges",
+                                          ALLOCSET_SMALL_SIZES);
+    MemoryContext loop_context = AllocSetContextCreate(TopMemoryContext, "eventbox supervisor",
+                                                       ALLOCSET_DEFAULT_SIZES);
 
     for (int i = 0; i < shmem::kMaxIngestWorkers; ++i)
         ingest_workers[i] = {"eventbox_ingest_main", "eventbox ingest", i, nullptr, nullptr, 0, 0,
@@ -244,7 +486,11 @@ extern "C" void eventbox_supervisor_main(Datum arg) {
     char announced_version[64] = "";
     Oid served_extension = InvalidOid;  // the extension the running workers were started for
     for (;;) {
+        MemoryContextSwitchTo(loop_context);
+        MemoryContextReset(loop_context);
         long timeout_ms = 1000;  // how soon to look at the extension again
+        bool schema_ok = false;
+        open_http();
         pg::ExtensionState ext = read_extension_state();
         if (OidIsValid(served_extension) && ext.oid != served_extension) {
             // Dropped, or dropped and created again: workers started for the old one hold its
@@ -272,6 +518,8 @@ extern "C" void eventbox_supervisor_main(Datum arg) {
             }
             for (int i = 0; i < guc::handler_workers; ++i)
                 timeout_ms = Min(timeout_ms, supervise(handler_workers[i]));
+            schema_ok = true;
+            timeout_ms = Min(timeout_ms, retention_step());
         } else if (OidIsValid(ext.oid)) {
             // A library of another version than the schema: the workers would misread the
             // tables. One WARNING per version seen, then wait for ALTER EXTENSION ... UPDATE.
@@ -294,9 +542,9 @@ extern "C" void eventbox_supervisor_main(Datum arg) {
             stop_all_workers();
             shmem::set_state("waiting for extension");
         }
-        (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-                        Max(timeout_ms, 1L), PG_WAIT_EXTENSION);
-        ResetLatch(MyLatch);
+        serve_scrapes(schema_ok);
+        supervisor_wait(Max(timeout_ms, 1L));
+        serve_scrapes(schema_ok);
         CHECK_FOR_INTERRUPTS();
         worker::reload_if_requested();
     }

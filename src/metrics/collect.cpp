@@ -1,0 +1,289 @@
+// eventbox.metrics(), eventbox.metric_samples() and the rendering they share with the
+// supervisor's HTTP endpoint (see metrics/collect.hpp).
+#include "metrics/collect.hpp"
+
+extern "C" {
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/snapmgr.h"
+}
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "metrics/exposition.hpp"
+#include "pg/boundary.hpp"
+#include "workers/common.hpp"
+
+namespace eventbox::metrics {
+
+namespace {
+
+constexpr const char* kOutboxQuery =
+    "SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 "
+    "FROM eventbox.outbox WHERE status = 'pending'";
+// Per subscription, through inbox_todo_idx (the rows still to handle).
+constexpr const char* kInboxQuery =
+    "SELECT s.name, p.n, coalesce(extract(epoch FROM now() - p.oldest), 0)::float8 "
+    "FROM eventbox.subscriptions s, LATERAL (SELECT count(*) AS n, min(i.received_at) AS oldest "
+    "FROM eventbox.inbox i WHERE i.subscription = s.name "
+    "AND i.status IN ('received', 'retry')) p ORDER BY s.name";
+constexpr const char* kLagQuery =
+    "SELECT subscription, topic, \"partition\", greatest(high_watermark - next_offset, 0) "
+    "FROM eventbox.offsets WHERE high_watermark IS NOT NULL "
+    "ORDER BY subscription, topic, \"partition\"";
+
+void run(const char* sql) {
+    SPIPlanPtr plan = SPI_prepare(sql, 0, nullptr);
+    if (plan == nullptr) elog(ERROR, "eventbox metrics: could not prepare \"%s\"", sql);
+    worker::exec_kept("eventbox metrics", plan, nullptr, true, SPI_OK_SELECT);
+}
+
+Datum column(int row, int col, bool* isnull) {
+    return SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col, isnull);
+}
+
+Labels sub_label(const char* name) { return Labels{{"subscription", name}}; }
+
+std::vector<double> bounds() {
+    return std::vector<double>(kBoundsSeconds, kBoundsSeconds + kBounds);
+}
+
+std::vector<uint64_t> counts(const uint64* c) { return std::vector<uint64_t>(c, c + kBounds + 1); }
+
+// Builds the families (pure C++: only reads the plain data it is given).
+void build(const Counters& s, const Gauges* g, Exposition& e) {
+    using T = Type;
+    Family& published = e.family("eventbox_relay_published_total",
+                                 "Outbox rows the broker acknowledged.", T::kCounter);
+    e.add(published, {}, static_cast<double>(s.published));
+    Family& failures = e.family("eventbox_relay_delivery_failures_total",
+                                "Failed delivery attempts of outbox rows (each is retried, or "
+                                "marked failed when permanent after eventbox.relay_max_attempts).",
+                                T::kCounter);
+    e.add(failures, {}, static_cast<double>(s.delivery_failures));
+    Family& latency = e.family(
+        "eventbox_relay_publish_latency_seconds",
+        "From an outbox row's created_at (its transaction's now()) to the broker's ack.",
+        T::kHistogram);
+    e.add_histogram(latency, {}, bounds(), counts(s.latency_counts),
+                    static_cast<double>(s.latency_sum_us) / 1e6);
+    if (g != nullptr && g->valid) {
+        Family& pending = e.family("eventbox_outbox_pending",
+                                   "Outbox rows waiting to be published.", T::kGauge);
+        e.add(pending, {}, static_cast<double>(g->outbox_pending));
+        Family& age = e.family("eventbox_outbox_oldest_pending_age_seconds",
+                               "Age of the oldest outbox row waiting (0 when none).", T::kGauge);
+        e.add(age, {}, g->outbox_oldest_age_s);
+    }
+
+    struct Counter {
+        const char* name;
+        const char* help;
+        uint64 SubscriptionCounters::*field;
+    };
+    static const Counter kCounters[] = {
+        {"eventbox_ingest_records_total",
+         "Kafka records the ingest workers read and committed (stored or deduplicated).",
+         &SubscriptionCounters::records},
+        {"eventbox_ingest_duplicates_total",
+         "Records whose message id was in the inbox already (not stored again).",
+         &SubscriptionCounters::duplicates},
+        {"eventbox_ingest_transport_id_fallbacks_total",
+         "Records without a message id, identified by topic/partition/offset.",
+         &SubscriptionCounters::transport_ids},
+        {"eventbox_ingest_unparsable_total", "Records whose value is not JSON (status unparsable).",
+         &SubscriptionCounters::unparsable},
+        {"eventbox_handler_processed_total", "Messages whose handlers succeeded.",
+         &SubscriptionCounters::processed},
+        {"eventbox_handler_retries_total",
+         "Failed handler attempts followed by a retry (backoff).", &SubscriptionCounters::retried},
+        {"eventbox_handler_dead_total", "Messages set dead after their last attempt.",
+         &SubscriptionCounters::dead},
+        {"eventbox_handler_ignored_total", "Messages no registered handler takes (ignored).",
+         &SubscriptionCounters::ignored},
+    };
+    for (const Counter& c : kCounters) {
+        Family& f = e.family(c.name, c.help, T::kCounter);
+        for (int i = 0; i < s.n_subscriptions; ++i)
+            e.add(f, sub_label(s.subscriptions[i].name),
+                  static_cast<double>(s.subscriptions[i].*c.field));
+    }
+    Family& duration = e.family("eventbox_handler_duration_seconds",
+                                "Time spent in a message's handlers (per attempt).", T::kHistogram);
+    for (int i = 0; i < s.n_subscriptions; ++i)
+        e.add_histogram(duration, sub_label(s.subscriptions[i].name), bounds(),
+                        counts(s.subscriptions[i].duration_counts),
+                        static_cast<double>(s.subscriptions[i].duration_sum_us) / 1e6);
+    if (g != nullptr && g->valid) {
+        Family& pending = e.family("eventbox_inbox_pending",
+                                   "Inbox messages waiting to be handled (received or retry).",
+                                   T::kGauge);
+        Family& age = e.family("eventbox_inbox_oldest_pending_age_seconds",
+                               "Age (since received) of the oldest inbox message waiting.",
+                               T::kGauge);
+        for (int i = 0; i < g->n_inbox; ++i) {
+            e.add(pending, sub_label(g->inbox[i].subscription),
+                  static_cast<double>(g->inbox[i].pending));
+            e.add(age, sub_label(g->inbox[i].subscription), g->inbox[i].oldest_age_s);
+        }
+        Family& lag = e.family("eventbox_ingest_lag",
+                               "Broker high watermark minus the stored next offset, per partition "
+                               "(as last seen by the ingest workers).",
+                               T::kGauge);
+        for (int i = 0; i < g->n_lag; ++i)
+            e.add(lag,
+                  Labels{{"subscription", g->lag[i].subscription},
+                         {"topic", g->lag[i].topic},
+                         {"partition", std::to_string(g->lag[i].partition)}},
+                  static_cast<double>(g->lag[i].lag));
+    }
+    Family& restarts = e.family("eventbox_worker_restarts_total",
+                                "Workers found dead and started again, per role.", T::kCounter);
+    for (int r = 0; r < kWorkerRoles; ++r)
+        e.add(restarts, Labels{{"role", kWorkerRoleNames[r]}}, static_cast<double>(s.restarts[r]));
+    Family& purged = e.family("eventbox_retention_purged_rows_total",
+                              "Rows deleted by retention (eventbox.inbox_retention, "
+                              "eventbox.dead_retention, eventbox.outbox_retention).",
+                              T::kCounter);
+    e.add(purged, Labels{{"table", "inbox"}}, static_cast<double>(s.purged_inbox));
+    e.add(purged, Labels{{"table", "outbox"}}, static_cast<double>(s.purged_outbox));
+    Family& overflow = e.family(
+        "eventbox_metrics_subscriptions_overflowed_total",
+        "Counts added to the overflow entry (subscription=\"\") because the table of "
+        "per-subscription counters was full.",
+        T::kCounter);
+    e.add(overflow, {}, static_cast<double>(s.overflowed));
+}
+
+// Counters and gauges of the calling session (SQL functions): gauges need the extension's
+// tables, read with the caller's privileges.
+void collect_here(Counters* s, Gauges* g) {
+    snapshot(s);
+    memset(g, 0, sizeof *g);
+    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "eventbox metrics: SPI_connect failed");
+    query_gauges(g, CurrentMemoryContext);
+    SPI_finish();
+}
+
+}  // namespace
+
+void query_gauges(Gauges* out, MemoryContext context) {
+    memset(out, 0, sizeof *out);
+    bool isnull;
+    run(kOutboxQuery);
+    out->outbox_pending = DatumGetInt64(column(0, 1, &isnull));
+    out->outbox_oldest_age_s = DatumGetFloat8(column(0, 2, &isnull));
+
+    run(kInboxQuery);
+    int n = static_cast<int>(SPI_processed);
+    out->inbox = static_cast<InboxGauge*>(MemoryContextAllocZero(context, sizeof(InboxGauge) * Max(n, 1)));
+    for (int i = 0; i < n; ++i) {
+        text_to_cstring_buffer(DatumGetTextPP(column(i, 1, &isnull)), out->inbox[i].subscription,
+                               NAMEDATALEN);
+        out->inbox[i].pending = DatumGetInt64(column(i, 2, &isnull));
+        out->inbox[i].oldest_age_s = DatumGetFloat8(column(i, 3, &isnull));
+    }
+    out->n_inbox = n;
+
+    run(kLagQuery);
+    n = static_cast<int>(SPI_processed);
+    out->lag = static_cast<LagGauge*>(MemoryContextAllocZero(context, sizeof(LagGauge) * Max(n, 1)));
+    for (int i = 0; i < n; ++i) {
+        text_to_cstring_buffer(DatumGetTextPP(column(i, 1, &isnull)), out->lag[i].subscription,
+                               NAMEDATALEN);
+        out->lag[i].topic = MemoryContextStrdup(
+            context, TextDatumGetCString(column(i, 2, &isnull)));
+        out->lag[i].partition = DatumGetInt32(column(i, 3, &isnull));
+        out->lag[i].lag = DatumGetInt64(column(i, 4, &isnull));
+    }
+    out->n_lag = n;
+    out->valid = true;
+}
+
+char* render(const Counters& counters, const Gauges* gauges, size_t* len) {
+    char* out = nullptr;
+    size_t size = 0;
+    pg::call_cpp([&] {
+        Exposition e;
+        build(counters, gauges, e);
+        std::string text = e.render();
+        out = static_cast<char*>(pg::pg_guard([&] { return palloc(text.size() + 1); }));
+        memcpy(out, text.c_str(), text.size() + 1);
+        size = text.size();
+    });
+    *len = size;
+    return out;
+}
+
+}  // namespace eventbox::metrics
+
+extern "C" {
+PG_FUNCTION_INFO_V1(eventbox_metrics);
+PG_FUNCTION_INFO_V1(eventbox_metric_samples);
+}
+
+// eventbox.metrics(): the Prometheus text exposition (format 0.0.4).
+extern "C" Datum eventbox_metrics(PG_FUNCTION_ARGS) {
+    (void)fcinfo;
+    using namespace eventbox::metrics;
+    Counters counters;
+    Gauges gauges;
+    collect_here(&counters, &gauges);
+    size_t len;
+    char* text = render(counters, &gauges, &len);
+    PG_RETURN_TEXT_P(cstring_to_text_with_len(text, static_cast<int>(len)));
+}
+
+namespace {
+
+// One sample of the exposition as plain data, for the SRF below.
+struct Row {
+    char* name;
+    char* labels_json;
+    double value;
+};
+
+}  // namespace
+
+// eventbox.metric_samples(): every sample as (name, labels jsonb, value); the view
+// eventbox.metrics selects it.
+extern "C" Datum eventbox_metric_samples(PG_FUNCTION_ARGS) {
+    using namespace eventbox::metrics;
+    ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
+    InitMaterializedSRF(fcinfo, 0);
+    Counters counters;
+    Gauges gauges;
+    collect_here(&counters, &gauges);
+    int n_rows = 0;
+    Row* rows = nullptr;
+    eventbox::pg::call_cpp([&] {
+        Exposition e;
+        build(counters, &gauges, e);
+        std::size_t total = 0;
+        for (const Family& f : e.families()) total += f.samples.size();
+        rows = static_cast<Row*>(
+            eventbox::pg::pg_guard([&] { return palloc0(sizeof(Row) * (total + 1)); }));
+        for (const Family& f : e.families())
+            for (const Sample& s : f.samples) {
+                std::string json = labels_json(s.labels);
+                Row& r = rows[n_rows++];
+                r.name = eventbox::pg::pg_guard([&] { return pstrdup(s.name.c_str()); });
+                r.labels_json = eventbox::pg::pg_guard([&] { return pstrdup(json.c_str()); });
+                r.value = s.value;
+            }
+    });
+    for (int i = 0; i < n_rows; ++i) {
+        Datum values[3] = {CStringGetTextDatum(rows[i].name),
+                           DirectFunctionCall1(jsonb_in, CStringGetDatum(rows[i].labels_json)),
+                           Float8GetDatum(rows[i].value)};
+        bool nulls[3] = {false, false, false};
+        tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+    }
+    return (Datum)0;
+}

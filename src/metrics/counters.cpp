@@ -1,0 +1,274 @@
+// Shared-memory counters of eventbox.metrics() (see metrics/counters.hpp).
+#include "metrics/counters.hpp"
+
+extern "C" {
+#include "miscadmin.h"
+#include "port/atomics.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+}
+
+#include <cstring>
+
+namespace eventbox::metrics {
+
+namespace {
+
+struct AtomicHistogram {
+    pg_atomic_uint64 counts[kBounds + 1];
+    pg_atomic_uint64 sum_us;
+};
+
+struct SubscriptionEntry {
+    char name[NAMEDATALEN];  // written once, before the entry is published through n_used
+    pg_atomic_uint64 records, stored, duplicates, transport_ids, unparsable;
+    pg_atomic_uint64 processed, retried, dead, ignored;
+    AtomicHistogram duration;
+};
+
+struct Shared {
+    slock_t mutex;  // only to add subscription entries
+    pg_atomic_uint32 n_used;
+    pg_atomic_uint64 published, delivery_failures;
+    AtomicHistogram latency;
+    pg_atomic_uint64 restarts[kWorkerRoles];
+    pg_atomic_uint64 purged[2];
+    pg_atomic_uint64 overflowed;
+    SubscriptionEntry entries[kMaxSubscriptions + 1];  // the last one: overflow
+};
+
+Shared* shared = nullptr;
+shmem_request_hook_type prev_request_hook = nullptr;
+shmem_startup_hook_type prev_startup_hook = nullptr;
+
+void request_hook() {
+    if (prev_request_hook) prev_request_hook();
+    RequestAddinShmemSpace(sizeof(Shared));
+}
+
+void init_histogram(AtomicHistogram& h) {
+    for (auto& c : h.counts) pg_atomic_init_u64(&c, 0);
+    pg_atomic_init_u64(&h.sum_us, 0);
+}
+
+void startup_hook() {
+    if (prev_startup_hook) prev_startup_hook();
+    LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+    bool found = false;
+    shared = static_cast<Shared*>(ShmemInitStruct("pg_eventbox metrics", sizeof(Shared), &found));
+    if (!found) {
+        memset(shared, 0, sizeof(Shared));
+        SpinLockInit(&shared->mutex);
+        pg_atomic_init_u32(&shared->n_used, 0);
+        pg_atomic_init_u64(&shared->published, 0);
+        pg_atomic_init_u64(&shared->delivery_failures, 0);
+        init_histogram(shared->latency);
+        for (auto& r : shared->restarts) pg_atomic_init_u64(&r, 0);
+        for (auto& p : shared->purged) pg_atomic_init_u64(&p, 0);
+        pg_atomic_init_u64(&shared->overflowed, 0);
+        for (SubscriptionEntry& e : shared->entries) {
+            pg_atomic_init_u64(&e.records, 0);
+            pg_atomic_init_u64(&e.stored, 0);
+            pg_atomic_init_u64(&e.duplicates, 0);
+            pg_atomic_init_u64(&e.transport_ids, 0);
+            pg_atomic_init_u64(&e.unparsable, 0);
+            pg_atomic_init_u64(&e.processed, 0);
+            pg_atomic_init_u64(&e.retried, 0);
+            pg_atomic_init_u64(&e.dead, 0);
+            pg_atomic_init_u64(&e.ignored, 0);
+            init_histogram(e.duration);
+        }
+    }
+    LWLockRelease(AddinShmemInitLock);
+}
+
+inline void add(pg_atomic_uint64* counter, uint64 n) {
+    if (n != 0) pg_atomic_fetch_add_u64(counter, n);
+}
+
+void add_histogram(AtomicHistogram& to, const LocalHistogram& from) {
+    for (int i = 0; i <= kBounds; ++i) add(&to.counts[i], from.counts[i]);
+    add(&to.sum_us, from.sum_us);
+}
+
+// This process's last entry, by name: a batch of the same subscription finds it without a scan.
+char cached_name[NAMEDATALEN];
+SubscriptionEntry* cached_entry = nullptr;
+
+// The entry of `name`, added on first use; the overflow entry when the table is full.
+SubscriptionEntry* entry_of(const char* name) {
+    if (cached_entry != nullptr && strncmp(cached_name, name, NAMEDATALEN) == 0)
+        return cached_entry;
+    SubscriptionEntry* found = nullptr;
+    uint32 n = pg_atomic_read_u32(&shared->n_used);
+    pg_read_barrier();
+    for (uint32 i = 0; i < n && found == nullptr; ++i)
+        if (strncmp(shared->entries[i].name, name, NAMEDATALEN) == 0) found = &shared->entries[i];
+    if (found == nullptr) {
+        SpinLockAcquire(&shared->mutex);
+        n = pg_atomic_read_u32(&shared->n_used);
+        for (uint32 i = 0; i < n && found == nullptr; ++i)
+            if (strncmp(shared->entries[i].name, name, NAMEDATALEN) == 0)
+                found = &shared->entries[i];
+        if (found == nullptr && n < static_cast<uint32>(kMaxSubscriptions)) {
+            found = &shared->entries[n];
+            strlcpy(found->name, name, NAMEDATALEN);
+            pg_write_barrier();
+            pg_atomic_write_u32(&shared->n_used, n + 1);
+        }
+        SpinLockRelease(&shared->mutex);
+    }
+    if (found == nullptr) {
+        pg_atomic_fetch_add_u64(&shared->overflowed, 1);
+        return &shared->entries[kMaxSubscriptions];  // not cached: counted each time
+    }
+    strlcpy(cached_name, name, NAMEDATALEN);
+    cached_entry = found;
+    return found;
+}
+
+// The current handler pass's tally.
+struct HandlerTally {
+    uint64 processed, retried, dead, ignored;
+    LocalHistogram duration;
+};
+HandlerTally tally;
+
+}  // namespace
+
+void LocalHistogram::clear() { memset(this, 0, sizeof *this); }
+
+void LocalHistogram::observe_us(int64 us) {
+    if (us < 0) us = 0;
+    double seconds = static_cast<double>(us) / 1e6;
+    int i = 0;
+    while (i < kBounds && seconds > kBoundsSeconds[i]) ++i;
+    ++counts[i];
+    sum_us += static_cast<uint64>(us);
+}
+
+bool LocalHistogram::empty() const {
+    for (uint64 c : counts)
+        if (c != 0) return false;
+    return true;
+}
+
+void install_hooks() {
+    prev_request_hook = shmem_request_hook;
+    shmem_request_hook = request_hook;
+    prev_startup_hook = shmem_startup_hook;
+    shmem_startup_hook = startup_hook;
+}
+
+void relay_published(uint64 n, const LocalHistogram& latency) {
+    if (shared == nullptr) return;
+    add(&shared->published, n);
+    add_histogram(shared->latency, latency);
+}
+
+void relay_failures(uint64 n) {
+    if (shared != nullptr) add(&shared->delivery_failures, n);
+}
+
+void ingested(const char* subscription, uint64 records, uint64 duplicates, uint64 transport_ids,
+              uint64 unparsable) {
+    if (shared == nullptr || records == 0) return;
+    SubscriptionEntry* e = entry_of(subscription);
+    add(&e->records, records);
+    add(&e->stored, records - duplicates);
+    add(&e->duplicates, duplicates);
+    add(&e->transport_ids, transport_ids);
+    add(&e->unparsable, unparsable);
+}
+
+void handler_processed(int64 duration_us) {
+    ++tally.processed;
+    tally.duration.observe_us(duration_us);
+}
+
+void handler_failed(int64 duration_us, bool dead) {
+    ++(dead ? tally.dead : tally.retried);
+    tally.duration.observe_us(duration_us);
+}
+
+void handler_ignored(uint64 n) { tally.ignored += n; }
+void handler_dead(uint64 n) { tally.dead += n; }
+
+void handler_flush(const char* subscription) {
+    if (shared != nullptr &&
+        (tally.processed | tally.retried | tally.dead | tally.ignored) != 0) {
+        SubscriptionEntry* e = entry_of(subscription);
+        add(&e->processed, tally.processed);
+        add(&e->retried, tally.retried);
+        add(&e->dead, tally.dead);
+        add(&e->ignored, tally.ignored);
+        add_histogram(e->duration, tally.duration);
+    }
+    handler_discard();
+}
+
+void handler_discard() { memset(&tally, 0, sizeof tally); }
+
+void worker_restarted(WorkerRole role) {
+    if (shared != nullptr) add(&shared->restarts[static_cast<int>(role)], 1);
+}
+
+void purged(PurgedTable table, uint64 rows) {
+    if (shared != nullptr) add(&shared->purged[static_cast<int>(table)], rows);
+}
+
+namespace {
+
+void copy_histogram(const AtomicHistogram& from, uint64* counts, uint64* sum_us) {
+    for (int i = 0; i <= kBounds; ++i)
+        counts[i] = pg_atomic_read_u64(const_cast<pg_atomic_uint64*>(&from.counts[i]));
+    *sum_us = pg_atomic_read_u64(const_cast<pg_atomic_uint64*>(&from.sum_us));
+}
+
+uint64 read(const pg_atomic_uint64& c) {
+    return pg_atomic_read_u64(const_cast<pg_atomic_uint64*>(&c));
+}
+
+}  // namespace
+
+void snapshot(Counters* out) {
+    memset(out, 0, sizeof *out);
+    if (shared == nullptr) return;
+    out->available = true;
+    out->published = read(shared->published);
+    out->delivery_failures = read(shared->delivery_failures);
+    copy_histogram(shared->latency, out->latency_counts, &out->latency_sum_us);
+    for (int i = 0; i < kWorkerRoles; ++i) out->restarts[i] = read(shared->restarts[i]);
+    out->purged_inbox = read(shared->purged[0]);
+    out->purged_outbox = read(shared->purged[1]);
+    out->overflowed = read(shared->overflowed);
+    uint32 n = pg_atomic_read_u32(&shared->n_used);
+    pg_read_barrier();
+    out->subscriptions =
+        static_cast<SubscriptionCounters*>(palloc0(sizeof(SubscriptionCounters) * (n + 1)));
+    int k = 0;
+    for (uint32 i = 0; i <= n; ++i) {
+        const SubscriptionEntry& e =
+            shared->entries[i < n ? i : static_cast<uint32>(kMaxSubscriptions)];
+        SubscriptionCounters& c = out->subscriptions[k];
+        c.overflow = i == n;
+        if (c.overflow && out->overflowed == 0) continue;
+        strlcpy(c.name, c.overflow ? "" : e.name, NAMEDATALEN);
+        c.records = read(e.records);
+        c.stored = read(e.stored);
+        c.duplicates = read(e.duplicates);
+        c.transport_ids = read(e.transport_ids);
+        c.unparsable = read(e.unparsable);
+        c.processed = read(e.processed);
+        c.retried = read(e.retried);
+        c.dead = read(e.dead);
+        c.ignored = read(e.ignored);
+        copy_histogram(e.duration, c.duration_counts, &c.duration_sum_us);
+        ++k;
+    }
+    out->n_subscriptions = k;
+}
+
+}  // namespace eventbox::metrics

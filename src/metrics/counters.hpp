@@ -1,0 +1,86 @@
+// The counters behind eventbox.metrics(): plain atomics in shared memory, written by the workers
+// without locks (a batch adds its counts once; handler and relay latencies are gathered per pass
+// in process-local histograms and added at its end). They live as long as the server: a worker
+// that restarts keeps adding to the same counters.
+//
+// Per-subscription counters sit in a fixed table of kMaxSubscriptions entries keyed by name,
+// filled on first use and never freed while the server runs (a restart empties it). When it is
+// full, the counts of further subscriptions go to one overflow entry, exported with
+// subscription="" and counted by eventbox_metrics_subscriptions_overflowed.
+#pragma once
+
+extern "C" {
+#include "postgres.h"
+}
+
+namespace eventbox::metrics {
+
+inline constexpr int kMaxSubscriptions = 512;
+// Histogram bucket bounds, in seconds (shared by publish latency and handler duration).
+inline constexpr int kBounds = 14;
+inline constexpr double kBoundsSeconds[kBounds] = {0.0005, 0.001, 0.0025, 0.005, 0.01,
+                                                   0.025,  0.05,  0.1,    0.25,  0.5,
+                                                   1,      2.5,   5,      10};
+
+// Restart counters are kept for these roles.
+enum class WorkerRole : int { kSupervisor = 0, kRelay = 1, kIngest = 2, kHandler = 3 };
+inline constexpr int kWorkerRoles = 4;
+inline constexpr const char* kWorkerRoleNames[kWorkerRoles] = {"supervisor", "relay", "ingest",
+                                                               "handler"};
+enum class PurgedTable : int { kInbox = 0, kOutbox = 1 };
+
+// A histogram in process memory, added to shared memory at once.
+struct LocalHistogram {
+    uint64 counts[kBounds + 1];
+    uint64 sum_us;
+    void clear();
+    void observe_us(int64 us);
+    bool empty() const;
+};
+
+// Registers the shared memory request and startup hooks; called from _PG_init.
+void install_hooks();
+
+// Relay.
+void relay_published(uint64 n, const LocalHistogram& latency);
+void relay_failures(uint64 n);
+// Ingest: one batch of `records` read for `subscription`, of which `duplicates` were in the inbox
+// already, `transport_ids` identified by topic/partition/offset, `unparsable` not JSON.
+void ingested(const char* subscription, uint64 records, uint64 duplicates, uint64 transport_ids,
+              uint64 unparsable);
+// Handlers: a process-local tally of the current pass, added to `subscription` by
+// handler_flush() (at the end of the pass).
+void handler_processed(int64 duration_us);
+void handler_failed(int64 duration_us, bool dead);
+void handler_ignored(uint64 n);
+void handler_dead(uint64 n);  // dead without a run (a crash used their last attempt)
+void handler_flush(const char* subscription);
+void handler_discard();
+// Supervision and retention.
+void worker_restarted(WorkerRole role);
+void purged(PurgedTable table, uint64 rows);
+
+// A copy of every counter, for rendering.
+struct SubscriptionCounters {
+    char name[NAMEDATALEN];
+    bool overflow;
+    uint64 records, stored, duplicates, transport_ids, unparsable;
+    uint64 processed, retried, dead, ignored;
+    uint64 duration_counts[kBounds + 1];
+    uint64 duration_sum_us;
+};
+struct Counters {
+    bool available;  // false without shared memory (library not preloaded)
+    uint64 published, delivery_failures;
+    uint64 latency_counts[kBounds + 1];
+    uint64 latency_sum_us;
+    uint64 restarts[kWorkerRoles];
+    uint64 purged_inbox, purged_outbox;
+    uint64 overflowed;
+    int n_subscriptions;
+    SubscriptionCounters* subscriptions;  // palloc'd, n_subscriptions entries
+};
+// Fills `out` (subscriptions palloc'd in the current memory context).
+void snapshot(Counters* out);
+
+}  // namespace eventbox::metrics

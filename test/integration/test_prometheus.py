@@ -1,0 +1,189 @@
+"""The metrics endpoint scraped by Debian's real Prometheus server.
+
+eventbox.metrics_address is a postmaster setting, so this test starts a cluster of its own
+(tools/cluster.sh, pointed at the run's dev broker) with the endpoint on a loopback port, and a
+`prometheus` subprocess (temporary config and storage, scrape interval 1 s) scraping it. It
+produces messages (some twice, some poison), waits until the inbox settled, then asks
+Prometheus's HTTP query API for the counters it scraped: they must equal what the test did.
+Ports: 54521-54529, whichever are free. Every wait is bounded."""
+
+import json
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+import uuid
+
+import psycopg2
+import pytest
+
+from eventbox_fixtures import query, query_one, report, wait_until
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+PORTS = range(54521, 54530)
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+
+
+def free_ports(n):
+    out = []
+    for p in PORTS:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", p))
+            except OSError:
+                continue
+        out.append(p)
+        if len(out) == n:
+            return out
+    pytest.fail("need %d free ports in %d-%d" % (n, PORTS[0], PORTS[-1]))
+
+
+class OwnCluster:
+    def __init__(self, port, metrics_port):
+        self.dir = tempfile.mkdtemp(prefix="eb-prom.", dir="/tmp")
+        os.rmdir(self.dir)  # cluster.sh wants it absent or empty and makes it itself
+        self.port = port
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+        env["EVENTBOX_NO_BROKER"] = "1"
+        self.env = env
+        subprocess.run(
+            [str(REPO / "tools" / "cluster.sh"), "start", self.dir, "--port", str(port),
+             "--conf", "eventbox.brokers = '%s'" % os.environ["EVENTBOX_BOOTSTRAP"],
+             "--conf", "eventbox.metrics_address = '127.0.0.1:%d'" % metrics_port,
+             "--conf", "eventbox.handler_workers = 1"],
+            env=env, check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+
+    def connect(self):
+        c = psycopg2.connect(host=self.dir, port=self.port, dbname="eventbox_test",
+                             user="postgres", connect_timeout=10)
+        c.autocommit = True
+        return c
+
+    def stop(self):
+        subprocess.run([str(REPO / "tools" / "cluster.sh"), "stop", self.dir], env=self.env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+        shutil.rmtree(os.path.join(self.dir, "data"), ignore_errors=True)
+
+
+class Prometheus:
+    def __init__(self, port, target):
+        self.dir = tempfile.mkdtemp(prefix="eb-prometheus.", dir="/tmp")
+        self.port = port
+        config = os.path.join(self.dir, "prometheus.yml")
+        with open(config, "w") as f:
+            f.write("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+                    "  evaluation_interval: 1s\n"
+                    "scrape_configs:\n  - job_name: eventbox\n    static_configs:\n"
+                    "      - targets: ['%s']\n" % target)
+        self.log = open(os.path.join(self.dir, "prometheus.log"), "w")
+        self.proc = subprocess.Popen(
+            [PROMETHEUS, "--config.file=" + config, "--storage.tsdb.path=" + self.dir + "/data",
+             "--web.listen-address=127.0.0.1:%d" % port, "--log.level=warn"],
+            stdout=self.log, stderr=subprocess.STDOUT)
+
+    def query(self, expr):
+        url = "http://127.0.0.1:%d/api/v1/query?query=%s" % (self.port, urllib.parse.quote(expr))
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                body = json.load(r)
+        except OSError:
+            return None
+        if body.get("status") != "success" or not body["data"]["result"]:
+            return None
+        return float(body["data"]["result"][0]["value"][1])
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+HANDLER = """
+CREATE ROLE prom_handler NOLOGIN;
+CREATE TABLE public.ledger (message_id text);
+GRANT INSERT ON public.ledger TO prom_handler;
+CREATE FUNCTION public.handle(m eventbox.inbox) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+  IF (m.payload->>'poison')::boolean THEN RAISE EXCEPTION 'poison'; END IF;
+  INSERT INTO public.ledger VALUES (m.message_id);
+END $$;
+"""
+
+
+@pytest.mark.skipif(not os.path.exists(PROMETHEUS), reason="prometheus not installed")
+def test_prometheus_scrapes_counters_equal_to_the_traffic(broker, new_topic):
+    from kafka import KafkaProducer
+
+    pg_port, metrics_port, prom_port = free_ports(3)
+    topic = new_topic(4)
+    cluster = OwnCluster(pg_port, metrics_port)
+    prom = None
+    try:
+        c = cluster.connect()
+        query(c, "CREATE EXTENSION pg_eventbox")
+        query(c, HANDLER)
+        query(c, "SELECT eventbox.create_subscription('prom', ARRAY[%s], max_attempts => 1)",
+              (topic,))
+        query(c, "SELECT eventbox.register_handler('prom', 'public.handle(eventbox.inbox)'"
+                 "::regprocedure, run_as => 'prom_handler')")
+        prom = Prometheus(prom_port, "127.0.0.1:%d" % metrics_port)
+        wait_until(lambda: prom.query('up{job="eventbox"}') == 1, 60,
+                   what="Prometheus to scrape the endpoint successfully (up == 1)")
+
+        n, dups, poison = 500, 50, 5
+        ids = [str(uuid.uuid4()) for _ in range(n)]
+        poison_ids = [str(uuid.uuid4()) for _ in range(poison)]
+        producer = KafkaProducer(bootstrap_servers=os.environ["EVENTBOX_BOOTSTRAP"], acks="all",
+                                 linger_ms=5)
+        futures = []
+        for i, mid in enumerate(ids + ids[:dups]):
+            futures.append(producer.send(topic, json.dumps({"i": i}).encode(),
+                                         headers=[("message_id", mid.encode())]))
+        for mid in poison_ids:
+            futures.append(producer.send(topic, b'{"poison": true}',
+                                         headers=[("message_id", mid.encode())]))
+        for f in futures:
+            f.get(timeout=60)
+        producer.close()
+
+        def settled():
+            rows = dict(query(c, "SELECT status, count(*) FROM eventbox.inbox GROUP BY status"))
+            return rows if rows == {"processed": n, "dead": poison} else None
+        wait_until(settled, 120, what="the inbox to settle (%d processed, %d dead)" % (n, poison))
+
+        sub = '{subscription="prom"}'
+        want = {
+            "eventbox_ingest_records_total" + sub: n + dups + poison,
+            "eventbox_ingest_duplicates_total" + sub: dups,
+            "eventbox_handler_processed_total" + sub: n,
+            "eventbox_handler_dead_total" + sub: poison,
+            "eventbox_handler_duration_seconds_count" + sub: n + poison,
+            "eventbox_inbox_pending" + sub: 0,
+        }
+        seen = {}
+
+        def all_equal():
+            for expr, value in want.items():
+                seen[expr] = prom.query(expr)
+            return all(seen[e] == v for e, v in want.items())
+        deadline = time.monotonic() + 30
+        while not all_equal():
+            assert time.monotonic() < deadline, "Prometheus saw %r, want %r" % (seen, want)
+            time.sleep(0.5)
+        assert query_one(c, "SELECT count(*) FROM public.ledger") == n
+        report("prometheus", sent=n, duplicates=dups, dead=poison)
+        c.close()
+    finally:
+        if prom is not None:
+            prom.stop()
+        cluster.stop()
