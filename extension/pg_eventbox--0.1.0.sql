@@ -9,7 +9,7 @@ REVOKE ALL ON SCHEMA eventbox FROM PUBLIC;
 --
 -- Ids come from next_outbox_id(), which publishes the writer's xid before drawing the id, and
 -- the sequence keeps CACHE 1 so ids are handed out in allocation order across sessions: together
--- they let the relay find rows that commit late with a lower id (see src/outbox/relay_recheck.hpp).
+-- they let the relay find rows that commit late with a lower id (see src/relay_recheck.hpp).
 CREATE SEQUENCE eventbox.outbox_id_seq AS bigint CACHE 1;
 
 CREATE FUNCTION eventbox.next_outbox_id() RETURNS bigint
