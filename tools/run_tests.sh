@@ -161,6 +161,9 @@ layer_pgtap() {
 }
 
 layer_unit() {
+  # Released install and upgrade scripts never change (a change goes into the next release's
+  # upgrade script): their checksums are recorded in extension/released.sha256.
+  (cd "$REPO/extension" && sha256sum --check --strict released.sha256)
   local build=$REPO/build/unit
   cmake -S "$REPO" -B "$build" -DCMAKE_BUILD_TYPE=Debug
   cmake --build "$build" -j2
