@@ -28,18 +28,34 @@ void setup_signals() {
     BackgroundWorkerUnblockSignals();
 }
 
+namespace {
+
+// The planner settings every worker statement runs with (exec_kept), and the workers' sessions
+// too (apply_worker_settings). Every worker query is meant to walk an index: a plan built while
+// a table was empty (or its statistics stale) would otherwise read the whole table and sort it.
+// Their joins are a short unnest() list against a primary key: nested loops only. Their queries
+// are tiny and run constantly: JIT compilation only costs time.
+struct PlannerSwitch {
+    const char* name;
+    bool* enabled;
+};
+const PlannerSwitch kWorkerPlannerOff[] = {{"enable_seqscan", &enable_seqscan},
+                                           {"enable_sort", &enable_sort},
+                                           {"enable_hashjoin", &enable_hashjoin},
+                                           {"enable_mergejoin", &enable_mergejoin},
+                                           {"jit", &jit_enabled}};
+// What a TID statement turns off besides: only the TID scan is left.
+const PlannerSwitch kTidPlannerOff[] = {{"enable_indexscan", &enable_indexscan},
+                                        {"enable_indexonlyscan", &enable_indexonlyscan},
+                                        {"enable_bitmapscan", &enable_bitmapscan}};
+
+}  // namespace
+
 void apply_worker_settings(bool async_commit) {
-    // The workers' queries are tiny and run constantly: JIT compilation only costs time, and a
-    // generic plan kept across batches avoids re-planning.
-    SetConfigOption("jit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+    for (const PlannerSwitch& p : kWorkerPlannerOff)
+        SetConfigOption(p.name, "off", PGC_SUSET, PGC_S_OVERRIDE);
+    // A generic plan kept across batches avoids re-planning.
     SetConfigOption("plan_cache_mode", "force_generic_plan", PGC_SUSET, PGC_S_OVERRIDE);
-    // Every worker query is meant to walk an index. A generic plan built while a table was empty
-    // (or its statistics stale) would otherwise read the whole table and sort it on every batch.
-    SetConfigOption("enable_seqscan", "off", PGC_SUSET, PGC_S_OVERRIDE);
-    SetConfigOption("enable_sort", "off", PGC_SUSET, PGC_S_OVERRIDE);
-    // Their joins are a short unnest() list against a primary key: nested loops only.
-    SetConfigOption("enable_hashjoin", "off", PGC_SUSET, PGC_S_OVERRIDE);
-    SetConfigOption("enable_mergejoin", "off", PGC_SUSET, PGC_S_OVERRIDE);
     // Session level, not override: a handler's own search_path (set like a function's SET clause)
     // must be able to take its place while it runs.
     SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_SESSION);
@@ -55,9 +71,8 @@ bool reload_if_requested() {
 }
 
 namespace {
-TimestampTz last_warning = 0;
-int suppressed_warnings = 0;
-constexpr int kWarningIntervalMs = 10000;
+// Warnings and errors librdkafka logs: at most one line per 10 s per process.
+LogRate kafka_log_rate{1, 10000};
 }  // namespace
 
 void emit_kafka_logs(kafka::ClientEvents& client, const char* who) {
@@ -68,18 +83,11 @@ void emit_kafka_logs(kafka::ClientEvents& client, const char* who) {
             elog(DEBUG1, "%s: kafka: %s", who, line.text.c_str());
             continue;
         }
-        TimestampTz now = GetCurrentTimestamp();
-        if (last_warning != 0 && !TimestampDifferenceExceeds(last_warning, now, kWarningIntervalMs)) {
-            ++suppressed_warnings;
-            continue;
-        }
+        int held_back = 0;
+        if (!log_allowed(kafka_log_rate, &held_back)) continue;
         ereport(LOG, (errmsg("%s: kafka: %s", who, line.text.c_str()),
-                      suppressed_warnings
-                          ? errdetail("%d similar messages suppressed.", suppressed_warnings)
-                          : 0));
+                      held_back ? errdetail("%d similar messages suppressed.", held_back) : 0));
         shmem::record_error(line.text.c_str());
-        last_warning = now;
-        suppressed_warnings = 0;
     }
     pg::call_cpp([&] { client.logs().clear(); });
 }
@@ -134,11 +142,16 @@ SPIPlanPtr prepare_kept(const char* who, const char* sql, int nargs, Oid* types)
 
 namespace {
 
-// Sets a boolean planner setting to off for the current GUC nest level, opening it first.
-void planner_off(int* nest, const char* name) {
+// Sets `name` to `value` for the current GUC nest level, opening it first.
+void pin_setting(int* nest, const char* name, const char* value) {
     if (*nest < 0) *nest = NewGUCNestLevel();
-    (void)set_config_option(name, "off", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0,
+    (void)set_config_option(name, value, PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0,
                             false);
+}
+
+void pin_off(int* nest, const PlannerSwitch* switches, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i)
+        if (*switches[i].enabled) pin_setting(nest, switches[i].name, "off");
 }
 
 }  // namespace
@@ -146,21 +159,10 @@ void planner_off(int* nest, const char* name) {
 void exec_kept(const char* who, SPIPlanPtr plan, Datum* values, bool read_only, int expected,
                Access access) {
     int nest = -1;
-    if (enable_seqscan) planner_off(&nest, "enable_seqscan");
-    if (enable_sort) planner_off(&nest, "enable_sort");
-    if (enable_hashjoin) planner_off(&nest, "enable_hashjoin");
-    if (enable_mergejoin) planner_off(&nest, "enable_mergejoin");
-    if (jit_enabled) planner_off(&nest, "jit");
-    if (plan_cache_mode != PLAN_CACHE_MODE_FORCE_GENERIC_PLAN) {
-        if (nest < 0) nest = NewGUCNestLevel();
-        (void)set_config_option("plan_cache_mode", "force_generic_plan", PGC_USERSET,
-                                PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
-    }
-    if (access == Access::kTid) {
-        if (enable_indexscan) planner_off(&nest, "enable_indexscan");
-        if (enable_indexonlyscan) planner_off(&nest, "enable_indexonlyscan");
-        if (enable_bitmapscan) planner_off(&nest, "enable_bitmapscan");
-    }
+    pin_off(&nest, kWorkerPlannerOff, lengthof(kWorkerPlannerOff));
+    if (plan_cache_mode != PLAN_CACHE_MODE_FORCE_GENERIC_PLAN)
+        pin_setting(&nest, "plan_cache_mode", "force_generic_plan");
+    if (access == Access::kTid) pin_off(&nest, kTidPlannerOff, lengthof(kTidPlannerOff));
     int rc = SPI_execute_plan(plan, values, nullptr, read_only, 0);
     if (rc != expected) elog(ERROR, "%s: query failed: %s", who, SPI_result_code_string(rc));
     // An ERROR above leaves the settings to the (sub)transaction's abort, which restores them.
