@@ -130,6 +130,10 @@ SELECT message_id, status, attempts FROM pg_temp.states('dl_block');
 SELECT topic, "partition", convert_from(key, 'UTF8') AS key, message_id, "offset", status,
        error, held, since <= now() AS since_ok
   FROM eventbox.blocked_keys;
+-- The metrics count blocked keys and held messages per subscription.
+SELECT name, value FROM eventbox.metrics
+ WHERE name IN ('eventbox_blocked_keys', 'eventbox_held_messages')
+   AND labels->>'subscription' = 'dl_block' ORDER BY name;
 -- Held messages were never attempted.
 SELECT message_id, key FROM regress_dl.effects ORDER BY n;
 -- The dead letters: one per dead message, in the same transaction as the dead mark, with the
