@@ -226,6 +226,18 @@ REVOKE ALL ON FUNCTION eventbox.metric_samples() FROM PUBLIC;
 REVOKE ALL ON eventbox.metrics FROM PUBLIC;
 
 -- ---------------------------------------------------------------------------------------------
+-- send() without a definer's context (0.2.0).
+-- ---------------------------------------------------------------------------------------------
+
+-- send() is SECURITY INVOKER and needs no search_path: it stores its row itself, by the
+-- schema-qualified table, without checking the caller's privileges on it (EXECUTE on send() is
+-- the privilege to queue a message); only a table given triggers or rules goes through an
+-- INSERT, which it runs as the table's owner with search_path pinned to pg_catalog. (A
+-- definer's SET search_path cost every call a GUC nest level and two search path lookups.)
+ALTER FUNCTION eventbox.send(text, jsonb, text, jsonb, uuid) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION eventbox.send(text, bytea, text, jsonb, uuid) SECURITY INVOKER RESET search_path;
+
+-- ---------------------------------------------------------------------------------------------
 -- Failure workflow (0.2.0): subscription options non_retryable, on_dead, dead_letter_topic.
 -- ---------------------------------------------------------------------------------------------
 ALTER TABLE eventbox.subscriptions
