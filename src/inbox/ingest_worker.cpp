@@ -519,6 +519,7 @@ std::size_t store_chunk(Subscription* sub, std::size_t from, std::size_t to) {
         offsets(count, INT8OID), keys(count, BYTEAOID), headers(count, JSONBOID),
         payloads(count, JSONBOID), raws(count, BYTEAOID), types(count, TEXTOID),
         statuses(count, TEXTOID), notes(count, TEXTOID);
+    pg::ArrayColumn unparsable_ids(count, TEXTOID);  // for the dead-letter topic
     int transport_ids = 0;
     int unparsable_rows = 0;
     // Values most rows share are made once (the arrays copy them).
@@ -564,7 +565,7 @@ std::size_t store_chunk(Subscription* sub, std::size_t from, std::size_t to) {
             types.set(i, type);
         }
         statuses.set(i, row.parsable ? received : unparsable);
-        unparsable_rows += row.parsable ? 0 : 1;
+        if (!row.parsable) unparsable_ids.set(unparsable_rows++, ids.value(i));
     }
     Datum name = CStringGetTextDatum(sub->name.c_str());
     Datum values[12] = {name,           ids.get(),     topics.get(),   partitions.get(),
@@ -576,7 +577,7 @@ std::size_t store_chunk(Subscription* sub, std::size_t from, std::size_t to) {
         inserted = SPI_processed;
         // The subscription's dead-letter topic, if any, gets the unparsable rows stored now.
         if (unparsable_rows > 0 && inserted > 0)
-            handlers::dead_letters::after_unparsable(name, ids.get());
+            handlers::dead_letters::after_unparsable(name, unparsable_ids.get(unparsable_rows));
     }
 
     const std::vector<kafka::PartitionEnd>* ends =
