@@ -224,3 +224,197 @@ COMMENT ON FUNCTION eventbox.metrics() IS
 REVOKE ALL ON FUNCTION eventbox.metrics() FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventbox.metric_samples() FROM PUBLIC;
 REVOKE ALL ON eventbox.metrics FROM PUBLIC;
+
+-- ---------------------------------------------------------------------------------------------
+-- Message ids from content (message_id_rule) and conflicting duplicates (0.2.0).
+-- ---------------------------------------------------------------------------------------------
+
+-- Subscription option message_id_rule: 'default' (header message_id, CloudEvents ce_id,
+-- message_id_field, else the transport id) or 'fingerprint' (SHA-256 of the payload in RFC 8785
+-- canonical JSON). The API functions get it as their last parameter: they are created again, and
+-- the EXECUTE grants an administrator gave on the old ones are given on the new ones.
+ALTER TABLE eventbox.subscriptions
+    ADD COLUMN message_id_rule text NOT NULL DEFAULT 'default',
+    ADD CONSTRAINT subscriptions_message_id_rule_check
+        CHECK (message_id_rule IN ('default', 'fingerprint'));
+
+CREATE TABLE eventbox._upgrade_grants AS
+SELECT p.proname::text AS fn, a.grantee::regrole::text AS grantee, a.is_grantable
+  FROM pg_catalog.pg_proc p, LATERAL pg_catalog.aclexplode(p.proacl) a
+ WHERE p.oid IN ('eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text, text, integer, text)'::regprocedure,
+                 'eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text, integer, text, boolean)'::regprocedure)
+   AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner AND a.grantee <> 0;
+
+DROP FUNCTION eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text, text, integer, text);
+DROP FUNCTION eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text, integer, text, boolean);
+DROP FUNCTION eventbox._create_subscription(oid, text, text[], text, text, integer, interval,
+    interval, text, text, integer, text);
+DROP FUNCTION eventbox._alter_subscription(oid, text, text[], text, text, integer, interval,
+    interval, text, text, integer, text, boolean);
+
+CREATE FUNCTION eventbox._create_subscription(
+    caller oid, name text, topics text[], start_from text, ordering text, max_attempts integer,
+    backoff interval, backoff_max interval, message_id_field text, unhandled text,
+    batch_size integer, group_id text, message_id_rule text)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    clean_topics text[];
+BEGIN
+    IF name IS NULL OR name !~ '^[A-Za-z0-9_.-]{1,63}$' THEN
+        RAISE EXCEPTION 'invalid subscription name: %', coalesce(eventbox._quote(name), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use 1 to 63 letters, digits, ''_'', ''.'' or ''-''.';
+    END IF;
+    clean_topics := eventbox._check_subscription_options(topics, start_from, ordering,
+        max_attempts, backoff, backoff_max, unhandled, batch_size);
+    IF group_id = '' THEN
+        RAISE EXCEPTION 'group_id must not be empty' USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'Pass NULL to derive it from the database and subscription names.';
+    END IF;
+    IF message_id_rule IS NULL OR message_id_rule NOT IN ('default', 'fingerprint') THEN
+        RAISE EXCEPTION 'invalid message_id_rule: %', coalesce(eventbox._quote(message_id_rule), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use ''default'' (header message_id, ce_id, message_id_field, else '
+                         'topic/partition/offset) or ''fingerprint'' (SHA-256 of the canonical payload).';
+    END IF;
+    IF message_id_field = '' THEN
+        RAISE EXCEPTION 'message_id_field must not be empty'
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Pass NULL for none.';
+    END IF;
+    BEGIN
+        INSERT INTO eventbox.subscriptions (name, topics, owner, start_from, ordering,
+            max_attempts, backoff, backoff_max, message_id_field, unhandled, batch_size, group_id,
+            message_id_rule)
+        VALUES (name, clean_topics, caller::regrole, start_from, ordering, max_attempts, backoff,
+            backoff_max, message_id_field, unhandled, batch_size, group_id, message_id_rule);
+    EXCEPTION WHEN unique_violation THEN
+        RAISE EXCEPTION 'subscription % already exists', eventbox._quote(name)
+            USING ERRCODE = 'duplicate_object',
+                  HINT = 'Use eventbox.alter_subscription() to change it.';
+    END;
+    PERFORM eventbox._notify_ingest();
+END $$;
+
+CREATE FUNCTION eventbox._alter_subscription(
+    caller oid, name text, topics text[], start_from text, ordering text, max_attempts integer,
+    backoff interval, backoff_max interval, message_id_field text, unhandled text,
+    batch_size integer, group_id text, enabled boolean, message_id_rule text)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s eventbox.subscriptions;
+    clean_topics text[];
+BEGIN
+    s := eventbox._managed_subscription(caller, name);
+    clean_topics := eventbox._check_subscription_options(
+        coalesce(topics, s.topics), coalesce(start_from, s.start_from),
+        coalesce(ordering, s.ordering), coalesce(max_attempts, s.max_attempts),
+        coalesce(backoff, s.backoff), coalesce(backoff_max, s.backoff_max),
+        coalesce(unhandled, s.unhandled), coalesce(batch_size, s.batch_size));
+    message_id_rule := coalesce(message_id_rule, s.message_id_rule);
+    IF message_id_rule IS NULL OR message_id_rule NOT IN ('default', 'fingerprint') THEN
+        RAISE EXCEPTION 'invalid message_id_rule: %', coalesce(eventbox._quote(message_id_rule), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use ''default'' (header message_id, ce_id, message_id_field, else '
+                         'topic/partition/offset) or ''fingerprint'' (SHA-256 of the canonical payload).';
+    END IF;
+    UPDATE eventbox.subscriptions SET
+        topics = clean_topics,
+        start_from = coalesce(_alter_subscription.start_from, s.start_from),
+        ordering = coalesce(_alter_subscription.ordering, s.ordering),
+        max_attempts = coalesce(_alter_subscription.max_attempts, s.max_attempts),
+        backoff = coalesce(_alter_subscription.backoff, s.backoff),
+        backoff_max = coalesce(_alter_subscription.backoff_max, s.backoff_max),
+        message_id_field = CASE WHEN _alter_subscription.message_id_field IS NULL
+                                THEN s.message_id_field
+                                ELSE nullif(_alter_subscription.message_id_field, '') END,
+        unhandled = coalesce(_alter_subscription.unhandled, s.unhandled),
+        batch_size = coalesce(_alter_subscription.batch_size, s.batch_size),
+        group_id = CASE WHEN _alter_subscription.group_id IS NULL THEN s.group_id
+                        ELSE nullif(_alter_subscription.group_id, '') END,
+        enabled = coalesce(_alter_subscription.enabled, s.enabled),
+        message_id_rule = _alter_subscription.message_id_rule
+     WHERE subscriptions.name = s.name;
+    PERFORM eventbox._notify_ingest();
+END $$;
+
+CREATE FUNCTION eventbox.create_subscription(
+    name text, topics text[], start_from text DEFAULT 'earliest', ordering text DEFAULT 'partition',
+    max_attempts integer DEFAULT 10, backoff interval DEFAULT '1 second',
+    backoff_max interval DEFAULT '10 minutes', message_id_field text DEFAULT NULL,
+    unhandled text DEFAULT 'ignore', batch_size integer DEFAULT 1000, group_id text DEFAULT NULL,
+    message_id_rule text DEFAULT 'default')
+RETURNS void
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
+
+CREATE FUNCTION eventbox.alter_subscription(
+    name text, topics text[] DEFAULT NULL, start_from text DEFAULT NULL,
+    ordering text DEFAULT NULL, max_attempts integer DEFAULT NULL, backoff interval DEFAULT NULL,
+    backoff_max interval DEFAULT NULL, message_id_field text DEFAULT NULL,
+    unhandled text DEFAULT NULL, batch_size integer DEFAULT NULL, group_id text DEFAULT NULL,
+    enabled boolean DEFAULT NULL, message_id_rule text DEFAULT NULL)
+RETURNS void
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
+
+COMMENT ON FUNCTION eventbox.alter_subscription(text, text[], text, text, integer, interval,
+    interval, text, text, integer, text, boolean, text) IS
+    'Change a subscription''s options; NULL keeps an option (pass '''' to clear message_id_field or group_id)';
+
+REVOKE ALL ON FUNCTION eventbox._create_subscription(oid, text, text[], text, text, integer,
+    interval, interval, text, text, integer, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventbox._alter_subscription(oid, text, text[], text, text, integer,
+    interval, interval, text, text, integer, text, boolean, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventbox.create_subscription(text, text[], text, text, integer, interval,
+    interval, text, text, integer, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventbox.alter_subscription(text, text[], text, text, integer, interval,
+    interval, text, text, integer, text, boolean, text) FROM PUBLIC;
+
+DO $$
+DECLARE
+    g record;
+BEGIN
+    FOR g IN SELECT * FROM eventbox._upgrade_grants LOOP
+        EXECUTE format('GRANT EXECUTE ON FUNCTION eventbox.%I(text, text[], text, text, integer, '
+                       'interval, interval, text, text, integer, text, %s text) TO %s%s',
+                       g.fn, CASE WHEN g.fn = 'alter_subscription' THEN 'boolean,' ELSE '' END,
+                       g.grantee, CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+    END LOOP;
+END $$;
+DROP TABLE eventbox._upgrade_grants;
+
+CREATE OR REPLACE FUNCTION eventbox._drop_subscription(caller oid, name text)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s eventbox.subscriptions;
+BEGIN
+    s := eventbox._managed_subscription(caller, name);
+    DELETE FROM eventbox.handlers WHERE subscription = s.name;
+    DELETE FROM eventbox.inbox WHERE subscription = s.name;
+    DELETE FROM eventbox.offsets WHERE subscription = s.name;
+    DELETE FROM eventbox.handler_claims WHERE subscription = s.name;
+    DELETE FROM eventbox.conflicts WHERE subscription = s.name;
+    DELETE FROM eventbox.subscriptions WHERE subscriptions.name = s.name;
+    PERFORM eventbox._notify_ingest();
+END $$;
+
+-- Conflicting duplicates: a record whose message id was in the inbox already with another payload
+-- (a producer reusing an id: a bug its users want to see). The stored row is kept; the record is
+-- listed here once (stored_* is the row kept, topic/partition/offset the record that conflicted)
+-- and counted by eventbox_ingest_conflicts_total. Rows go with their subscription.
+CREATE TABLE eventbox.conflicts (
+    subscription     text        NOT NULL,
+    message_id       text        NOT NULL,
+    stored_topic     text        NOT NULL,
+    stored_partition integer     NOT NULL,
+    stored_offset    bigint      NOT NULL,
+    topic            text        NOT NULL,
+    "partition"      integer     NOT NULL,
+    "offset"         bigint      NOT NULL,
+    detected_at      timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (subscription, topic, "partition", "offset")
+);
+CREATE INDEX conflicts_message_idx ON eventbox.conflicts (subscription, message_id);
+SELECT pg_catalog.pg_extension_config_dump('eventbox.conflicts', '');
+REVOKE ALL ON TABLE eventbox.conflicts FROM PUBLIC;

@@ -113,6 +113,7 @@ CREATE TABLE eventbox.subscriptions (
     group_id         text,
     enabled          boolean     NOT NULL DEFAULT true,
     created_at       timestamptz NOT NULL DEFAULT now(),
+    message_id_rule  text        NOT NULL DEFAULT 'default',
     CONSTRAINT subscriptions_name_check CHECK (name ~ '^[A-Za-z0-9_.-]{1,63}$'),
     CONSTRAINT subscriptions_topics_check CHECK (cardinality(topics) > 0),
     CONSTRAINT subscriptions_start_from_check CHECK (start_from IN ('earliest', 'latest')),
@@ -120,7 +121,9 @@ CREATE TABLE eventbox.subscriptions (
     CONSTRAINT subscriptions_unhandled_check CHECK (unhandled IN ('ignore', 'keep')),
     CONSTRAINT subscriptions_max_attempts_check CHECK (max_attempts >= 1),
     CONSTRAINT subscriptions_backoff_check CHECK (backoff > '0' AND backoff_max >= backoff),
-    CONSTRAINT subscriptions_batch_size_check CHECK (batch_size BETWEEN 1 AND 100000)
+    CONSTRAINT subscriptions_batch_size_check CHECK (batch_size BETWEEN 1 AND 100000),
+    CONSTRAINT subscriptions_message_id_rule_check
+        CHECK (message_id_rule IN ('default', 'fingerprint'))
 );
 SELECT pg_catalog.pg_extension_config_dump('eventbox.subscriptions', '');
 
@@ -328,7 +331,7 @@ END $$;
 CREATE FUNCTION eventbox._create_subscription(
     caller oid, name text, topics text[], start_from text, ordering text, max_attempts integer,
     backoff interval, backoff_max interval, message_id_field text, unhandled text,
-    batch_size integer, group_id text)
+    batch_size integer, group_id text, message_id_rule text)
 RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -345,15 +348,22 @@ BEGIN
         RAISE EXCEPTION 'group_id must not be empty' USING ERRCODE = 'invalid_parameter_value',
             HINT = 'Pass NULL to derive it from the database and subscription names.';
     END IF;
+    IF message_id_rule IS NULL OR message_id_rule NOT IN ('default', 'fingerprint') THEN
+        RAISE EXCEPTION 'invalid message_id_rule: %', coalesce(eventbox._quote(message_id_rule), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use ''default'' (header message_id, ce_id, message_id_field, else '
+                         'topic/partition/offset) or ''fingerprint'' (SHA-256 of the canonical payload).';
+    END IF;
     IF message_id_field = '' THEN
         RAISE EXCEPTION 'message_id_field must not be empty'
             USING ERRCODE = 'invalid_parameter_value', HINT = 'Pass NULL for none.';
     END IF;
     BEGIN
         INSERT INTO eventbox.subscriptions (name, topics, owner, start_from, ordering,
-            max_attempts, backoff, backoff_max, message_id_field, unhandled, batch_size, group_id)
+            max_attempts, backoff, backoff_max, message_id_field, unhandled, batch_size, group_id,
+            message_id_rule)
         VALUES (name, clean_topics, caller::regrole, start_from, ordering, max_attempts, backoff,
-            backoff_max, message_id_field, unhandled, batch_size, group_id);
+            backoff_max, message_id_field, unhandled, batch_size, group_id, message_id_rule);
     EXCEPTION WHEN unique_violation THEN
         RAISE EXCEPTION 'subscription % already exists', eventbox._quote(name)
             USING ERRCODE = 'duplicate_object',
@@ -365,7 +375,7 @@ END $$;
 CREATE FUNCTION eventbox._alter_subscription(
     caller oid, name text, topics text[], start_from text, ordering text, max_attempts integer,
     backoff interval, backoff_max interval, message_id_field text, unhandled text,
-    batch_size integer, group_id text, enabled boolean)
+    batch_size integer, group_id text, enabled boolean, message_id_rule text)
 RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -378,6 +388,13 @@ BEGIN
         coalesce(ordering, s.ordering), coalesce(max_attempts, s.max_attempts),
         coalesce(backoff, s.backoff), coalesce(backoff_max, s.backoff_max),
         coalesce(unhandled, s.unhandled), coalesce(batch_size, s.batch_size));
+    message_id_rule := coalesce(message_id_rule, s.message_id_rule);
+    IF message_id_rule IS NULL OR message_id_rule NOT IN ('default', 'fingerprint') THEN
+        RAISE EXCEPTION 'invalid message_id_rule: %', coalesce(eventbox._quote(message_id_rule), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use ''default'' (header message_id, ce_id, message_id_field, else '
+                         'topic/partition/offset) or ''fingerprint'' (SHA-256 of the canonical payload).';
+    END IF;
     UPDATE eventbox.subscriptions SET
         topics = clean_topics,
         start_from = coalesce(_alter_subscription.start_from, s.start_from),
@@ -392,7 +409,8 @@ BEGIN
         batch_size = coalesce(_alter_subscription.batch_size, s.batch_size),
         group_id = CASE WHEN _alter_subscription.group_id IS NULL THEN s.group_id
                         ELSE nullif(_alter_subscription.group_id, '') END,
-        enabled = coalesce(_alter_subscription.enabled, s.enabled)
+        enabled = coalesce(_alter_subscription.enabled, s.enabled),
+        message_id_rule = _alter_subscription.message_id_rule
      WHERE subscriptions.name = s.name;
     PERFORM eventbox._notify_ingest();
 END $$;
@@ -408,6 +426,7 @@ BEGIN
     DELETE FROM eventbox.inbox WHERE subscription = s.name;
     DELETE FROM eventbox.offsets WHERE subscription = s.name;
     DELETE FROM eventbox.handler_claims WHERE subscription = s.name;
+    DELETE FROM eventbox.conflicts WHERE subscription = s.name;
     DELETE FROM eventbox.subscriptions WHERE subscriptions.name = s.name;
     PERFORM eventbox._notify_ingest();
 END $$;
@@ -417,7 +436,8 @@ CREATE FUNCTION eventbox.create_subscription(
     name text, topics text[], start_from text DEFAULT 'earliest', ordering text DEFAULT 'partition',
     max_attempts integer DEFAULT 10, backoff interval DEFAULT '1 second',
     backoff_max interval DEFAULT '10 minutes', message_id_field text DEFAULT NULL,
-    unhandled text DEFAULT 'ignore', batch_size integer DEFAULT 1000, group_id text DEFAULT NULL)
+    unhandled text DEFAULT 'ignore', batch_size integer DEFAULT 1000, group_id text DEFAULT NULL,
+    message_id_rule text DEFAULT 'default')
 RETURNS void
 LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
 
@@ -426,7 +446,7 @@ CREATE FUNCTION eventbox.alter_subscription(
     ordering text DEFAULT NULL, max_attempts integer DEFAULT NULL, backoff interval DEFAULT NULL,
     backoff_max interval DEFAULT NULL, message_id_field text DEFAULT NULL,
     unhandled text DEFAULT NULL, batch_size integer DEFAULT NULL, group_id text DEFAULT NULL,
-    enabled boolean DEFAULT NULL)
+    enabled boolean DEFAULT NULL, message_id_rule text DEFAULT NULL)
 RETURNS void
 LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
 
@@ -435,7 +455,7 @@ RETURNS void
 LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
 
 COMMENT ON FUNCTION eventbox.alter_subscription(text, text[], text, text, integer, interval,
-    interval, text, text, integer, text, boolean) IS
+    interval, text, text, integer, text, boolean, text) IS
     'Change a subscription''s options; NULL keeps an option (pass '''' to clear message_id_field or group_id)';
 
 
@@ -729,6 +749,29 @@ AS 'MODULE_PATHNAME', 'eventbox_metric_samples';
 CREATE VIEW eventbox.metrics AS SELECT * FROM eventbox.metric_samples();
 COMMENT ON FUNCTION eventbox.metrics() IS
     'Counters and gauges of pg_eventbox in the Prometheus text exposition format 0.0.4';
+
+-- ---------------------------------------------------------------------------------------------
+-- Message ids from content (message_id_rule) and conflicting duplicates (0.2.0).
+-- ---------------------------------------------------------------------------------------------
+
+-- Conflicting duplicates: a record whose message id was in the inbox already with another payload
+-- (a producer reusing an id: a bug its users want to see). The stored row is kept; the record is
+-- listed here once (stored_* is the row kept, topic/partition/offset the record that conflicted)
+-- and counted by eventbox_ingest_conflicts_total. Rows go with their subscription.
+CREATE TABLE eventbox.conflicts (
+    subscription     text        NOT NULL,
+    message_id       text        NOT NULL,
+    stored_topic     text        NOT NULL,
+    stored_partition integer     NOT NULL,
+    stored_offset    bigint      NOT NULL,
+    topic            text        NOT NULL,
+    "partition"      integer     NOT NULL,
+    "offset"         bigint      NOT NULL,
+    detected_at      timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (subscription, topic, "partition", "offset")
+);
+CREATE INDEX conflicts_message_idx ON eventbox.conflicts (subscription, message_id);
+SELECT pg_catalog.pg_extension_config_dump('eventbox.conflicts', '');
 
 REVOKE ALL ON ALL TABLES IN SCHEMA eventbox FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA eventbox FROM PUBLIC;
