@@ -17,7 +17,6 @@ extern "C" {
 #include "fmgr.h"
 #include "nodes/makefuncs.h"
 #include "port.h"
-#include "funcapi.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"

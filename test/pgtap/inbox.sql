@@ -4,7 +4,7 @@
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pg_eventbox;
 
-SELECT plan(279);
+SELECT plan(286);
 
 -- ---- tables: exactly these columns, with these types, nullability and defaults -------------
 
@@ -13,13 +13,19 @@ SELECT has_table('eventbox', 'inbox', 'table eventbox.inbox exists');
 SELECT has_table('eventbox', 'offsets', 'table eventbox.offsets exists');
 SELECT columns_are('eventbox', 'subscriptions', ARRAY[
     'name', 'topics', 'owner', 'start_from', 'ordering', 'max_attempts', 'backoff', 'backoff_max',
-    'message_id_field', 'unhandled', 'batch_size', 'group_id', 'enabled', 'created_at']);
+    'message_id_field', 'unhandled', 'batch_size', 'group_id', 'enabled', 'created_at',
+    'message_id_rule']);
 SELECT columns_are('eventbox', 'inbox', ARRAY[
     'subscription', 'message_id', 'topic', 'partition', 'offset', 'key', 'headers', 'payload',
     'raw_payload', 'event_type', 'status', 'attempts', 'next_attempt_at', 'received_at',
     'processed_at', 'last_error']);
 SELECT columns_are('eventbox', 'offsets', ARRAY[
     'subscription', 'topic', 'partition', 'next_offset', 'high_watermark', 'updated_at']);
+-- Conflicting duplicates (issue 17): the row kept and the record that conflicted.
+SELECT has_table('eventbox', 'conflicts', 'table eventbox.conflicts exists');
+SELECT columns_are('eventbox', 'conflicts', ARRAY[
+    'subscription', 'message_id', 'stored_topic', 'stored_partition', 'stored_offset', 'topic',
+    'partition', 'offset', 'detected_at']);
 
 CREATE TEMP TABLE expected_columns (tbl name, col name, typ text, not_null boolean, def text);
 INSERT INTO expected_columns VALUES
@@ -37,6 +43,7 @@ INSERT INTO expected_columns VALUES
     ('subscriptions', 'group_id',         'text',                     false, NULL),
     ('subscriptions', 'enabled',          'boolean',                  true,  'true'),
     ('subscriptions', 'created_at',       'timestamp with time zone', true,  'now()'),
+    ('subscriptions', 'message_id_rule',  'text',                     true,  'default'),
     ('inbox',         'subscription',     'text',                     true,  NULL),
     ('inbox',         'message_id',       'text',                     true,  NULL),
     ('inbox',         'topic',            'text',                     true,  NULL),
@@ -60,7 +67,7 @@ INSERT INTO expected_columns VALUES
     ('offsets',       'high_watermark',   'bigint',                   false, NULL),
     ('offsets',       'updated_at',       'timestamp with time zone', true,  'now()');
 
--- 36 columns: has_column + col_type_is + nullability + default (or none) = 144 tests.
+-- 37 columns: has_column + col_type_is + nullability + default (or none) = 148 tests.
 SELECT has_column('eventbox', tbl, col, tbl || ' has column ' || col)
   FROM expected_columns ORDER BY tbl, col;
 SELECT col_type_is('eventbox', tbl, col, typ, tbl || '.' || col || ' is ' || typ)
@@ -103,11 +110,12 @@ SELECT bag_has(
              ('eventbox.subscriptions', 'subscriptions_max_attempts_check'),
              ('eventbox.subscriptions', 'subscriptions_backoff_check'),
              ('eventbox.subscriptions', 'subscriptions_batch_size_check'),
+             ('eventbox.subscriptions', 'subscriptions_message_id_rule_check'),
              ('eventbox.inbox', 'inbox_status_check')$$,
     'the inbox tables have the documented check constraints');
 SELECT col_has_check('eventbox', 'subscriptions', c, 'subscriptions.' || c || ' has a check')
   FROM unnest(ARRAY['name', 'topics', 'start_from', 'ordering', 'unhandled', 'max_attempts',
-                    'batch_size']::name[]) c ORDER BY c;
+                    'batch_size', 'message_id_rule']::name[]) c ORDER BY c;
 SELECT col_has_check('eventbox', 'subscriptions', ARRAY['backoff', 'backoff_max']::name[],
                      'subscriptions (backoff, backoff_max) has a check');
 SELECT col_has_check('eventbox', 'inbox', 'status', 'inbox.status has a check');
@@ -188,17 +196,17 @@ CREATE TEMP TABLE expected_functions (fn name, args name[], lang name, api boole
 INSERT INTO expected_functions VALUES
     ('create_subscription',
      ARRAY['text', 'text[]', 'text', 'text', 'integer', 'interval', 'interval', 'text', 'text',
-           'integer', 'text'], 'c', true),
+           'integer', 'text', 'text'], 'c', true),
     ('alter_subscription',
      ARRAY['text', 'text[]', 'text', 'text', 'integer', 'interval', 'interval', 'text', 'text',
-           'integer', 'text', 'boolean'], 'c', true),
+           'integer', 'text', 'boolean', 'text'], 'c', true),
     ('drop_subscription', ARRAY['text'], 'c', true),
     ('_create_subscription',
      ARRAY['oid', 'text', 'text[]', 'text', 'text', 'integer', 'interval', 'interval', 'text',
-           'text', 'integer', 'text'], 'plpgsql', false),
+           'text', 'integer', 'text', 'text'], 'plpgsql', false),
     ('_alter_subscription',
      ARRAY['oid', 'text', 'text[]', 'text', 'text', 'integer', 'interval', 'interval', 'text',
-           'text', 'integer', 'text', 'boolean'], 'plpgsql', false),
+           'text', 'integer', 'text', 'boolean', 'text'], 'plpgsql', false),
     ('_drop_subscription', ARRAY['oid', 'text'], 'plpgsql', false),
     ('_managed_subscription', ARRAY['oid', 'text'], 'plpgsql', false),
     ('_check_subscription_options',
@@ -228,8 +236,8 @@ SELECT function_privs_are('eventbox', fn, args, 'public', '{}'::text[],
 SELECT is(pg_get_function_arguments(format('eventbox.%s(%s)', fn, array_to_string(args, ', '))::regprocedure),
           want, fn || ' has the documented argument names and defaults')
   FROM expected_functions JOIN (VALUES
-    ('create_subscription', 'name text, topics text[], start_from text DEFAULT ''earliest''::text, ordering text DEFAULT ''partition''::text, max_attempts integer DEFAULT 10, backoff interval DEFAULT ''00:00:01''::interval, backoff_max interval DEFAULT ''00:10:00''::interval, message_id_field text DEFAULT NULL::text, unhandled text DEFAULT ''ignore''::text, batch_size integer DEFAULT 1000, group_id text DEFAULT NULL::text'),
-    ('alter_subscription', 'name text, topics text[] DEFAULT NULL::text[], start_from text DEFAULT NULL::text, ordering text DEFAULT NULL::text, max_attempts integer DEFAULT NULL::integer, backoff interval DEFAULT NULL::interval, backoff_max interval DEFAULT NULL::interval, message_id_field text DEFAULT NULL::text, unhandled text DEFAULT NULL::text, batch_size integer DEFAULT NULL::integer, group_id text DEFAULT NULL::text, enabled boolean DEFAULT NULL::boolean'),
+    ('create_subscription', 'name text, topics text[], start_from text DEFAULT ''earliest''::text, ordering text DEFAULT ''partition''::text, max_attempts integer DEFAULT 10, backoff interval DEFAULT ''00:00:01''::interval, backoff_max interval DEFAULT ''00:10:00''::interval, message_id_field text DEFAULT NULL::text, unhandled text DEFAULT ''ignore''::text, batch_size integer DEFAULT 1000, group_id text DEFAULT NULL::text, message_id_rule text DEFAULT ''default''::text'),
+    ('alter_subscription', 'name text, topics text[] DEFAULT NULL::text[], start_from text DEFAULT NULL::text, ordering text DEFAULT NULL::text, max_attempts integer DEFAULT NULL::integer, backoff interval DEFAULT NULL::interval, backoff_max interval DEFAULT NULL::interval, message_id_field text DEFAULT NULL::text, unhandled text DEFAULT NULL::text, batch_size integer DEFAULT NULL::integer, group_id text DEFAULT NULL::text, enabled boolean DEFAULT NULL::boolean, message_id_rule text DEFAULT NULL::text'),
     ('drop_subscription', 'name text')) AS w(f, want) ON w.f = fn
  ORDER BY fn;
 SELECT function_returns('eventbox', fn, args, 'void', fn || ' returns void')
