@@ -224,3 +224,7 @@ COMMENT ON FUNCTION eventbox.metrics() IS
 REVOKE ALL ON FUNCTION eventbox.metrics() FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventbox.metric_samples() FROM PUBLIC;
 REVOKE ALL ON eventbox.metrics FROM PUBLIC;
+
+-- Bounded outbox: eventbox.dead_retention purges failed outbox rows too (the relay, oldest
+-- first by created_at, a batch at a time).
+CREATE INDEX outbox_failed_idx ON eventbox.outbox (created_at) WHERE status = 'failed';

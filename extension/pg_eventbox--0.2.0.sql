@@ -733,3 +733,7 @@ COMMENT ON FUNCTION eventbox.metrics() IS
 REVOKE ALL ON ALL TABLES IN SCHEMA eventbox FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA eventbox FROM PUBLIC;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA eventbox FROM PUBLIC;
+
+-- Bounded outbox: eventbox.dead_retention purges failed outbox rows too (the relay, oldest
+-- first by created_at, a batch at a time).
+CREATE INDEX outbox_failed_idx ON eventbox.outbox (created_at) WHERE status = 'failed';
