@@ -549,6 +549,12 @@ def section(env, cur, args, pg_groups, res):
     out["cycles_s"] = time.monotonic() - t0
 
 
+def cpu_us(runs):
+    """CPU of all PostgreSQL processes (workers, supervisor, the bench's session, autovacuum)
+    per message over `runs`, in microseconds: what the other users of the box move least."""
+    return sum(x["cpu"]["postgres_s"] for x in runs) / sum(x["n"] for x in runs) * 1e6
+
+
 def ok(cond, good="ok", bad="BELOW"):
     return good if cond else bad
 
@@ -565,12 +571,19 @@ def table_rows(res, ROW):
         rows.append(ROW % ("%s, /metrics every 1 s (msg/s)" % what, "%.0f" % w,
                            "not scraped %.0f" % b, "%.3f" % (w / b),
                            ">= 0.98 " + ok(w / b >= 0.98)))
+        cb, cw = cpu_us(m[what][False]), cpu_us(m[what][True])
+        rows.append(ROW % ("  postgres CPU/msg, all runs (us)", "%.2f" % cw,
+                           "not scraped %.2f" % cb, "%.3f" % (cw / cb), "info (less load-bound)"))
     p = o["purge"]
     base = max(x["rate"] for x in p["runs"] if not x["purge"])
     best = max(x["rate"] for x in p["runs"] if x["purge"])
     r = best / base
     rows.append(ROW % ("ingest+handlers, purging (msg/s)", "%.0f" % best,
                        "no purge %.0f" % base, "%.3f" % r, ">= 0.9 " + ok(r >= 0.9)))
+    cb = cpu_us([x for x in p["runs"] if not x["purge"]])
+    cw = cpu_us([x for x in p["runs"] if x["purge"]])
+    rows.append(ROW % ("  postgres CPU/msg, all runs (us)", "%.2f" % cw, "no purge %.2f" % cb,
+                       "%.3f" % (cw / cb), "info (incl. the purge)"))
     waits = sum(len(x["lock_waits"]) for x in p["runs"] if x["purge"])
     rows.append(ROW % ("  ingest/handler lock waits > 100 ms", "%d" % waits,
                        "no purge %d" % sum(len(x["lock_waits"]) for x in p["runs"]
