@@ -623,12 +623,14 @@ ROW = "%-36s %-20s %-26s %-7s %s"
 def table(res):
     import bench_e2e
     import bench_inbox
+    import bench_ops
     rows = [ROW % ("figure", "pg_eventbox", "baseline", "ratio", "target")]
     rows.append("-" * 104)
     if "relay" in res:
         rows.extend(relay_rows(res))
     rows.extend(bench_inbox.table_rows(res, ROW))
     rows.extend(bench_e2e.table_rows(res, ROW))
+    rows.extend(bench_ops.table_rows(res, ROW))
     return "\n".join(rows)
 
 
@@ -710,9 +712,11 @@ def relay_rows(res):
 def notes(res, args):
     import bench_e2e
     import bench_inbox
+    import bench_ops
     out = relay_notes(res, args) if "relay" in res else []
     out.extend(bench_inbox.notes(res, args))
     out.extend(bench_e2e.notes(res, args))
+    out.extend(bench_ops.notes(res, args))
     return "\n".join("  " + line for line in out)
 
 
@@ -776,7 +780,7 @@ def relay_notes(res, args):
     return out
 
 
-SECTIONS = ("relay", "ingest", "handlers", "e2e", "e2e_peer")
+SECTIONS = ("relay", "ingest", "handlers", "e2e", "ops", "e2e_peer")
 
 
 def run_main(args):
@@ -803,6 +807,9 @@ def run_main(args):
             bench_inbox.section_handlers(env, cur, args, pg_groups, res)
         if "e2e" in sections and args.e2e_seconds > 0:
             bench_inbox.section_e2e(env, cur, args, tmpdir, res)
+        if "ops" in sections:
+            import bench_ops
+            bench_ops.section(env, cur, args, pg_groups, res)
         if "e2e_peer" in sections:
             import bench_e2e
             conn.close()  # the kill test restarts every backend
@@ -909,6 +916,13 @@ def main():
     r.add_argument("--e2e-kill", choices=("relay", "handler"), default="relay")
     r.add_argument("--backlog-sizes", default="10000,100000",
                    type=lambda s: [int(x) for x in s.split(",") if x])
+    r.add_argument("--ops-messages", type=int, default=300000)
+    r.add_argument("--ops-repeat", type=int, default=3)
+    r.add_argument("--ops-purge-rows", type=int, default=1000000)
+    r.add_argument("--ops-purge-messages", type=int, default=600000)
+    r.add_argument("--ops-purge-repeat", type=int, default=2)
+    r.add_argument("--ops-cycles", type=int, default=5)
+    r.add_argument("--ops-cycle-rows", type=int, default=200000)
     r.add_argument("--out")
     r.add_argument("--json")
     c = sub.add_parser("consume")

@@ -550,3 +550,8 @@ BEGIN
     END LOOP;
 END $$;
 DROP TABLE eventbox._upgrade_grants;
+
+-- ---------------------------------------------------------------------------------------------
+-- Bounded outbox: eventbox.dead_retention purges failed outbox rows too (the relay, oldest
+-- first by created_at, a batch at a time).
+CREATE INDEX outbox_failed_idx ON eventbox.outbox (created_at) WHERE status = 'failed';

@@ -888,3 +888,7 @@ SELECT pg_catalog.pg_extension_config_dump('eventbox.conflicts', '');
 REVOKE ALL ON ALL TABLES IN SCHEMA eventbox FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA eventbox FROM PUBLIC;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA eventbox FROM PUBLIC;
+
+-- Bounded outbox: eventbox.dead_retention purges failed outbox rows too (the relay, oldest
+-- first by created_at, a batch at a time).
+CREATE INDEX outbox_failed_idx ON eventbox.outbox (created_at) WHERE status = 'failed';

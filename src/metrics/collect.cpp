@@ -183,12 +183,14 @@ void build(const Counters& s, const Gauges* g, Exposition& e) {
 }
 
 // Counters and gauges of the calling session (SQL functions): gauges need the extension's
-// tables, read with the caller's privileges.
+// tables, read with the caller's privileges. They are kept in the caller's memory: SPI's own
+// is freed by SPI_finish(), before the text is built from them.
 void collect_here(Counters* s, Gauges* g) {
+    MemoryContext caller = CurrentMemoryContext;
     snapshot(s);
     memset(g, 0, sizeof *g);
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "eventbox metrics: SPI_connect failed");
-    query_gauges(g, CurrentMemoryContext);
+    query_gauges(g, caller);
     SPI_finish();
 }
 

@@ -68,7 +68,8 @@ WaitEventSet* wait_set = nullptr;
 MemoryContext batch_context = nullptr;
 metrics::LocalHistogram* latency = nullptr;  // publish latencies of the outcomes being written
 
-SPIPlanPtr claim_plan, range_plan, refetch_plan, delete_plan, sent_plan, failed_plan, purge_plan;
+SPIPlanPtr claim_plan, range_plan, refetch_plan, delete_plan, sent_plan, failed_plan, purge_plan,
+    purge_failed_plan;
 
 constexpr const char* kRowColumns =
     "SELECT id, message_id, topic, key, payload, headers, attempts, next_attempt_at, created_at "
@@ -119,6 +120,12 @@ void prepare_plans() {
         "DELETE FROM eventbox.outbox WHERE id IN (SELECT id FROM eventbox.outbox "
         "WHERE status = 'sent' AND sent_at < now() - $1 * interval '1 second' "
         "ORDER BY sent_at LIMIT $2)",
+        2, purge_types);
+    // eventbox.dead_retention: failed rows (the relay gave up on them) by age.
+    purge_failed_plan = prepare(
+        "DELETE FROM eventbox.outbox WHERE id IN (SELECT id FROM eventbox.outbox "
+        "WHERE status = 'failed' AND created_at < now() - $1 * interval '1 second' "
+        "ORDER BY created_at LIMIT $2)",
         2, purge_types);
 }
 
@@ -496,15 +503,26 @@ bool iterate() {
     }
     PopActiveSnapshot();
 
-    if (guc::outbox_retention_s > 0 && TimestampDifferenceExceeds(last_purge, now, 1000)) {
+    // Sent rows past eventbox.outbox_retention, also when it is 0: rows kept under an earlier
+    // setting would stay forever otherwise (the probe of the empty partial index costs nothing).
+    // Failed rows past eventbox.dead_retention, when set.
+    if (TimestampDifferenceExceeds(last_purge, now, 1000)) {
         Datum values[2] = {Int32GetDatum(guc::outbox_retention_s),
                            Int32GetDatum(guc::relay_batch_size)};
         PushActiveSnapshot(GetTransactionSnapshot());
         exec(purge_plan, values, false, SPI_OK_DELETE);
+        uint64 purged = SPI_processed;
+        bool full = purged == static_cast<uint64>(guc::relay_batch_size);
+        if (guc::dead_retention_s > 0) {
+            values[0] = Int32GetDatum(guc::dead_retention_s);
+            exec(purge_failed_plan, values, false, SPI_OK_DELETE);
+            purged += SPI_processed;
+            full = full || SPI_processed == static_cast<uint64>(guc::relay_batch_size);
+        }
         PopActiveSnapshot();
-        metrics::purged(metrics::PurgedTable::kOutbox, SPI_processed);
-        if (SPI_processed < static_cast<uint64>(guc::relay_batch_size)) last_purge = now;
-        else more = true;
+        metrics::purged(metrics::PurgedTable::kOutbox, purged);
+        if (full) more = true;
+        else last_purge = now;
     }
 
     SPI_finish();

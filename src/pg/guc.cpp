@@ -198,8 +198,10 @@ void define() {
         &inbox_retention_s, 7 * 24 * 3600, 0, INT_MAX / 1000, PGC_SIGHUP, GUC_UNIT_S, nullptr,
         nullptr, nullptr);
     DefineCustomIntVariable(
-        "eventbox.dead_retention", "How long dead and unparsable inbox rows are kept.",
-        "Rows older than this (by received_at) are deleted; 0 keeps them until an operator acts.",
+        "eventbox.dead_retention",
+        "How long dead and unparsable inbox rows and failed outbox rows are kept.",
+        "Rows older than this (inbox: by received_at, outbox: by created_at) are deleted; 0 keeps "
+        "them until an operator acts.",
         &dead_retention_s, 0, 0, INT_MAX / 1000, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr,
         nullptr);
     DefineCustomStringVariable(

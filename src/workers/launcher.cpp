@@ -285,7 +285,12 @@ void purge_batch(void* arg) {
 
 // One purge batch when one is due; returns milliseconds until the next.
 long retention_step() {
-    if (guc::inbox_retention_s == 0 && guc::dead_retention_s == 0) return LONG_MAX;
+    if (guc::inbox_retention_s == 0 && guc::dead_retention_s == 0) {
+        // The last batches' deletes may still wait for their flush (at most one a second):
+        // without it autovacuum would never see them once retention is switched off.
+        long flush_in_ms = pgstat_report_stat(false);
+        return flush_in_ms > 0 ? flush_in_ms : LONG_MAX;
+    }
     TimestampTz now = GetCurrentTimestamp();
     if (now < next_purge) return TimestampDifferenceMilliseconds(now, next_purge);
     PurgeBatch batch = {0, DT_NOBEGIN, 0};
