@@ -783,6 +783,11 @@ CREATE TRIGGER http_destinations_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON eventbox.http_destination_config
     FOR EACH STATEMENT EXECUTE FUNCTION eventbox._http_destinations_trigger();
 
+-- Raises the API's errors without PostgreSQL's "STATEMENT:" log line: the statement's text
+-- may hold header values (credentials) as literals.
+CREATE FUNCTION eventbox._http_error(code text, message text, hint text) RETURNS void
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_http_error';
+
 -- A destination makes the server send requests to a URL: only superusers and members of the
 -- role eventbox_http_admin (created and granted by a superuser, if at all) may manage them.
 CREATE FUNCTION eventbox._check_http_admin(caller oid) RETURNS void
@@ -791,9 +796,8 @@ BEGIN
     IF NOT (SELECT r.rolsuper FROM pg_roles r WHERE r.oid = caller)
        AND NOT EXISTS (SELECT FROM pg_roles r WHERE r.rolname = 'eventbox_http_admin'
                           AND pg_has_role(caller, r.oid, 'MEMBER')) THEN
-        RAISE EXCEPTION 'permission denied to manage HTTP destinations'
-            USING ERRCODE = 'insufficient_privilege',
-                  HINT = 'Only superusers and members of role eventbox_http_admin may: a destination makes the server send requests.';
+        PERFORM eventbox._http_error('42501', 'permission denied to manage HTTP destinations',
+            'Only superusers and members of role eventbox_http_admin may: a destination makes the server send requests.');
     END IF;
 END $$;
 
@@ -805,61 +809,57 @@ DECLARE
     h record;
 BEGIN
     IF topic IS NULL THEN
-        RAISE EXCEPTION 'topic must not be NULL' USING ERRCODE = 'null_value_not_allowed',
-            HINT = 'Pass the topic whose messages go to this URL.';
+        PERFORM eventbox._http_error('22004', 'topic must not be NULL',
+            'Pass the topic whose messages go to this URL.');
     END IF;
-    PERFORM eventbox._check_topic(topic);
+    IF topic !~ '^[A-Za-z0-9._-]{1,249}$' OR topic IN ('.', '..') THEN
+        PERFORM eventbox._http_error('22023', format('invalid topic name %s', eventbox._quote(topic)),
+            'Kafka topic names are 1 to 249 characters of letters, digits, ''.'', ''_'' and ''-''.');
+    END IF;
     -- The URL's text is not echoed: it may carry a token in its query string.
     IF url IS NULL OR url !~* '^https?://[^/?#@[:space:]]+([/?#][^[:space:][:cntrl:]]*)?$' THEN
-        RAISE EXCEPTION 'url must be an http:// or https:// URL with a host'
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'E.g. ''https://crm.example.com/api/invoices''; no spaces or control characters, no user:password@ (put credentials in headers).';
+        PERFORM eventbox._http_error('22023', 'url must be an http:// or https:// URL with a host',
+            'E.g. ''https://crm.example.com/api/invoices''; no spaces or control characters, no user:password@ (put credentials in headers).');
     END IF;
     IF length(url) > 2048 THEN
-        RAISE EXCEPTION 'url is longer than 2048 characters' USING ERRCODE = 'invalid_parameter_value',
-            HINT = 'Use a shorter URL.';
+        PERFORM eventbox._http_error('22023', 'url is longer than 2048 characters',
+            'Use a shorter URL.');
     END IF;
     IF method IS NULL OR method NOT IN ('POST', 'PUT', 'PATCH') THEN
-        RAISE EXCEPTION 'method must be POST, PUT or PATCH' USING ERRCODE = 'invalid_parameter_value',
-            HINT = 'The message is the request body.';
+        PERFORM eventbox._http_error('22023', 'method must be POST, PUT or PATCH',
+            'The message is the request body.');
     END IF;
     IF timeout IS NULL OR timeout < '100 milliseconds' OR timeout > '1 hour' THEN
-        RAISE EXCEPTION 'timeout must be between 100 milliseconds and 1 hour'
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'It bounds one request, connection included; e.g. ''10 seconds''.';
+        PERFORM eventbox._http_error('22023', 'timeout must be between 100 milliseconds and 1 hour',
+            'It bounds one request, connection included; e.g. ''10 seconds''.');
     END IF;
     IF max_in_flight IS NULL OR max_in_flight NOT BETWEEN 1 AND 1000 THEN
-        RAISE EXCEPTION 'max_in_flight must be between 1 and 1000'
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'It is the number of requests open at a time, e.g. 32.';
+        PERFORM eventbox._http_error('22023', 'max_in_flight must be between 1 and 1000',
+            'It is the number of requests open at a time, e.g. 32.');
     END IF;
     IF headers IS NULL OR jsonb_typeof(headers) <> 'object' THEN
-        RAISE EXCEPTION 'headers must be a JSON object' USING ERRCODE = 'invalid_parameter_value',
-            HINT = 'Pass a flat object of strings, e.g. ''{"Authorization": "Bearer ..."}''.';
+        PERFORM eventbox._http_error('22023', 'headers must be a JSON object',
+            'Pass a flat object of strings, e.g. ''{"Authorization": "Bearer ..."}''.');
     END IF;
     -- Names are echoed, values never (they are credentials).
     FOR h IN SELECT e.key, e.value FROM jsonb_each(headers) e LOOP
         IF h.key !~ '^[!#$%&''*+.^_`|~0-9A-Za-z-]+$' OR length(h.key) > 256 THEN
-            RAISE EXCEPTION 'invalid HTTP header name %', eventbox._quote(h.key)
-                USING ERRCODE = 'invalid_parameter_value',
-                      HINT = 'Header names are HTTP tokens: letters, digits and !#$%&''*+.^_`|~-.';
+            PERFORM eventbox._http_error('22023', format('invalid HTTP header name %s', eventbox._quote(h.key)),
+            'Header names are HTTP tokens: letters, digits and !#$%&''*+.^_`|~-.');
         END IF;
         IF lower(h.key) IN ('idempotency-key', 'content-length', 'transfer-encoding', 'host',
                             'connection', 'expect', 'te', 'upgrade', 'trailer', 'keep-alive')
            OR lower(h.key) LIKE 'eventbox-%' THEN
-            RAISE EXCEPTION 'header % is set by the relay', eventbox._quote(h.key)
-                USING ERRCODE = 'invalid_parameter_value',
-                      HINT = 'Idempotency-Key, Eventbox-* and the framing headers cannot be configured.';
+            PERFORM eventbox._http_error('22023', format('header %s is set by the relay', eventbox._quote(h.key)),
+            'Idempotency-Key, Eventbox-* and the framing headers cannot be configured.');
         END IF;
         IF jsonb_typeof(h.value) <> 'string' THEN
-            RAISE EXCEPTION 'value of header % is not a string', eventbox._quote(h.key)
-                USING ERRCODE = 'invalid_parameter_value',
-                      HINT = 'Headers must be a flat JSON object of string values.';
+            PERFORM eventbox._http_error('22023', format('value of header %s is not a string', eventbox._quote(h.key)),
+            'Headers must be a flat JSON object of string values.');
         END IF;
         IF (h.value #>> '{}') ~ '[\x01-\x08\x0a-\x1f\x7f]' THEN
-            RAISE EXCEPTION 'value of header % contains a control character', eventbox._quote(h.key)
-                USING ERRCODE = 'invalid_parameter_value',
-                      HINT = 'Header values may not contain CR, LF or other control characters (tab is allowed).';
+            PERFORM eventbox._http_error('22023', format('value of header %s contains a control character', eventbox._quote(h.key)),
+            'Header values may not contain CR, LF or other control characters (tab is allowed).');
         END IF;
     END LOOP;
 END $$;
@@ -878,9 +878,8 @@ BEGIN
                                                       max_in_flight, created_by)
         VALUES (topic, url, upper(method), headers, timeout, max_in_flight, caller::regrole);
     EXCEPTION WHEN unique_violation THEN
-        RAISE EXCEPTION 'topic % has an HTTP destination already', eventbox._quote(topic)
-            USING ERRCODE = 'duplicate_object',
-                  HINT = 'Use eventbox.alter_http_destination() to change it.';
+        PERFORM eventbox._http_error('42710', format('topic %s has an HTTP destination already', eventbox._quote(topic)),
+            'Use eventbox.alter_http_destination() to change it.');
     END;
 END $$;
 
@@ -896,9 +895,8 @@ BEGIN
     SELECT * INTO d FROM eventbox.http_destination_config c
      WHERE c.topic = _alter_http_destination.topic FOR UPDATE;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'topic % has no HTTP destination', coalesce(eventbox._quote(topic), 'NULL')
-            USING ERRCODE = 'undefined_object',
-                  HINT = 'See eventbox.http_destinations; create one with eventbox.create_http_destination().';
+        PERFORM eventbox._http_error('42704', format('topic %s has no HTTP destination', coalesce(eventbox._quote(topic), 'NULL')),
+            'See eventbox.http_destinations; create one with eventbox.create_http_destination().');
     END IF;
     d.url := coalesce(url, d.url);
     d.headers := coalesce(headers, d.headers);
@@ -920,9 +918,8 @@ BEGIN
     PERFORM eventbox._check_http_admin(caller);
     DELETE FROM eventbox.http_destination_config c WHERE c.topic = _drop_http_destination.topic;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'topic % has no HTTP destination', coalesce(eventbox._quote(topic), 'NULL')
-            USING ERRCODE = 'undefined_object',
-                  HINT = 'See eventbox.http_destinations.';
+        PERFORM eventbox._http_error('42704', format('topic %s has no HTTP destination', coalesce(eventbox._quote(topic), 'NULL')),
+            'See eventbox.http_destinations.');
     END IF;
 END $$;
 
@@ -940,7 +937,7 @@ COMMENT ON FUNCTION eventbox.create_http_destination(text, text, jsonb, text, in
     'Deliver the messages of a topic as HTTP requests to a URL instead of Kafka records';
 
 REVOKE ALL ON TABLE eventbox.http_destination_config, eventbox.http_destinations FROM PUBLIC;
-REVOKE ALL ON FUNCTION eventbox._http_destinations_changed(), eventbox._http_destinations_trigger(),
+REVOKE ALL ON FUNCTION eventbox._http_destinations_changed(), eventbox._http_error(text, text, text), eventbox._http_destinations_trigger(),
     eventbox._check_http_admin(oid),
     eventbox._check_http_destination(text, text, jsonb, text, interval, integer),
     eventbox._create_http_destination(oid, text, text, jsonb, text, interval, integer),

@@ -306,7 +306,12 @@ void Client::start(Request* r) {
     curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, static_cast<long>(d.timeout_ms));
     curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(d.timeout_ms));
     curl_easy_setopt(easy, CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_2TLS));
-    curl_easy_setopt(easy, CURLOPT_PIPEWAIT, 1L);
+    // Over TLS, a new request waits for the first connection's handshake to say whether it
+    // multiplexes (HTTP/2) rather than opening a connection of its own. Not over plain HTTP:
+    // there curl learns it only from a response, and a slow first response would hold back
+    // every other request.
+    if (d.url.compare(0, 8, "https://") == 0 || d.url.compare(0, 8, "HTTPS://") == 0)
+        curl_easy_setopt(easy, CURLOPT_PIPEWAIT, 1L);
     curl_easy_setopt(easy, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(easy, CURLOPT_USERAGENT, "pg_eventbox relay");
     curl_easy_setopt(easy, CURLOPT_HTTPHEADER, r->headers);

@@ -314,6 +314,19 @@ void add_families(metrics::Exposition& e) {
 
 extern "C" {
 PG_FUNCTION_INFO_V1(eventbox_http_destinations_changed);
+PG_FUNCTION_INFO_V1(eventbox_http_error);
+}
+
+// eventbox._http_error(code, message, hint): the HTTP destination API's errors, raised without
+// the "STATEMENT:" line PostgreSQL would log (the statement may carry header values).
+extern "C" Datum eventbox_http_error(PG_FUNCTION_ARGS) {
+    char* code = text_to_cstring(PG_GETARG_TEXT_PP(0));
+    char* message = text_to_cstring(PG_GETARG_TEXT_PP(1));
+    char* hint = text_to_cstring(PG_GETARG_TEXT_PP(2));
+    if (strlen(code) != 5) code = pstrdup("XX000");
+    ereport(ERROR, (errcode(MAKE_SQLSTATE(code[0], code[1], code[2], code[3], code[4])),
+                    errmsg_internal("%s", message), errhint("%s", hint), errhidestmt(true)));
+    PG_RETURN_VOID();
 }
 
 // eventbox._http_destinations_changed(): the relay reloads its destinations once this

@@ -34,7 +34,7 @@ class Recorded:
 class Endpoint:
     """A threaded HTTP/1.1 server on 127.0.0.1 (keep-alive) answering per `behaviour`."""
 
-    def __init__(self, behaviour=None):
+    def __init__(self, behaviour=None, port=0):
         self.behaviour = behaviour or (lambda n, rec: ("status", 204))
         self.lock = threading.Lock()
         self.requests = []       # every request, in arrival order
@@ -94,14 +94,13 @@ class Endpoint:
             daemon_threads = True
             allow_reuse_address = True
 
-        self.server = Server(("127.0.0.1", 0), Handler)
+        self.server = Server(("127.0.0.1", port), Handler)
         self.port = self.server.server_address[1]
         self.url = "http://127.0.0.1:%d/hook" % self.port
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
-    def delivered(self):
-        """Requests answered 2xx are not tracked separately: callers check the outbox too."""
+    def snapshot(self):
         with self.lock:
             return list(self.requests)
 
