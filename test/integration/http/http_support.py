@@ -94,6 +94,9 @@ class Endpoint:
             daemon_threads = True
             allow_reuse_address = True
 
+            def handle_error(self, request, client_address):
+                pass  # a client (the relay) that went away mid-request: nothing to report
+
         self.server = Server(("127.0.0.1", port), Handler)
         self.port = self.server.server_address[1]
         self.url = "http://127.0.0.1:%d/hook" % self.port
