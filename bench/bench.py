@@ -629,6 +629,8 @@ def table(res):
         rows.extend(relay_rows(res))
     rows.extend(bench_inbox.table_rows(res, ROW))
     rows.extend(bench_e2e.table_rows(res, ROW))
+    import bench_http
+    rows.extend(bench_http.table_rows(res, ROW))
     return "\n".join(rows)
 
 
@@ -713,6 +715,8 @@ def notes(res, args):
     out = relay_notes(res, args) if "relay" in res else []
     out.extend(bench_inbox.notes(res, args))
     out.extend(bench_e2e.notes(res, args))
+    import bench_http
+    out.extend(bench_http.notes(res, args))
     return "\n".join("  " + line for line in out)
 
 
@@ -776,7 +780,7 @@ def relay_notes(res, args):
     return out
 
 
-SECTIONS = ("relay", "ingest", "handlers", "e2e", "e2e_peer")
+SECTIONS = ("relay", "ingest", "handlers", "e2e", "e2e_peer", "http")
 
 
 def run_main(args):
@@ -803,6 +807,9 @@ def run_main(args):
             bench_inbox.section_handlers(env, cur, args, pg_groups, res)
         if "e2e" in sections and args.e2e_seconds > 0:
             bench_inbox.section_e2e(env, cur, args, tmpdir, res)
+        if "http" in sections:
+            import bench_http
+            bench_http.section(env, cur, args, res, tmpdir)
         if "e2e_peer" in sections:
             import bench_e2e
             conn.close()  # the kill test restarts every backend
@@ -909,6 +916,9 @@ def main():
     r.add_argument("--e2e-kill", choices=("relay", "handler"), default="relay")
     r.add_argument("--backlog-sizes", default="10000,100000",
                    type=lambda s: [int(x) for x in s.split(",") if x])
+    r.add_argument("--http-messages", type=int, default=100000)
+    r.add_argument("--http-repeat", type=int, default=1)
+    r.add_argument("--http-port", type=int, default=54336)
     r.add_argument("--out")
     r.add_argument("--json")
     c = sub.add_parser("consume")

@@ -18,7 +18,8 @@
 #                           naive client, replay), handlers (handler throughput vs
 #                           INSERT ... SELECT), e2e (Kafka -> handler commit latency @1k msg/s),
 #                           e2e_peer (Kafka -> handler -> Kafka vs bench/peer.py, kill test,
-#                           backlog scaling; its figures want a fresh cluster: run it alone)
+#                           backlog scaling; its figures want a fresh cluster: run it alone),
+#                           http (outbox -> HTTP to a local nginx vs curl --parallel, bench/bench_http.py)
 #   BENCH_INGEST_MESSAGES   messages per ingest run (default 100000; 32 partitions: must fit
 #                           the mock broker's ~5 MiB per partition at 1 KiB)
 #   BENCH_NAIVE_MESSAGES    messages of the naive client baseline (default 5000)
@@ -31,6 +32,8 @@
 #   BENCH_E2E_KILL          worker SIGKILLed in the kill test: relay (default) or handler
 #   BENCH_BACKLOG_SIZES     e2e_peer backlog scaling, orders queued per run (default 10000,100000;
 #                           empty skips it); BENCH_BACKLOG_1M=1 adds 1000000
+#   BENCH_HTTP_MESSAGES     messages per HTTP run, ~1 KiB JSON over 64 keys (default 100000)
+#   BENCH_HTTP_REPEAT       HTTP runs per side, best kept (default 1)
 #   EVENTBOX_PGBIN          PostgreSQL bin dir (default /usr/lib/postgresql/15/bin), e.g. a
 #                           relocated copy holding this build (make install DESTDIR=...)
 set -euo pipefail
@@ -43,7 +46,9 @@ REPEAT=${BENCH_REPEAT:-3}
 LATENCY_SECONDS=${BENCH_LATENCY_SECONDS:-10}
 BURST=${BENCH_BURST:-1}
 PORT=${BENCH_PORT:-54331}
-SECTIONS=${BENCH_SECTIONS:-relay,ingest,handlers,e2e,e2e_peer}
+SECTIONS=${BENCH_SECTIONS:-relay,ingest,handlers,e2e,e2e_peer,http}
+HTTP_MESSAGES=${BENCH_HTTP_MESSAGES:-100000}
+HTTP_REPEAT=${BENCH_HTTP_REPEAT:-1}
 INGEST_MESSAGES=${BENCH_INGEST_MESSAGES:-100000}
 NAIVE_MESSAGES=${BENCH_NAIVE_MESSAGES:-5000}
 HANDLER_MESSAGES=${BENCH_HANDLER_MESSAGES:-50000}
@@ -58,7 +63,8 @@ export EVENTBOX_PGBIN=${EVENTBOX_PGBIN:-/usr/lib/postgresql/15/bin}
 KEEP=${BENCH_KEEP:-0}
 RESULTS=$HERE/results
 
-for v in MESSAGES REPEAT INGEST_MESSAGES NAIVE_MESSAGES HANDLER_MESSAGES E2E_ORDERS E2E_REPEAT; do
+for v in MESSAGES REPEAT INGEST_MESSAGES NAIVE_MESSAGES HANDLER_MESSAGES E2E_ORDERS E2E_REPEAT \
+         HTTP_MESSAGES HTTP_REPEAT; do
   [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || { echo "bench: BENCH_$v must be a positive integer" >&2; exit 2; }
 done
 [[ "$LATENCY_SECONDS" =~ ^[0-9]+$ ]] || { echo "bench: BENCH_LATENCY_SECONDS must be an integer" >&2; exit 2; }
@@ -67,9 +73,15 @@ done
 [[ "$E2E_KILL" =~ ^(relay|handler)$ ]] || { echo "bench: BENCH_E2E_KILL must be relay or handler" >&2; exit 2; }
 [[ "$BACKLOG_SIZES" =~ ^([1-9][0-9]*(,[1-9][0-9]*)*)?$ ]] ||
   { echo "bench: BENCH_BACKLOG_SIZES must be comma-separated positive integers" >&2; exit 2; }
-S='(relay|ingest|handlers|e2e|e2e_peer)'
+S='(relay|ingest|handlers|e2e|e2e_peer|http)'
 [[ "$SECTIONS" =~ ^$S(,$S)*$ ]] ||
-  { echo "bench: BENCH_SECTIONS must list some of relay,ingest,handlers,e2e,e2e_peer" >&2; exit 2; }
+  { echo "bench: BENCH_SECTIONS must list some of relay,ingest,handlers,e2e,e2e_peer,http" >&2; exit 2; }
+if [[ ",$SECTIONS," == *,http,* ]]; then
+  for tool in nginx curl wrk; do
+    command -v "$tool" >/dev/null || [[ -x /usr/sbin/$tool ]] ||
+      { echo "bench: $tool not found (run tools/deps.sh)" >&2; exit 1; }
+  done
+fi
 command -v kcat >/dev/null || { echo "bench: kcat not found (run tools/deps.sh)" >&2; exit 1; }
 
 if [[ -x "$EVENTBOX_PGBIN/pg_config" ]]; then
@@ -117,5 +129,6 @@ mkdir -p "$RESULTS"
   --handler-messages "$HANDLER_MESSAGES" --e2e-seconds "$E2E_SECONDS" --build "$BUILD" \
   --e2e-orders "$E2E_ORDERS" --e2e-repeat "$E2E_REPEAT" --e2e-kill-orders "$E2E_KILL_ORDERS" \
   --e2e-kill "$E2E_KILL" --backlog-sizes "$BACKLOG_SIZES" \
+  --http-messages "$HTTP_MESSAGES" --http-repeat "$HTTP_REPEAT" \
   --out "$RESULTS/latest.txt" --json "$RESULTS/latest.json"
 echo "bench: table written to $RESULTS/latest.txt" >&2
