@@ -161,7 +161,8 @@ size_t on_header(char* data, size_t size, size_t nmemb, void* user) {
 }  // namespace
 
 Client::Client(std::vector<Destination> destinations, std::size_t queue_limit)
-    : destinations_(std::move(destinations)), queue_limit_(std::max<std::size_t>(queue_limit, 1)) {
+    : destinations_(std::move(destinations)),
+      queue_limit_(std::max<std::size_t>(queue_limit / std::max<std::size_t>(destinations_.size(), 1), 1)) {
     if (!global_ready) {
         if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
             throw Error(sqlstate::kInternalError, "could not initialise libcurl");
@@ -221,7 +222,7 @@ relay::Produced Client::produce(const relay::Row& row, std::string& error) {
         return relay::Produced::kFailed;
     }
     Queue& q = queues_[static_cast<std::size_t>(index)];
-    if (q.held >= queue_limit_) {
+    if (q.held >= std::max(queue_limit_, destinations_[static_cast<std::size_t>(index)].max_in_flight)) {
         error = "HTTP destination busy";
         return relay::Produced::kBusy;
     }

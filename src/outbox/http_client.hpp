@@ -66,9 +66,10 @@ std::string describe_response(int status, std::string_view body);
 
 class Client final : public relay::Sink {
 public:
-    // `queue_limit`: rows one destination may hold (open and queued) before produce() answers
-    // kBusy; the dispatcher then parks the row (its id only) and re-reads it later, so a
-    // destination that hangs never takes all of the relay's capacity.
+    // `queue_limit`: rows all destinations together may hold (open and queued), in equal shares
+    // (at least each one's max_in_flight). Beyond its share produce() answers kBusy; the
+    // dispatcher then parks the row (its id only) and re-reads it later, so destinations that
+    // hang never take more than that of the relay's capacity.
     Client(std::vector<Destination> destinations, std::size_t queue_limit);
     ~Client() override;
     Client(const Client&) = delete;

@@ -178,8 +178,8 @@ void reset() {
     if (config_fingerprint != nullptr) pfree(config_fingerprint);
     config_fingerprint = current_fingerprint();
     if (guc::brokers[0] != '\0') {
-        // A destination may hold half of the relay's in-flight rows: a hanging endpoint leaves
-        // the other half to Kafka and the other destinations.
+        // HTTP destinations together may hold half of the relay's in-flight rows (each an equal
+        // share): endpoints that hang leave the other half to Kafka.
         http_client = http_relay::load_client(
             static_cast<std::size_t>(Max(guc::relay_max_in_flight / 2, 1)), &http_generation);
         call_cpp([] {

@@ -16,8 +16,8 @@ from eventbox_fixtures import connect, query  # noqa: E402
 def endpoint():
     made = []
 
-    def make(behaviour=None, port=0):
-        e = Endpoint(behaviour, port)
+    def make(behaviour=None, port=0, tls=False):
+        e = Endpoint(behaviour, port, tls)
         made.append(e)
         return e
 

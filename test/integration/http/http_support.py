@@ -8,7 +8,9 @@ Every request is recorded (path, headers, body, Idempotency-Key); what it answer
 """
 import http.server
 import json
+import os
 import socket
+import ssl
 import socketserver
 import threading
 import time
@@ -34,7 +36,7 @@ class Recorded:
 class Endpoint:
     """A threaded HTTP/1.1 server on 127.0.0.1 (keep-alive) answering per `behaviour`."""
 
-    def __init__(self, behaviour=None, port=0):
+    def __init__(self, behaviour=None, port=0, tls=False):
         self.behaviour = behaviour or (lambda n, rec: ("status", 204))
         self.lock = threading.Lock()
         self.requests = []       # every request, in arrival order
@@ -100,6 +102,14 @@ class Endpoint:
         self.server = Server(("127.0.0.1", port), Handler)
         self.port = self.server.server_address[1]
         self.url = "http://127.0.0.1:%d/hook" % self.port
+        if tls:
+            # A self-signed certificate (for 127.0.0.1) no client trusts by default.
+            here = os.path.dirname(os.path.abspath(__file__))
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(os.path.join(here, "selfsigned.crt"),
+                                os.path.join(here, "selfsigned.key"))
+            self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
+            self.url = "https://127.0.0.1:%d/hook" % self.port
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 

@@ -222,3 +222,33 @@ def test_metrics_per_destination(conn, endpoint, http_topic, fast_retries):
     assert rows[("eventbox_http_request_duration_seconds_count", d)] == 15
     text = query_one(conn, "SELECT eventbox.metrics()")
     assert 'eventbox_http_requests_total{destination="%s"} 15' % topic in text
+
+
+def test_tls_verified_by_default(conn, endpoint, http_topic, fast_retries):
+    """An https endpoint whose certificate nobody vouches for gets no request: the handshake fails
+    verification, which is a transient failure recorded in last_error."""
+    ep = endpoint(tls=True)
+    topic = http_topic(ep.url)
+    send(conn, topic, 1)
+    wait_until(lambda: query_one(conn, "SELECT attempts FROM eventbox.outbox WHERE topic = %s",
+                                 (topic,)) >= 2, 30, what="failed TLS attempts")
+    status, error = query(conn, "SELECT status, last_error FROM eventbox.outbox WHERE topic = %s",
+                          (topic,))[0]
+    assert status == "pending"
+    assert re.search(r"certificate", error, re.I), error
+    assert ep.snapshot() == []
+
+
+def test_keyless_messages_go_in_parallel(conn, endpoint, http_topic):
+    """Rows without a key have no order to keep: up to max_in_flight requests are open at once."""
+    release = threading.Event()
+    ep = endpoint(lambda n, rec: (release.wait(10), ("status", 204))[1])
+    topic = http_topic(ep.url, max_in_flight=5)
+    query(conn, "SELECT eventbox.send(%s, jsonb_build_object('i', i)) FROM generate_series(1, 12) i",
+          (topic,))
+    wait_until(lambda: len(ep.snapshot()) >= 5, 10, what="5 parallel requests")
+    time.sleep(0.3)
+    assert len(ep.snapshot()) == 5  # not more than max_in_flight
+    release.set()
+    assert wait_status(conn, topic, 12) == []
+    assert len(ep.snapshot()) == 12
