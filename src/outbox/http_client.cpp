@@ -25,13 +25,27 @@ int64_t steady_us() {
         .count();
 }
 
-int64_t steady_ms() { return steady_us() / 1000; }
+int64_t steady_ms() {
+    return steady_us() / 1000;
+}
 
 bool is_tchar(unsigned char c) {
     if (std::isalnum(c)) return true;
     switch (c) {
-        case '!': case '#': case '$': case '&': case '\'': case '*': case '+': case '-':
-        case '.': case '^': case '_': case '`': case '|': case '~':
+        case '!':
+        case '#':
+        case '$':
+        case '&':
+        case '\'':
+        case '*':
+        case '+':
+        case '-':
+        case '.':
+        case '^':
+        case '_':
+        case '`':
+        case '|':
+        case '~':
             return true;
         default:
             return false;
@@ -48,10 +62,14 @@ bool valid_utf8(const unsigned char* s, std::size_t n) {
         }
         std::size_t len;
         uint32_t cp;
-        if ((c & 0xE0) == 0xC0) len = 2, cp = c & 0x1F;
-        else if ((c & 0xF0) == 0xE0) len = 3, cp = c & 0x0F;
-        else if ((c & 0xF8) == 0xF0) len = 4, cp = c & 0x07;
-        else return false;
+        if ((c & 0xE0) == 0xC0)
+            len = 2, cp = c & 0x1F;
+        else if ((c & 0xF0) == 0xE0)
+            len = 3, cp = c & 0x0F;
+        else if ((c & 0xF8) == 0xF0)
+            len = 4, cp = c & 0x07;
+        else
+            return false;
         if (i + len > n) return false;
         for (std::size_t k = 1; k < len; ++k) {
             if ((s[i + k] & 0xC0) != 0x80) return false;
@@ -76,12 +94,12 @@ Verdict classify(int status) {
 }
 
 int64_t parse_retry_after(std::string_view value, int64_t now_epoch_s) {
-    while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+    while (!value.empty() && (value.front() == ' ' || value.front() == '\t'))
+        value.remove_prefix(1);
     while (!value.empty() && std::isspace(static_cast<unsigned char>(value.back())))
         value.remove_suffix(1);
     if (value.empty()) return -1;
-    if (std::all_of(value.begin(), value.end(),
-                    [](char c) { return c >= '0' && c <= '9'; })) {
+    if (std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; })) {
         if (value.size() > 9) return kMaxRetryAfterMs;
         int64_t seconds = std::stoll(std::string(value));
         return std::min(seconds * 1000, kMaxRetryAfterMs);
@@ -162,7 +180,8 @@ size_t on_header(char* data, size_t size, size_t nmemb, void* user) {
 
 Client::Client(std::vector<Destination> destinations, std::size_t queue_limit)
     : destinations_(std::move(destinations)),
-      queue_limit_(std::max<std::size_t>(queue_limit / std::max<std::size_t>(destinations_.size(), 1), 1)) {
+      queue_limit_(
+          std::max<std::size_t>(queue_limit / std::max<std::size_t>(destinations_.size(), 1), 1)) {
     if (!global_ready) {
         if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
             throw Error(sqlstate::kInternalError, "could not initialise libcurl");
@@ -187,7 +206,8 @@ Client::Client(std::vector<Destination> destinations, std::size_t queue_limit)
     // Idle connections kept for reuse: enough for every destination's parallel requests.
     std::size_t connections = 0;
     for (const Destination& d : destinations_) connections += d.max_in_flight;
-    curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, static_cast<long>(std::max<std::size_t>(connections, 8)));
+    curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS,
+                      static_cast<long>(std::max<std::size_t>(connections, 8)));
 }
 
 Client::~Client() {
@@ -213,7 +233,9 @@ int Client::destination_of(std::string_view topic) const {
     return it == by_topic_.end() ? -1 : static_cast<int>(it->second);
 }
 
-std::size_t Client::open_requests() const { return open_.size(); }
+std::size_t Client::open_requests() const {
+    return open_.size();
+}
 
 relay::Produced Client::produce(const relay::Row& row, std::string& error) {
     int index = destination_of(row.topic);
@@ -222,7 +244,8 @@ relay::Produced Client::produce(const relay::Row& row, std::string& error) {
         return relay::Produced::kFailed;
     }
     Queue& q = queues_[static_cast<std::size_t>(index)];
-    if (q.held >= std::max(queue_limit_, destinations_[static_cast<std::size_t>(index)].max_in_flight)) {
+    if (q.held >=
+        std::max(queue_limit_, destinations_[static_cast<std::size_t>(index)].max_in_flight)) {
         error = "HTTP destination busy";
         return relay::Produced::kBusy;
     }
@@ -369,7 +392,8 @@ void Client::finish(Request* r, int curl_code, int64_t now_ms) {
                 break;
             case Verdict::kTransient: {
                 out.error = describe_response(out.status, r->response);
-                int64_t after = parse_retry_after(r->retry_after, static_cast<int64_t>(time(nullptr)));
+                int64_t after =
+                    parse_retry_after(r->retry_after, static_cast<int64_t>(time(nullptr)));
                 out.retry_after_ms = after > 0 ? after : 0;
                 break;
             }

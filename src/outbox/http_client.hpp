@@ -32,7 +32,7 @@ inline constexpr int64_t kMaxRetryAfterMs = 3600 * 1000;
 struct Destination {
     std::string topic;
     std::string url;
-    std::string method;  // POST, PUT or PATCH
+    std::string method;                                        // POST, PUT or PATCH
     std::vector<std::pair<std::string, std::string>> headers;  // credentials: never logged
     int64_t timeout_ms = 10000;
     std::size_t max_in_flight = 32;
@@ -65,7 +65,7 @@ bool is_json(const char* payload, std::size_t len);
 std::string describe_response(int status, std::string_view body);
 
 class Client final : public relay::Sink {
-public:
+  public:
     // `queue_limit`: rows all destinations together may hold (open and queued), in equal shares
     // (at least each one's max_in_flight). Beyond its share produce() answers kBusy; the
     // dispatcher then parks the row (its id only) and re-reads it later, so destinations that
@@ -89,12 +89,12 @@ public:
     const std::vector<Destination>& destinations() const { return destinations_; }
     std::size_t open_requests() const;
 
-private:
+  private:
     struct Request;
     struct Queue {
         std::size_t active = 0;
-        std::size_t held = 0;            // active + ready + behind a key
-        std::deque<Request*> ready;      // may start now
+        std::size_t held = 0;        // active + ready + behind a key
+        std::deque<Request*> ready;  // may start now
         std::unordered_map<std::string, std::deque<Request*>> keys;  // behind an open request
     };
 
@@ -119,14 +119,14 @@ private:
 
 // Routes each row to its HTTP destination or to Kafka.
 class Router final : public relay::Sink {
-public:
+  public:
     Router(relay::Sink& kafka, Client& http) : kafka_(kafka), http_(http) {}
     relay::Produced produce(const relay::Row& row, std::string& error) override {
         if (http_.destination_of(row.topic) >= 0) return http_.produce(row, error);
         return kafka_.produce(row, error);
     }
 
-private:
+  private:
     relay::Sink& kafka_;
     Client& http_;
 };

@@ -106,8 +106,7 @@ void on_xact_event(XactEvent event, void*) {
     switch (event) {
         case XACT_EVENT_PRE_COMMIT:
         case XACT_EVENT_PARALLEL_PRE_COMMIT:
-            if (bump_pending && shared != nullptr)
-                pg_atomic_fetch_add_u64(&shared->generation, 1);
+            if (bump_pending && shared != nullptr) pg_atomic_fetch_add_u64(&shared->generation, 1);
             break;
         case XACT_EVENT_COMMIT:
         case XACT_EVENT_PARALLEL_COMMIT:
@@ -145,7 +144,9 @@ void install_hooks() {
     shmem_startup_hook = startup_hook;
 }
 
-uint64 generation() { return shared ? pg_atomic_read_u64(&shared->generation) : 0; }
+uint64 generation() {
+    return shared ? pg_atomic_read_u64(&shared->generation) : 0;
+}
 
 http::Client* load_client(std::size_t queue_limit, uint64* loaded) {
     *loaded = generation();
@@ -158,8 +159,8 @@ http::Client* load_client(std::size_t queue_limit, uint64* loaded) {
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "eventbox relay: SPI_connect failed");
     PushActiveSnapshot(GetTransactionSnapshot());
     // Absent before the extension's 0.2.0 (the relay of an older schema has no destinations).
-    int rc = SPI_execute("SELECT to_regclass('eventbox.http_destination_config') IS NOT NULL",
-                         true, 1);
+    int rc =
+        SPI_execute("SELECT to_regclass('eventbox.http_destination_config') IS NOT NULL", true, 1);
     bool isnull;
     if (rc != SPI_OK_SELECT) elog(ERROR, "eventbox relay: SPI_execute failed");
     if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull))) {
@@ -197,8 +198,7 @@ http::Client* load_client(std::size_t queue_limit, uint64* loaded) {
                 JsonbIteratorNext(&it, &value, true);
                 if (value.type != jbvString || r.n_headers >= count) continue;
                 r.header_names[r.n_headers] = pnstrdup(key.val.string.val, key.val.string.len);
-                r.header_values[r.n_headers] =
-                    pnstrdup(value.val.string.val, value.val.string.len);
+                r.header_values[r.n_headers] = pnstrdup(value.val.string.val, value.val.string.len);
                 ++r.n_headers;
             }
         }

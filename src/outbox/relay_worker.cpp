@@ -473,6 +473,9 @@ bool iterate() {
         SPI_finish();
         CommitTransactionCommand();
         call_cpp([&] { dispatcher->clear_outcomes(acked, failed); });
+        shmem::count_messages(acked);
+        if (acked > 0) metrics::relay_published(acked, *latency);
+        if (failed > 0) metrics::relay_failures(failed);
         needs_reset = true;
         return true;
     }

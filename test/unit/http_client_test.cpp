@@ -67,7 +67,7 @@ TEST(HttpContentType, JsonOrBytes) {
 // A keep-alive HTTP/1.1 server on 127.0.0.1: a body containing "fail" gets 500, "slow" an answer
 // after 2 s, anything else 204. Requests are recorded in arrival order.
 class Server {
-public:
+  public:
     Server() {
         fd_ = socket(AF_INET, SOCK_STREAM, 0);
         sockaddr_in a{};
@@ -92,7 +92,7 @@ public:
         return bodies_;
     }
 
-private:
+  private:
     void run() {
         while (!stop_) {
             pollfd p{fd_, POLLIN, 0};
