@@ -6,7 +6,11 @@
 extern "C" {
 #include "postgres.h"
 
+#include "access/heapam.h"
+#include "access/table.h"
+#include "utils/rel.h"
 #include "access/xact.h"
+#include "storage/bufmgr.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
@@ -15,6 +19,7 @@ extern "C" {
 #include "miscadmin.h"
 #include "storage/latch.h"
 #include "storage/lock.h"
+#include "storage/proc.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
@@ -34,6 +39,7 @@ extern "C" {
 #include <climits>
 
 #include "pg/guc.hpp"
+#include "handlers/dead_letters.hpp"
 #include "handlers/pass_state.hpp"
 #include "handlers/plan.hpp"
 #include "handlers/runner.hpp"
@@ -55,6 +61,9 @@ struct HandlerRef {
     Oid fn;            // InvalidOid when no function has that signature now
     Oid run_as;
     Oid registered_by;
+    // The transaction (MyProc->lxid) in which check_authority() last passed for this handler:
+    // authority is checked once per transaction that runs it, like the catalog it reads.
+    LocalTransactionId authorized_in;
 };
 
 struct Options {
@@ -63,6 +72,7 @@ struct Options {
     int64 backoff_ms;
     int64 backoff_max_ms;
     bool unhandled_keep;
+    dead_letters::Policy dead;  // non_retryable, on_dead, dead_letter_topic
 };
 
 // The pass's working set (heap; begun anew by each pass; the cursors outlive passes).
@@ -112,7 +122,7 @@ void disable_handler_timeouts() {
     disable_timeout(handler_escalate_id, false);
 }
 SPIPlanPtr options_plan, handlers_plan, next_lane_plan, next_lane_upto_plan, lane_plan,
-    waiting_keys_plan, claim_read_plan, crash_plan, claim_write_plan, claim_clear_plan, fetch_plan,
+    waiting_keys_plan, claim_read_plan, crash_plan, claim_write_plan, claim_clear_plan,
     processed_plan, processed_by_id_plan, ignored_plan, failed_plan;
 Oid inbox_type = InvalidOid;
 
@@ -214,7 +224,7 @@ void prepare_plans() {
         "WHERE i.subscription = $1 AND i.message_id = ANY ($2) AND i.message_id = u.id "
         "  AND i.attempts = u.attempts "
         "  AND i.status IN ('received', 'retry') "
-        "RETURNING i.status = 'dead'",
+        "RETURNING i.status = 'dead', i.message_id",
         4, crash_types);
     Oid claim_types[5] = {TEXTOID, TEXTOID, INT4OID, TEXTARRAYOID, INT4ARRAYOID};
     claim_write_plan = prepare(
@@ -229,18 +239,6 @@ void prepare_plans() {
         "WHERE c.subscription = $1 AND c.topic = u.topic AND c.\"partition\" = u.p"
         "  AND c.message_ids <> '{}'",
         3, clear_types);
-    // The rows to run, by the ctid the lane read found them at (nothing but the lane's holder
-    // updates them; a row an operator changed meanwhile is not found and does not run; the id
-    // is compared too, in case the table was rewritten), as the handlers see them: with the
-    // attempt that is running.
-    Oid fetch_types[2] = {TIDARRAYOID, TEXTOID};
-    fetch_plan = prepare(
-        "SELECT i.ctid, i.message_id, ROW(i.subscription, i.message_id, i.topic, i.\"partition\", i.\"offset\", "
-        "i.key, i.headers, i.payload, i.raw_payload, i.event_type, i.status, i.attempts + 1, "
-        "NULL::timestamptz, i.received_at, i.processed_at, i.last_error)::eventbox.inbox "
-        "FROM eventbox.inbox i WHERE i.ctid = ANY ($1::tid[]) AND i.subscription = $2"
-        "  AND i.status IN ('received', 'retry')",
-        2, fetch_types);
     // Processed rows are found by the ctid their fetch in the same transaction read them at
     // (a TID scan: no index probe, no join); the ids come back, and a row another transaction
     // updated since is marked by its id (processed_by_id_plan). Both mark the same way.
@@ -465,8 +463,14 @@ char* run_message(Datum row, HandlerRef* const* handlers, int n) {
     PG_TRY();
     {
         for (int i = 0; i < n; ++i) {
-            const HandlerRef& h = *handlers[i];
-            check_authority(h);
+            HandlerRef& h = *handlers[i];
+            // Once per run transaction (up to kMessagesPerTransaction messages): a REVOKE or
+            // DROP ROLE that commits meanwhile holds from the next transaction on, a few
+            // milliseconds later (the checks cost ~1.5 us per message and handler).
+            if (h.authorized_in != MyProc->lxid) {
+                check_authority(h);
+                h.authorized_in = MyProc->lxid;
+            }
             const HandlerPlan& call = plan_for(h.fn);
             Oid saved_user;
             int saved_context;
@@ -579,6 +583,8 @@ void read_lane(Datum name, std::size_t l, int per_lane, const Options& options, 
             else waiting[n_waiting++] = key;
         }
     }
+    if (options.dead.block_key)
+        dead_letters::add_blocked_keys(name, topic, lane.partition, &waiting, &n_waiting);
     pg::ArrayColumn waiting_keys(n_waiting, BYTEAOID);
     for (int k = 0; k < n_waiting; ++k) waiting_keys.set(k, waiting[k]);
     Datum args[10] = {name,
@@ -666,6 +672,16 @@ void mark_moved_processed(Datum name, const Outcomes& o) {
     exec(processed_by_id_plan, args, false, SPI_OK_UPDATE);
 }
 
+// The failed messages of `o` that went dead: their keys blocked and their dead letters sent
+// (dead_letters::after_dead()) in the transaction that marks them.
+void record_dead(Datum name, const Outcomes& o) {
+    pg::ArrayColumn dead_ids(o.n_failed, TEXTOID);
+    int n_dead = 0;
+    for (int k = 0; k < o.n_failed; ++k)
+        if (DatumGetBool(o.failed_dead.value(k))) dead_ids.set(n_dead++, o.failed_ids.value(k));
+    if (n_dead > 0) dead_letters::after_dead(name, dead_ids.get(n_dead));
+}
+
 // Records the outcomes in the current transaction; they commit with the handlers' effects.
 void record_outcomes(Datum name, const Outcomes& o) {
     if (o.n_processed > 0) {
@@ -681,6 +697,7 @@ void record_outcomes(Datum name, const Outcomes& o) {
         Datum args[5] = {name, o.failed_ids.get(o.n_failed), o.failed_errors.get(o.n_failed),
                          o.failed_delays.get(o.n_failed), o.failed_dead.get(o.n_failed)};
         exec(failed_plan, args, false, SPI_OK_UPDATE);
+        record_dead(name, o);
     }
 }
 
@@ -719,10 +736,13 @@ int settle_claim(Datum name, std::size_t l, int32 max_attempts) {
     call_cpp([&] { state->set_had_claim(l); });
     Datum crash_args[4] = {name, ids, Int32GetDatum(max_attempts), attempts};
     exec(crash_plan, crash_args, false, SPI_OK_UPDATE_RETURNING);
+    pg::ArrayColumn dead_ids(static_cast<int>(Max(SPI_processed, 1)), TEXTOID);
     int dead = 0;
     for (uint64 r = 0; r < SPI_processed; ++r)
         if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull)))
-            ++dead;
+            dead_ids.set(dead++, SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2,
+                                               &isnull));
+    if (dead > 0) dead_letters::after_dead(name, dead_ids.get(dead));
     return dead;
 }
 
@@ -769,42 +789,79 @@ void clear_claims(Datum name) {
     exec(claim_clear_plan, args, false, SPI_OK_UPDATE);
 }
 
+// The inbox columns fetch_rows() reads and changes, by attribute number (0-based), looked up
+// in the relation's descriptor each time (it can change with the schema).
+struct InboxColumns {
+    int subscription = -1, message_id = -1, status = -1, attempts = -1, next_attempt_at = -1;
+};
+
+InboxColumns inbox_columns(TupleDesc desc) {
+    InboxColumns c;
+    for (int a = 0; a < desc->natts; ++a) {
+        Form_pg_attribute att = TupleDescAttr(desc, a);
+        if (att->attisdropped) continue;
+        const char* name = NameStr(att->attname);
+        if (strcmp(name, "subscription") == 0) c.subscription = a;
+        else if (strcmp(name, "message_id") == 0) c.message_id = a;
+        else if (strcmp(name, "status") == 0) c.status = a;
+        else if (strcmp(name, "attempts") == 0) c.attempts = a;
+        else if (strcmp(name, "next_attempt_at") == 0) c.next_attempt_at = a;
+    }
+    if (c.subscription < 0 || c.message_id < 0 || c.status < 0 || c.attempts < 0 ||
+        c.next_attempt_at < 0)
+        elog(ERROR, "eventbox handlers: eventbox.inbox lacks a column the handler pass needs");
+    return c;
+}
+
+bool text_equals(Datum d, const char* s) {
+    text* t = DatumGetTextPP(d);
+    std::size_t n = VARSIZE_ANY_EXHDR(t);
+    return strlen(s) == n && memcmp(VARDATA_ANY(t), s, n) == 0;
+}
+
 // Fetches the rows of chosen messages [from, to) marked in `to_run` into rows[] (left 0 for
-// one not found: an operator changed it meanwhile).
+// one not found: an operator changed it meanwhile), as the handlers see them: with the attempt
+// that is running and no next_attempt_at. Each row is read where the lane read found it (its
+// ctid) in the transaction's snapshot, like a TID scan, without a statement: nothing but the
+// lane's holder updates these rows, and a row that was changed since (another version), or
+// whose subscription, status or id differ (the table was rewritten), does not run. This cost a
+// statement with a TID scan, a ROW() expression and two copies of every row before.
 void fetch_rows(Datum name, const bool* to_run, int from, int to, Datum* rows) {
-    int n = to - from;
-    pg::ArrayColumn tids(n, TIDOID);
-    uint64* wanted = static_cast<uint64*>(palloc(sizeof(uint64) * n));
-    int n_wanted = 0;
+    RangeVar* rv = makeRangeVar(const_cast<char*>("eventbox"), const_cast<char*>("inbox"), -1);
+    Relation rel = table_openrv(rv, AccessShareLock);
+    TupleDesc desc = RelationGetDescr(rel);
+    InboxColumns col = inbox_columns(desc);
+    const char* subscription = TextDatumGetCString(name);
+    Snapshot snapshot = GetActiveSnapshot();
+    Datum* values = static_cast<Datum*>(palloc(sizeof(Datum) * desc->natts));
+    bool* nulls = static_cast<bool*>(palloc(sizeof(bool) * desc->natts));
     for (int c = from; c < to; ++c) {
-        wanted[c - from] = UINT64_MAX;
         if (!to_run[c]) continue;
-        uint64 packed = call_cpp([&] { return state->chosen(c).tid; });
-        tids.set(c - from, tid_datum(packed));
-        wanted[c - from] = packed;
-        ++n_wanted;
-    }
-    if (n_wanted == 0) return;
-    MemoryContext keep = CurrentMemoryContext;
-    Datum args[2] = {tids.get(), name};
-    exec(fetch_plan, args, false, SPI_OK_SELECT, worker::Access::kTid);
-    MemoryContextSwitchTo(keep);
-    for (uint64 r = 0; r < SPI_processed; ++r) {
-        bool isnull;
-        HeapTuple tuple = SPI_tuptable->vals[r];
-        TupleDesc desc = SPI_tuptable->tupdesc;
-        ItemPointer tid = ItemPointerFromDatum(SPI_getbinval(tuple, desc, 1, &isnull));
-        uint64 packed = (static_cast<uint64>(ItemPointerGetBlockNumber(tid)) << 16) |
-                        ItemPointerGetOffsetNumber(tid);
-        char* id = nullable_text(tuple, desc, 2);
-        for (int k = 0; k < n; ++k) {
-            if (wanted[k] != packed) continue;
-            int c = from + k;
-            bool same = call_cpp([&] { return state->chosen_has_id(c, id); });
-            if (same) rows[c] = datumCopy(SPI_getbinval(tuple, desc, 3, &isnull), false, -1);
-            break;
+        ChosenMessage m = call_cpp([&] { return state->chosen(c); });
+        HeapTupleData tuple;
+        ItemPointerSet(&tuple.t_self, static_cast<BlockNumber>(m.tid >> 16),
+                       static_cast<OffsetNumber>(m.tid & 0xFFFF));
+        Buffer buffer = InvalidBuffer;
+        if (!heap_fetch(rel, snapshot, &tuple, &buffer, false)) {
+            if (BufferIsValid(buffer)) ReleaseBuffer(buffer);
+            continue;
         }
+        heap_deform_tuple(&tuple, desc, values, nulls);
+        bool runs = !nulls[col.subscription] && !nulls[col.message_id] && !nulls[col.status] &&
+                    text_equals(values[col.subscription], subscription) &&
+                    text_equals(values[col.message_id], m.id) &&
+                    (text_equals(values[col.status], "received") ||
+                     text_equals(values[col.status], "retry"));
+        if (runs) {
+            values[col.attempts] = Int32GetDatum(DatumGetInt32(values[col.attempts]) + 1);
+            nulls[col.next_attempt_at] = true;
+            HeapTuple shown = heap_form_tuple(desc, values, nulls);
+            rows[c] = heap_copy_tuple_as_datum(shown, desc);
+            heap_freetuple(shown);
+        }
+        ReleaseBuffer(buffer);
     }
+    table_close(rel, NoLock);  // held to the end of the transaction, as a SELECT holds it
 }
 
 bool type_matches(const HandlerRef& h, const char* event_type) {
@@ -890,6 +947,7 @@ void load_setup(Datum name, PassSetup* setup) {
     setup->handlers = load_handlers(name, &setup->n_handlers);
     setup->options = Options{Ordering::kPartition, 1, 1000, 1000, false};
     setup->found = read_options(name, &setup->options);
+    dead_letters::load(name, pass_context, &setup->options.dead);
     // A subscription without any handler registered yet: its messages wait for one, whatever
     // `unhandled` says (that option is about event types no registered handler takes). Marking
     // them ignored threw away everything that arrived between create_subscription() and
@@ -1042,7 +1100,9 @@ bool run_chosen(const PassSetup& setup, int c, Datum row, HandlerRef** matching,
         return true;
     }
     int32 attempts = m.attempts + 1;
-    bool dead = attempts >= setup.options.max_attempts;
+    bool refused = dead_letters::refuses(setup.options.dead, error);
+    bool dead = attempts >= setup.options.max_attempts || refused;
+    if (refused) error = psprintf("%s (not retried: non_retryable)", error);
     metrics::handler_failed(duration_us, dead);
     double unit = call_cpp([] { return state->next_jitter(); });
     int64 delay =

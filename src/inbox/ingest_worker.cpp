@@ -41,6 +41,7 @@ extern "C" {
 #include <vector>
 
 #include "pg/guc.hpp"
+#include "handlers/dead_letters.hpp"
 #include "inbox/jsonb.hpp"
 #include "inbox/record.hpp"
 #include "kafka/consumer.hpp"
@@ -518,6 +519,7 @@ std::size_t store_chunk(Subscription* sub, std::size_t from, std::size_t to) {
         offsets(count, INT8OID), keys(count, BYTEAOID), headers(count, JSONBOID),
         payloads(count, JSONBOID), raws(count, BYTEAOID), types(count, TEXTOID),
         statuses(count, TEXTOID), notes(count, TEXTOID);
+    pg::ArrayColumn unparsable_ids(count, TEXTOID);  // for the dead-letter topic
     int transport_ids = 0;
     int unparsable_rows = 0;
     // Values most rows share are made once (the arrays copy them).
@@ -563,7 +565,7 @@ std::size_t store_chunk(Subscription* sub, std::size_t from, std::size_t to) {
             types.set(i, type);
         }
         statuses.set(i, row.parsable ? received : unparsable);
-        unparsable_rows += row.parsable ? 0 : 1;
+        if (!row.parsable) unparsable_ids.set(unparsable_rows++, ids.value(i));
     }
     Datum name = CStringGetTextDatum(sub->name.c_str());
     Datum values[12] = {name,           ids.get(),     topics.get(),   partitions.get(),
@@ -573,6 +575,9 @@ std::size_t store_chunk(Subscription* sub, std::size_t from, std::size_t to) {
     if (count > 0) {
         worker::exec_kept("eventbox ingest", insert_plan, values, false, SPI_OK_INSERT);
         inserted = SPI_processed;
+        // The subscription's dead-letter topic, if any, gets the unparsable rows stored now.
+        if (unparsable_rows > 0 && inserted > 0)
+            handlers::dead_letters::after_unparsable(name, unparsable_ids.get(unparsable_rows));
     }
 
     const std::vector<kafka::PartitionEnd>* ends =

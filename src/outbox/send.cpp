@@ -17,7 +17,9 @@ extern "C" {
 #include "fmgr.h"
 #include "nodes/makefuncs.h"
 #include "port.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 #include "utils/syscache.h"
@@ -81,9 +83,21 @@ size_t validate_headers(Jsonb* headers) {
     return bytes;
 }
 
-// The outbox row through SQL: what the direct path below falls back to.
-void insert_with_spi(pg_uuid_t* message_id, text* topic, text* key, bytea* payload,
+// The outbox row through SQL: what the direct path below falls back to. send() is SECURITY
+// INVOKER (a definer's SET search_path cost every call a GUC nest level and two search path
+// recomputations): the INSERT, and the triggers someone gave the table, run as the table's
+// owner with search_path pinned to pg_catalog, as they did when send() was SECURITY DEFINER.
+// An error on the way out is cleaned up by the (sub)transaction's abort, like fmgr's own
+// security-definer calls.
+void insert_with_spi(Oid owner, pg_uuid_t* message_id, text* topic, text* key, bytea* payload,
                      Jsonb* headers) {
+    Oid saved_user;
+    int saved_context;
+    GetUserIdAndSecContext(&saved_user, &saved_context);
+    SetUserIdAndSecContext(owner, saved_context | SECURITY_LOCAL_USERID_CHANGE);
+    int nest = NewGUCNestLevel();
+    (void)set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION,
+                            GUC_ACTION_SAVE, true, 0, false);
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
     if (insert_plan == nullptr) {
         Oid types[5] = {UUIDOID, TEXTOID, BYTEAOID, BYTEAOID, JSONBOID};
@@ -102,10 +116,12 @@ void insert_with_spi(pg_uuid_t* message_id, text* topic, text* key, bytea* paylo
     int rc = SPI_execute_plan(insert_plan, values, nulls, false, 0);
     if (rc != SPI_OK_INSERT) elog(ERROR, "outbox insert failed: %s", SPI_result_code_string(rc));
     SPI_finish();
+    AtEOXact_GUC(true, nest);
+    SetUserIdAndSecContext(saved_user, saved_context);
 }
 
 // The outbox id: publishes the writer's xid before drawing it (see eventbox_next_outbox_id).
-int64 next_outbox_id() {
+int64 next_outbox_id(bool check_permissions) {
     shmem::publish_outbox_writer(GetTopTransactionId());
     static Oid sequence = InvalidOid;
     // Looked up again when the extension was re-created in this session.
@@ -113,7 +129,7 @@ int64 next_outbox_id() {
         sequence = RangeVarGetRelid(makeRangeVar(const_cast<char*>("eventbox"),
                                                  const_cast<char*>("outbox_id_seq"), -1),
                                     NoLock, false);
-    return nextval_internal(sequence, true);
+    return nextval_internal(sequence, check_permissions);
 }
 
 // Stores one outbox row the way the executor's INSERT would, without planning and starting an
@@ -149,8 +165,9 @@ void insert_outbox_row(pg_uuid_t* message_id, text* topic, text* key, bytea* pay
     bool plain = rel->rd_rel->relkind == RELKIND_RELATION && rel->trigdesc == nullptr &&
                  !rel->rd_rules && found == kColumns;
     if (!plain) {
+        Oid owner = rel->rd_rel->relowner;
         table_close(rel, RowExclusiveLock);
-        insert_with_spi(message_id, topic, key, payload, headers);
+        insert_with_spi(owner, message_id, topic, key, payload, headers);
         return;
     }
     Datum* values = static_cast<Datum*>(palloc0(sizeof(Datum) * desc->natts));
@@ -160,7 +177,9 @@ void insert_outbox_row(pg_uuid_t* message_id, text* topic, text* key, bytea* pay
         values[attno[c]] = v;
         nulls[attno[c]] = false;
     };
-    set(0, Int64GetDatum(next_outbox_id()));
+    // No privilege check on the sequence: EXECUTE on send(), granted by an administrator, is
+    // what allows a role to queue a message.
+    set(0, Int64GetDatum(next_outbox_id(false)));
     set(1, UUIDPGetDatum(message_id));
     set(2, PointerGetDatum(topic));
     if (key) set(3, PointerGetDatum(key));
@@ -255,5 +274,5 @@ extern "C" Datum eventbox_send_bytea(PG_FUNCTION_ARGS) {
 // writer before drawing the id, so the relay can tell when a gap below its cursor is settled.
 extern "C" Datum eventbox_next_outbox_id(PG_FUNCTION_ARGS) {
     (void)fcinfo;
-    PG_RETURN_INT64(eventbox::next_outbox_id());
+    PG_RETURN_INT64(eventbox::next_outbox_id(true));
 }

@@ -3,7 +3,7 @@
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pg_eventbox;
 
-SELECT plan(47);
+SELECT plan(51);
 
 -- Nothing in schema eventbox is granted to PUBLIC.
 SELECT schema_privs_are('eventbox', 'public', '{}'::name[], 'PUBLIC has no privilege on schema eventbox');
@@ -153,6 +153,33 @@ SELECT is((SELECT count(*) FROM regress_eventbox_shadow.outbox), 0::bigint,
           'nothing went to the caller''s lookalike outbox');
 SELECT is((SELECT count(*) FROM eventbox.outbox WHERE topic = 'pgtap.shadow'), 1::bigint,
           'the message went to eventbox.outbox');
+
+-- An outbox given a trigger: send() stores the row through an INSERT, which (and the trigger)
+-- runs as the table's owner with search_path pinned, whatever the writer's session has: the
+-- writer itself has no privilege on the outbox, and a schema of its own first in its
+-- search_path shadows nothing there.
+CREATE TABLE public.regress_send_seen (who name, path text);
+CREATE FUNCTION public.regress_send_seen() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO public.regress_send_seen VALUES (current_user, current_setting('search_path'));
+    RETURN NEW;
+END $$;
+CREATE TRIGGER regress_send_seen BEFORE INSERT ON eventbox.outbox
+    FOR EACH ROW EXECUTE FUNCTION public.regress_send_seen();
+CREATE SCHEMA regress_writer_schema AUTHORIZATION regress_eventbox_writer;
+SET ROLE regress_eventbox_writer;
+SET search_path = regress_writer_schema, public;
+SELECT lives_ok($$SELECT eventbox.send('pgtap.trigger', '{"n": 3}'::jsonb)$$,
+                'the writer can send into an outbox with a trigger (SQL path)');
+SELECT is(current_user, 'regress_eventbox_writer'::name, 'the writer is itself again after send()');
+SELECT is(current_setting('search_path'), 'regress_writer_schema, public',
+          'the writer''s search_path is its own again after send()');
+RESET search_path;
+RESET ROLE;
+SELECT results_eq($$SELECT who::text, path FROM public.regress_send_seen$$,
+                  $$VALUES (session_user::text, 'pg_catalog, pg_temp')$$,
+                  'the INSERT and its trigger ran as the outbox owner with search_path pinned');
+DROP TRIGGER regress_send_seen ON eventbox.outbox;
 
 -- A member of the writer role inherits EXECUTE; revoking it takes it away again.
 CREATE ROLE regress_eventbox_app IN ROLE regress_eventbox_writer;
