@@ -631,6 +631,8 @@ def table(res):
     rows.extend(bench_inbox.table_rows(res, ROW))
     rows.extend(bench_e2e.table_rows(res, ROW))
     rows.extend(bench_ops.table_rows(res, ROW))
+    import bench_http
+    rows.extend(bench_http.table_rows(res, ROW))
     return "\n".join(rows)
 
 
@@ -717,6 +719,8 @@ def notes(res, args):
     out.extend(bench_inbox.notes(res, args))
     out.extend(bench_e2e.notes(res, args))
     out.extend(bench_ops.notes(res, args))
+    import bench_http
+    out.extend(bench_http.notes(res, args))
     return "\n".join("  " + line for line in out)
 
 
@@ -780,7 +784,7 @@ def relay_notes(res, args):
     return out
 
 
-SECTIONS = ("relay", "ingest", "handlers", "e2e", "ops", "e2e_peer")
+SECTIONS = ("relay", "ingest", "handlers", "e2e", "ops", "e2e_peer", "http")
 
 
 def run_main(args):
@@ -810,6 +814,9 @@ def run_main(args):
         if "ops" in sections:
             import bench_ops
             bench_ops.section(env, cur, args, pg_groups, res)
+        if "http" in sections:
+            import bench_http
+            bench_http.section(env, cur, args, res, tmpdir)
         if "e2e_peer" in sections:
             import bench_e2e
             conn.close()  # the kill test restarts every backend
@@ -923,6 +930,9 @@ def main():
     r.add_argument("--ops-purge-repeat", type=int, default=2)
     r.add_argument("--ops-cycles", type=int, default=5)
     r.add_argument("--ops-cycle-rows", type=int, default=200000)
+    r.add_argument("--http-messages", type=int, default=100000)
+    r.add_argument("--http-repeat", type=int, default=1)
+    r.add_argument("--http-port", type=int, default=54336)
     r.add_argument("--out")
     r.add_argument("--json")
     c = sub.add_parser("consume")

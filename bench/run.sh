@@ -23,6 +23,7 @@
 #                           every second vs not, ingest + handlers while 1M aged rows are purged
 #                           vs not and the lock waits > 100 ms, inbox size over 5 cycles of
 #                           ingest -> process -> age -> purge; ~10 min)
+#                           http (outbox -> HTTP to a local nginx vs curl --parallel, bench/bench_http.py)
 #   BENCH_INGEST_MESSAGES   messages per ingest run (default 100000; 32 partitions: must fit
 #                           the mock broker's ~5 MiB per partition at 1 KiB)
 #   BENCH_NAIVE_MESSAGES    messages of the naive client baseline (default 5000)
@@ -42,6 +43,8 @@
 #   BENCH_OPS_PURGE_REPEAT  section ops: pairs of runs with/without the purge (default 2)
 #   BENCH_OPS_CYCLES        section ops: ingest -> process -> age -> purge cycles (default 5)
 #   BENCH_OPS_CYCLE_ROWS    section ops: messages per cycle (default 200000)
+#   BENCH_HTTP_MESSAGES     messages per HTTP run, ~1 KiB JSON over 64 keys (default 100000)
+#   BENCH_HTTP_REPEAT       HTTP runs per side, best kept (default 1)
 #   EVENTBOX_PGBIN          PostgreSQL bin dir (default /usr/lib/postgresql/15/bin), e.g. a
 #                           relocated copy holding this build (make install DESTDIR=...)
 set -euo pipefail
@@ -54,7 +57,9 @@ REPEAT=${BENCH_REPEAT:-3}
 LATENCY_SECONDS=${BENCH_LATENCY_SECONDS:-10}
 BURST=${BENCH_BURST:-1}
 PORT=${BENCH_PORT:-54331}
-SECTIONS=${BENCH_SECTIONS:-relay,ingest,handlers,e2e,ops,e2e_peer}
+SECTIONS=${BENCH_SECTIONS:-relay,ingest,handlers,e2e,ops,e2e_peer,http}
+HTTP_MESSAGES=${BENCH_HTTP_MESSAGES:-100000}
+HTTP_REPEAT=${BENCH_HTTP_REPEAT:-1}
 INGEST_MESSAGES=${BENCH_INGEST_MESSAGES:-100000}
 NAIVE_MESSAGES=${BENCH_NAIVE_MESSAGES:-5000}
 HANDLER_MESSAGES=${BENCH_HANDLER_MESSAGES:-50000}
@@ -76,7 +81,8 @@ KEEP=${BENCH_KEEP:-0}
 RESULTS=$HERE/results
 
 for v in MESSAGES REPEAT INGEST_MESSAGES NAIVE_MESSAGES HANDLER_MESSAGES E2E_ORDERS E2E_REPEAT \
-  OPS_MESSAGES OPS_REPEAT OPS_PURGE_ROWS OPS_PURGE_MESSAGES OPS_PURGE_REPEAT OPS_CYCLES OPS_CYCLE_ROWS; do
+  OPS_MESSAGES OPS_REPEAT OPS_PURGE_ROWS OPS_PURGE_MESSAGES OPS_PURGE_REPEAT OPS_CYCLES OPS_CYCLE_ROWS \
+  HTTP_MESSAGES HTTP_REPEAT; do
   [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || { echo "bench: BENCH_$v must be a positive integer" >&2; exit 2; }
 done
 [[ "$LATENCY_SECONDS" =~ ^[0-9]+$ ]] || { echo "bench: BENCH_LATENCY_SECONDS must be an integer" >&2; exit 2; }
@@ -85,9 +91,15 @@ done
 [[ "$E2E_KILL" =~ ^(relay|handler)$ ]] || { echo "bench: BENCH_E2E_KILL must be relay or handler" >&2; exit 2; }
 [[ "$BACKLOG_SIZES" =~ ^([1-9][0-9]*(,[1-9][0-9]*)*)?$ ]] ||
   { echo "bench: BENCH_BACKLOG_SIZES must be comma-separated positive integers" >&2; exit 2; }
-S='(relay|ingest|handlers|e2e|ops|e2e_peer)'
+S='(relay|ingest|handlers|e2e|ops|e2e_peer|http)'
 [[ "$SECTIONS" =~ ^$S(,$S)*$ ]] ||
-  { echo "bench: BENCH_SECTIONS must list some of relay,ingest,handlers,e2e,ops,e2e_peer" >&2; exit 2; }
+  { echo "bench: BENCH_SECTIONS must list some of relay,ingest,handlers,e2e,ops,e2e_peer,http" >&2; exit 2; }
+if [[ ",$SECTIONS," == *,http,* ]]; then
+  for tool in nginx curl wrk; do
+    command -v "$tool" >/dev/null || [[ -x /usr/sbin/$tool ]] ||
+      { echo "bench: $tool not found (run tools/deps.sh)" >&2; exit 1; }
+  done
+fi
 command -v kcat >/dev/null || { echo "bench: kcat not found (run tools/deps.sh)" >&2; exit 1; }
 
 if [[ -x "$EVENTBOX_PGBIN/pg_config" ]]; then
@@ -146,5 +158,6 @@ mkdir -p "$RESULTS"
   --ops-messages "$OPS_MESSAGES" --ops-repeat "$OPS_REPEAT" --ops-purge-rows "$OPS_PURGE_ROWS" \
   --ops-purge-messages "$OPS_PURGE_MESSAGES" --ops-purge-repeat "$OPS_PURGE_REPEAT" \
   --ops-cycles "$OPS_CYCLES" --ops-cycle-rows "$OPS_CYCLE_ROWS" \
+  --http-messages "$HTTP_MESSAGES" --http-repeat "$HTTP_REPEAT" \
   --out "$RESULTS/latest.txt" --json "$RESULTS/latest.json"
 echo "bench: table written to $RESULTS/latest.txt" >&2

@@ -555,3 +555,216 @@ DROP TABLE eventbox._upgrade_grants;
 -- Bounded outbox: eventbox.dead_retention purges failed outbox rows too (the relay, oldest
 -- first by created_at, a batch at a time).
 CREATE INDEX outbox_failed_idx ON eventbox.outbox (created_at) WHERE status = 'failed';
+
+-- ---------------------------------------------------------------------------------------------
+-- HTTP destinations (0.2.0): messages sent to a topic that has one are delivered by the relay
+-- as HTTP requests instead of Kafka records.
+-- ---------------------------------------------------------------------------------------------
+
+-- The whole configuration, request headers (credentials) included: no grants, so only
+-- superusers (and the API functions, which run as the extension owner) can read it. Admins
+-- read eventbox.http_destinations, which masks the header values.
+CREATE TABLE eventbox.http_destination_config (
+    topic         text        NOT NULL PRIMARY KEY,
+    url           text        NOT NULL,
+    method        text        NOT NULL DEFAULT 'POST',
+    headers       jsonb       NOT NULL DEFAULT '{}',
+    timeout       interval    NOT NULL DEFAULT '10 seconds',
+    max_in_flight integer     NOT NULL DEFAULT 32,
+    created_by    regrole     NOT NULL,
+    updated_at    timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT http_destination_url_check CHECK (url ~ '^https?://'),
+    CONSTRAINT http_destination_method_check CHECK (method IN ('POST', 'PUT', 'PATCH')),
+    CONSTRAINT http_destination_headers_check CHECK (jsonb_typeof(headers) = 'object'),
+    CONSTRAINT http_destination_timeout_check
+        CHECK (timeout >= '100 milliseconds' AND timeout <= '1 hour'),
+    CONSTRAINT http_destination_max_in_flight_check CHECK (max_in_flight BETWEEN 1 AND 1000)
+);
+SELECT pg_catalog.pg_extension_config_dump('eventbox.http_destination_config', '');
+
+CREATE VIEW eventbox.http_destinations AS
+SELECT c.topic, c.url, c.method,
+       coalesce((SELECT jsonb_object_agg(h.name, '********')
+                   FROM jsonb_object_keys(c.headers) AS h(name)), '{}'::jsonb) AS headers,
+       c.timeout, c.max_in_flight, c.created_by, c.updated_at
+  FROM eventbox.http_destination_config c;
+COMMENT ON VIEW eventbox.http_destinations IS
+    'HTTP destinations of outbox topics; header values masked (credentials)';
+
+-- Bumps the relay's destination generation before the commit and wakes it after: rows sent
+-- after the change committed are never routed by the old configuration.
+CREATE FUNCTION eventbox._http_destinations_changed() RETURNS void
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_http_destinations_changed';
+CREATE FUNCTION eventbox._http_destinations_trigger() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM eventbox._http_destinations_changed();
+    RETURN NULL;
+END $$;
+CREATE TRIGGER http_destinations_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON eventbox.http_destination_config
+    FOR EACH STATEMENT EXECUTE FUNCTION eventbox._http_destinations_trigger();
+
+-- Raises the API's errors without PostgreSQL's "STATEMENT:" log line: the statement's text
+-- may hold header values (credentials) as literals.
+CREATE FUNCTION eventbox._http_error(code text, message text, hint text) RETURNS void
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_http_error';
+
+-- A destination makes the server send requests to a URL: only superusers and members of the
+-- role eventbox_http_admin (created and granted by a superuser, if at all) may manage them.
+CREATE FUNCTION eventbox._check_http_admin(caller oid) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF NOT (SELECT r.rolsuper FROM pg_roles r WHERE r.oid = caller)
+       AND NOT EXISTS (SELECT FROM pg_roles r WHERE r.rolname = 'eventbox_http_admin'
+                          AND pg_has_role(caller, r.oid, 'MEMBER')) THEN
+        PERFORM eventbox._http_error('42501', 'permission denied to manage HTTP destinations',
+            'Only superusers and members of role eventbox_http_admin may: a destination makes the server send requests.');
+    END IF;
+END $$;
+
+CREATE FUNCTION eventbox._check_http_destination(topic text, url text, headers jsonb, method text,
+                                                 timeout interval, max_in_flight integer)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    h record;
+BEGIN
+    IF topic IS NULL THEN
+        PERFORM eventbox._http_error('22004', 'topic must not be NULL',
+            'Pass the topic whose messages go to this URL.');
+    END IF;
+    IF topic !~ '^[A-Za-z0-9._-]{1,249}$' OR topic IN ('.', '..') THEN
+        PERFORM eventbox._http_error('22023', format('invalid topic name %s', eventbox._quote(topic)),
+            'Kafka topic names are 1 to 249 characters of letters, digits, ''.'', ''_'' and ''-''.');
+    END IF;
+    -- The URL's text is not echoed: it may carry a token in its query string.
+    IF url IS NULL OR url !~* '^https?://[^/?#@[:space:]]+([/?#][^[:space:][:cntrl:]]*)?$' THEN
+        PERFORM eventbox._http_error('22023', 'url must be an http:// or https:// URL with a host',
+            'E.g. ''https://crm.example.com/api/invoices''; no spaces or control characters, no user:password@ (put credentials in headers).');
+    END IF;
+    IF length(url) > 2048 THEN
+        PERFORM eventbox._http_error('22023', 'url is longer than 2048 characters',
+            'Use a shorter URL.');
+    END IF;
+    IF method IS NULL OR method NOT IN ('POST', 'PUT', 'PATCH') THEN
+        PERFORM eventbox._http_error('22023', 'method must be POST, PUT or PATCH',
+            'The message is the request body.');
+    END IF;
+    IF timeout IS NULL OR timeout < '100 milliseconds' OR timeout > '1 hour' THEN
+        PERFORM eventbox._http_error('22023', 'timeout must be between 100 milliseconds and 1 hour',
+            'It bounds one request, connection included; e.g. ''10 seconds''.');
+    END IF;
+    IF max_in_flight IS NULL OR max_in_flight NOT BETWEEN 1 AND 1000 THEN
+        PERFORM eventbox._http_error('22023', 'max_in_flight must be between 1 and 1000',
+            'It is the number of requests open at a time, e.g. 32.');
+    END IF;
+    IF headers IS NULL OR jsonb_typeof(headers) <> 'object' THEN
+        PERFORM eventbox._http_error('22023', 'headers must be a JSON object',
+            'Pass a flat object of strings, e.g. ''{"Authorization": "Bearer ..."}''.');
+    END IF;
+    -- Names are echoed, values never (they are credentials).
+    FOR h IN SELECT e.key, e.value FROM jsonb_each(headers) e LOOP
+        IF h.key !~ '^[!#$%&''*+.^_`|~0-9A-Za-z-]+$' OR length(h.key) > 256 THEN
+            PERFORM eventbox._http_error('22023', format('invalid HTTP header name %s', eventbox._quote(h.key)),
+            'Header names are HTTP tokens: letters, digits and !#$%&''*+.^_`|~-.');
+        END IF;
+        IF lower(h.key) IN ('idempotency-key', 'content-length', 'transfer-encoding', 'host',
+                            'connection', 'expect', 'te', 'upgrade', 'trailer', 'keep-alive')
+           OR lower(h.key) LIKE 'eventbox-%' THEN
+            PERFORM eventbox._http_error('22023', format('header %s is set by the relay', eventbox._quote(h.key)),
+            'Idempotency-Key, Eventbox-* and the framing headers cannot be configured.');
+        END IF;
+        IF jsonb_typeof(h.value) <> 'string' THEN
+            PERFORM eventbox._http_error('22023', format('value of header %s is not a string', eventbox._quote(h.key)),
+            'Headers must be a flat JSON object of string values.');
+        END IF;
+        IF (h.value #>> '{}') ~ '[\x01-\x08\x0a-\x1f\x7f]' THEN
+            PERFORM eventbox._http_error('22023', format('value of header %s contains a control character', eventbox._quote(h.key)),
+            'Header values may not contain CR, LF or other control characters (tab is allowed).');
+        END IF;
+    END LOOP;
+END $$;
+
+CREATE FUNCTION eventbox._create_http_destination(caller oid, topic text, url text, headers jsonb,
+                                                  method text, timeout interval,
+                                                  max_in_flight integer)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM eventbox._check_http_admin(caller);
+    PERFORM eventbox._check_http_destination(topic, url, headers, upper(method), timeout,
+                                             max_in_flight);
+    BEGIN
+        INSERT INTO eventbox.http_destination_config (topic, url, method, headers, timeout,
+                                                      max_in_flight, created_by)
+        VALUES (topic, url, upper(method), headers, timeout, max_in_flight, caller::regrole);
+    EXCEPTION WHEN unique_violation THEN
+        PERFORM eventbox._http_error('42710', format('topic %s has an HTTP destination already', eventbox._quote(topic)),
+            'Use eventbox.alter_http_destination() to change it.');
+    END;
+END $$;
+
+CREATE FUNCTION eventbox._alter_http_destination(caller oid, topic text, url text, headers jsonb,
+                                                 method text, timeout interval,
+                                                 max_in_flight integer)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    d eventbox.http_destination_config;
+BEGIN
+    PERFORM eventbox._check_http_admin(caller);
+    SELECT * INTO d FROM eventbox.http_destination_config c
+     WHERE c.topic = _alter_http_destination.topic FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM eventbox._http_error('42704', format('topic %s has no HTTP destination', coalesce(eventbox._quote(topic), 'NULL')),
+            'See eventbox.http_destinations; create one with eventbox.create_http_destination().');
+    END IF;
+    d.url := coalesce(url, d.url);
+    d.headers := coalesce(headers, d.headers);
+    d.method := coalesce(upper(method), d.method);
+    d.timeout := coalesce(timeout, d.timeout);
+    d.max_in_flight := coalesce(max_in_flight, d.max_in_flight);
+    PERFORM eventbox._check_http_destination(d.topic, d.url, d.headers, d.method,
+                                             d.timeout, d.max_in_flight);
+    UPDATE eventbox.http_destination_config c
+       SET url = d.url, headers = d.headers, method = d.method, timeout = d.timeout,
+           max_in_flight = d.max_in_flight, updated_at = now()
+     WHERE c.topic = d.topic;
+END $$;
+
+CREATE FUNCTION eventbox._drop_http_destination(caller oid, topic text)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM eventbox._check_http_admin(caller);
+    DELETE FROM eventbox.http_destination_config c WHERE c.topic = _drop_http_destination.topic;
+    IF NOT FOUND THEN
+        PERFORM eventbox._http_error('42704', format('topic %s has no HTTP destination', coalesce(eventbox._quote(topic), 'NULL')),
+            'See eventbox.http_destinations.');
+    END IF;
+END $$;
+
+CREATE FUNCTION eventbox.create_http_destination(
+    topic text, url text, headers jsonb DEFAULT '{}', method text DEFAULT 'POST',
+    timeout interval DEFAULT '10 seconds', max_in_flight integer DEFAULT 32)
+RETURNS void LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
+CREATE FUNCTION eventbox.alter_http_destination(
+    topic text, url text DEFAULT NULL, headers jsonb DEFAULT NULL, method text DEFAULT NULL,
+    timeout interval DEFAULT NULL, max_in_flight integer DEFAULT NULL)
+RETURNS void LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
+CREATE FUNCTION eventbox.drop_http_destination(topic text)
+RETURNS void LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
+COMMENT ON FUNCTION eventbox.create_http_destination(text, text, jsonb, text, interval, integer) IS
+    'Deliver the messages of a topic as HTTP requests to a URL instead of Kafka records';
+
+REVOKE ALL ON TABLE eventbox.http_destination_config, eventbox.http_destinations FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventbox._http_destinations_changed(), eventbox._http_error(text, text, text), eventbox._http_destinations_trigger(),
+    eventbox._check_http_admin(oid),
+    eventbox._check_http_destination(text, text, jsonb, text, interval, integer),
+    eventbox._create_http_destination(oid, text, text, jsonb, text, interval, integer),
+    eventbox._alter_http_destination(oid, text, text, jsonb, text, interval, integer),
+    eventbox._drop_http_destination(oid, text),
+    eventbox.create_http_destination(text, text, jsonb, text, interval, integer),
+    eventbox.alter_http_destination(text, text, jsonb, text, interval, integer),
+    eventbox.drop_http_destination(text) FROM PUBLIC;

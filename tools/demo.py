@@ -3,7 +3,10 @@
 An independent Kafka client (kafka-python) produces orders, one of them poison, plus payments, some
 malformed. The ingest worker stores them in eventbox.inbox; a handler (billing.on_order, run as the
 role billing_app) writes an invoice and sends it with eventbox.send() in the same transaction; the
-relay publishes the invoices; kafka-python reads them back. The app also sends notifications
+relay publishes the invoices; kafka-python reads them back. The handler also sends each invoice
+to topic 'crm.invoices', which has an HTTP destination: a local "CRM" endpoint that fails now and
+then (503 with Retry-After, 500, 429); the relay retries until each invoice is accepted, and the
+CRM dedupes on the Idempotency-Key header. The app also sends notifications
 directly, every 10th transaction rolled back. Shown live, then checked: every order invoiced
 exactly once except the poison one (dead after its attempts), no rolled-back notification
 published, malformed payments kept as 'unparsable' with their bytes."""
@@ -12,12 +15,16 @@ import os
 import sys
 import threading
 import time
+import zlib
 
 import psycopg2
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "test", "lib"))
 from devbroker import DevBroker  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "test", "integration", "http"))
+from http_support import Endpoint  # noqa: E402
 
 ORDERS = 3000
 POISON = 1234  # this order's handler raises: it goes dead after max_attempts
@@ -45,6 +52,9 @@ BEGIN
     VALUES ((msg.payload->>'id')::int, (msg.payload->>'total')::numeric);
     PERFORM eventbox.send('invoices', msg.payload, key => msg.payload->>'id',
                           headers => '{"event_type":"InvoiceCreated"}');
+    -- The same invoice for the CRM: delivered as an HTTP POST by the relay.
+    PERFORM eventbox.send('crm.invoices', msg.payload, key => 'customer-' || (msg.payload->>'id')::int % 100,
+                          headers => '{"event_type":"InvoiceCreated"}');
 END $$;
 GRANT EXECUTE ON FUNCTION billing.on_order(eventbox.inbox) TO billing_app;
 SELECT eventbox.create_subscription('billing', topics => ARRAY['orders', 'payments'],
@@ -53,6 +63,29 @@ SELECT eventbox.create_subscription('billing', topics => ARRAY['orders', 'paymen
 SELECT eventbox.register_handler('billing', 'billing.on_order(eventbox.inbox)'::regprocedure,
                                  event_type => 'OrderCreated', run_as => 'billing_app');
 """
+
+
+class Crm:
+    """The CRM: accepts invoices, but fails the first attempt of about 7% of them (503 with
+    Retry-After: 1, 500, or 429 with Retry-After: 1); dedupes on the Idempotency-Key."""
+
+    def __init__(self):
+        self.accepted = {}  # Idempotency-Key -> invoice id
+        self.failures = 0
+        self.endpoint = Endpoint(self.answer)
+
+    def answer(self, attempt, rec):
+        invoice = rec.json()["id"]
+        roll = zlib.crc32(str(invoice).encode()) % 100
+        if attempt == 1 and roll < 7:
+            self.failures += 1
+            if roll < 4:
+                return ("status", 503, {"Retry-After": "1"}, b"maintenance")
+            if roll < 6:
+                return ("status", 500, {}, b"internal error")
+            return ("status", 429, {"Retry-After": "1"}, b"slow down")
+        self.accepted.setdefault(rec.key, invoice)
+        return ("status", 201)
 
 
 def connect():
@@ -157,7 +190,12 @@ def main():
                               ("notifications", 2)):
         broker.create_topic(topic, partitions)
     cur = connect().cursor()
+    crm = Crm()
     cur.execute(SETUP)
+    cur.execute("SELECT eventbox.create_http_destination('crm.invoices', %s, "
+                "headers => '{\"Authorization\": \"Bearer demo-token\"}', max_in_flight => 8)",
+                (crm.endpoint.url,))
+    print("demo: topic 'crm.invoices' delivered over HTTP to the CRM at %s" % crm.endpoint.url)
     print("demo: extension, role billing_app, handler billing.on_order and subscription "
           "'billing' (orders + payments) created; waiting for the workers ...")
     wait_for_workers(cur)
@@ -183,11 +221,13 @@ def main():
          distinct_invoices) = snapshot(cur)
         line = (f"orders in inbox {orders:>5} processed {processed:>5} retry {retry} dead {dead} | "
                 f"invoices {invoices:>5} outbox pending {pending:>4} read from Kafka "
-                f"{len(invoices_read.ids):>5} | payments {payments:>3} (unparsable {unparsable})")
+                f"{len(invoices_read.ids):>5} | CRM accepted {len(crm.accepted):>5} "
+                f"failed {crm.failures:>3} | payments {payments:>3} (unparsable {unparsable})")
         print(("\r" + line) if tty else line, end="" if tty else "\n", flush=True)
         done = (orders == ORDERS and processed == expected_invoices and dead == 1
                 and len(invoices_read.ids) >= expected_invoices and payments == PAYMENTS
-                and not any(t.is_alive() for t in threads) and pending == 0)
+                and not any(t.is_alive() for t in threads) and pending == 0
+                and len(crm.accepted) >= expected_invoices)
         if done or time.time() - start > 180:
             break
         time.sleep(0.2 if tty else 1.0)
@@ -210,7 +250,20 @@ def main():
     print(f"demo: payments: {payments}, {unparsable} unparsable kept with their bytes; "
           f"notifications: {len(notifications_read.ids)} of {committed_notifications} committed "
           f"read back, {leaked} of {len(rolled_back)} rolled back published")
-    ok = (distinct_invoices == invoices == expected_invoices and dead == 1 and poison
+    crm_requests = len(crm.endpoint.snapshot())
+    crm_invoices = set(crm.accepted.values())
+    print(f"demo: CRM (HTTP): {len(crm_invoices)} of {expected_invoices} invoices accepted, "
+          f"{crm_requests} requests: {crm.failures} answered 503/500/429 and retried by the relay "
+          f"(Retry-After honoured), {crm_requests - crm.failures - len(crm.accepted)} "
+          f"duplicate(s) deduped on Idempotency-Key")
+    cur.execute("SELECT name, labels->>'class', value FROM eventbox.metrics "
+                "WHERE labels->>'destination' = 'crm.invoices' AND name IN "
+                "('eventbox_http_responses_total', 'eventbox_http_retries_total') AND value > 0 "
+                "ORDER BY 1, 2")
+    print("demo: metrics: " + ", ".join("%s%s %d" % (n, "{%s}" % c if c else "", v)
+                                        for n, c, v in cur.fetchall()))
+    ok = (len(crm_invoices) == expected_invoices
+          and distinct_invoices == invoices == expected_invoices and dead == 1 and poison
           and poison[0] == 3 and len(invoices_read.ids) == expected_invoices
           and payments == PAYMENTS and unparsable == PAYMENTS // 20 and leaked == 0
           and len(notifications_read.ids) == committed_notifications)

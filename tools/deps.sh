@@ -20,6 +20,7 @@ PACKAGES=(
   python3-pytest python3-psycopg2 python3-confluent-kafka python3-kafka
   procps util-linux
   prometheus
+  libcurl4-openssl-dev curl nginx-light wrk
 )
 
 check_only=0

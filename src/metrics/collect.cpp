@@ -17,6 +17,7 @@ extern "C" {
 #include <vector>
 
 #include "metrics/exposition.hpp"
+#include "outbox/http_relay.hpp"
 #include "pg/boundary.hpp"
 #include "workers/common.hpp"
 
@@ -180,6 +181,7 @@ void build(const Counters& s, const Gauges* g, Exposition& e) {
         "per-subscription counters was full.",
         T::kCounter);
     e.add(overflow, {}, static_cast<double>(s.overflowed));
+    http_relay::add_families(e);
 }
 
 // Counters and gauges of the calling session (SQL functions): gauges need the extension's

@@ -74,9 +74,9 @@ void Dispatcher::produce_now(const Row& row, const std::string& lane, uint64_t s
 
 void Dispatcher::record_failure(int64_t id, const std::string& lane, uint64_t seq,
                                 int32_t attempts, bool permanent, std::string_view error,
-                                int64_t now_ms) {
+                                int64_t now_ms, int64_t min_retry_ms) {
     bool give_up = permanent && attempts >= limits_.max_attempts;
-    int64_t delay = give_up ? 0 : backoff_for(attempts);
+    int64_t delay = give_up ? 0 : std::max(backoff_for(attempts), min_retry_ms);
     failed_.push_back(Failed{id, std::string(error), delay, give_up});
     if (!give_up) wait_in_lane(lane, seq, id, now_ms + delay);
 }
@@ -123,7 +123,8 @@ void Dispatcher::forget_lane_if_idle(const std::string& lane) {
 }
 
 void Dispatcher::on_delivery(int64_t id, int err, bool permanent, bool counts, int32_t partition,
-                             int64_t offset, std::string_view error, int64_t now_ms) {
+                             int64_t offset, std::string_view error, int64_t now_ms,
+                             int64_t min_retry_ms) {
     auto it = in_flight_.find(id);
     if (it == in_flight_.end()) return;  // from before a reset: the row will be read again
     Flight flight = std::move(it->second);
@@ -136,7 +137,8 @@ void Dispatcher::on_delivery(int64_t id, int err, bool permanent, bool counts, i
     } else if (!counts) {
         wait_in_lane(flight.lane, flight.seq, id, now_ms);
     } else {
-        record_failure(id, flight.lane, flight.seq, flight.attempts + 1, permanent, error, now_ms);
+        record_failure(id, flight.lane, flight.seq, flight.attempts + 1, permanent, error, now_ms,
+                       min_retry_ms);
     }
     forget_lane_if_idle(flight.lane);
 }

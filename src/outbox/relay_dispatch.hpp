@@ -85,9 +85,11 @@ public:
     void offer(const Row& row, int64_t now_ms);
 
     // A delivery report. `permanent` says retrying cannot help (e.g. message too large);
-    // `counts` is false for purges, which are not delivery attempts.
+    // `counts` is false for purges, which are not delivery attempts. A retry waits at least
+    // `min_retry_ms` (an HTTP Retry-After), else the usual backoff.
     void on_delivery(int64_t id, int err, bool permanent, bool counts, int32_t partition,
-                     int64_t offset, std::string_view error, int64_t now_ms);
+                     int64_t offset, std::string_view error, int64_t now_ms,
+                     int64_t min_retry_ms = 0);
 
     // Ids of waiting rows whose turn has come; the caller re-reads them and offers them back,
     // then calls refetch_done() so rows that vanished from the outbox are forgotten.
@@ -136,7 +138,8 @@ private:
     void forget_lane_if_idle(const std::string& lane);
     // Records a failed attempt of row `id` and schedules its retry unless it gives up.
     void record_failure(int64_t id, const std::string& lane, uint64_t seq, int32_t attempts,
-                        bool permanent, std::string_view error, int64_t now_ms);
+                        bool permanent, std::string_view error, int64_t now_ms,
+                        int64_t min_retry_ms = 0);
 
     Sink& sink_;
     Limits limits_;

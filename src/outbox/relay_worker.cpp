@@ -39,6 +39,8 @@ extern "C" {
 #include "pg/boundary.hpp"
 #include "outbox/relay_dispatch.hpp"
 #include "outbox/relay_recheck.hpp"
+#include "outbox/http_client.hpp"
+#include "outbox/http_relay.hpp"
 #include "metrics/counters.hpp"
 #include "pg/shmem.hpp"
 #include "workers/common.hpp"
@@ -57,6 +59,9 @@ relay::Dispatcher* dispatcher = nullptr;
 relay::Rechecks* rechecks = nullptr;
 std::vector<uint32_t>* writers = nullptr;
 std::vector<int64_t>* scan_ids = nullptr;  // ids of the current claim scan
+http::Client* http_client = nullptr;        // HTTP destinations (nullptr: none)
+http::Router* router = nullptr;             // rows to HTTP or Kafka
+uint64 http_generation = 0;                 // of the destinations http_client was built with
 
 int64 cursor = 0;                  // highest id read by a claim scan
 TimestampTz last_sweep = 0;        // last full re-read of pending rows
@@ -101,9 +106,11 @@ void prepare_plans() {
         "WHERE o.id BETWEEN r.lo AND r.hi",
         2, range_pair_types);
     Oid sent_types[3] = {INT8ARRAYOID, INT4ARRAYOID, INT8ARRAYOID};
+    // HTTP deliveries report partition and offset -1: no Kafka position.
     sent_plan = prepare(
         "UPDATE eventbox.outbox o SET status = 'sent', sent_at = now(), attempts = o.attempts + 1, "
-        "kafka_partition = u.p, kafka_offset = u.o, next_attempt_at = NULL, last_error = NULL "
+        "kafka_partition = nullif(u.p, -1), kafka_offset = nullif(u.o, -1), "
+        "next_attempt_at = NULL, last_error = NULL "
         "FROM unnest($1::int8[], $2::int4[], $3::int8[]) AS u(id, p, o) "
         "WHERE o.id = ANY ($1) AND o.id = u.id",
         3, sent_types);
@@ -141,11 +148,13 @@ char* current_fingerprint() {
 
 void rebuild_wait_set() {
     if (wait_set != nullptr) FreeWaitEventSet(wait_set);
-    wait_set = CreateWaitEventSet(TopMemoryContext, 3);
+    wait_set = CreateWaitEventSet(TopMemoryContext, 4);
     AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, nullptr);
     AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, nullptr, nullptr);
     if (producer != nullptr)
         AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, producer->event_fd(), nullptr, nullptr);
+    if (http_client != nullptr)
+        AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, http_client->event_fd(), nullptr, nullptr);
 }
 
 // Drops all in-memory state; every pending row is read again from the outbox.
@@ -154,6 +163,10 @@ void destroy_state() {
     producer = nullptr;
     delete dispatcher;
     dispatcher = nullptr;
+    delete router;
+    router = nullptr;
+    delete http_client;
+    http_client = nullptr;
     delete rechecks;
     rechecks = nullptr;
     delete writers;
@@ -172,6 +185,10 @@ void reset() {
     if (config_fingerprint != nullptr) pfree(config_fingerprint);
     config_fingerprint = current_fingerprint();
     if (guc::brokers[0] != '\0') {
+        // HTTP destinations together may hold half of the relay's in-flight rows (each an equal
+        // share): endpoints that hang leave the other half to Kafka.
+        http_client = http_relay::load_client(
+            static_cast<std::size_t>(Max(guc::relay_max_in_flight / 2, 1)), &http_generation);
         call_cpp([] {
             kafka::ProducerConfig config;
             config.brokers = guc::brokers;
@@ -187,7 +204,9 @@ void reset() {
             limits.backoff_max_ms = guc::relay_retry_backoff_max_ms;
             limits.max_attempts = guc::relay_max_attempts;
             producer = new kafka::Producer(config);
-            dispatcher = new relay::Dispatcher(*producer, limits);
+            if (http_client != nullptr) router = new http::Router(*producer, *http_client);
+            dispatcher = new relay::Dispatcher(
+                router != nullptr ? static_cast<relay::Sink&>(*router) : *producer, limits);
             rechecks = new relay::Rechecks();
             writers = new std::vector<uint32_t>();
             scan_ids = new std::vector<int64_t>();
@@ -454,6 +473,19 @@ bool iterate() {
     });
 
     PushActiveSnapshot(GetTransactionSnapshot());
+    // Read after the snapshot: a row it sees that committed after a destination change is
+    // never routed by the old destinations (the generation moves before that change commits).
+    if (http_relay::generation() != http_generation) {
+        PopActiveSnapshot();
+        SPI_finish();
+        CommitTransactionCommand();
+        call_cpp([&] { dispatcher->clear_outcomes(acked, failed); });
+        shmem::count_messages(acked);
+        if (acked > 0) metrics::relay_published(acked, *latency);
+        if (failed > 0) metrics::relay_failures(failed);
+        needs_reset = true;
+        return true;
+    }
     publish_lsn = inserted_wal_end();
     // Writers read after the snapshot: any id this scan cannot see yet belongs to one of them.
     call_cpp([] { shmem::outbox_writers(*writers); });
@@ -582,7 +614,9 @@ extern "C" void eventbox_relay_main(Datum arg) {
                 continue;
             }
             take_deliveries();
+            if (http_client != nullptr) http_relay::take_outcomes(*http_client, *dispatcher);
             more = iterate();
+            if (needs_reset) continue;
             error_backoff_ms = 0;
         }
         MemoryContextSwitchTo(TopMemoryContext);
@@ -593,6 +627,10 @@ extern "C" void eventbox_relay_main(Datum arg) {
             int64 due = call_cpp([] { return dispatcher->next_due_ms(); });
             if (due != INT64_MAX) timeout = Min(timeout, Max(due - now_ms(), 0L));
             if (!call_cpp([] { return rechecks->empty(); })) timeout = Min(timeout, 250L);
+            if (http_client != nullptr) {
+                long http_due = call_cpp([] { return http_client->timeout_ms(now_ms()); });
+                if (http_due >= 0) timeout = Min(timeout, http_due);
+            }
         }
         if (more) timeout = 0;
         WaitEvent event;

@@ -15,6 +15,7 @@ void _PG_init(void);
 #include "pg/extension.hpp"
 #include "metrics/counters.hpp"
 #include "pg/shmem.hpp"
+#include "outbox/http_relay.hpp"
 
 extern "C" void _PG_init(void) {
     eventbox::guc::define();
@@ -22,6 +23,7 @@ extern "C" void _PG_init(void) {
     if (!process_shared_preload_libraries_in_progress || IsBinaryUpgrade) return;
     eventbox::shmem::install_hooks();
     eventbox::metrics::install_hooks();
+    eventbox::http_relay::install_hooks();
     eventbox::pg::install_extension_hook();
 
     BackgroundWorker worker;

@@ -777,3 +777,25 @@ TEST(Dispatcher, OutcomesRecordedAfterTheWriteSurviveTheClear) {
 
 }  // namespace
 }  // namespace eventbox::relay
+
+// An HTTP Retry-After: the retry waits at least that long, even past the backoff (and
+// backoff_max); a shorter one leaves the backoff as it is.
+namespace eventbox::relay {
+namespace {
+
+TEST(Dispatcher, RetryWaitsAtLeastTheGivenMinimum) {
+    FakeSink sink;
+    Dispatcher d(sink, small_limits(), 5);
+    d.offer(keyed(1, "a").row(), 0);
+    d.offer(keyed(2, "b").row(), 0);
+    d.on_delivery(1, kErrTimedOut, false, true, -1, -1, "HTTP 429", 10, 5000);
+    d.on_delivery(2, kErrTimedOut, false, true, -1, -1, "HTTP 503", 10, 1);
+    ASSERT_EQ(d.failed().size(), 2u);
+    EXPECT_EQ(d.failed()[0].retry_in_ms, 5000);
+    EXPECT_GE(d.failed()[1].retry_in_ms, 50);
+    EXPECT_LE(d.failed()[1].retry_in_ms, 100);
+    EXPECT_EQ(d.next_due_ms(), 10 + d.failed()[1].retry_in_ms);
+}
+
+}  // namespace
+}  // namespace eventbox::relay

@@ -1,0 +1,92 @@
+-- HTTP destinations: who may manage them, what they accept, and that the request headers
+-- (credentials) are readable only by superusers and never echoed in errors.
+\set SHOW_CONTEXT never
+\set VERBOSITY default
+SET client_min_messages = warning;
+
+CREATE ROLE regress_http_admin_member;
+CREATE ROLE regress_http_other;
+GRANT USAGE ON SCHEMA eventbox TO regress_http_admin_member, regress_http_other;
+GRANT EXECUTE ON FUNCTION
+    eventbox.create_http_destination(text, text, jsonb, text, interval, integer),
+    eventbox.alter_http_destination(text, text, jsonb, text, interval, integer),
+    eventbox.drop_http_destination(text)
+  TO regress_http_admin_member, regress_http_other;
+GRANT SELECT ON eventbox.http_destinations TO regress_http_admin_member, regress_http_other;
+
+-- A superuser creates one; the view masks the header values.
+SELECT eventbox.create_http_destination('crm.invoices', 'https://crm.example.com/api/invoices',
+    '{"Authorization": "Bearer TOPSECRET-1", "X-Tenant": "acme"}', max_in_flight => 8);
+SELECT topic, url, method, headers, timeout, max_in_flight, created_by
+  FROM eventbox.http_destinations;
+SELECT eventbox.create_http_destination('crm.invoices', 'https://crm.example.com/other');
+
+-- Without superuser or membership in eventbox_http_admin: refused, even with EXECUTE.
+SET ROLE regress_http_other;
+SELECT eventbox.create_http_destination('crm.x', 'https://crm.example.com/');
+SELECT eventbox.alter_http_destination('crm.invoices', url => 'https://evil.example.com/');
+SELECT eventbox.drop_http_destination('crm.invoices');
+SELECT topic, headers FROM eventbox.http_destinations;
+SELECT * FROM eventbox.http_destination_config;
+RESET ROLE;
+
+-- The role the README names: a superuser creates it and grants it.
+CREATE ROLE eventbox_http_admin;
+GRANT eventbox_http_admin TO regress_http_admin_member;
+SET ROLE regress_http_admin_member;
+SELECT eventbox.create_http_destination('crm.customers', 'http://127.0.0.1:9/customers',
+    method => 'put', timeout => '2 seconds');
+SELECT eventbox.alter_http_destination('crm.customers', headers => '{"Api-Key": "TOPSECRET-2"}');
+SELECT topic, url, method, headers, timeout FROM eventbox.http_destinations ORDER BY topic;
+-- Still no access to the values themselves.
+SELECT headers FROM eventbox.http_destination_config;
+
+-- Bad input: a clear error with SQLSTATE and hint; no header value and no URL is echoed.
+SELECT eventbox.create_http_destination('crm.bad', 'ftp://crm.example.com/');
+\echo :LAST_ERROR_SQLSTATE
+SELECT eventbox.create_http_destination('crm.bad', 'https://user:TOPSECRET-3@crm.example.com/');
+\echo :LAST_ERROR_SQLSTATE
+SELECT eventbox.create_http_destination('crm.bad', 'https://crm.example.com/a b');
+\echo :LAST_ERROR_SQLSTATE
+SELECT eventbox.create_http_destination('crm.bad', NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT eventbox.create_http_destination('bad topic', 'https://crm.example.com/');
+\echo :LAST_ERROR_SQLSTATE
+SELECT eventbox.create_http_destination('crm.bad', 'https://crm.example.com/', method => 'GET');
+\echo :LAST_ERROR_SQLSTATE
+SELECT eventbox.create_http_destination('crm.bad', 'https://crm.example.com/', timeout => '0');
+\echo :LAST_ERROR_SQLSTATE
+SELECT eventbox.create_http_destination('crm.bad', 'https://crm.example.com/', max_in_flight => 0);
+\echo :LAST_ERROR_SQLSTATE
+SELECT eventbox.create_http_destination('crm.bad', 'https://crm.example.com/', '[]');
+\echo :LAST_ERROR_SQLSTATE
+SELECT eventbox.create_http_destination('crm.bad', 'https://crm.example.com/', '{"Bad Name": "x"}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT eventbox.create_http_destination('crm.bad', 'https://crm.example.com/',
+    jsonb_build_object('Authorization', E'Bearer TOPSECRET-4\r\nX-Injected: 1'));
+\echo :LAST_ERROR_SQLSTATE
+SELECT eventbox.create_http_destination('crm.bad', 'https://crm.example.com/', '{"Authorization": 42}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT eventbox.create_http_destination('crm.bad', 'https://crm.example.com/', '{"Idempotency-Key": "x"}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT eventbox.create_http_destination('crm.bad', 'https://crm.example.com/', '{"eventbox-topic": "x"}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT eventbox.alter_http_destination('crm.nothing', url => 'https://crm.example.com/');
+\echo :LAST_ERROR_SQLSTATE
+SELECT eventbox.drop_http_destination('crm.nothing');
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) AS destinations FROM eventbox.http_destinations;
+
+SELECT eventbox.drop_http_destination('crm.customers');
+RESET ROLE;
+SELECT eventbox.drop_http_destination('crm.invoices');
+SELECT count(*) AS destinations FROM eventbox.http_destination_config;
+
+REVOKE ALL ON FUNCTION
+    eventbox.create_http_destination(text, text, jsonb, text, interval, integer),
+    eventbox.alter_http_destination(text, text, jsonb, text, interval, integer),
+    eventbox.drop_http_destination(text)
+  FROM regress_http_admin_member, regress_http_other;
+REVOKE ALL ON eventbox.http_destinations FROM regress_http_admin_member, regress_http_other;
+REVOKE ALL ON SCHEMA eventbox FROM regress_http_admin_member, regress_http_other;
+DROP ROLE regress_http_admin_member, regress_http_other, eventbox_http_admin;

@@ -1,0 +1,492 @@
+// HTTP destinations of the relay (see outbox/http_client.hpp).
+#include "outbox/http_client.hpp"
+
+#include <curl/curl.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <ctime>
+
+#include "core/error.hpp"
+#include "inbox/json_scan.hpp"
+#include "inbox/message_rules.hpp"
+
+namespace eventbox::http {
+
+namespace {
+
+int64_t steady_us() {
+    return std::chrono::duration_cast<std::chrono::microseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
+int64_t steady_ms() {
+    return steady_us() / 1000;
+}
+
+bool is_tchar(unsigned char c) {
+    if (std::isalnum(c)) return true;
+    switch (c) {
+        case '!':
+        case '#':
+        case '$':
+        case '&':
+        case '\'':
+        case '*':
+        case '+':
+        case '-':
+        case '.':
+        case '^':
+        case '_':
+        case '`':
+        case '|':
+        case '~':
+            return true;
+        default:
+            return false;
+    }
+}
+
+bool valid_utf8(const unsigned char* s, std::size_t n) {
+    std::size_t i = 0;
+    while (i < n) {
+        unsigned char c = s[i];
+        if (c < 0x80) {
+            ++i;
+            continue;
+        }
+        std::size_t len;
+        uint32_t cp;
+        if ((c & 0xE0) == 0xC0)
+            len = 2, cp = c & 0x1F;
+        else if ((c & 0xF0) == 0xE0)
+            len = 3, cp = c & 0x0F;
+        else if ((c & 0xF8) == 0xF0)
+            len = 4, cp = c & 0x07;
+        else
+            return false;
+        if (i + len > n) return false;
+        for (std::size_t k = 1; k < len; ++k) {
+            if ((s[i + k] & 0xC0) != 0x80) return false;
+            cp = (cp << 6) | (s[i + k] & 0x3F);
+        }
+        if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+            cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+            return false;
+        i += len;
+    }
+    return true;
+}
+
+bool global_ready = false;
+
+}  // namespace
+
+Verdict classify(int status) {
+    if (status >= 200 && status < 300) return Verdict::kDelivered;
+    if (status == 408 || status == 429 || status >= 500) return Verdict::kTransient;
+    return Verdict::kPermanent;
+}
+
+int64_t parse_retry_after(std::string_view value, int64_t now_epoch_s) {
+    while (!value.empty() && (value.front() == ' ' || value.front() == '\t'))
+        value.remove_prefix(1);
+    while (!value.empty() && std::isspace(static_cast<unsigned char>(value.back())))
+        value.remove_suffix(1);
+    if (value.empty()) return -1;
+    if (std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+        if (value.size() > 9) return kMaxRetryAfterMs;
+        int64_t seconds = std::stoll(std::string(value));
+        return std::min(seconds * 1000, kMaxRetryAfterMs);
+    }
+    std::string date(value);
+    time_t when = curl_getdate(date.c_str(), nullptr);
+    if (when == static_cast<time_t>(-1)) return -1;
+    int64_t delay = (static_cast<int64_t>(when) - now_epoch_s) * 1000;
+    return std::clamp<int64_t>(delay, 0, kMaxRetryAfterMs);
+}
+
+std::string header_token(std::string_view name) {
+    static const char hex[] = "0123456789ABCDEF";
+    std::string out;
+    out.reserve(name.size());
+    for (unsigned char c : name) {
+        if (is_tchar(c)) {
+            out.push_back(static_cast<char>(c));
+        } else {
+            out.push_back('%');
+            out.push_back(hex[c >> 4]);
+            out.push_back(hex[c & 15]);
+        }
+    }
+    return out;
+}
+
+bool is_json(const char* payload, std::size_t len) {
+    if (payload == nullptr || len == 0) return false;
+    if (!valid_utf8(reinterpret_cast<const unsigned char*>(payload), len)) return false;
+    return inbox::scan_json(std::string_view(payload, len), {}).valid;
+}
+
+std::string describe_response(int status, std::string_view body) {
+    std::string out = "HTTP " + std::to_string(status);
+    if (!body.empty()) out += ": " + printable(body, kBodyExcerpt);
+    return out;
+}
+
+struct Client::Request {
+    int64_t id = 0;
+    std::size_t dest = 0;
+    bool keyed = false;
+    std::string key;
+    std::string body;
+    bool has_body = false;
+    curl_slist* headers = nullptr;
+    CURL* easy = nullptr;
+    std::string response;  // the start of the body
+    std::string retry_after;
+    int64_t started_us = 0;
+    char errbuf[CURL_ERROR_SIZE] = {0};
+};
+
+namespace {
+
+size_t on_body(char* data, size_t size, size_t nmemb, void* user) {
+    auto* response = static_cast<std::string*>(user);
+    size_t n = size * nmemb;
+    if (response->size() < kBodyExcerpt * 4)
+        response->append(data, std::min(n, kBodyExcerpt * 4 - response->size()));
+    return n;
+}
+
+size_t on_header(char* data, size_t size, size_t nmemb, void* user) {
+    size_t n = size * nmemb;
+    static constexpr std::string_view kName = "retry-after:";
+    if (n > kName.size()) {
+        bool match = true;
+        for (std::size_t i = 0; i < kName.size() && match; ++i)
+            match = std::tolower(static_cast<unsigned char>(data[i])) == kName[i];
+        if (match) static_cast<std::string*>(user)->assign(data + kName.size(), n - kName.size());
+    }
+    return n;
+}
+
+}  // namespace
+
+Client::Client(std::vector<Destination> destinations, std::size_t queue_limit)
+    : destinations_(std::move(destinations)),
+      queue_limit_(
+          std::max<std::size_t>(queue_limit / std::max<std::size_t>(destinations_.size(), 1), 1)) {
+    if (!global_ready) {
+        if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+            throw Error(sqlstate::kInternalError, "could not initialise libcurl");
+        global_ready = true;
+    }
+    for (std::size_t i = 0; i < destinations_.size(); ++i) by_topic_[destinations_[i].topic] = i;
+    queues_.resize(destinations_.size());
+    epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+    if (epoll_fd_ < 0)
+        throw Error(sqlstate::kInternalError, "could not create an epoll set for HTTP requests");
+    CURLM* multi = curl_multi_init();
+    if (multi == nullptr) {
+        close(epoll_fd_);
+        throw Error(sqlstate::kInternalError, "could not create a libcurl multi handle");
+    }
+    multi_ = multi;
+    curl_multi_setopt(multi, CURLMOPT_SOCKETFUNCTION, &Client::on_socket);
+    curl_multi_setopt(multi, CURLMOPT_SOCKETDATA, this);
+    curl_multi_setopt(multi, CURLMOPT_TIMERFUNCTION, &Client::on_timer);
+    curl_multi_setopt(multi, CURLMOPT_TIMERDATA, this);
+    curl_multi_setopt(multi, CURLMOPT_PIPELINING, static_cast<long>(CURLPIPE_MULTIPLEX));
+    // Idle connections kept for reuse: enough for every destination's parallel requests.
+    std::size_t connections = 0;
+    for (const Destination& d : destinations_) connections += d.max_in_flight;
+    curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS,
+                      static_cast<long>(std::max<std::size_t>(connections, 8)));
+}
+
+Client::~Client() {
+    auto* multi = static_cast<CURLM*>(multi_);
+    for (Queue& q : queues_) {
+        for (Request* r : q.ready) delete r;
+        for (auto& entry : q.keys)
+            for (Request* r : entry.second) delete r;
+    }
+    for (Request* r : open_) {
+        curl_multi_remove_handle(multi, r->easy);
+        curl_easy_cleanup(r->easy);
+        curl_slist_free_all(r->headers);
+        delete r;
+    }
+    curl_multi_cleanup(multi);
+    if (epoll_fd_ >= 0) close(epoll_fd_);
+}
+
+int Client::destination_of(std::string_view topic) const {
+    if (by_topic_.empty()) return -1;
+    auto it = by_topic_.find(std::string(topic));
+    return it == by_topic_.end() ? -1 : static_cast<int>(it->second);
+}
+
+std::size_t Client::open_requests() const {
+    return open_.size();
+}
+
+relay::Produced Client::produce(const relay::Row& row, std::string& error) {
+    int index = destination_of(row.topic);
+    if (index < 0) {
+        error = "no HTTP destination for this topic";
+        return relay::Produced::kFailed;
+    }
+    Queue& q = queues_[static_cast<std::size_t>(index)];
+    if (q.held >=
+        std::max(queue_limit_, destinations_[static_cast<std::size_t>(index)].max_in_flight)) {
+        error = "HTTP destination busy";
+        return relay::Produced::kBusy;
+    }
+    const Destination& d = destinations_[static_cast<std::size_t>(index)];
+    auto* r = new Request();
+    r->id = row.id;
+    r->dest = static_cast<std::size_t>(index);
+    if (row.key != nullptr) {
+        r->keyed = true;
+        r->key.assign(row.key, row.key_len);
+    }
+    if (row.payload != nullptr) {
+        r->has_body = true;
+        r->body.assign(row.payload, row.payload_len);
+    }
+    curl_slist* h = nullptr;
+    auto add = [&](const std::string& line) {
+        curl_slist* next = curl_slist_append(h, line.c_str());
+        if (next == nullptr) {
+            curl_slist_free_all(h);
+            delete r;
+            throw std::bad_alloc();
+        }
+        h = next;
+    };
+    if (r->has_body)
+        add(is_json(row.payload, row.payload_len) ? "Content-Type: application/json"
+                                                  : "Content-Type: application/octet-stream");
+    else
+        add("Content-Type:");  // no body: no type
+    // IETF httpapi Idempotency-Key: a structured-field string.
+    add("Idempotency-Key: \"" + std::string(row.message_id) + "\"");
+    add("Eventbox-Topic: " + std::string(row.topic));
+    for (std::size_t i = 0; i < row.n_headers; ++i)
+        add(std::string(kHeaderPrefix) + header_token(row.headers[i].name) + ": " +
+            std::string(row.headers[i].value));
+    for (const auto& header : d.headers) add(header.first + ": " + header.second);
+    add("Expect:");  // no 100-continue round trip
+    r->headers = h;
+
+    ++q.held;
+    if (r->keyed) {
+        auto it = q.keys.find(r->key);
+        if (it != q.keys.end()) {
+            it->second.push_back(r);  // behind the open request of its key
+            return relay::Produced::kQueued;
+        }
+        q.keys.emplace(r->key, std::deque<Request*>());
+    }
+    q.ready.push_back(r);
+    start_ready();
+    return relay::Produced::kQueued;
+}
+
+void Client::start_ready() {
+    for (std::size_t i = 0; i < queues_.size(); ++i) {
+        Queue& q = queues_[i];
+        while (!q.ready.empty() && q.active < destinations_[i].max_in_flight) {
+            Request* r = q.ready.front();
+            q.ready.pop_front();
+            start(r);
+        }
+    }
+}
+
+void Client::start(Request* r) {
+    const Destination& d = destinations_[r->dest];
+    CURL* easy = curl_easy_init();
+    r->started_us = steady_us();
+    if (easy == nullptr) {
+        // Counted as a failed attempt; finish() takes it from here.
+        ++queues_[r->dest].active;
+        open_.push_back(r);
+        finish(r, CURLE_OUT_OF_MEMORY, steady_ms());
+        return;
+    }
+    r->easy = easy;
+    curl_easy_setopt(easy, CURLOPT_URL, d.url.c_str());
+    curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, static_cast<long>(d.timeout_ms));
+    curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(d.timeout_ms));
+    curl_easy_setopt(easy, CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_2TLS));
+    // Over TLS, a new request waits for the first connection's handshake to say whether it
+    // multiplexes (HTTP/2) rather than opening a connection of its own. Not over plain HTTP:
+    // there curl learns it only from a response, and a slow first response would hold back
+    // every other request.
+    if (d.url.compare(0, 8, "https://") == 0 || d.url.compare(0, 8, "HTTPS://") == 0)
+        curl_easy_setopt(easy, CURLOPT_PIPEWAIT, 1L);
+    curl_easy_setopt(easy, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(easy, CURLOPT_USERAGENT, "pg_eventbox relay");
+    curl_easy_setopt(easy, CURLOPT_HTTPHEADER, r->headers);
+    curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(r->body.size()));
+    curl_easy_setopt(easy, CURLOPT_POSTFIELDS, r->body.data());
+    if (d.method != "POST") curl_easy_setopt(easy, CURLOPT_CUSTOMREQUEST, d.method.c_str());
+    curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, &on_body);
+    curl_easy_setopt(easy, CURLOPT_WRITEDATA, &r->response);
+    curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, &on_header);
+    curl_easy_setopt(easy, CURLOPT_HEADERDATA, &r->retry_after);
+    curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, r->errbuf);
+    curl_easy_setopt(easy, CURLOPT_PRIVATE, r);
+    ++queues_[r->dest].active;
+    open_.push_back(r);
+    CURLMcode rc = curl_multi_add_handle(static_cast<CURLM*>(multi_), easy);
+    if (rc != CURLM_OK) finish(r, CURLE_FAILED_INIT, steady_ms());
+}
+
+void Client::release_key(Request* r, bool delivered) {
+    if (!r->keyed) return;
+    Queue& q = queues_[r->dest];
+    auto it = q.keys.find(r->key);
+    if (it == q.keys.end()) return;
+    if (delivered) {
+        if (it->second.empty()) {
+            q.keys.erase(it);
+        } else {
+            q.ready.push_back(it->second.front());
+            it->second.pop_front();
+        }
+        return;
+    }
+    // Not delivered: the rows behind it go back to the dispatcher, which holds them behind it.
+    for (Request* behind : it->second) {
+        outcomes_.push_back(Outcome{behind->id, behind->dest, false, false, false, 0, 0, 0,
+                                    "held back behind an earlier message of its key"});
+        --q.held;
+        curl_slist_free_all(behind->headers);
+        delete behind;
+    }
+    q.keys.erase(it);
+}
+
+void Client::finish(Request* r, int curl_code, int64_t now_ms) {
+    (void)now_ms;
+    Outcome out{r->id, r->dest, false, false, true, 0, 0, steady_us() - r->started_us, {}};
+    if (curl_code == CURLE_OK) {
+        long status = 0;
+        curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
+        out.status = static_cast<int>(status);
+        switch (classify(out.status)) {
+            case Verdict::kDelivered:
+                out.delivered = true;
+                break;
+            case Verdict::kTransient: {
+                out.error = describe_response(out.status, r->response);
+                int64_t after =
+                    parse_retry_after(r->retry_after, static_cast<int64_t>(time(nullptr)));
+                out.retry_after_ms = after > 0 ? after : 0;
+                break;
+            }
+            case Verdict::kPermanent:
+                out.permanent = true;
+                out.error = describe_response(out.status, r->response);
+                break;
+        }
+    } else {
+        out.error = std::string("HTTP request failed: ") +
+                    curl_easy_strerror(static_cast<CURLcode>(curl_code));
+        if (r->errbuf[0] != '\0') out.error += std::string(" (") + r->errbuf + ")";
+    }
+    outcomes_.push_back(std::move(out));
+
+    Queue& q = queues_[r->dest];
+    if (r->easy != nullptr) {
+        curl_multi_remove_handle(static_cast<CURLM*>(multi_), r->easy);
+        curl_easy_cleanup(r->easy);
+    }
+    curl_slist_free_all(r->headers);
+    --q.active;
+    --q.held;
+    open_.erase(std::find(open_.begin(), open_.end(), r));
+    release_key(r, outcomes_.back().delivered);
+    delete r;
+}
+
+void Client::drive(int fd, int mask) {
+    int running = 0;
+    curl_multi_socket_action(static_cast<CURLM*>(multi_), fd, mask, &running);
+}
+
+void Client::poll(int64_t now_ms) {
+    (void)now_ms;
+    auto* multi = static_cast<CURLM*>(multi_);
+    for (int round = 0; round < 4; ++round) {
+        epoll_event events[64];
+        int n;
+        bool any = false;
+        do {
+            n = epoll_wait(epoll_fd_, events, 64, 0);
+            for (int i = 0; i < n; ++i) {
+                int mask = 0;
+                if (events[i].events & EPOLLIN) mask |= CURL_CSELECT_IN;
+                if (events[i].events & EPOLLOUT) mask |= CURL_CSELECT_OUT;
+                if (events[i].events & (EPOLLERR | EPOLLHUP)) mask |= CURL_CSELECT_ERR;
+                drive(events[i].data.fd, mask);
+                any = true;
+            }
+        } while (n == 64);
+        if (timer_due_ms_ >= 0 && timer_due_ms_ <= steady_ms()) {
+            timer_due_ms_ = -1;
+            drive(CURL_SOCKET_TIMEOUT, 0);
+            any = true;
+        }
+        int left = 0;
+        while (CURLMsg* msg = curl_multi_info_read(multi, &left)) {
+            if (msg->msg != CURLMSG_DONE) continue;
+            Request* r = nullptr;
+            curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, reinterpret_cast<char**>(&r));
+            finish(r, msg->data.result, steady_ms());
+        }
+        start_ready();
+        if (!any) break;
+    }
+}
+
+long Client::timeout_ms(int64_t now_ms) const {
+    (void)now_ms;
+    if (timer_due_ms_ < 0) return -1;
+    return static_cast<long>(std::max<int64_t>(timer_due_ms_ - steady_ms(), 0));
+}
+
+int Client::on_socket(void*, int fd, int what, void* self, void*) {
+    auto* client = static_cast<Client*>(self);
+    if (what == CURL_POLL_REMOVE) {
+        epoll_ctl(client->epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+        return 0;
+    }
+    epoll_event ev{};
+    if (what & CURL_POLL_IN) ev.events |= EPOLLIN;
+    if (what & CURL_POLL_OUT) ev.events |= EPOLLOUT;
+    ev.data.fd = fd;
+    if (epoll_ctl(client->epoll_fd_, EPOLL_CTL_MOD, fd, &ev) != 0 && errno == ENOENT)
+        epoll_ctl(client->epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+    return 0;
+}
+
+int Client::on_timer(void*, long timeout_ms, void* self) {
+    auto* client = static_cast<Client*>(self);
+    client->timer_due_ms_ = timeout_ms < 0 ? -1 : steady_ms() + timeout_ms;
+    return 0;
+}
+
+}  // namespace eventbox::http

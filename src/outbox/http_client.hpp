@@ -1,0 +1,134 @@
+// The relay's HTTP side: outbox rows of topics with an HTTP destination become requests, sent
+// with libcurl's multi interface (non-blocking, kept-alive connections, HTTP/2 where a TLS server
+// offers it). The sockets are registered in an epoll set of our own whose fd the relay adds to
+// its WaitEventSet, next to its latch and librdkafka's fd; curl's timer becomes the wait's
+// timeout. Nothing here blocks and no thread is started. Pure C++.
+//
+// Per-key order: a key has at most one request open; its later rows queue behind it here. When
+// a request fails, the rows queued behind it are handed back uncounted, so the dispatcher holds
+// them behind the failed one (relay::Dispatcher keeps the order of a lane across retries).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "outbox/relay_dispatch.hpp"
+
+namespace eventbox::http {
+
+// Prefix of the request headers that carry the message's own headers.
+inline constexpr std::string_view kHeaderPrefix = "Eventbox-Header-";
+// Bytes of a response body kept for last_error.
+inline constexpr std::size_t kBodyExcerpt = 200;
+// Retry-After values are honoured up to this delay.
+inline constexpr int64_t kMaxRetryAfterMs = 3600 * 1000;
+
+struct Destination {
+    std::string topic;
+    std::string url;
+    std::string method;                                        // POST, PUT or PATCH
+    std::vector<std::pair<std::string, std::string>> headers;  // credentials: never logged
+    int64_t timeout_ms = 10000;
+    std::size_t max_in_flight = 32;
+    int metrics_slot = -1;  // its counters in shared memory (the relay fills this in)
+};
+
+// The end of one request, for the dispatcher and the metrics.
+struct Outcome {
+    int64_t id;
+    std::size_t destination;  // index in the client's destinations
+    bool delivered;           // 2xx
+    bool permanent;           // another 4xx (or 1xx/3xx): retrying cannot help
+    bool counts;              // false: never sent (held back behind a failed row of its key)
+    int status;               // HTTP status, 0 when there was no response
+    int64_t retry_after_ms;   // from Retry-After (0 when absent)
+    int64_t latency_us;       // request start to end (0 when never sent)
+    std::string error;        // for last_error: status and body excerpt, or curl's reason
+};
+
+// What a response means: 2xx delivered; 408, 429 and 5xx transient; the rest permanent.
+enum class Verdict { kDelivered, kTransient, kPermanent };
+Verdict classify(int status);
+// Retry-After (delay-seconds or an HTTP-date) in ms from `now_epoch_s`; -1 when unreadable.
+int64_t parse_retry_after(std::string_view value, int64_t now_epoch_s);
+// A message header name as an HTTP token: bytes outside tchar (and '%') as %XX.
+std::string header_token(std::string_view name);
+// Whether `payload` is UTF-8 JSON (Content-Type application/json) or not (octet-stream).
+bool is_json(const char* payload, std::size_t len);
+// `status` and the start of `body`, printable, for last_error.
+std::string describe_response(int status, std::string_view body);
+
+class Client final : public relay::Sink {
+  public:
+    // `queue_limit`: rows all destinations together may hold (open and queued), in equal shares
+    // (at least each one's max_in_flight). Beyond its share produce() answers kBusy; the
+    // dispatcher then parks the row (its id only) and re-reads it later, so destinations that
+    // hang never take more than that of the relay's capacity.
+    Client(std::vector<Destination> destinations, std::size_t queue_limit);
+    ~Client() override;
+    Client(const Client&) = delete;
+    Client& operator=(const Client&) = delete;
+
+    // Index of the destination of `topic`, or -1.
+    int destination_of(std::string_view topic) const;
+    relay::Produced produce(const relay::Row& row, std::string& error) override;
+
+    // The epoll fd to wait on (readable when a socket is ready).
+    int event_fd() const { return epoll_fd_; }
+    // Milliseconds until curl's next timeout (-1: none).
+    long timeout_ms(int64_t now_ms) const;
+    // Serves ready sockets and due timeouts, starts queued requests, collects finished ones.
+    void poll(int64_t now_ms);
+    std::vector<Outcome>& outcomes() { return outcomes_; }
+    const std::vector<Destination>& destinations() const { return destinations_; }
+    std::size_t open_requests() const;
+
+  private:
+    struct Request;
+    struct Queue {
+        std::size_t active = 0;
+        std::size_t held = 0;        // active + ready + behind a key
+        std::deque<Request*> ready;  // may start now
+        std::unordered_map<std::string, std::deque<Request*>> keys;  // behind an open request
+    };
+
+    static int on_socket(void* easy, int fd, int what, void* self, void* socket_data);
+    static int on_timer(void* multi, long timeout_ms, void* self);
+    void start_ready();
+    void start(Request* r);
+    void finish(Request* r, int curl_code, int64_t now_ms);
+    void release_key(Request* r, bool delivered);
+    void drive(int fd, int mask);
+
+    std::vector<Destination> destinations_;
+    std::unordered_map<std::string, std::size_t> by_topic_;
+    std::vector<Queue> queues_;
+    std::size_t queue_limit_;
+    void* multi_ = nullptr;  // CURLM*
+    int epoll_fd_ = -1;
+    int64_t timer_due_ms_ = -1;
+    std::vector<Outcome> outcomes_;
+    std::vector<Request*> open_;
+};
+
+// Routes each row to its HTTP destination or to Kafka.
+class Router final : public relay::Sink {
+  public:
+    Router(relay::Sink& kafka, Client& http) : kafka_(kafka), http_(http) {}
+    relay::Produced produce(const relay::Row& row, std::string& error) override {
+        if (http_.destination_of(row.topic) >= 0) return http_.produce(row, error);
+        return kafka_.produce(row, error);
+    }
+
+  private:
+    relay::Sink& kafka_;
+    Client& http_;
+};
+
+}  // namespace eventbox::http

@@ -1,0 +1,343 @@
+// HTTP destinations, PostgreSQL side (see outbox/http_relay.hpp).
+extern "C" {
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "port/atomics.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+}
+
+#include <string>
+#include <vector>
+
+#include "metrics/counters.hpp"
+#include "outbox/http_relay.hpp"
+#include "pg/boundary.hpp"
+#include "pg/shmem.hpp"
+#include "workers/common.hpp"
+
+namespace eventbox::http_relay {
+
+namespace {
+
+constexpr int kSlots = 64;  // destinations with counters of their own; the rest share slot 0
+constexpr int kTopicMax = 256;
+
+struct DestinationCounters {
+    char topic[kTopicMax];
+    pg_atomic_uint64 requests;
+    pg_atomic_uint64 responses[5];  // 2xx, 3xx, 4xx, 5xx, no response
+    pg_atomic_uint64 retries;
+    pg_atomic_uint64 latency[metrics::kBounds + 1];
+    pg_atomic_uint64 latency_sum_us;
+};
+
+struct Shared {
+    pg_atomic_uint64 generation;
+    slock_t mutex;
+    int used;  // slots taken (slot 0 is the overflow entry, topic "")
+    DestinationCounters slots[kSlots + 1];
+};
+
+constexpr const char* kClasses[5] = {"2xx", "3xx", "4xx", "5xx", "error"};
+
+Shared* shared = nullptr;
+shmem_request_hook_type prev_request_hook = nullptr;
+shmem_startup_hook_type prev_startup_hook = nullptr;
+
+void request_hook() {
+    if (prev_request_hook) prev_request_hook();
+    RequestAddinShmemSpace(sizeof(Shared));
+}
+
+void startup_hook() {
+    if (prev_startup_hook) prev_startup_hook();
+    LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+    bool found = false;
+    shared = static_cast<Shared*>(ShmemInitStruct("pg_eventbox http", sizeof(Shared), &found));
+    if (!found) {
+        memset(shared, 0, sizeof(Shared));
+        pg_atomic_init_u64(&shared->generation, 1);
+        SpinLockInit(&shared->mutex);
+        shared->used = 1;
+        for (DestinationCounters& c : shared->slots) {
+            pg_atomic_init_u64(&c.requests, 0);
+            for (auto& r : c.responses) pg_atomic_init_u64(&r, 0);
+            pg_atomic_init_u64(&c.retries, 0);
+            for (auto& l : c.latency) pg_atomic_init_u64(&l, 0);
+            pg_atomic_init_u64(&c.latency_sum_us, 0);
+        }
+    }
+    LWLockRelease(AddinShmemInitLock);
+}
+
+// The counters slot of `topic`, taken on first use (0, the overflow entry, when all are taken).
+int slot_of(const char* topic) {
+    if (shared == nullptr) return -1;
+    SpinLockAcquire(&shared->mutex);
+    int slot = 0;
+    for (int i = 1; i < shared->used; ++i)
+        if (strncmp(shared->slots[i].topic, topic, kTopicMax) == 0) slot = i;
+    if (slot == 0 && shared->used <= kSlots) {
+        slot = shared->used++;
+        strlcpy(shared->slots[slot].topic, topic, kTopicMax);
+    }
+    SpinLockRelease(&shared->mutex);
+    return slot;
+}
+
+bool bump_registered = false;
+bool bump_pending = false;
+
+// The generation moves before the change commits (a row committed after the change is
+// therefore read by a relay pass that sees the new generation); the relay wakes after it.
+void on_xact_event(XactEvent event, void*) {
+    switch (event) {
+        case XACT_EVENT_PRE_COMMIT:
+        case XACT_EVENT_PARALLEL_PRE_COMMIT:
+            if (bump_pending && shared != nullptr) pg_atomic_fetch_add_u64(&shared->generation, 1);
+            break;
+        case XACT_EVENT_COMMIT:
+        case XACT_EVENT_PARALLEL_COMMIT:
+            if (bump_pending) shmem::wake_relay();
+            bump_pending = false;
+            break;
+        case XACT_EVENT_ABORT:
+        case XACT_EVENT_PARALLEL_ABORT:
+        case XACT_EVENT_PREPARE:
+            bump_pending = false;
+            break;
+        default:
+            break;
+    }
+}
+
+// One row of eventbox.http_destination_config as plain data.
+struct LoadedRow {
+    char* topic;
+    char* url;
+    char* method;
+    char** header_names;
+    char** header_values;
+    int n_headers;
+    int64 timeout_ms;
+    int max_in_flight;
+};
+
+}  // namespace
+
+void install_hooks() {
+    prev_request_hook = shmem_request_hook;
+    shmem_request_hook = request_hook;
+    prev_startup_hook = shmem_startup_hook;
+    shmem_startup_hook = startup_hook;
+}
+
+uint64 generation() {
+    return shared ? pg_atomic_read_u64(&shared->generation) : 0;
+}
+
+http::Client* load_client(std::size_t queue_limit, uint64* loaded) {
+    *loaded = generation();
+    pg_memory_barrier();
+    // The rows outlive SPI_finish(); this context goes at the end of the load.
+    MemoryContext load_context =
+        AllocSetContextCreate(TopMemoryContext, "eventbox http destinations", ALLOCSET_SMALL_SIZES);
+    SetCurrentStatementStartTimestamp();
+    StartTransactionCommand();
+    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "eventbox relay: SPI_connect failed");
+    PushActiveSnapshot(GetTransactionSnapshot());
+    // Absent before the extension's 0.2.0 (the relay of an older schema has no destinations).
+    int rc =
+        SPI_execute("SELECT to_regclass('eventbox.http_destination_config') IS NOT NULL", true, 1);
+    bool isnull;
+    if (rc != SPI_OK_SELECT) elog(ERROR, "eventbox relay: SPI_execute failed");
+    if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull))) {
+        rc = SPI_execute(
+            "SELECT topic, url, method, headers, "
+            "(extract(epoch FROM timeout) * 1000)::int8, max_in_flight "
+            "FROM eventbox.http_destination_config ORDER BY topic",
+            true, 0);
+        if (rc != SPI_OK_SELECT)
+            elog(ERROR, "eventbox relay: reading HTTP destinations failed: %s",
+                 SPI_result_code_string(rc));
+    } else {
+        SPI_processed = 0;
+    }
+    int n = static_cast<int>(SPI_processed);
+    MemoryContext spi_context = MemoryContextSwitchTo(load_context);
+    LoadedRow* rows = static_cast<LoadedRow*>(palloc0(sizeof(LoadedRow) * Max(n, 1)));
+    for (int i = 0; i < n; ++i) {
+        HeapTuple tuple = SPI_tuptable->vals[i];
+        TupleDesc desc = SPI_tuptable->tupdesc;
+        LoadedRow& r = rows[i];
+        r.topic = TextDatumGetCString(SPI_getbinval(tuple, desc, 1, &isnull));
+        r.url = TextDatumGetCString(SPI_getbinval(tuple, desc, 2, &isnull));
+        r.method = TextDatumGetCString(SPI_getbinval(tuple, desc, 3, &isnull));
+        Jsonb* headers = DatumGetJsonbP(SPI_getbinval(tuple, desc, 4, &isnull));
+        int count = JB_ROOT_IS_OBJECT(headers) ? JB_ROOT_COUNT(headers) : 0;
+        r.header_names = static_cast<char**>(palloc0(sizeof(char*) * Max(count, 1)));
+        r.header_values = static_cast<char**>(palloc0(sizeof(char*) * Max(count, 1)));
+        if (count > 0) {
+            JsonbIterator* it = JsonbIteratorInit(&headers->root);
+            JsonbValue key, value;
+            JsonbIteratorToken token;
+            while ((token = JsonbIteratorNext(&it, &key, true)) != WJB_DONE) {
+                if (token != WJB_KEY) continue;
+                JsonbIteratorNext(&it, &value, true);
+                if (value.type != jbvString || r.n_headers >= count) continue;
+                r.header_names[r.n_headers] = pnstrdup(key.val.string.val, key.val.string.len);
+                r.header_values[r.n_headers] = pnstrdup(value.val.string.val, value.val.string.len);
+                ++r.n_headers;
+            }
+        }
+        r.timeout_ms = DatumGetInt64(SPI_getbinval(tuple, desc, 5, &isnull));
+        r.max_in_flight = DatumGetInt32(SPI_getbinval(tuple, desc, 6, &isnull));
+    }
+    MemoryContextSwitchTo(spi_context);
+    PopActiveSnapshot();
+    SPI_finish();
+    CommitTransactionCommand();
+    MemoryContext after = MemoryContextSwitchTo(load_context);
+    if (n == 0) {
+        MemoryContextSwitchTo(after);
+        MemoryContextDelete(load_context);
+        return nullptr;
+    }
+
+    int* slots = static_cast<int*>(palloc(sizeof(int) * n));
+    for (int i = 0; i < n; ++i) slots[i] = slot_of(rows[i].topic);
+    http::Client* client = pg::call_cpp([&] {
+        std::vector<http::Destination> destinations;
+        for (int i = 0; i < n; ++i) {
+            http::Destination d;
+            d.topic = rows[i].topic;
+            d.url = rows[i].url;
+            d.method = rows[i].method;
+            for (int h = 0; h < rows[i].n_headers; ++h)
+                d.headers.emplace_back(rows[i].header_names[h], rows[i].header_values[h]);
+            d.timeout_ms = rows[i].timeout_ms;
+            d.max_in_flight = static_cast<std::size_t>(rows[i].max_in_flight);
+            d.metrics_slot = slots[i];
+            destinations.push_back(std::move(d));
+        }
+        return new http::Client(std::move(destinations), queue_limit);
+    });
+    MemoryContextSwitchTo(after);
+    MemoryContextDelete(load_context);
+    ereport(LOG, (errmsg("eventbox relay: delivering %d topic(s) to HTTP destinations", n)));
+    return client;
+}
+
+void take_outcomes(http::Client& client, relay::Dispatcher& dispatcher) {
+    pg::call_cpp([&] {
+        int64_t now = worker::now_ms();
+        client.poll(now);
+        for (const http::Outcome& o : client.outcomes()) {
+            dispatcher.on_delivery(o.id, o.delivered ? 0 : 1, o.permanent, o.counts, -1, -1,
+                                   o.error, now, o.retry_after_ms);
+            int slot = client.destinations()[o.destination].metrics_slot;
+            if (shared == nullptr || slot < 0 || !o.counts) continue;
+            DestinationCounters& c = shared->slots[slot];
+            pg_atomic_fetch_add_u64(&c.requests, 1);
+            int cls = o.status >= 200 && o.status < 600 ? o.status / 100 - 2 : 4;
+            if (o.status >= 100 && o.status < 200) cls = 4;
+            pg_atomic_fetch_add_u64(&c.responses[cls], 1);
+            if (!o.delivered && !o.permanent) pg_atomic_fetch_add_u64(&c.retries, 1);
+            int bucket = metrics::kBounds;
+            for (int b = 0; b < metrics::kBounds; ++b)
+                if (o.latency_us <= metrics::kBoundsSeconds[b] * 1e6) {
+                    bucket = b;
+                    break;
+                }
+            pg_atomic_fetch_add_u64(&c.latency[bucket], 1);
+            pg_atomic_fetch_add_u64(&c.latency_sum_us, static_cast<uint64>(o.latency_us));
+        }
+        client.outcomes().clear();
+    });
+}
+
+void add_families(metrics::Exposition& e) {
+    using metrics::Family;
+    using metrics::Labels;
+    using T = metrics::Type;
+    Family& requests = e.family("eventbox_http_requests_total",
+                                "HTTP requests the relay completed (any outcome), per destination "
+                                "topic.",
+                                T::kCounter);
+    Family& responses = e.family("eventbox_http_responses_total",
+                                 "HTTP requests by outcome: status class, or error (no response: "
+                                 "connection failed, timed out, closed mid-response).",
+                                 T::kCounter);
+    Family& retries = e.family("eventbox_http_retries_total",
+                               "HTTP requests that failed transiently (408, 429, 5xx, no "
+                               "response) and were scheduled again.",
+                               T::kCounter);
+    Family& latency = e.family("eventbox_http_request_duration_seconds",
+                               "Time from starting an HTTP request to its end.", T::kHistogram);
+    if (shared == nullptr) return;
+    SpinLockAcquire(&shared->mutex);
+    int used = shared->used;
+    SpinLockRelease(&shared->mutex);
+    std::vector<double> bounds(metrics::kBoundsSeconds, metrics::kBoundsSeconds + metrics::kBounds);
+    for (int i = 0; i < used; ++i) {
+        DestinationCounters& c = shared->slots[i];
+        uint64 n = pg_atomic_read_u64(&c.requests);
+        if (i == 0 && n == 0) continue;  // the overflow entry, unused
+        Labels label{{"destination", std::string(c.topic)}};
+        e.add(requests, label, static_cast<double>(n));
+        for (int k = 0; k < 5; ++k) {
+            Labels l = label;
+            l.emplace_back("class", kClasses[k]);
+            e.add(responses, l, static_cast<double>(pg_atomic_read_u64(&c.responses[k])));
+        }
+        e.add(retries, label, static_cast<double>(pg_atomic_read_u64(&c.retries)));
+        std::vector<uint64_t> counts;
+        for (auto& l : c.latency) counts.push_back(pg_atomic_read_u64(&l));
+        e.add_histogram(latency, label, bounds, counts,
+                        static_cast<double>(pg_atomic_read_u64(&c.latency_sum_us)) / 1e6);
+    }
+}
+
+}  // namespace eventbox::http_relay
+
+extern "C" {
+PG_FUNCTION_INFO_V1(eventbox_http_destinations_changed);
+PG_FUNCTION_INFO_V1(eventbox_http_error);
+}
+
+// eventbox._http_error(code, message, hint): the HTTP destination API's errors, raised without
+// the "STATEMENT:" line PostgreSQL would log (the statement may carry header values).
+extern "C" Datum eventbox_http_error(PG_FUNCTION_ARGS) {
+    char* code = text_to_cstring(PG_GETARG_TEXT_PP(0));
+    char* message = text_to_cstring(PG_GETARG_TEXT_PP(1));
+    char* hint = text_to_cstring(PG_GETARG_TEXT_PP(2));
+    if (strlen(code) != 5) code = pstrdup("XX000");
+    ereport(ERROR, (errcode(MAKE_SQLSTATE(code[0], code[1], code[2], code[3], code[4])),
+                    errmsg_internal("%s", message), errhint("%s", hint), errhidestmt(true)));
+    PG_RETURN_VOID();
+}
+
+// eventbox._http_destinations_changed(): the relay reloads its destinations once this
+// transaction commits.
+extern "C" Datum eventbox_http_destinations_changed(PG_FUNCTION_ARGS) {
+    (void)fcinfo;
+    using namespace eventbox::http_relay;
+    if (!bump_registered) {
+        RegisterXactCallback(on_xact_event, nullptr);
+        bump_registered = true;
+    }
+    bump_pending = true;
+    PG_RETURN_VOID();
+}
