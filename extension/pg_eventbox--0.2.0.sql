@@ -115,6 +115,9 @@ CREATE TABLE eventbox.subscriptions (
     group_id         text,
     enabled          boolean     NOT NULL DEFAULT true,
     created_at       timestamptz NOT NULL DEFAULT now(),
+    non_retryable    text[]      NOT NULL DEFAULT '{22,23502,23514}',
+    on_dead          text        NOT NULL DEFAULT 'continue',
+    dead_letter_topic text,
     CONSTRAINT subscriptions_name_check CHECK (name ~ '^[A-Za-z0-9_.-]{1,63}$'),
     CONSTRAINT subscriptions_topics_check CHECK (cardinality(topics) > 0),
     CONSTRAINT subscriptions_start_from_check CHECK (start_from IN ('earliest', 'latest')),
@@ -122,7 +125,8 @@ CREATE TABLE eventbox.subscriptions (
     CONSTRAINT subscriptions_unhandled_check CHECK (unhandled IN ('ignore', 'keep')),
     CONSTRAINT subscriptions_max_attempts_check CHECK (max_attempts >= 1),
     CONSTRAINT subscriptions_backoff_check CHECK (backoff > '0' AND backoff_max >= backoff),
-    CONSTRAINT subscriptions_batch_size_check CHECK (batch_size BETWEEN 1 AND 100000)
+    CONSTRAINT subscriptions_batch_size_check CHECK (batch_size BETWEEN 1 AND 100000),
+    CONSTRAINT subscriptions_on_dead_check CHECK (on_dead IN ('continue', 'block_key'))
 );
 SELECT pg_catalog.pg_extension_config_dump('eventbox.subscriptions', '');
 
@@ -327,14 +331,51 @@ BEGIN
     RETURN s;
 END $$;
 
+-- Validates the failure-workflow options of a subscription (non_retryable, on_dead,
+-- dead_letter_topic); raises 22023 with a hint. Returns non_retryable cleaned up: upper case,
+-- each code once, sorted.
+CREATE FUNCTION eventbox._check_dead_letter_options(non_retryable text[], on_dead text,
+                                                    ordering text, dead_letter_topic text)
+RETURNS text[]
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    code text;
+BEGIN
+    IF non_retryable IS NULL THEN
+        RAISE EXCEPTION 'non_retryable must not be NULL' USING ERRCODE = 'null_value_not_allowed',
+            HINT = 'Pass ''{}'' to retry every error, or SQLSTATE codes and classes such as ''{22,23514}''.';
+    END IF;
+    FOREACH code IN ARRAY non_retryable LOOP
+        IF code IS NULL OR upper(code) !~ '^[0-9A-Z]{2}([0-9A-Z]{3})?$' THEN
+            RAISE EXCEPTION 'invalid SQLSTATE in non_retryable: %', coalesce(eventbox._quote(code), 'NULL')
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Use 5-character SQLSTATE codes (e.g. ''23514'') or 2-character classes (e.g. ''22'').';
+        END IF;
+    END LOOP;
+    IF on_dead IS NULL OR on_dead NOT IN ('continue', 'block_key') THEN
+        RAISE EXCEPTION 'invalid on_dead: %', coalesce(eventbox._quote(on_dead), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Use ''continue'' or ''block_key''.';
+    END IF;
+    IF on_dead = 'block_key' AND ordering = 'none' THEN
+        RAISE EXCEPTION 'on_dead ''block_key'' needs ordering ''partition'' or ''key'''
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Ordering ''none'' keeps no order that a dead message could preserve.';
+    END IF;
+    IF dead_letter_topic IS NOT NULL THEN
+        PERFORM eventbox._check_topic(dead_letter_topic);
+    END IF;
+    RETURN ARRAY(SELECT DISTINCT upper(c) FROM unnest(non_retryable) c ORDER BY 1);
+END $$;
+
 CREATE FUNCTION eventbox._create_subscription(
     caller oid, name text, topics text[], start_from text, ordering text, max_attempts integer,
     backoff interval, backoff_max interval, message_id_field text, unhandled text,
-    batch_size integer, group_id text)
+    batch_size integer, group_id text, non_retryable text[], on_dead text, dead_letter_topic text)
 RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     clean_topics text[];
+    clean_codes text[];
 BEGIN
     IF name IS NULL OR name !~ '^[A-Za-z0-9_.-]{1,63}$' THEN
         RAISE EXCEPTION 'invalid subscription name: %', coalesce(eventbox._quote(name), 'NULL')
@@ -343,6 +384,8 @@ BEGIN
     END IF;
     clean_topics := eventbox._check_subscription_options(topics, start_from, ordering,
         max_attempts, backoff, backoff_max, unhandled, batch_size);
+    clean_codes := eventbox._check_dead_letter_options(non_retryable, on_dead, ordering,
+        dead_letter_topic);
     IF group_id = '' THEN
         RAISE EXCEPTION 'group_id must not be empty' USING ERRCODE = 'invalid_parameter_value',
             HINT = 'Pass NULL to derive it from the database and subscription names.';
@@ -353,9 +396,11 @@ BEGIN
     END IF;
     BEGIN
         INSERT INTO eventbox.subscriptions (name, topics, owner, start_from, ordering,
-            max_attempts, backoff, backoff_max, message_id_field, unhandled, batch_size, group_id)
+            max_attempts, backoff, backoff_max, message_id_field, unhandled, batch_size, group_id,
+            non_retryable, on_dead, dead_letter_topic)
         VALUES (name, clean_topics, caller::regrole, start_from, ordering, max_attempts, backoff,
-            backoff_max, message_id_field, unhandled, batch_size, group_id);
+            backoff_max, message_id_field, unhandled, batch_size, group_id, clean_codes, on_dead,
+            dead_letter_topic);
     EXCEPTION WHEN unique_violation THEN
         RAISE EXCEPTION 'subscription % already exists', eventbox._quote(name)
             USING ERRCODE = 'duplicate_object',
@@ -367,12 +412,14 @@ END $$;
 CREATE FUNCTION eventbox._alter_subscription(
     caller oid, name text, topics text[], start_from text, ordering text, max_attempts integer,
     backoff interval, backoff_max interval, message_id_field text, unhandled text,
-    batch_size integer, group_id text, enabled boolean)
+    batch_size integer, group_id text, enabled boolean, non_retryable text[], on_dead text,
+    dead_letter_topic text)
 RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     s eventbox.subscriptions;
     clean_topics text[];
+    clean_codes text[];
 BEGIN
     s := eventbox._managed_subscription(caller, name);
     clean_topics := eventbox._check_subscription_options(
@@ -380,6 +427,11 @@ BEGIN
         coalesce(ordering, s.ordering), coalesce(max_attempts, s.max_attempts),
         coalesce(backoff, s.backoff), coalesce(backoff_max, s.backoff_max),
         coalesce(unhandled, s.unhandled), coalesce(batch_size, s.batch_size));
+    clean_codes := eventbox._check_dead_letter_options(
+        coalesce(non_retryable, s.non_retryable), coalesce(on_dead, s.on_dead),
+        coalesce(ordering, s.ordering),
+        CASE WHEN dead_letter_topic IS NULL THEN s.dead_letter_topic
+             ELSE nullif(dead_letter_topic, '') END);
     UPDATE eventbox.subscriptions SET
         topics = clean_topics,
         start_from = coalesce(_alter_subscription.start_from, s.start_from),
@@ -394,8 +446,17 @@ BEGIN
         batch_size = coalesce(_alter_subscription.batch_size, s.batch_size),
         group_id = CASE WHEN _alter_subscription.group_id IS NULL THEN s.group_id
                         ELSE nullif(_alter_subscription.group_id, '') END,
-        enabled = coalesce(_alter_subscription.enabled, s.enabled)
+        enabled = coalesce(_alter_subscription.enabled, s.enabled),
+        non_retryable = clean_codes,
+        on_dead = coalesce(_alter_subscription.on_dead, s.on_dead),
+        dead_letter_topic = CASE WHEN _alter_subscription.dead_letter_topic IS NULL
+                                 THEN s.dead_letter_topic
+                                 ELSE nullif(_alter_subscription.dead_letter_topic, '') END
      WHERE subscriptions.name = s.name;
+    -- Back to 'continue': the keys it held are released.
+    IF coalesce(_alter_subscription.on_dead, s.on_dead) = 'continue' THEN
+        DELETE FROM eventbox.key_blocks b WHERE b.subscription = s.name;
+    END IF;
     PERFORM eventbox._notify_ingest();
 END $$;
 
@@ -410,6 +471,7 @@ BEGIN
     DELETE FROM eventbox.inbox WHERE subscription = s.name;
     DELETE FROM eventbox.offsets WHERE subscription = s.name;
     DELETE FROM eventbox.handler_claims WHERE subscription = s.name;
+    DELETE FROM eventbox.key_blocks WHERE subscription = s.name;
     DELETE FROM eventbox.subscriptions WHERE subscriptions.name = s.name;
     PERFORM eventbox._notify_ingest();
 END $$;
@@ -419,7 +481,9 @@ CREATE FUNCTION eventbox.create_subscription(
     name text, topics text[], start_from text DEFAULT 'earliest', ordering text DEFAULT 'partition',
     max_attempts integer DEFAULT 10, backoff interval DEFAULT '1 second',
     backoff_max interval DEFAULT '10 minutes', message_id_field text DEFAULT NULL,
-    unhandled text DEFAULT 'ignore', batch_size integer DEFAULT 1000, group_id text DEFAULT NULL)
+    unhandled text DEFAULT 'ignore', batch_size integer DEFAULT 1000, group_id text DEFAULT NULL,
+    non_retryable text[] DEFAULT '{22,23502,23514}', on_dead text DEFAULT 'continue',
+    dead_letter_topic text DEFAULT NULL)
 RETURNS void
 LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
 
@@ -428,7 +492,8 @@ CREATE FUNCTION eventbox.alter_subscription(
     ordering text DEFAULT NULL, max_attempts integer DEFAULT NULL, backoff interval DEFAULT NULL,
     backoff_max interval DEFAULT NULL, message_id_field text DEFAULT NULL,
     unhandled text DEFAULT NULL, batch_size integer DEFAULT NULL, group_id text DEFAULT NULL,
-    enabled boolean DEFAULT NULL)
+    enabled boolean DEFAULT NULL, non_retryable text[] DEFAULT NULL, on_dead text DEFAULT NULL,
+    dead_letter_topic text DEFAULT NULL)
 RETURNS void
 LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
 
@@ -437,8 +502,8 @@ RETURNS void
 LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
 
 COMMENT ON FUNCTION eventbox.alter_subscription(text, text[], text, text, integer, interval,
-    interval, text, text, integer, text, boolean) IS
-    'Change a subscription''s options; NULL keeps an option (pass '''' to clear message_id_field or group_id)';
+    interval, text, text, integer, text, boolean, text[], text, text) IS
+    'Change a subscription''s options; NULL keeps an option (pass '''' to clear message_id_field, group_id or dead_letter_topic)';
 
 
 -- ---------------------------------------------------------------------------------------------
@@ -731,6 +796,53 @@ AS 'MODULE_PATHNAME', 'eventbox_metric_samples';
 CREATE VIEW eventbox.metrics AS SELECT * FROM eventbox.metric_samples();
 COMMENT ON FUNCTION eventbox.metrics() IS
     'Counters and gauges of pg_eventbox in the Prometheus text exposition format 0.0.4';
+
+-- ---------------------------------------------------------------------------------------------
+-- Failure workflow (0.2.0): dead messages that hold back their key (on_dead 'block_key').
+-- ---------------------------------------------------------------------------------------------
+
+-- One row per key a dead message holds back in its lane (topic, partition), written by the
+-- handler pass in the transaction that marks the message dead. The later messages of that key
+-- are not read by the passes while the message is dead (or waits for a retry after
+-- eventbox.retry()/redrive()); the row goes once it is processed, skipped or deleted.
+CREATE TABLE eventbox.key_blocks (
+    subscription text        NOT NULL,
+    topic        text        NOT NULL,
+    "partition"  integer     NOT NULL,
+    key          bytea       NOT NULL,
+    message_id   text        NOT NULL,
+    "offset"     bigint      NOT NULL,
+    blocked_at   timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (subscription, topic, "partition", key)
+);
+CREATE UNIQUE INDEX key_blocks_message_idx ON eventbox.key_blocks (subscription, message_id);
+SELECT pg_catalog.pg_extension_config_dump('eventbox.key_blocks', '');
+
+CREATE VIEW eventbox.blocked_keys AS
+SELECT b.subscription, b.topic, b."partition", b.key, b.message_id, b."offset", i.status,
+       i.last_error AS error,
+       (SELECT count(*) FROM eventbox.inbox h
+         WHERE h.subscription = b.subscription AND h.topic = b.topic
+           AND h."partition" = b."partition" AND h.status IN ('received', 'retry')
+           AND h.key = b.key AND h.message_id <> b.message_id) AS held,
+       b.blocked_at AS since
+  FROM eventbox.key_blocks b
+  JOIN eventbox.inbox i ON i.subscription = b.subscription AND i.message_id = b.message_id
+ WHERE i.status IN ('dead', 'received', 'retry');
+
+REVOKE ALL ON eventbox.key_blocks, eventbox.blocked_keys FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventbox._check_dead_letter_options(text[], text, text, text),
+    eventbox._create_subscription(oid, text, text[], text, text, integer, interval, interval,
+                                  text, text, integer, text, text[], text, text),
+    eventbox._alter_subscription(oid, text, text[], text, text, integer, interval, interval,
+                                 text, text, integer, text, boolean, text[], text, text),
+    eventbox._drop_subscription(oid, text),
+    eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text,
+                                 text, integer, text, text[], text, text),
+    eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text,
+                                text, integer, text, boolean, text[], text, text),
+    eventbox.drop_subscription(text)
+    FROM PUBLIC;
 
 REVOKE ALL ON ALL TABLES IN SCHEMA eventbox FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA eventbox FROM PUBLIC;

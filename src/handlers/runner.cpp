@@ -35,6 +35,7 @@ extern "C" {
 #include <climits>
 
 #include "pg/guc.hpp"
+#include "handlers/dead_letters.hpp"
 #include "handlers/pass_state.hpp"
 #include "handlers/plan.hpp"
 #include "handlers/runner.hpp"
@@ -67,6 +68,7 @@ struct Options {
     int64 backoff_ms;
     int64 backoff_max_ms;
     bool unhandled_keep;
+    dead_letters::Policy dead;  // non_retryable, on_dead, dead_letter_topic
 };
 
 // The pass's working set (heap; begun anew by each pass; the cursors outlive passes).
@@ -218,7 +220,7 @@ void prepare_plans() {
         "WHERE i.subscription = $1 AND i.message_id = ANY ($2) AND i.message_id = u.id "
         "  AND i.attempts = u.attempts "
         "  AND i.status IN ('received', 'retry') "
-        "RETURNING i.status = 'dead'",
+        "RETURNING i.status = 'dead', i.message_id",
         4, crash_types);
     Oid claim_types[5] = {TEXTOID, TEXTOID, INT4OID, TEXTARRAYOID, INT4ARRAYOID};
     claim_write_plan = prepare(
@@ -589,6 +591,8 @@ void read_lane(Datum name, std::size_t l, int per_lane, const Options& options, 
             else waiting[n_waiting++] = key;
         }
     }
+    if (options.dead.block_key)
+        dead_letters::add_blocked_keys(name, topic, lane.partition, &waiting, &n_waiting);
     pg::ArrayColumn waiting_keys(n_waiting, BYTEAOID);
     for (int k = 0; k < n_waiting; ++k) waiting_keys.set(k, waiting[k]);
     Datum args[10] = {name,
@@ -676,6 +680,16 @@ void mark_moved_processed(Datum name, const Outcomes& o) {
     exec(processed_by_id_plan, args, false, SPI_OK_UPDATE);
 }
 
+// The failed messages of `o` that went dead: their keys blocked and their dead letters sent
+// (dead_letters::after_dead()) in the transaction that marks them.
+void record_dead(Datum name, const Outcomes& o) {
+    pg::ArrayColumn dead_ids(o.n_failed, TEXTOID);
+    int n_dead = 0;
+    for (int k = 0; k < o.n_failed; ++k)
+        if (DatumGetBool(o.failed_dead.value(k))) dead_ids.set(n_dead++, o.failed_ids.value(k));
+    if (n_dead > 0) dead_letters::after_dead(name, dead_ids.get(n_dead));
+}
+
 // Records the outcomes in the current transaction; they commit with the handlers' effects.
 void record_outcomes(Datum name, const Outcomes& o) {
     if (o.n_processed > 0) {
@@ -691,6 +705,7 @@ void record_outcomes(Datum name, const Outcomes& o) {
         Datum args[5] = {name, o.failed_ids.get(o.n_failed), o.failed_errors.get(o.n_failed),
                          o.failed_delays.get(o.n_failed), o.failed_dead.get(o.n_failed)};
         exec(failed_plan, args, false, SPI_OK_UPDATE);
+        record_dead(name, o);
     }
 }
 
@@ -729,10 +744,13 @@ int settle_claim(Datum name, std::size_t l, int32 max_attempts) {
     call_cpp([&] { state->set_had_claim(l); });
     Datum crash_args[4] = {name, ids, Int32GetDatum(max_attempts), attempts};
     exec(crash_plan, crash_args, false, SPI_OK_UPDATE_RETURNING);
+    pg::ArrayColumn dead_ids(static_cast<int>(Max(SPI_processed, 1)), TEXTOID);
     int dead = 0;
     for (uint64 r = 0; r < SPI_processed; ++r)
         if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull)))
-            ++dead;
+            dead_ids.set(dead++, SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2,
+                                               &isnull));
+    if (dead > 0) dead_letters::after_dead(name, dead_ids.get(dead));
     return dead;
 }
 
@@ -900,6 +918,7 @@ void load_setup(Datum name, PassSetup* setup) {
     setup->handlers = load_handlers(name, &setup->n_handlers);
     setup->options = Options{Ordering::kPartition, 1, 1000, 1000, false};
     setup->found = read_options(name, &setup->options);
+    dead_letters::load(name, pass_context, &setup->options.dead);
     // A subscription without any handler registered yet: its messages wait for one, whatever
     // `unhandled` says (that option is about event types no registered handler takes). Marking
     // them ignored threw away everything that arrived between create_subscription() and
@@ -1052,7 +1071,9 @@ bool run_chosen(const PassSetup& setup, int c, Datum row, HandlerRef** matching,
         return true;
     }
     int32 attempts = m.attempts + 1;
-    bool dead = attempts >= setup.options.max_attempts;
+    bool refused = dead_letters::refuses(setup.options.dead, error);
+    bool dead = attempts >= setup.options.max_attempts || refused;
+    if (refused) error = psprintf("%s (not retried: non_retryable)", error);
     metrics::handler_failed(duration_us, dead);
     double unit = call_cpp([] { return state->next_jitter(); });
     int64 delay =

@@ -41,6 +41,7 @@ extern "C" {
 #include <vector>
 
 #include "pg/guc.hpp"
+#include "handlers/dead_letters.hpp"
 #include "inbox/jsonb.hpp"
 #include "inbox/record.hpp"
 #include "kafka/consumer.hpp"
@@ -573,6 +574,9 @@ std::size_t store_chunk(Subscription* sub, std::size_t from, std::size_t to) {
     if (count > 0) {
         worker::exec_kept("eventbox ingest", insert_plan, values, false, SPI_OK_INSERT);
         inserted = SPI_processed;
+        // The subscription's dead-letter topic, if any, gets the unparsable rows stored now.
+        if (unparsable_rows > 0 && inserted > 0)
+            handlers::dead_letters::after_unparsable(name, ids.get());
     }
 
     const std::vector<kafka::PartitionEnd>* ends =

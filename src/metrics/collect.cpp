@@ -29,10 +29,14 @@ constexpr const char* kOutboxQuery =
     "FROM eventbox.outbox WHERE status = 'pending'";
 // Per subscription, through inbox_todo_idx (the rows still to handle).
 constexpr const char* kInboxQuery =
-    "SELECT s.name, p.n, coalesce(extract(epoch FROM now() - p.oldest), 0)::float8 "
+    "SELECT s.name, p.n, coalesce(extract(epoch FROM now() - p.oldest), 0)::float8, "
+    "b.keys, b.held "
     "FROM eventbox.subscriptions s, LATERAL (SELECT count(*) AS n, min(i.received_at) AS oldest "
     "FROM eventbox.inbox i WHERE i.subscription = s.name "
-    "AND i.status IN ('received', 'retry')) p ORDER BY s.name";
+    "AND i.status IN ('received', 'retry')) p, "
+    // The keys dead messages hold back (on_dead 'block_key'), by key_blocks' primary key.
+    "LATERAL (SELECT count(*) AS keys, coalesce(sum(k.held), 0)::int8 AS held "
+    "FROM eventbox.blocked_keys k WHERE k.subscription = s.name) b ORDER BY s.name";
 constexpr const char* kLagQuery =
     "SELECT subscription, topic, \"partition\", greatest(high_watermark - next_offset, 0) "
     "FROM eventbox.offsets WHERE high_watermark IS NOT NULL "
@@ -132,6 +136,20 @@ void build(const Counters& s, const Gauges* g, Exposition& e) {
                   static_cast<double>(g->inbox[i].pending));
             e.add(age, sub_label(g->inbox[i].subscription), g->inbox[i].oldest_age_s);
         }
+        Family& blocked = e.family("eventbox_blocked_keys",
+                                   "Keys whose later messages a dead message holds back "
+                                   "(on_dead 'block_key'), until it is processed or skipped.",
+                                   T::kGauge);
+        Family& held = e.family("eventbox_held_messages",
+                                "Messages waiting behind a dead message of their key "
+                                "(on_dead 'block_key').",
+                                T::kGauge);
+        for (int i = 0; i < g->n_inbox; ++i) {
+            e.add(blocked, sub_label(g->inbox[i].subscription),
+                  static_cast<double>(g->inbox[i].blocked_keys));
+            e.add(held, sub_label(g->inbox[i].subscription),
+                  static_cast<double>(g->inbox[i].held));
+        }
         Family& lag = e.family("eventbox_ingest_lag",
                                "Broker high watermark minus the stored next offset, per partition "
                                "(as last seen by the ingest workers).",
@@ -188,6 +206,8 @@ void query_gauges(Gauges* out, MemoryContext context) {
                                NAMEDATALEN);
         out->inbox[i].pending = DatumGetInt64(column(i, 2, &isnull));
         out->inbox[i].oldest_age_s = DatumGetFloat8(column(i, 3, &isnull));
+        out->inbox[i].blocked_keys = DatumGetInt64(column(i, 4, &isnull));
+        out->inbox[i].held = DatumGetInt64(column(i, 5, &isnull));
     }
     out->n_inbox = n;
 

@@ -17,6 +17,8 @@ struct InboxGauge {
     char subscription[NAMEDATALEN];
     int64 pending;
     double oldest_age_s;
+    int64 blocked_keys;  // on_dead 'block_key': keys a dead message holds back
+    int64 held;          // and the messages waiting behind them
 };
 struct LagGauge {
     char subscription[NAMEDATALEN];

@@ -4,7 +4,7 @@
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pg_eventbox;
 
-SELECT plan(279);
+SELECT plan(298);
 
 -- ---- tables: exactly these columns, with these types, nullability and defaults -------------
 
@@ -13,7 +13,8 @@ SELECT has_table('eventbox', 'inbox', 'table eventbox.inbox exists');
 SELECT has_table('eventbox', 'offsets', 'table eventbox.offsets exists');
 SELECT columns_are('eventbox', 'subscriptions', ARRAY[
     'name', 'topics', 'owner', 'start_from', 'ordering', 'max_attempts', 'backoff', 'backoff_max',
-    'message_id_field', 'unhandled', 'batch_size', 'group_id', 'enabled', 'created_at']);
+    'message_id_field', 'unhandled', 'batch_size', 'group_id', 'enabled', 'created_at',
+    'non_retryable', 'on_dead', 'dead_letter_topic']);
 SELECT columns_are('eventbox', 'inbox', ARRAY[
     'subscription', 'message_id', 'topic', 'partition', 'offset', 'key', 'headers', 'payload',
     'raw_payload', 'event_type', 'status', 'attempts', 'next_attempt_at', 'received_at',
@@ -37,6 +38,9 @@ INSERT INTO expected_columns VALUES
     ('subscriptions', 'group_id',         'text',                     false, NULL),
     ('subscriptions', 'enabled',          'boolean',                  true,  'true'),
     ('subscriptions', 'created_at',       'timestamp with time zone', true,  'now()'),
+    ('subscriptions', 'non_retryable',    'text[]',                   true,  '{22,23502,23514}'),
+    ('subscriptions', 'on_dead',          'text',                     true,  'continue'),
+    ('subscriptions', 'dead_letter_topic', 'text',                    false, NULL),
     ('inbox',         'subscription',     'text',                     true,  NULL),
     ('inbox',         'message_id',       'text',                     true,  NULL),
     ('inbox',         'topic',            'text',                     true,  NULL),
@@ -60,7 +64,7 @@ INSERT INTO expected_columns VALUES
     ('offsets',       'high_watermark',   'bigint',                   false, NULL),
     ('offsets',       'updated_at',       'timestamp with time zone', true,  'now()');
 
--- 36 columns: has_column + col_type_is + nullability + default (or none) = 144 tests.
+-- 39 columns: has_column + col_type_is + nullability + default (or none) = 156 tests.
 SELECT has_column('eventbox', tbl, col, tbl || ' has column ' || col)
   FROM expected_columns ORDER BY tbl, col;
 SELECT col_type_is('eventbox', tbl, col, typ, tbl || '.' || col || ' is ' || typ)
@@ -103,11 +107,12 @@ SELECT bag_has(
              ('eventbox.subscriptions', 'subscriptions_max_attempts_check'),
              ('eventbox.subscriptions', 'subscriptions_backoff_check'),
              ('eventbox.subscriptions', 'subscriptions_batch_size_check'),
+             ('eventbox.subscriptions', 'subscriptions_on_dead_check'),
              ('eventbox.inbox', 'inbox_status_check')$$,
     'the inbox tables have the documented check constraints');
 SELECT col_has_check('eventbox', 'subscriptions', c, 'subscriptions.' || c || ' has a check')
   FROM unnest(ARRAY['name', 'topics', 'start_from', 'ordering', 'unhandled', 'max_attempts',
-                    'batch_size']::name[]) c ORDER BY c;
+                    'batch_size', 'on_dead']::name[]) c ORDER BY c;
 SELECT col_has_check('eventbox', 'subscriptions', ARRAY['backoff', 'backoff_max']::name[],
                      'subscriptions (backoff, backoff_max) has a check');
 SELECT col_has_check('eventbox', 'inbox', 'status', 'inbox.status has a check');
@@ -188,26 +193,27 @@ CREATE TEMP TABLE expected_functions (fn name, args name[], lang name, api boole
 INSERT INTO expected_functions VALUES
     ('create_subscription',
      ARRAY['text', 'text[]', 'text', 'text', 'integer', 'interval', 'interval', 'text', 'text',
-           'integer', 'text'], 'c', true),
+           'integer', 'text', 'text[]', 'text', 'text'], 'c', true),
     ('alter_subscription',
      ARRAY['text', 'text[]', 'text', 'text', 'integer', 'interval', 'interval', 'text', 'text',
-           'integer', 'text', 'boolean'], 'c', true),
+           'integer', 'text', 'boolean', 'text[]', 'text', 'text'], 'c', true),
     ('drop_subscription', ARRAY['text'], 'c', true),
     ('_create_subscription',
      ARRAY['oid', 'text', 'text[]', 'text', 'text', 'integer', 'interval', 'interval', 'text',
-           'text', 'integer', 'text'], 'plpgsql', false),
+           'text', 'integer', 'text', 'text[]', 'text', 'text'], 'plpgsql', false),
     ('_alter_subscription',
      ARRAY['oid', 'text', 'text[]', 'text', 'text', 'integer', 'interval', 'interval', 'text',
-           'text', 'integer', 'text', 'boolean'], 'plpgsql', false),
+           'text', 'integer', 'text', 'boolean', 'text[]', 'text', 'text'], 'plpgsql', false),
     ('_drop_subscription', ARRAY['oid', 'text'], 'plpgsql', false),
     ('_managed_subscription', ARRAY['oid', 'text'], 'plpgsql', false),
     ('_check_subscription_options',
      ARRAY['text[]', 'text', 'text', 'integer', 'interval', 'interval', 'text', 'integer'],
      'plpgsql', false),
+    ('_check_dead_letter_options', ARRAY['text[]', 'text', 'text', 'text'], 'plpgsql', false),
     ('_check_topic', ARRAY['text'], 'c', false),
     ('_notify_ingest', '{}', 'c', false);
 
--- 10 functions x (exists + single overload + language + not a definer + PUBLIC cannot execute).
+-- 11 functions x (exists + single overload + language + not a definer + PUBLIC cannot execute).
 SELECT has_function('eventbox', fn, args, format('eventbox.%s(%s) exists', fn, array_to_string(args, ', ')))
   FROM expected_functions ORDER BY fn;
 SELECT is((SELECT count(*) FROM pg_proc
@@ -228,8 +234,8 @@ SELECT function_privs_are('eventbox', fn, args, 'public', '{}'::text[],
 SELECT is(pg_get_function_arguments(format('eventbox.%s(%s)', fn, array_to_string(args, ', '))::regprocedure),
           want, fn || ' has the documented argument names and defaults')
   FROM expected_functions JOIN (VALUES
-    ('create_subscription', 'name text, topics text[], start_from text DEFAULT ''earliest''::text, ordering text DEFAULT ''partition''::text, max_attempts integer DEFAULT 10, backoff interval DEFAULT ''00:00:01''::interval, backoff_max interval DEFAULT ''00:10:00''::interval, message_id_field text DEFAULT NULL::text, unhandled text DEFAULT ''ignore''::text, batch_size integer DEFAULT 1000, group_id text DEFAULT NULL::text'),
-    ('alter_subscription', 'name text, topics text[] DEFAULT NULL::text[], start_from text DEFAULT NULL::text, ordering text DEFAULT NULL::text, max_attempts integer DEFAULT NULL::integer, backoff interval DEFAULT NULL::interval, backoff_max interval DEFAULT NULL::interval, message_id_field text DEFAULT NULL::text, unhandled text DEFAULT NULL::text, batch_size integer DEFAULT NULL::integer, group_id text DEFAULT NULL::text, enabled boolean DEFAULT NULL::boolean'),
+    ('create_subscription', 'name text, topics text[], start_from text DEFAULT ''earliest''::text, ordering text DEFAULT ''partition''::text, max_attempts integer DEFAULT 10, backoff interval DEFAULT ''00:00:01''::interval, backoff_max interval DEFAULT ''00:10:00''::interval, message_id_field text DEFAULT NULL::text, unhandled text DEFAULT ''ignore''::text, batch_size integer DEFAULT 1000, group_id text DEFAULT NULL::text, non_retryable text[] DEFAULT ''{22,23502,23514}''::text[], on_dead text DEFAULT ''continue''::text, dead_letter_topic text DEFAULT NULL::text'),
+    ('alter_subscription', 'name text, topics text[] DEFAULT NULL::text[], start_from text DEFAULT NULL::text, ordering text DEFAULT NULL::text, max_attempts integer DEFAULT NULL::integer, backoff interval DEFAULT NULL::interval, backoff_max interval DEFAULT NULL::interval, message_id_field text DEFAULT NULL::text, unhandled text DEFAULT NULL::text, batch_size integer DEFAULT NULL::integer, group_id text DEFAULT NULL::text, enabled boolean DEFAULT NULL::boolean, non_retryable text[] DEFAULT NULL::text[], on_dead text DEFAULT NULL::text, dead_letter_topic text DEFAULT NULL::text'),
     ('drop_subscription', 'name text')) AS w(f, want) ON w.f = fn
  ORDER BY fn;
 SELECT function_returns('eventbox', fn, args, 'void', fn || ' returns void')
@@ -274,6 +280,7 @@ SELECT is_empty(
          AND p.proname IN ('create_subscription', 'alter_subscription', 'drop_subscription',
                            '_create_subscription', '_alter_subscription', '_drop_subscription',
                            '_managed_subscription', '_check_subscription_options',
+                           '_check_dead_letter_options',
                            '_check_topic', '_notify_ingest')
          AND a.grantee <> p.proowner$$,
     'the extension grants EXECUTE on the subscription functions to no one (PUBLIC included)');

@@ -1,0 +1,169 @@
+// The failure workflow of a subscription (see handlers/dead_letters.hpp).
+extern "C" {
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/memutils.h"
+}
+
+#include <string_view>
+
+#include "handlers/dead_letters.hpp"
+#include "handlers/dead_policy.hpp"
+#include "pg/shmem.hpp"
+#include "workers/common.hpp"
+
+namespace eventbox::handlers::dead_letters {
+
+namespace {
+
+SPIPlanPtr policy_plan, blocked_plan, dead_plan, unparsable_plan;
+Policy current{false, false, ""};
+
+// The record a dead-letter topic receives for inbox row `d`: its key, its value bytes (the raw
+// bytes when they were not JSON, else the stored JSON's text), its headers (string values; the
+// message_id header is the outbox row's own), and the headers saying where it came from and
+// why it failed, named after Kafka Connect's dead-letter headers where one fits.
+#define DLT_COLUMNS                                                                              \
+    "gen_random_uuid(), d.key, "                                                                 \
+    "coalesce(d.raw_payload, convert_to(d.payload::text, 'UTF8')), "                             \
+    "coalesce((SELECT jsonb_object_agg(h.key, h.value) FROM jsonb_each(d.headers) h "            \
+    "          WHERE jsonb_typeof(h.value) = 'string' AND h.key <> 'message_id'), '{}'::jsonb) " \
+    "|| jsonb_strip_nulls(jsonb_build_object("                                                   \
+    "  '__connect.errors.topic', d.topic, "                                                      \
+    "  '__connect.errors.partition', d.\"partition\"::text, "                                    \
+    "  '__connect.errors.offset', d.\"offset\"::text, "                                          \
+    "  '__connect.errors.connector.name', d.subscription, "                                      \
+    "  '__connect.errors.exception.class.name', "                                                \
+    "    CASE WHEN d.last_error ~ '^[0-9A-Z]{5}: ' THEN left(d.last_error, 5) END, "             \
+    "  '__connect.errors.exception.message', "                                                   \
+    "    CASE WHEN d.last_error ~ '^[0-9A-Z]{5}: ' THEN substr(d.last_error, 8) "                \
+    "         ELSE d.last_error END, "                                                           \
+    "  '__eventbox.errors.message_id', d.message_id, "                                           \
+    "  '__eventbox.errors.attempts', d.attempts::text, "                                         \
+    "  '__eventbox.errors.status', d.status))"
+
+void prepare_plans() {
+    if (policy_plan != nullptr) return;
+    const char* who = "eventbox dead letters";
+    Oid text1[1] = {TEXTOID};
+    policy_plan = worker::prepare_kept(
+        who,
+        "SELECT on_dead = 'block_key', dead_letter_topic IS NOT NULL, "
+        "array_to_string(non_retryable, ',') FROM eventbox.subscriptions WHERE name = $1",
+        1, text1);
+    // Blocks whose message is no longer dead or waiting (processed, skipped, deleted) are
+    // dropped; the others hold their key back unless their message is due to run now.
+    Oid lane_types[3] = {TEXTOID, TEXTOID, INT4OID};
+    blocked_plan = worker::prepare_kept(
+        who,
+        "WITH released AS ("
+        "  DELETE FROM eventbox.key_blocks b"
+        "   WHERE b.subscription = $1 AND b.topic = $2 AND b.\"partition\" = $3"
+        "     AND NOT EXISTS (SELECT 1 FROM eventbox.inbox i"
+        "                      WHERE i.subscription = $1 AND i.message_id = b.message_id"
+        "                        AND i.status IN ('dead', 'received', 'retry')))"
+        "SELECT b.key FROM eventbox.key_blocks b"
+        "  JOIN eventbox.inbox i ON i.subscription = b.subscription"
+        "                       AND i.message_id = b.message_id"
+        " WHERE b.subscription = $1 AND b.topic = $2 AND b.\"partition\" = $3"
+        "   AND (i.status = 'dead' OR (i.status IN ('received', 'retry')"
+        "                              AND i.next_attempt_at > clock_timestamp()))",
+        3, lane_types);
+    Oid dead_types[2] = {TEXTOID, TEXTARRAYOID};
+    dead_plan = worker::prepare_kept(
+        who,
+        "WITH d AS (SELECT i.* FROM eventbox.inbox i"
+        "            WHERE i.subscription = $1 AND i.message_id = ANY ($2::text[])"
+        "              AND i.status = 'dead'),"
+        " s AS (SELECT on_dead, dead_letter_topic FROM eventbox.subscriptions WHERE name = $1),"
+        " blocks AS ("
+        "  INSERT INTO eventbox.key_blocks (subscription, topic, \"partition\", key, message_id,"
+        "                                   \"offset\")"
+        "  SELECT d.subscription, d.topic, d.\"partition\", d.key, d.message_id, d.\"offset\""
+        "    FROM d, s WHERE s.on_dead = 'block_key' AND d.key IS NOT NULL"
+        "   ORDER BY d.\"offset\""
+        "  ON CONFLICT DO NOTHING) "
+        "INSERT INTO eventbox.outbox (message_id, key, payload, headers, topic) "
+        "SELECT " DLT_COLUMNS ", s.dead_letter_topic FROM d, s"
+        " WHERE s.dead_letter_topic IS NOT NULL ORDER BY d.topic, d.\"partition\", d.\"offset\"",
+        2, dead_types);
+    // Only rows this transaction inserted: a record stored again (a replay) finds its row
+    // there already and is not sent twice.
+    unparsable_plan = worker::prepare_kept(
+        who,
+        "INSERT INTO eventbox.outbox (message_id, key, payload, headers, topic) "
+        "SELECT " DLT_COLUMNS ", s.dead_letter_topic"
+        "  FROM eventbox.subscriptions s, eventbox.inbox d"
+        " WHERE s.name = $1 AND s.dead_letter_topic IS NOT NULL"
+        "   AND d.subscription = $1 AND d.message_id = ANY ($2::text[])"
+        "   AND d.status = 'unparsable' AND d.xmin = pg_current_xact_id()::xid"
+        " ORDER BY d.topic, d.\"partition\", d.\"offset\"",
+        2, dead_types);
+}
+
+}  // namespace
+
+void load(Datum subscription, MemoryContext keep, Policy* policy) {
+    prepare_plans();
+    Datum args[1] = {subscription};
+    worker::exec_kept("eventbox dead letters", policy_plan, args, true, SPI_OK_SELECT);
+    MemoryContext old = MemoryContextSwitchTo(keep);
+    *policy = Policy{false, false, ""};
+    if (SPI_processed == 1) {
+        HeapTuple t = SPI_tuptable->vals[0];
+        TupleDesc d = SPI_tuptable->tupdesc;
+        bool isnull;
+        policy->block_key = DatumGetBool(SPI_getbinval(t, d, 1, &isnull));
+        policy->has_topic = DatumGetBool(SPI_getbinval(t, d, 2, &isnull));
+        Datum codes = SPI_getbinval(t, d, 3, &isnull);
+        policy->codes = isnull ? "" : TextDatumGetCString(codes);
+    }
+    MemoryContextSwitchTo(old);
+    current = *policy;
+}
+
+bool refuses(const Policy& policy, const char* error) {
+    return error != nullptr && not_retryable(error, policy.codes);
+}
+
+void add_blocked_keys(Datum subscription, Datum topic, int32 partition, Datum** keys, int* n) {
+    prepare_plans();
+    MemoryContext caller = CurrentMemoryContext;
+    Datum args[3] = {subscription, topic, Int32GetDatum(partition)};
+    worker::exec_kept("eventbox dead letters", blocked_plan, args, false, SPI_OK_SELECT);
+    MemoryContextSwitchTo(caller);
+    if (SPI_processed == 0) return;
+    Datum* all = static_cast<Datum*>(palloc(sizeof(Datum) * (*n + SPI_processed)));
+    for (int k = 0; k < *n; ++k) all[k] = (*keys)[k];
+    for (uint64 r = 0; r < SPI_processed; ++r) {
+        bool isnull;
+        Datum key = SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull);
+        if (!isnull) all[(*n)++] = datumCopy(key, false, -1);
+    }
+    *keys = all;
+}
+
+void after_dead(Datum subscription, Datum ids) {
+    if (!current.block_key && !current.has_topic) return;
+    prepare_plans();
+    MemoryContext caller = CurrentMemoryContext;
+    Datum args[2] = {subscription, ids};
+    worker::exec_kept("eventbox dead letters", dead_plan, args, false, SPI_OK_INSERT);
+    MemoryContextSwitchTo(caller);
+    if (SPI_processed > 0) shmem::wake_relay_at_commit();
+}
+
+void after_unparsable(Datum subscription, Datum ids) {
+    prepare_plans();
+    MemoryContext caller = CurrentMemoryContext;
+    Datum args[2] = {subscription, ids};
+    worker::exec_kept("eventbox dead letters", unparsable_plan, args, false, SPI_OK_INSERT);
+    MemoryContextSwitchTo(caller);
+    if (SPI_processed > 0) shmem::wake_relay_at_commit();
+}
+
+}  // namespace eventbox::handlers::dead_letters
