@@ -10,7 +10,7 @@ OBJS       = $(PURE_SRCS:.cpp=.o) $(PG_SRCS:.cpp=.o)
 DATA       = $(wildcard extension/$(EXTENSION)--*.sql)
 REGRESS    = $(sort $(basename $(notdir $(wildcard sql/*.sql))))
 REGRESS_OPTS = --load-extension=$(EXTENSION)
-SHLIB_LINK = -lrdkafka -lstdc++
+SHLIB_LINK = -lrdkafka -lcrypto -lstdc++
 EXTRA_CLEAN = tools/devbroker/eventbox-devbroker build $(OBJS:.o=.d)
 
 PG_CONFIG ?= pg_config

@@ -245,6 +245,28 @@ ALTER TABLE eventbox.subscriptions
     ADD COLUMN on_dead text NOT NULL DEFAULT 'continue',
     ADD COLUMN dead_letter_topic text,
     ADD CONSTRAINT subscriptions_on_dead_check CHECK (on_dead IN ('continue', 'block_key'));
+
+-- ---------------------------------------------------------------------------------------------
+-- Message ids from content (message_id_rule) and conflicting duplicates (0.2.0).
+-- ---------------------------------------------------------------------------------------------
+
+-- Subscription option message_id_rule: 'default' (header message_id, CloudEvents ce_id,
+-- message_id_field, else the transport id) or 'fingerprint' (SHA-256 of the payload in RFC 8785
+-- canonical JSON). The API functions get it as their last parameter: they are created again, and
+-- the EXECUTE grants an administrator gave on the old ones are given on the new ones.
+ALTER TABLE eventbox.subscriptions
+    ADD COLUMN message_id_rule text NOT NULL DEFAULT 'default',
+    ADD CONSTRAINT subscriptions_message_id_rule_check
+        CHECK (message_id_rule IN ('default', 'fingerprint'));
+
+CREATE TABLE eventbox._upgrade_grants AS
+SELECT p.proname::text AS fn, a.grantee::regrole::text AS grantee, a.is_grantable
+  FROM pg_catalog.pg_proc p, LATERAL pg_catalog.aclexplode(p.proacl) a
+ WHERE p.oid IN ('eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text, text, integer, text)'::regprocedure,
+                 'eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text, integer, text, boolean)'::regprocedure,
+                 'eventbox.drop_subscription(text)'::regprocedure)
+   AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner AND a.grantee <> 0;
+
 DROP FUNCTION eventbox.create_subscription(text, text[], text, text, integer, interval, interval,
                                            text, text, integer, text);
 DROP FUNCTION eventbox.alter_subscription(text, text[], text, text, integer, interval, interval,
@@ -295,7 +317,8 @@ END $$;
 CREATE FUNCTION eventbox._create_subscription(
     caller oid, name text, topics text[], start_from text, ordering text, max_attempts integer,
     backoff interval, backoff_max interval, message_id_field text, unhandled text,
-    batch_size integer, group_id text, non_retryable text[], on_dead text, dead_letter_topic text)
+    batch_size integer, group_id text, non_retryable text[], on_dead text, dead_letter_topic text,
+    message_id_rule text)
 RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -315,6 +338,12 @@ BEGIN
         RAISE EXCEPTION 'group_id must not be empty' USING ERRCODE = 'invalid_parameter_value',
             HINT = 'Pass NULL to derive it from the database and subscription names.';
     END IF;
+    IF message_id_rule IS NULL OR message_id_rule NOT IN ('default', 'fingerprint') THEN
+        RAISE EXCEPTION 'invalid message_id_rule: %', coalesce(eventbox._quote(message_id_rule), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use ''default'' (header message_id, ce_id, message_id_field, else '
+                         'topic/partition/offset) or ''fingerprint'' (SHA-256 of the canonical payload).';
+    END IF;
     IF message_id_field = '' THEN
         RAISE EXCEPTION 'message_id_field must not be empty'
             USING ERRCODE = 'invalid_parameter_value', HINT = 'Pass NULL for none.';
@@ -322,10 +351,10 @@ BEGIN
     BEGIN
         INSERT INTO eventbox.subscriptions (name, topics, owner, start_from, ordering,
             max_attempts, backoff, backoff_max, message_id_field, unhandled, batch_size, group_id,
-            non_retryable, on_dead, dead_letter_topic)
+            non_retryable, on_dead, dead_letter_topic, message_id_rule)
         VALUES (name, clean_topics, caller::regrole, start_from, ordering, max_attempts, backoff,
             backoff_max, message_id_field, unhandled, batch_size, group_id, clean_codes, on_dead,
-            dead_letter_topic);
+            dead_letter_topic, message_id_rule);
     EXCEPTION WHEN unique_violation THEN
         RAISE EXCEPTION 'subscription % already exists', eventbox._quote(name)
             USING ERRCODE = 'duplicate_object',
@@ -338,7 +367,7 @@ CREATE FUNCTION eventbox._alter_subscription(
     caller oid, name text, topics text[], start_from text, ordering text, max_attempts integer,
     backoff interval, backoff_max interval, message_id_field text, unhandled text,
     batch_size integer, group_id text, enabled boolean, non_retryable text[], on_dead text,
-    dead_letter_topic text)
+    dead_letter_topic text, message_id_rule text)
 RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -357,6 +386,13 @@ BEGIN
         coalesce(ordering, s.ordering),
         CASE WHEN dead_letter_topic IS NULL THEN s.dead_letter_topic
              ELSE nullif(dead_letter_topic, '') END);
+    message_id_rule := coalesce(message_id_rule, s.message_id_rule);
+    IF message_id_rule IS NULL OR message_id_rule NOT IN ('default', 'fingerprint') THEN
+        RAISE EXCEPTION 'invalid message_id_rule: %', coalesce(eventbox._quote(message_id_rule), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use ''default'' (header message_id, ce_id, message_id_field, else '
+                         'topic/partition/offset) or ''fingerprint'' (SHA-256 of the canonical payload).';
+    END IF;
     UPDATE eventbox.subscriptions SET
         topics = clean_topics,
         start_from = coalesce(_alter_subscription.start_from, s.start_from),
@@ -376,7 +412,8 @@ BEGIN
         on_dead = coalesce(_alter_subscription.on_dead, s.on_dead),
         dead_letter_topic = CASE WHEN _alter_subscription.dead_letter_topic IS NULL
                                  THEN s.dead_letter_topic
-                                 ELSE nullif(_alter_subscription.dead_letter_topic, '') END
+                                 ELSE nullif(_alter_subscription.dead_letter_topic, '') END,
+        message_id_rule = _alter_subscription.message_id_rule
      WHERE subscriptions.name = s.name;
     -- Back to 'continue': the keys it held are released.
     IF coalesce(_alter_subscription.on_dead, s.on_dead) = 'continue' THEN
@@ -397,6 +434,7 @@ BEGIN
     DELETE FROM eventbox.offsets WHERE subscription = s.name;
     DELETE FROM eventbox.handler_claims WHERE subscription = s.name;
     DELETE FROM eventbox.key_blocks WHERE subscription = s.name;
+    DELETE FROM eventbox.conflicts WHERE subscription = s.name;
     DELETE FROM eventbox.subscriptions WHERE subscriptions.name = s.name;
     PERFORM eventbox._notify_ingest();
 END $$;
@@ -408,7 +446,7 @@ CREATE FUNCTION eventbox.create_subscription(
     backoff_max interval DEFAULT '10 minutes', message_id_field text DEFAULT NULL,
     unhandled text DEFAULT 'ignore', batch_size integer DEFAULT 1000, group_id text DEFAULT NULL,
     non_retryable text[] DEFAULT '{22,23502,23514}', on_dead text DEFAULT 'continue',
-    dead_letter_topic text DEFAULT NULL)
+    dead_letter_topic text DEFAULT NULL, message_id_rule text DEFAULT 'default')
 RETURNS void
 LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
 
@@ -418,7 +456,7 @@ CREATE FUNCTION eventbox.alter_subscription(
     backoff_max interval DEFAULT NULL, message_id_field text DEFAULT NULL,
     unhandled text DEFAULT NULL, batch_size integer DEFAULT NULL, group_id text DEFAULT NULL,
     enabled boolean DEFAULT NULL, non_retryable text[] DEFAULT NULL, on_dead text DEFAULT NULL,
-    dead_letter_topic text DEFAULT NULL)
+    dead_letter_topic text DEFAULT NULL, message_id_rule text DEFAULT NULL)
 RETURNS void
 LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
 
@@ -427,7 +465,7 @@ RETURNS void
 LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
 
 COMMENT ON FUNCTION eventbox.alter_subscription(text, text[], text, text, integer, interval,
-    interval, text, text, integer, text, boolean, text[], text, text) IS
+    interval, text, text, integer, text, boolean, text[], text, text, text) IS
     'Change a subscription''s options; NULL keeps an option (pass '''' to clear message_id_field, group_id or dead_letter_topic)';
 
 -- ---------------------------------------------------------------------------------------------
@@ -466,13 +504,51 @@ SELECT b.subscription, b.topic, b."partition", b.key, b.message_id, b."offset", 
 REVOKE ALL ON eventbox.key_blocks, eventbox.blocked_keys FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventbox._check_dead_letter_options(text[], text, text, text),
     eventbox._create_subscription(oid, text, text[], text, text, integer, interval, interval,
-                                  text, text, integer, text, text[], text, text),
+                                  text, text, integer, text, text[], text, text, text),
     eventbox._alter_subscription(oid, text, text[], text, text, integer, interval, interval,
-                                 text, text, integer, text, boolean, text[], text, text),
+                                 text, text, integer, text, boolean, text[], text, text, text),
     eventbox._drop_subscription(oid, text),
     eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text,
-                                 text, integer, text, text[], text, text),
+                                 text, integer, text, text[], text, text, text),
     eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text,
-                                text, integer, text, boolean, text[], text, text),
+                                text, integer, text, boolean, text[], text, text, text),
     eventbox.drop_subscription(text)
     FROM PUBLIC;
+
+-- Conflicting duplicates: a record whose message id was in the inbox already with another payload
+-- (a producer reusing an id: a bug its users want to see). The stored row is kept; the record is
+-- listed here once (stored_* is the row kept, topic/partition/offset the record that conflicted)
+-- and counted by eventbox_ingest_conflicts_total. Rows go with their subscription.
+CREATE TABLE eventbox.conflicts (
+    subscription     text        NOT NULL,
+    message_id       text        NOT NULL,
+    stored_topic     text        NOT NULL,
+    stored_partition integer     NOT NULL,
+    stored_offset    bigint      NOT NULL,
+    topic            text        NOT NULL,
+    "partition"      integer     NOT NULL,
+    "offset"         bigint      NOT NULL,
+    detected_at      timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (subscription, topic, "partition", "offset")
+);
+CREATE INDEX conflicts_message_idx ON eventbox.conflicts (subscription, message_id);
+SELECT pg_catalog.pg_extension_config_dump('eventbox.conflicts', '');
+REVOKE ALL ON TABLE eventbox.conflicts FROM PUBLIC;
+
+-- The EXECUTE grants an administrator gave on the 0.1.0 API functions, given on the new ones.
+DO $$
+DECLARE
+    g record;
+BEGIN
+    FOR g IN SELECT * FROM eventbox._upgrade_grants LOOP
+        EXECUTE format('GRANT EXECUTE ON FUNCTION eventbox.%I(%s) TO %s%s', g.fn,
+                       CASE g.fn
+                       WHEN 'create_subscription' THEN 'text, text[], text, text, integer, interval, '
+                           'interval, text, text, integer, text, text[], text, text, text'
+                       WHEN 'alter_subscription' THEN 'text, text[], text, text, integer, interval, '
+                           'interval, text, text, integer, text, boolean, text[], text, text, text'
+                       ELSE 'text' END,
+                       g.grantee, CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+    END LOOP;
+END $$;
+DROP TABLE eventbox._upgrade_grants;

@@ -118,6 +118,7 @@ CREATE TABLE eventbox.subscriptions (
     non_retryable    text[]      NOT NULL DEFAULT '{22,23502,23514}',
     on_dead          text        NOT NULL DEFAULT 'continue',
     dead_letter_topic text,
+    message_id_rule  text        NOT NULL DEFAULT 'default',
     CONSTRAINT subscriptions_name_check CHECK (name ~ '^[A-Za-z0-9_.-]{1,63}$'),
     CONSTRAINT subscriptions_topics_check CHECK (cardinality(topics) > 0),
     CONSTRAINT subscriptions_start_from_check CHECK (start_from IN ('earliest', 'latest')),
@@ -126,7 +127,9 @@ CREATE TABLE eventbox.subscriptions (
     CONSTRAINT subscriptions_max_attempts_check CHECK (max_attempts >= 1),
     CONSTRAINT subscriptions_backoff_check CHECK (backoff > '0' AND backoff_max >= backoff),
     CONSTRAINT subscriptions_batch_size_check CHECK (batch_size BETWEEN 1 AND 100000),
-    CONSTRAINT subscriptions_on_dead_check CHECK (on_dead IN ('continue', 'block_key'))
+    CONSTRAINT subscriptions_on_dead_check CHECK (on_dead IN ('continue', 'block_key')),
+    CONSTRAINT subscriptions_message_id_rule_check
+        CHECK (message_id_rule IN ('default', 'fingerprint'))
 );
 SELECT pg_catalog.pg_extension_config_dump('eventbox.subscriptions', '');
 
@@ -370,7 +373,8 @@ END $$;
 CREATE FUNCTION eventbox._create_subscription(
     caller oid, name text, topics text[], start_from text, ordering text, max_attempts integer,
     backoff interval, backoff_max interval, message_id_field text, unhandled text,
-    batch_size integer, group_id text, non_retryable text[], on_dead text, dead_letter_topic text)
+    batch_size integer, group_id text, non_retryable text[], on_dead text, dead_letter_topic text,
+    message_id_rule text)
 RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -390,6 +394,12 @@ BEGIN
         RAISE EXCEPTION 'group_id must not be empty' USING ERRCODE = 'invalid_parameter_value',
             HINT = 'Pass NULL to derive it from the database and subscription names.';
     END IF;
+    IF message_id_rule IS NULL OR message_id_rule NOT IN ('default', 'fingerprint') THEN
+        RAISE EXCEPTION 'invalid message_id_rule: %', coalesce(eventbox._quote(message_id_rule), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use ''default'' (header message_id, ce_id, message_id_field, else '
+                         'topic/partition/offset) or ''fingerprint'' (SHA-256 of the canonical payload).';
+    END IF;
     IF message_id_field = '' THEN
         RAISE EXCEPTION 'message_id_field must not be empty'
             USING ERRCODE = 'invalid_parameter_value', HINT = 'Pass NULL for none.';
@@ -397,10 +407,10 @@ BEGIN
     BEGIN
         INSERT INTO eventbox.subscriptions (name, topics, owner, start_from, ordering,
             max_attempts, backoff, backoff_max, message_id_field, unhandled, batch_size, group_id,
-            non_retryable, on_dead, dead_letter_topic)
+            non_retryable, on_dead, dead_letter_topic, message_id_rule)
         VALUES (name, clean_topics, caller::regrole, start_from, ordering, max_attempts, backoff,
             backoff_max, message_id_field, unhandled, batch_size, group_id, clean_codes, on_dead,
-            dead_letter_topic);
+            dead_letter_topic, message_id_rule);
     EXCEPTION WHEN unique_violation THEN
         RAISE EXCEPTION 'subscription % already exists', eventbox._quote(name)
             USING ERRCODE = 'duplicate_object',
@@ -413,7 +423,7 @@ CREATE FUNCTION eventbox._alter_subscription(
     caller oid, name text, topics text[], start_from text, ordering text, max_attempts integer,
     backoff interval, backoff_max interval, message_id_field text, unhandled text,
     batch_size integer, group_id text, enabled boolean, non_retryable text[], on_dead text,
-    dead_letter_topic text)
+    dead_letter_topic text, message_id_rule text)
 RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -432,6 +442,13 @@ BEGIN
         coalesce(ordering, s.ordering),
         CASE WHEN dead_letter_topic IS NULL THEN s.dead_letter_topic
              ELSE nullif(dead_letter_topic, '') END);
+    message_id_rule := coalesce(message_id_rule, s.message_id_rule);
+    IF message_id_rule IS NULL OR message_id_rule NOT IN ('default', 'fingerprint') THEN
+        RAISE EXCEPTION 'invalid message_id_rule: %', coalesce(eventbox._quote(message_id_rule), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use ''default'' (header message_id, ce_id, message_id_field, else '
+                         'topic/partition/offset) or ''fingerprint'' (SHA-256 of the canonical payload).';
+    END IF;
     UPDATE eventbox.subscriptions SET
         topics = clean_topics,
         start_from = coalesce(_alter_subscription.start_from, s.start_from),
@@ -451,7 +468,8 @@ BEGIN
         on_dead = coalesce(_alter_subscription.on_dead, s.on_dead),
         dead_letter_topic = CASE WHEN _alter_subscription.dead_letter_topic IS NULL
                                  THEN s.dead_letter_topic
-                                 ELSE nullif(_alter_subscription.dead_letter_topic, '') END
+                                 ELSE nullif(_alter_subscription.dead_letter_topic, '') END,
+        message_id_rule = _alter_subscription.message_id_rule
      WHERE subscriptions.name = s.name;
     -- Back to 'continue': the keys it held are released.
     IF coalesce(_alter_subscription.on_dead, s.on_dead) = 'continue' THEN
@@ -472,6 +490,7 @@ BEGIN
     DELETE FROM eventbox.offsets WHERE subscription = s.name;
     DELETE FROM eventbox.handler_claims WHERE subscription = s.name;
     DELETE FROM eventbox.key_blocks WHERE subscription = s.name;
+    DELETE FROM eventbox.conflicts WHERE subscription = s.name;
     DELETE FROM eventbox.subscriptions WHERE subscriptions.name = s.name;
     PERFORM eventbox._notify_ingest();
 END $$;
@@ -483,7 +502,7 @@ CREATE FUNCTION eventbox.create_subscription(
     backoff_max interval DEFAULT '10 minutes', message_id_field text DEFAULT NULL,
     unhandled text DEFAULT 'ignore', batch_size integer DEFAULT 1000, group_id text DEFAULT NULL,
     non_retryable text[] DEFAULT '{22,23502,23514}', on_dead text DEFAULT 'continue',
-    dead_letter_topic text DEFAULT NULL)
+    dead_letter_topic text DEFAULT NULL, message_id_rule text DEFAULT 'default')
 RETURNS void
 LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
 
@@ -493,7 +512,7 @@ CREATE FUNCTION eventbox.alter_subscription(
     backoff_max interval DEFAULT NULL, message_id_field text DEFAULT NULL,
     unhandled text DEFAULT NULL, batch_size integer DEFAULT NULL, group_id text DEFAULT NULL,
     enabled boolean DEFAULT NULL, non_retryable text[] DEFAULT NULL, on_dead text DEFAULT NULL,
-    dead_letter_topic text DEFAULT NULL)
+    dead_letter_topic text DEFAULT NULL, message_id_rule text DEFAULT NULL)
 RETURNS void
 LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
 
@@ -502,7 +521,7 @@ RETURNS void
 LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
 
 COMMENT ON FUNCTION eventbox.alter_subscription(text, text[], text, text, integer, interval,
-    interval, text, text, integer, text, boolean, text[], text, text) IS
+    interval, text, text, integer, text, boolean, text[], text, text, text) IS
     'Change a subscription''s options; NULL keeps an option (pass '''' to clear message_id_field, group_id or dead_letter_topic)';
 
 
@@ -833,16 +852,39 @@ SELECT b.subscription, b.topic, b."partition", b.key, b.message_id, b."offset", 
 REVOKE ALL ON eventbox.key_blocks, eventbox.blocked_keys FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventbox._check_dead_letter_options(text[], text, text, text),
     eventbox._create_subscription(oid, text, text[], text, text, integer, interval, interval,
-                                  text, text, integer, text, text[], text, text),
+                                  text, text, integer, text, text[], text, text, text),
     eventbox._alter_subscription(oid, text, text[], text, text, integer, interval, interval,
-                                 text, text, integer, text, boolean, text[], text, text),
+                                 text, text, integer, text, boolean, text[], text, text, text),
     eventbox._drop_subscription(oid, text),
     eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text,
-                                 text, integer, text, text[], text, text),
+                                 text, integer, text, text[], text, text, text),
     eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text,
-                                text, integer, text, boolean, text[], text, text),
+                                text, integer, text, boolean, text[], text, text, text),
     eventbox.drop_subscription(text)
     FROM PUBLIC;
+
+-- ---------------------------------------------------------------------------------------------
+-- Message ids from content (message_id_rule) and conflicting duplicates (0.2.0).
+-- ---------------------------------------------------------------------------------------------
+
+-- Conflicting duplicates: a record whose message id was in the inbox already with another payload
+-- (a producer reusing an id: a bug its users want to see). The stored row is kept; the record is
+-- listed here once (stored_* is the row kept, topic/partition/offset the record that conflicted)
+-- and counted by eventbox_ingest_conflicts_total. Rows go with their subscription.
+CREATE TABLE eventbox.conflicts (
+    subscription     text        NOT NULL,
+    message_id       text        NOT NULL,
+    stored_topic     text        NOT NULL,
+    stored_partition integer     NOT NULL,
+    stored_offset    bigint      NOT NULL,
+    topic            text        NOT NULL,
+    "partition"      integer     NOT NULL,
+    "offset"         bigint      NOT NULL,
+    detected_at      timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (subscription, topic, "partition", "offset")
+);
+CREATE INDEX conflicts_message_idx ON eventbox.conflicts (subscription, message_id);
+SELECT pg_catalog.pg_extension_config_dump('eventbox.conflicts', '');
 
 REVOKE ALL ON ALL TABLES IN SCHEMA eventbox FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA eventbox FROM PUBLIC;

@@ -80,6 +80,11 @@ UNION ALL
 SELECT 'only in 0.1.0', left(line, 100) FROM (TABLE released EXCEPT ALL TABLE fresh) r
 ORDER BY 1, 2;
 CREATE ROLE regress_upgrade_app;
+-- An administrator's grants on the API functions 0.2.0 creates again with more options.
+GRANT EXECUTE ON FUNCTION eventbox.create_subscription(text, text[], text, text, integer, interval,
+    interval, text, text, integer, text) TO regress_upgrade_app WITH GRANT OPTION;
+GRANT EXECUTE ON FUNCTION eventbox.alter_subscription(text, text[], text, text, integer, interval,
+    interval, text, text, integer, text, boolean) TO regress_upgrade_app;
 CREATE SCHEMA "Upgrade App";
 CREATE FUNCTION "Upgrade App"."On Order"(msg eventbox.inbox) RETURNS void LANGUAGE sql AS 'SELECT';
 CREATE FUNCTION "Upgrade App".gone(msg eventbox.inbox) RETURNS void LANGUAGE sql AS 'SELECT';
@@ -95,6 +100,16 @@ SELECT count(*) AS handlers_before FROM eventbox.handlers;
 
 ALTER EXTENSION pg_eventbox UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'pg_eventbox';
+-- The grants are on the new functions (taken back before comparing with a fresh install).
+SELECT p.oid::regprocedure AS function, a.privilege_type, a.is_grantable
+  FROM pg_proc p, aclexplode(p.proacl) a
+ WHERE a.grantee = 'regress_upgrade_app'::regrole ORDER BY 1;
+REVOKE ALL ON FUNCTION
+    eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text, text,
+                                 integer, text, text[], text, text, text),
+    eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text,
+                                integer, text, boolean, text[], text, text, text)
+  FROM regress_upgrade_app;
 CREATE TEMP TABLE upgraded AS SELECT * FROM upgrade_check.eventbox_catalog() AS line;
 
 -- Both sides describe many objects, and no line differs.

@@ -14,7 +14,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential g++ make cmake pkg-config
   postgresql-15 postgresql-server-dev-15
-  librdkafka-dev nlohmann-json3-dev
+  librdkafka-dev nlohmann-json3-dev libssl-dev
   postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl
   kcat googletest libgtest-dev
   python3-pytest python3-psycopg2 python3-confluent-kafka python3-kafka

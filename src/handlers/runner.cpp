@@ -461,6 +461,9 @@ void pin_handler_settings() {
 
 void unpin_handler_settings() { AtEOXact_GUC(false, settings_nest); }
 
+// The row whose handlers run now (see current_message()).
+Datum running_message = (Datum)0;
+
 // Runs the handlers of one message in a subtransaction; NULL on success, else the error text.
 char* run_message(Datum row, HandlerRef* const* handlers, int n) {
     MemoryContext caller_context = CurrentMemoryContext;
@@ -470,6 +473,7 @@ char* run_message(Datum row, HandlerRef* const* handlers, int n) {
     MemoryContextSwitchTo(caller_context);
     PG_TRY();
     {
+        running_message = row;
         for (int i = 0; i < n; ++i) {
             HandlerRef& h = *handlers[i];
             // Once per run transaction (up to kMessagesPerTransaction messages): a REVOKE or
@@ -504,6 +508,7 @@ char* run_message(Datum row, HandlerRef* const* handlers, int n) {
             AtEOXact_GUC(false, nest);
             SetUserIdAndSecContext(saved_user, saved_context);
         }
+        running_message = (Datum)0;
         ReleaseCurrentSubTransaction();
         MemoryContextSwitchTo(caller_context);
         CurrentResourceOwner = caller_owner;
@@ -511,6 +516,7 @@ char* run_message(Datum row, HandlerRef* const* handlers, int n) {
     PG_CATCH();
     {
         // The subtransaction's abort also restores the user id and the settings.
+        running_message = (Datum)0;
         disable_handler_timeouts();
         MemoryContextSwitchTo(caller_context);
         ErrorData* edata = CopyErrorData();
@@ -840,6 +846,8 @@ bool type_matches(const HandlerRef& h, const char* event_type) {
 }
 
 }  // namespace
+
+Datum current_message() { return running_message; }
 
 void release_lane_locks() {
     for (int i = 0; i < n_held; ++i) LockRelease(&held_locks[i], ExclusiveLock, true);

@@ -24,4 +24,8 @@ int run_pass(const char* subscription, int max, bool own_transactions, int64* ne
 // Releases every lane lock this session holds (after an error in a worker).
 void release_lane_locks();
 
+// The eventbox.inbox row (a composite Datum) whose handlers this backend is running, or 0 outside
+// a handler call: what eventbox.send() derives its lineage headers from.
+Datum current_message();
+
 }  // namespace eventbox::handlers

@@ -86,6 +86,7 @@ struct Wanted {
     std::string name, fingerprint, group_id, message_id_field;
     std::vector<std::string> topics;
     bool start_latest;
+    bool fingerprint_ids;  // message_id_rule 'fingerprint'
     int64_t created_ms;  // Unix epoch ms: where start_from 'latest' starts
     int batch_size;
 };
@@ -104,7 +105,7 @@ WaitEventSet* wait_set = nullptr;
 TimestampTz last_batch_at = 0;  // end of the last batch with messages
 MemoryContext batch_context = nullptr;
 SPIPlanPtr insert_plan, offsets_plan, stored_plan, error_set_plan, error_clear_plan,
-    errors_sync_plan;
+    errors_sync_plan, conflicts_plan;
 // Lines about single subscriptions, at most 5 a minute of each kind: added, moved or recovered;
 // failing.
 worker::LogRate subscription_log_rate{5, 60000};
@@ -146,6 +147,23 @@ void prepare_plans() {
         "WHERE EXISTS (SELECT 1 FROM eventbox.subscriptions s WHERE s.name = $1) "
         "ON CONFLICT (subscription, message_id) DO NOTHING",
         12, insert_types);
+    // Conflicting duplicates, looked for only when the insert above left records out: those
+    // whose id is in the inbox under another transport identity (not the row this batch
+    // stored, not a redelivery of the stored record) with another payload. Each is listed once.
+    Oid conflicts_types[7] = {TEXTOID,      TEXTARRAYOID,  TEXTARRAYOID, INT4ARRAYOID,
+                              INT8ARRAYOID, JSONBARRAYOID, BYTEAARRAYOID};
+    conflicts_plan = prepare(
+        "INSERT INTO eventbox.conflicts (subscription, message_id, stored_topic, "
+        "stored_partition, stored_offset, topic, \"partition\", \"offset\") "
+        "SELECT $1, i.message_id, i.topic, i.\"partition\", i.\"offset\", u.topic, u.p, u.o "
+        "FROM (SELECT unnest($2::text[]) AS id, unnest($3::text[]) AS topic, "
+        "unnest($4::int4[]) AS p, unnest($5::int8[]) AS o, unnest($6::jsonb[]) AS payload, "
+        "unnest($7::bytea[]) AS raw) u "
+        "JOIN eventbox.inbox i ON i.subscription = $1 AND i.message_id = u.id "
+        "WHERE (i.topic, i.\"partition\", i.\"offset\") IS DISTINCT FROM (u.topic, u.p, u.o) "
+        "AND (i.payload IS DISTINCT FROM u.payload OR i.raw_payload IS DISTINCT FROM u.raw) "
+        "ON CONFLICT DO NOTHING",
+        7, conflicts_types);
     // Compare-and-set: a stored offset someone else moved (eventbox.replay) is left alone, and
     // the worker notices from the row count and moves the subscription to the table's offsets.
     Oid offsets_types[6] = {TEXTOID,      TEXTARRAYOID, INT4ARRAYOID,
@@ -209,7 +227,8 @@ void read_wanted() {
     int rc = SPI_execute(
         "SELECT name, array_to_string(topics, ','), coalesce(group_id, ''), start_from, "
         "coalesce(message_id_field, ''), batch_size, "
-        "(extract(epoch FROM created_at) * 1000)::int8 FROM eventbox.subscriptions "
+        "(extract(epoch FROM created_at) * 1000)::int8, message_id_rule = 'fingerprint' "
+        "FROM eventbox.subscriptions "
         "WHERE enabled ORDER BY name",
         true, 0);
     if (rc != SPI_OK_SELECT) elog(ERROR, "eventbox ingest: reading subscriptions failed");
@@ -226,6 +245,7 @@ void read_wanted() {
         bool isnull;
         int batch = DatumGetInt32(SPI_getbinval(tuple, desc, 6, &isnull));
         int64 created_ms = DatumGetInt64(SPI_getbinval(tuple, desc, 7, &isnull));
+        bool fingerprint_ids = DatumGetBool(SPI_getbinval(tuple, desc, 8, &isnull));
         call_cpp([&] {
             Wanted w;
             w.name = name;
@@ -234,6 +254,7 @@ void read_wanted() {
             w.start_latest = std::string_view(start_from) == "latest";
             w.created_ms = created_ms;
             w.batch_size = batch;
+            w.fingerprint_ids = fingerprint_ids;
             std::string list = topics;
             for (std::size_t start = 0; start <= list.size();) {
                 std::size_t comma = list.find(',', start);
@@ -242,7 +263,7 @@ void read_wanted() {
                 start = comma + 1;
             }
             w.fingerprint = list + "|" + w.group_id + "|" + start_from + "|" + field + "|" +
-                            std::to_string(batch);
+                            std::to_string(batch) + (fingerprint_ids ? "|fingerprint" : "");
             wanted->push_back(std::move(w));
         });
     }
@@ -256,6 +277,7 @@ Subscription* start_subscription(std::size_t i) {
         s->name = w.name;
         s->fingerprint = w.fingerprint;
         s->options.message_id_field = w.message_id_field;
+        s->options.fingerprint_ids = w.fingerprint_ids;
         s->options.max_message_bytes = static_cast<std::size_t>(guc::max_message_bytes);
         s->batch_size = static_cast<std::size_t>(w.batch_size);
         kafka::SubscriptionConfig config;
@@ -571,12 +593,21 @@ std::size_t store_chunk(Subscription* sub, std::size_t from, std::size_t to) {
                         offsets.get(),  keys.get(),    headers.get(),  payloads.get(),
                         raws.get(),     types.get(),   statuses.get(), notes.get()};
     uint64 inserted = 0;
+    uint64 conflicts = 0;
     if (count > 0) {
         worker::exec_kept("eventbox ingest", insert_plan, values, false, SPI_OK_INSERT);
         inserted = SPI_processed;
         // The subscription's dead-letter topic, if any, gets the unparsable rows stored now.
         if (unparsable_rows > 0 && inserted > 0)
             handlers::dead_letters::after_unparsable(name, ids.get());
+        // Only a batch with duplicates pays for comparing them with the stored rows.
+        if (inserted < static_cast<uint64>(count)) {
+            Datum conflict_values[7] = {name,      values[1], values[2], values[3],
+                                        values[4], values[7], values[8]};
+            worker::exec_kept("eventbox ingest", conflicts_plan, conflict_values, false,
+                              SPI_OK_INSERT);
+            conflicts = SPI_processed;
+        }
     }
 
     const std::vector<kafka::PartitionEnd>* ends =
@@ -611,6 +642,7 @@ std::size_t store_chunk(Subscription* sub, std::size_t from, std::size_t to) {
     shmem::count_duplicates(n - inserted);
     metrics::ingested(sub->name.c_str(), n, n - inserted, static_cast<uint64>(transport_ids),
                       static_cast<uint64>(unparsable_rows));
+    metrics::ingest_conflicts(sub->name.c_str(), conflicts);
     shmem::wake_handlers();
     return n;
 }

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "inbox/fingerprint.hpp"
 #include "inbox/json_scan.hpp"
 
 namespace eventbox::inbox {
@@ -63,6 +64,16 @@ std::optional<std::string_view> id_candidate(const Record& r, std::string_view n
 }
 
 constexpr std::size_t kLinearHeaders = 16;
+
+// The id of a record under message_id_rule 'fingerprint'; false for a record without value
+// bytes (a tombstone or an empty value), which has nothing to fingerprint.
+bool fingerprint_id(const Record& r, std::string* id) {
+    if (r.value == nullptr || r.value_len == 0) return false;
+    static std::string scratch;  // the canonical text, kept between records
+    *id = fingerprint(std::string_view(r.value, r.value_len), &scratch);
+    if (scratch.capacity() > kKeptBufferBytes) std::string().swap(scratch);
+    return true;
+}
 
 // The headers object's members into `fields`, reusing the strings it holds.
 void header_fields(const Record& r, std::vector<HeaderField>& fields) {
@@ -209,18 +220,28 @@ void classify(const Record& r, const Options& options, Classified& out) {
             out.payload.text.clear();
             out.raw_len = std::min(r.value_len, options.max_message_bytes);
         }
+        // Under message_id_rule 'fingerprint' the id does not depend on the headers.
+        bool by_content = options.fingerprint_ids && fingerprint_id(r, &out.message_id);
         std::string why = "headers could not be read (" + std::string(r.headers_error) +
-                          "): message_id and event_type unknown; stored by its transport id";
+                          (by_content ? "): event_type unknown"
+                                      : "): message_id and event_type unknown; stored by its "
+                                        "transport id");
         out.note = out.note.empty() ? why : why + "; " + out.note;
-        out.transport_id = true;
-        out.message_id.assign(r.topic);
-        out.message_id += "/" + std::to_string(r.partition) + "/" + std::to_string(r.offset);
+        if (!by_content) {
+            out.transport_id = true;
+            out.message_id.assign(r.topic);
+            out.message_id += "/" + std::to_string(r.partition) + "/" + std::to_string(r.offset);
+        }
         out.event_type.reset();
         return;
     }
 
-    // Message id: header message_id, CloudEvents ce_id, the configured field, else transport.
-    if (id_header) {
+    // Message id: the fingerprint under message_id_rule 'fingerprint' (the value's own; headers
+    // and fields do not count); else header message_id, CloudEvents ce_id, the configured field;
+    // else the transport identity.
+    if (options.fingerprint_ids && fingerprint_id(r, &out.message_id)) {
+        // out.message_id holds the fingerprint
+    } else if (id_header) {
         out.message_id.assign(*id_header);
     } else if (ce_id) {
         out.message_id.assign(*ce_id);

@@ -37,6 +37,9 @@ struct Record {
 struct Options {
     std::string message_id_field;  // top-level JSON field used as message id; empty: none
     std::size_t max_message_bytes = 1000000;
+    // message_id_rule 'fingerprint': the id is the SHA-256 of the value in canonical JSON (raw
+    // bytes when it is not JSON), whatever the headers and fields say (see inbox/fingerprint.hpp).
+    bool fingerprint_ids = false;
 };
 
 // Message ids longer than this fall back to the transport identity (the primary key index has a

@@ -23,7 +23,7 @@ struct AtomicHistogram {
 
 struct SubscriptionEntry {
     char name[NAMEDATALEN];  // written once, before the entry is published through n_used
-    pg_atomic_uint64 records, stored, duplicates, transport_ids, unparsable;
+    pg_atomic_uint64 records, stored, duplicates, transport_ids, unparsable, conflicts;
     pg_atomic_uint64 processed, retried, dead, ignored;
     AtomicHistogram duration;
 };
@@ -74,6 +74,7 @@ void startup_hook() {
             pg_atomic_init_u64(&e.duplicates, 0);
             pg_atomic_init_u64(&e.transport_ids, 0);
             pg_atomic_init_u64(&e.unparsable, 0);
+            pg_atomic_init_u64(&e.conflicts, 0);
             pg_atomic_init_u64(&e.processed, 0);
             pg_atomic_init_u64(&e.retried, 0);
             pg_atomic_init_u64(&e.dead, 0);
@@ -183,6 +184,11 @@ void ingested(const char* subscription, uint64 records, uint64 duplicates, uint6
     add(&e->unparsable, unparsable);
 }
 
+void ingest_conflicts(const char* subscription, uint64 n) {
+    if (shared == nullptr || n == 0) return;
+    add(&entry_of(subscription)->conflicts, n);
+}
+
 void handler_processed(int64 duration_us) {
     ++tally.processed;
     tally.duration.observe_us(duration_us);
@@ -261,6 +267,7 @@ void snapshot(Counters* out) {
         c.duplicates = read(e.duplicates);
         c.transport_ids = read(e.transport_ids);
         c.unparsable = read(e.unparsable);
+        c.conflicts = read(e.conflicts);
         c.processed = read(e.processed);
         c.retried = read(e.retried);
         c.dead = read(e.dead);

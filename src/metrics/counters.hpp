@@ -48,6 +48,8 @@ void relay_failures(uint64 n);
 // already, `transport_ids` identified by topic/partition/offset, `unparsable` not JSON.
 void ingested(const char* subscription, uint64 records, uint64 duplicates, uint64 transport_ids,
               uint64 unparsable);
+// Ingest: duplicates of `subscription` whose payload differs from the stored row's.
+void ingest_conflicts(const char* subscription, uint64 n);
 // Handlers: a process-local tally of the current pass, added to `subscription` by
 // handler_flush() (at the end of the pass).
 void handler_processed(int64 duration_us);
@@ -64,7 +66,7 @@ void purged(PurgedTable table, uint64 rows);
 struct SubscriptionCounters {
     char name[NAMEDATALEN];
     bool overflow;
-    uint64 records, stored, duplicates, transport_ids, unparsable;
+    uint64 records, stored, duplicates, transport_ids, unparsable, conflicts;
     uint64 processed, retried, dead, ignored;
     uint64 duration_counts[kBounds + 1];
     uint64 duration_sum_us;

@@ -18,6 +18,7 @@ extern "C" {
 #include "nodes/makefuncs.h"
 #include "port.h"
 #include "miscadmin.h"
+#include "funcapi.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/jsonb.h"
@@ -26,10 +27,13 @@ extern "C" {
 #include "utils/uuid.h"
 }
 
+#include <optional>
 #include <string_view>
 
+#include "handlers/runner.hpp"
 #include "pg/guc.hpp"
 #include "inbox/message_rules.hpp"
+#include "outbox/lineage.hpp"
 #include "pg/boundary.hpp"
 #include "pg/shmem.hpp"
 
@@ -81,6 +85,75 @@ size_t validate_headers(Jsonb* headers) {
         bytes += header_wire_bytes(name.size(), text.size());
     }
     return bytes;
+}
+
+// The string value of key `name` in a headers object, if it has one.
+std::optional<std::string_view> header_value(Jsonb* headers, std::string_view name) {
+    if (headers == nullptr) return std::nullopt;
+    JsonbValue value;
+    JsonbValue* found = pg_guard([&] {
+        return getKeyJsonValueFromContainer(&headers->root, name.data(),
+                                            static_cast<int>(name.size()), &value);
+    });
+    if (found == nullptr || found->type != jbvString) return std::nullopt;
+    return std::string_view(found->val.string.val, found->val.string.len);
+}
+
+// `headers` with the lineage headers of a message sent while the handlers of inbox row `row`
+// run (see outbox/lineage.hpp); the caller's own values are kept. Headers that are not an
+// object are returned as they are, for validate_headers() to refuse.
+Jsonb* with_lineage(Jsonb* headers, Datum row) {
+    if (headers != nullptr && (!JB_ROOT_IS_OBJECT(headers) || JB_ROOT_IS_SCALAR(headers)))
+        return headers;
+    text* id = nullptr;
+    Jsonb* incoming = nullptr;
+    pg_guard([&] {
+        HeapTupleHeader tuple = DatumGetHeapTupleHeader(row);
+        bool isnull;
+        Datum d = GetAttributeByName(tuple, "message_id", &isnull);
+        if (!isnull) id = DatumGetTextPP(d);
+        d = GetAttributeByName(tuple, "headers", &isnull);
+        if (!isnull) incoming = DatumGetJsonbP(d);
+    });
+    if (id == nullptr) return headers;
+    outbox::Incoming in{std::string_view(VARDATA_ANY(id), VARSIZE_ANY_EXHDR(id)),
+                        header_value(incoming, outbox::kCorrelationHeader),
+                        header_value(incoming, outbox::kTraceparentHeader)};
+    // A key the caller set, to any value, is the caller's (validate_headers() refuses non-strings).
+    auto caller_set = [&](std::string_view name) {
+        JsonbValue v;
+        return headers != nullptr && pg_guard([&] {
+                   return getKeyJsonValueFromContainer(&headers->root, name.data(),
+                                                       static_cast<int>(name.size()), &v);
+               }) != nullptr;
+    };
+    bool caller_has[3] = {caller_set(outbox::kCausationHeader),
+                          caller_set(outbox::kCorrelationHeader),
+                          caller_set(outbox::kTraceparentHeader)};
+    unsigned char span[8] = {};
+    if (in.traceparent && !caller_has[2] && !pg_strong_random(span, sizeof span))
+        throw Error(sqlstate::kInternalError, "could not generate a trace span id");
+    auto added = outbox::lineage_headers(in, span, caller_has);
+    if (added.empty()) return headers;
+    return pg_guard([&] {
+        JsonbParseState* state = nullptr;
+        pushJsonbValue(&state, WJB_BEGIN_OBJECT, nullptr);
+        for (const auto& [name, value] : added) {
+            JsonbValue k, v;
+            k.type = jbvString;
+            k.val.string.val = const_cast<char*>(name.data());
+            k.val.string.len = static_cast<int>(name.size());
+            v.type = jbvString;
+            v.val.string.val = const_cast<char*>(value.data());
+            v.val.string.len = static_cast<int>(value.size());
+            pushJsonbValue(&state, WJB_KEY, &k);
+            pushJsonbValue(&state, WJB_VALUE, &v);
+        }
+        Jsonb* lineage = JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, nullptr));
+        if (headers == nullptr) return lineage;
+        return DatumGetJsonbP(DirectFunctionCall2(jsonb_concat, JsonbPGetDatum(headers),
+                                                  JsonbPGetDatum(lineage)));
+    });
 }
 
 // The outbox row through SQL: what the direct path below falls back to. send() is SECURITY
@@ -216,6 +289,10 @@ Datum send_message(FunctionCallInfo fcinfo, bytea* payload) {
 
     text* key = PG_ARGISNULL(2) ? nullptr : pg_guard([&] { return PG_GETARG_TEXT_PP(2); });
     Jsonb* headers = PG_ARGISNULL(3) ? nullptr : pg_guard([&] { return PG_GETARG_JSONB_P(3); });
+    // Sent while a handler runs (a worker's or eventbox.process()'s): with lineage headers, on
+    // both insert paths below.
+    Datum handled = handlers::current_message();
+    if (handled != (Datum)0) headers = with_lineage(headers, handled);
     size_t header_bytes = headers ? validate_headers(headers) : 0;
     pg_uuid_t* message_id = PG_ARGISNULL(4) ? pg_guard(new_message_id)
                                             : pg_guard([&] { return PG_GETARG_UUID_P(4); });

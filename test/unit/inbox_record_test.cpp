@@ -2,6 +2,8 @@
 // rules (DESIGN.md section 3), the headers object, and what is stored as unparsable (section 5).
 #include "inbox/record.hpp"
 
+#include "inbox/fingerprint.hpp"
+
 #include <gtest/gtest.h>
 
 #include <string>
@@ -863,6 +865,57 @@ TEST(Reuse, BuffersALargeRecordGrewAreGivenBack) {
     Rec().value("[1]").classify_into(row);
     EXPECT_LE(row.payload.text.capacity(), kKeptBufferBytes);
     EXPECT_EQ(row.payload.tokens.size(), 3u);
+}
+
+// ---- message_id_rule 'fingerprint' ----------------------------------------------------------
+
+Options fingerprint_rule() {
+    Options o;
+    o.fingerprint_ids = true;
+    o.message_id_field = "id";
+    return o;
+}
+
+// The id is the SHA-256 of the canonical payload whatever the headers and fields say: two
+// producers' spellings of one event share it; another payload does not.
+TEST(ClassifyFingerprint, IdIsTheCanonicalPayloadsHash) {
+    Classified a = Rec().value(R"({"id": "x1", "total": 1.50, "n": [1, 2]})")
+                       .header("message_id", "producer-a-1").header("ce_id", "c").classify(fingerprint_rule());
+    Classified b = Rec().value(R"({"n":[1,2],"total":1.5,"id":"x1"})").at("other", 3, 99)
+                       .header("message_id", "producer-b-7").classify(fingerprint_rule());
+    Classified c = Rec().value(R"({"id": "x1", "total": 1.51, "n": [1, 2]})")
+                       .header("message_id", "producer-a-1").classify(fingerprint_rule());
+    EXPECT_EQ(a.message_id, sha256_hex(R"({"id":"x1","n":[1,2],"total":1.5})"));
+    EXPECT_EQ(a.message_id, b.message_id);
+    EXPECT_NE(a.message_id, c.message_id);
+    EXPECT_FALSE(a.transport_id);
+    EXPECT_TRUE(a.parsable);
+    // The default rule keeps today's chain.
+    EXPECT_EQ(Rec().value(R"({"id": "x1"})").header("message_id", "h").classify().message_id, "h");
+}
+
+// Values that are not JSON are hashed as their bytes; records without value bytes have nothing
+// to fingerprint and keep their transport identity.
+TEST(ClassifyFingerprint, RawBytesAndNoValue) {
+    Classified raw = Rec().value("not json").classify(fingerprint_rule());
+    EXPECT_EQ(raw.message_id, sha256_hex("not json"));
+    EXPECT_FALSE(raw.parsable);
+    Classified tomb = Rec().tombstone().at("t", 1, 7).classify(fingerprint_rule());
+    EXPECT_TRUE(tomb.transport_id);
+    EXPECT_EQ(tomb.message_id, "t/1/7");
+    Classified empty = Rec().value("").at("t", 1, 8).classify(fingerprint_rule());
+    EXPECT_TRUE(empty.transport_id);
+    EXPECT_EQ(empty.message_id, "t/1/8");
+}
+
+// Unreadable headers do not hide a fingerprint (it does not depend on them).
+TEST(ClassifyFingerprint, UnreadableHeadersKeepTheFingerprint) {
+    Classified c = Rec().value(R"({"a": 1})").unreadable_headers("Local: Bad message format")
+                       .classify(fingerprint_rule());
+    EXPECT_EQ(c.message_id, sha256_hex(R"({"a":1})"));
+    EXPECT_FALSE(c.transport_id);
+    EXPECT_FALSE(c.parsable);
+    EXPECT_NE(c.note.find("event_type unknown"), std::string::npos);
 }
 
 }  // namespace
