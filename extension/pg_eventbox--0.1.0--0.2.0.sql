@@ -444,6 +444,7 @@ BEGIN
     DELETE FROM eventbox.handler_claims WHERE subscription = s.name;
     DELETE FROM eventbox.key_blocks WHERE subscription = s.name;
     DELETE FROM eventbox.conflicts WHERE subscription = s.name;
+    DELETE FROM eventbox.suppressed_sends WHERE subscription = s.name;
     DELETE FROM eventbox.subscriptions WHERE subscriptions.name = s.name;
     PERFORM eventbox._notify_ingest();
 END $$;
@@ -605,6 +606,7 @@ CREATE TABLE eventbox.suppressed_sends (
 CREATE INDEX suppressed_sends_created_idx ON eventbox.suppressed_sends (created_at);
 CREATE INDEX suppressed_sends_cause_idx ON eventbox.suppressed_sends (subscription, caused_by);
 SELECT pg_catalog.pg_extension_config_dump('eventbox.suppressed_sends', '');
+SELECT pg_catalog.pg_extension_config_dump('eventbox.suppressed_sends_id_seq', '');
 
 -- The mode of the handler run in progress ('live', 'replay' or 'backfill'); NULL outside one.
 CREATE FUNCTION eventbox.current_mode()
