@@ -240,6 +240,28 @@ SELECT count(*) AS blocks FROM eventbox.key_blocks;
 SELECT eventbox.drop_subscription('dl_block');
 SELECT count(*) AS blocks FROM eventbox.key_blocks;
 
+-- ---- ordering 'key': a dead key and a key waiting for a retry, the other keys flow ---------
+DELETE FROM regress_dl.effects;
+DELETE FROM regress_dl.failing;
+SELECT eventbox.create_subscription('dl_key', ARRAY['orders'], ordering => 'key', max_attempts => 3,
+                                    backoff => '1 hour', backoff_max => '1 hour',
+                                    on_dead => 'block_key');
+SELECT eventbox.register_handler('dl_key', 'regress_dl.handle(eventbox.inbox)'::regprocedure,
+                                 run_as => 'regress_dl_runner');
+SELECT pg_temp.put('dl_key', 0, o, k) FROM (VALUES (0, 'a'), (1, 'b'), (2, 'a'), (3, 'b'),
+                                                   (4, 'c'), (5, 'a'), (6, 'c')) v(o, k);
+INSERT INTO regress_dl.failing VALUES ('orders/0/0', 'QE001'), ('orders/0/1', 'P0001');
+SELECT eventbox.process('dl_key');
+SELECT message_id, status, attempts FROM pg_temp.states('dl_key');
+SELECT convert_from(key, 'UTF8') AS key, message_id, status, held FROM eventbox.blocked_keys
+ WHERE subscription = 'dl_key';
+-- skip() of the dead one: key 'a' runs in offset order; 'b' still waits for its retry.
+DELETE FROM regress_dl.effects;
+SELECT eventbox.skip('dl_key', 'orders/0/0');
+SELECT eventbox.process('dl_key');
+SELECT message_id, key FROM regress_dl.effects ORDER BY n;
+SELECT eventbox.drop_subscription('dl_key');
+
 -- ---- cleanup ---------------------------------------------------------------------------------
 DELETE FROM eventbox.outbox;
 DROP SCHEMA regress_dl CASCADE;

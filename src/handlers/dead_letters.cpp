@@ -46,6 +46,10 @@ Policy current{false, false, ""};
     "  '__eventbox.errors.attempts', d.attempts::text, "                                         \
     "  '__eventbox.errors.status', d.status))"
 
+// The rows these statements read are found by primary key (a lane's blocks, an id list); their
+// status is tested as coalesce(status, '') so that the planner cannot add a partial index of
+// the inbox (inbox_dead_idx holds every dead and unparsable row of the table) to a BitmapAnd
+// with the primary key probes, which would walk that index whole.
 void prepare_plans() {
     if (policy_plan != nullptr) return;
     const char* who = "eventbox dead letters";
@@ -65,12 +69,12 @@ void prepare_plans() {
         "   WHERE b.subscription = $1 AND b.topic = $2 AND b.\"partition\" = $3"
         "     AND NOT EXISTS (SELECT 1 FROM eventbox.inbox i"
         "                      WHERE i.subscription = $1 AND i.message_id = b.message_id"
-        "                        AND i.status IN ('dead', 'received', 'retry')))"
+        "                        AND coalesce(i.status, '') IN ('dead', 'received', 'retry')))"
         "SELECT b.key FROM eventbox.key_blocks b"
         "  JOIN eventbox.inbox i ON i.subscription = b.subscription"
         "                       AND i.message_id = b.message_id"
         " WHERE b.subscription = $1 AND b.topic = $2 AND b.\"partition\" = $3"
-        "   AND (i.status = 'dead' OR (i.status IN ('received', 'retry')"
+        "   AND (coalesce(i.status, '') = 'dead' OR (coalesce(i.status, '') IN ('received', 'retry')"
         "                              AND i.next_attempt_at > clock_timestamp()))",
         3, lane_types);
     Oid dead_types[2] = {TEXTOID, TEXTARRAYOID};
@@ -78,7 +82,7 @@ void prepare_plans() {
         who,
         "WITH d AS (SELECT i.* FROM eventbox.inbox i"
         "            WHERE i.subscription = $1 AND i.message_id = ANY ($2::text[])"
-        "              AND i.status = 'dead'),"
+        "              AND coalesce(i.status, '') = 'dead'),"
         " s AS (SELECT on_dead, dead_letter_topic FROM eventbox.subscriptions WHERE name = $1),"
         " blocks AS ("
         "  INSERT INTO eventbox.key_blocks (subscription, topic, \"partition\", key, message_id,"
@@ -100,7 +104,7 @@ void prepare_plans() {
         "  FROM eventbox.subscriptions s, eventbox.inbox d"
         " WHERE s.name = $1 AND s.dead_letter_topic IS NOT NULL"
         "   AND d.subscription = $1 AND d.message_id = ANY ($2::text[])"
-        "   AND d.status = 'unparsable' AND d.xmin = pg_current_xact_id()::xid"
+        "   AND coalesce(d.status, '') = 'unparsable' AND d.xmin = pg_current_xact_id()::xid"
         " ORDER BY d.topic, d.\"partition\", d.\"offset\"",
         2, dead_types);
 }

@@ -6,7 +6,11 @@
 extern "C" {
 #include "postgres.h"
 
+#include "access/heapam.h"
+#include "access/table.h"
+#include "utils/rel.h"
 #include "access/xact.h"
+#include "storage/bufmgr.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
@@ -123,7 +127,8 @@ void disable_handler_timeouts() {
     disable_timeout(handler_escalate_id, false);
 }
 SPIPlanPtr options_plan, handlers_plan, next_lane_plan, next_lane_upto_plan, lane_plan,
-    replay_lane_plan, waiting_keys_plan, claim_read_plan, crash_plan, claim_write_plan, claim_clear_plan, fetch_plan,
+    replay_lane_plan, waiting_keys_plan, claim_read_plan, crash_plan, claim_write_plan,
+    claim_clear_plan,
     processed_plan, processed_by_id_plan, ignored_plan, failed_plan;
 Oid inbox_type = InvalidOid;
 
@@ -245,18 +250,6 @@ void prepare_plans() {
         "WHERE c.subscription = $1 AND c.topic = u.topic AND c.\"partition\" = u.p"
         "  AND c.message_ids <> '{}'",
         3, clear_types);
-    // The rows to run, by the ctid the lane read found them at (nothing but the lane's holder
-    // updates them; a row an operator changed meanwhile is not found and does not run; the id
-    // is compared too, in case the table was rewritten), as the handlers see them: with the
-    // attempt that is running.
-    Oid fetch_types[2] = {TIDARRAYOID, TEXTOID};
-    fetch_plan = prepare(
-        "SELECT i.ctid, i.message_id, ROW(i.subscription, i.message_id, i.topic, i.\"partition\", i.\"offset\", "
-        "i.key, i.headers, i.payload, i.raw_payload, i.event_type, i.status, i.attempts + 1, "
-        "NULL::timestamptz, i.received_at, i.processed_at, i.last_error, i.mode)::eventbox.inbox "
-        "FROM eventbox.inbox i WHERE i.ctid = ANY ($1::tid[]) AND i.subscription = $2"
-        "  AND i.status IN ('received', 'retry')",
-        2, fetch_types);
     // Processed rows are found by the ctid their fetch in the same transaction read them at
     // (a TID scan: no index probe, no join); the ids come back, and a row another transaction
     // updated since is marked by its id (processed_by_id_plan). Both mark the same way.
@@ -832,42 +825,79 @@ void clear_claims(Datum name) {
     exec(claim_clear_plan, args, false, SPI_OK_UPDATE);
 }
 
+// The inbox columns fetch_rows() reads and changes, by attribute number (0-based), looked up
+// in the relation's descriptor each time (it can change with the schema).
+struct InboxColumns {
+    int subscription = -1, message_id = -1, status = -1, attempts = -1, next_attempt_at = -1;
+};
+
+InboxColumns inbox_columns(TupleDesc desc) {
+    InboxColumns c;
+    for (int a = 0; a < desc->natts; ++a) {
+        Form_pg_attribute att = TupleDescAttr(desc, a);
+        if (att->attisdropped) continue;
+        const char* name = NameStr(att->attname);
+        if (strcmp(name, "subscription") == 0) c.subscription = a;
+        else if (strcmp(name, "message_id") == 0) c.message_id = a;
+        else if (strcmp(name, "status") == 0) c.status = a;
+        else if (strcmp(name, "attempts") == 0) c.attempts = a;
+        else if (strcmp(name, "next_attempt_at") == 0) c.next_attempt_at = a;
+    }
+    if (c.subscription < 0 || c.message_id < 0 || c.status < 0 || c.attempts < 0 ||
+        c.next_attempt_at < 0)
+        elog(ERROR, "eventbox handlers: eventbox.inbox lacks a column the handler pass needs");
+    return c;
+}
+
+bool text_equals(Datum d, const char* s) {
+    text* t = DatumGetTextPP(d);
+    std::size_t n = VARSIZE_ANY_EXHDR(t);
+    return strlen(s) == n && memcmp(VARDATA_ANY(t), s, n) == 0;
+}
+
 // Fetches the rows of chosen messages [from, to) marked in `to_run` into rows[] (left 0 for
-// one not found: an operator changed it meanwhile).
+// one not found: an operator changed it meanwhile), as the handlers see them: with the attempt
+// that is running and no next_attempt_at. Each row is read where the lane read found it (its
+// ctid) in the transaction's snapshot, like a TID scan, without a statement: nothing but the
+// lane's holder updates these rows, and a row that was changed since (another version), or
+// whose subscription, status or id differ (the table was rewritten), does not run. This cost a
+// statement with a TID scan, a ROW() expression and two copies of every row before.
 void fetch_rows(Datum name, const bool* to_run, int from, int to, Datum* rows) {
-    int n = to - from;
-    pg::ArrayColumn tids(n, TIDOID);
-    uint64* wanted = static_cast<uint64*>(palloc(sizeof(uint64) * n));
-    int n_wanted = 0;
+    RangeVar* rv = makeRangeVar(const_cast<char*>("eventbox"), const_cast<char*>("inbox"), -1);
+    Relation rel = table_openrv(rv, AccessShareLock);
+    TupleDesc desc = RelationGetDescr(rel);
+    InboxColumns col = inbox_columns(desc);
+    const char* subscription = TextDatumGetCString(name);
+    Snapshot snapshot = GetActiveSnapshot();
+    Datum* values = static_cast<Datum*>(palloc(sizeof(Datum) * desc->natts));
+    bool* nulls = static_cast<bool*>(palloc(sizeof(bool) * desc->natts));
     for (int c = from; c < to; ++c) {
-        wanted[c - from] = UINT64_MAX;
         if (!to_run[c]) continue;
-        uint64 packed = call_cpp([&] { return state->chosen(c).tid; });
-        tids.set(c - from, tid_datum(packed));
-        wanted[c - from] = packed;
-        ++n_wanted;
-    }
-    if (n_wanted == 0) return;
-    MemoryContext keep = CurrentMemoryContext;
-    Datum args[2] = {tids.get(), name};
-    exec(fetch_plan, args, false, SPI_OK_SELECT, worker::Access::kTid);
-    MemoryContextSwitchTo(keep);
-    for (uint64 r = 0; r < SPI_processed; ++r) {
-        bool isnull;
-        HeapTuple tuple = SPI_tuptable->vals[r];
-        TupleDesc desc = SPI_tuptable->tupdesc;
-        ItemPointer tid = ItemPointerFromDatum(SPI_getbinval(tuple, desc, 1, &isnull));
-        uint64 packed = (static_cast<uint64>(ItemPointerGetBlockNumber(tid)) << 16) |
-                        ItemPointerGetOffsetNumber(tid);
-        char* id = nullable_text(tuple, desc, 2);
-        for (int k = 0; k < n; ++k) {
-            if (wanted[k] != packed) continue;
-            int c = from + k;
-            bool same = call_cpp([&] { return state->chosen_has_id(c, id); });
-            if (same) rows[c] = datumCopy(SPI_getbinval(tuple, desc, 3, &isnull), false, -1);
-            break;
+        ChosenMessage m = call_cpp([&] { return state->chosen(c); });
+        HeapTupleData tuple;
+        ItemPointerSet(&tuple.t_self, static_cast<BlockNumber>(m.tid >> 16),
+                       static_cast<OffsetNumber>(m.tid & 0xFFFF));
+        Buffer buffer = InvalidBuffer;
+        if (!heap_fetch(rel, snapshot, &tuple, &buffer, false)) {
+            if (BufferIsValid(buffer)) ReleaseBuffer(buffer);
+            continue;
         }
+        heap_deform_tuple(&tuple, desc, values, nulls);
+        bool runs = !nulls[col.subscription] && !nulls[col.message_id] && !nulls[col.status] &&
+                    text_equals(values[col.subscription], subscription) &&
+                    text_equals(values[col.message_id], m.id) &&
+                    (text_equals(values[col.status], "received") ||
+                     text_equals(values[col.status], "retry"));
+        if (runs) {
+            values[col.attempts] = Int32GetDatum(DatumGetInt32(values[col.attempts]) + 1);
+            nulls[col.next_attempt_at] = true;
+            HeapTuple shown = heap_form_tuple(desc, values, nulls);
+            rows[c] = heap_copy_tuple_as_datum(shown, desc);
+            heap_freetuple(shown);
+        }
+        ReleaseBuffer(buffer);
     }
+    table_close(rel, NoLock);  // held to the end of the transaction, as a SELECT holds it
 }
 
 bool type_matches(const HandlerRef& h, const char* event_type) {

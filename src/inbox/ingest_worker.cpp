@@ -568,6 +568,7 @@ std::size_t store_chunk(Subscription* sub, std::size_t from, std::size_t to) {
         offsets(count, INT8OID), keys(count, BYTEAOID), headers(count, JSONBOID),
         payloads(count, JSONBOID), raws(count, BYTEAOID), types(count, TEXTOID),
         statuses(count, TEXTOID), notes(count, TEXTOID), modes(count, TEXTOID);
+    pg::ArrayColumn unparsable_ids(count, TEXTOID);  // for the dead-letter topic
     Datum live = CStringGetTextDatum("live"), backfill = CStringGetTextDatum("backfill");
     int transport_ids = 0;
     int unparsable_rows = 0;
@@ -622,7 +623,7 @@ std::size_t store_chunk(Subscription* sub, std::size_t from, std::size_t to) {
             });
             modes.set(i, msg->offset < until ? backfill : live);
         }
-        unparsable_rows += row.parsable ? 0 : 1;
+        if (!row.parsable) unparsable_ids.set(unparsable_rows++, ids.value(i));
     }
     Datum name = CStringGetTextDatum(sub->name.c_str());
     Datum values[12] = {name,           ids.get(),     topics.get(),   partitions.get(),
@@ -643,7 +644,7 @@ std::size_t store_chunk(Subscription* sub, std::size_t from, std::size_t to) {
         inserted = SPI_processed;
         // The subscription's dead-letter topic, if any, gets the unparsable rows stored now.
         if (unparsable_rows > 0 && inserted > 0)
-            handlers::dead_letters::after_unparsable(name, ids.get());
+            handlers::dead_letters::after_unparsable(name, unparsable_ids.get(unparsable_rows));
         // Only a batch with duplicates pays for comparing them with the stored rows.
         if (inserted < static_cast<uint64>(count)) {
             Datum conflict_values[7] = {name,      values[1], values[2], values[3],
