@@ -543,7 +543,6 @@ CREATE TABLE eventbox.conflicts (
     detected_at      timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (subscription, topic, "partition", "offset")
 );
-CREATE INDEX conflicts_message_idx ON eventbox.conflicts (subscription, message_id);
 SELECT pg_catalog.pg_extension_config_dump('eventbox.conflicts', '');
 REVOKE ALL ON TABLE eventbox.conflicts FROM PUBLIC;
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -41,11 +42,13 @@ public:
     void add_histogram(Family& family, const Labels& labels, const std::vector<double>& bounds,
                        const std::vector<uint64_t>& counts, double sum);
 
-    const std::vector<Family>& families() const { return families_; }
+    const std::deque<Family>& families() const { return families_; }
     std::string render() const;
 
 private:
-    std::vector<Family> families_;
+    // A deque: the references family() returns stay valid while more families are added (the
+    // callers hold several at once).
+    std::deque<Family> families_;
 };
 
 // Label value escaping of the text format: backslash, double quote and line feed.

@@ -4,7 +4,7 @@
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pg_eventbox;
 
-SELECT plan(314);
+SELECT plan(317);
 
 -- ---- tables: exactly these columns, with these types, nullability and defaults -------------
 
@@ -22,6 +22,11 @@ SELECT columns_are('eventbox', 'inbox', ARRAY[
 SELECT columns_are('eventbox', 'offsets', ARRAY[
     'subscription', 'topic', 'partition', 'next_offset', 'high_watermark', 'updated_at',
     'backfill_until']);
+-- Conflicting duplicates (issue 17): the row kept and the record that conflicted.
+SELECT has_table('eventbox', 'conflicts', 'table eventbox.conflicts exists');
+SELECT columns_are('eventbox', 'conflicts', ARRAY[
+    'subscription', 'message_id', 'stored_topic', 'stored_partition', 'stored_offset', 'topic',
+    'partition', 'offset', 'detected_at']);
 
 CREATE TEMP TABLE expected_columns (tbl name, col name, typ text, not_null boolean, def text);
 INSERT INTO expected_columns VALUES
@@ -119,7 +124,7 @@ SELECT bag_has(
     'the inbox tables have the documented check constraints');
 SELECT col_has_check('eventbox', 'subscriptions', c, 'subscriptions.' || c || ' has a check')
   FROM unnest(ARRAY['name', 'topics', 'start_from', 'ordering', 'unhandled', 'max_attempts',
-                    'batch_size', 'on_dead']::name[]) c ORDER BY c;
+                    'batch_size', 'on_dead', 'message_id_rule']::name[]) c ORDER BY c;
 SELECT col_has_check('eventbox', 'subscriptions', ARRAY['backoff', 'backoff_max']::name[],
                      'subscriptions (backoff, backoff_max) has a check');
 SELECT col_has_check('eventbox', 'inbox', 'status', 'inbox.status has a check');

@@ -78,6 +78,19 @@ TEST(MetricsExposition, SameFamilyIsFoundAgain) {
     EXPECT_EQ(e.families().size(), 1u);
 }
 
+// collect.cpp holds two families while adding the samples of both: a family reference stays
+// valid however many families are added after it. (Fails with the std::vector they were kept in:
+// adding eventbox_ingest_conflicts_total moved eventbox_inbox_pending's samples into freed memory.)
+TEST(MetricsExposition, FamilyReferencesSurviveMoreFamilies) {
+    Exposition e;
+    Family& first = e.family("eventbox_first", "First.", Type::kGauge);
+    for (int i = 0; i < 100; ++i)
+        e.family("eventbox_more_" + std::to_string(i), "More.", Type::kGauge);
+    e.add(first, {{"subscription", "s"}}, 3);
+    EXPECT_EQ(e.families().front().samples.size(), 1u);
+    EXPECT_NE(e.render().find("eventbox_first{subscription=\"s\"} 3\n"), std::string::npos);
+}
+
 TEST(MetricsExposition, RejectsInvalidNames) {
     Exposition e;
     EXPECT_THROW(e.family("eventbox-bad", "", Type::kGauge), std::invalid_argument);

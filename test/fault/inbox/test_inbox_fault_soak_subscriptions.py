@@ -84,6 +84,12 @@ def test_soak_300_subscriptions_resources_stay_bounded_and_nothing_is_lost(
         ends = {t: end_offsets(t) for t in topics}
         poll(lambda: not caught_up(ib_db, ends, list(subs.items())), 300,
              "all %d subscriptions caught up with the warm-up" % SUBSCRIPTIONS, interval=0.5)
+        # The warm-up also replays a partition, as the churn below does: batches of duplicates
+        # (compared with their stored rows for conflicts) have run before the start figures.
+        warm = sorted(subs)[0]
+        ib_db.rows("SELECT eventbox.replay(%s, %s, 0, 0)", (warm, subs[warm][0]))
+        poll(lambda: not caught_up(ib_db, ends, list(subs.items())), 300,
+             "the warm-up replay caught up", interval=0.5)
         start = footprint(pid)
         t_start = time.monotonic()
         traffic.start()

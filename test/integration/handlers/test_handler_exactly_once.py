@@ -77,6 +77,11 @@ def test_ledger_exactly_once_20k_with_redeliveries(case):
     produced += produce(hc.topic, with_soon(backlog, total))
     produced += produce(hc.topic, [msgs[i] for i in late])   # redelivered after everything
     status = wait_settled(hc.sub, total, timeout=240)
+    # The late redeliveries add no row to wait for: wait until ingest has read them too (their
+    # batches, all duplicates, are compared with the stored rows for conflicts).
+    wait_until(lambda: retry_conn(lambda c: query_one(
+        c, "SELECT sum(next_offset) FROM eventbox.offsets WHERE subscription = %s",
+        (hc.sub,))) == produced, 120, what="the offsets to cover every produced record")
     handled_s = time.monotonic() - t1
 
     def check(c):
