@@ -78,6 +78,7 @@ struct Options {
     int64 backoff_max_ms;
     bool unhandled_keep;
     dead_letters::Policy dead;  // non_retryable, on_dead, dead_letter_topic
+    bool replays;               // eventbox.reprocess() queued messages that still wait
 };
 
 // The pass's working set (heap; begun anew by each pass; the cursors outlive passes).
@@ -165,7 +166,11 @@ void prepare_plans() {
     Oid text1[1] = {TEXTOID};
     options_plan = prepare(
         "SELECT ordering, max_attempts, (extract(epoch FROM backoff) * 1000)::int8, "
-        "(extract(epoch FROM backoff_max) * 1000)::int8, unhandled = 'keep' "
+        "(extract(epoch FROM backoff_max) * 1000)::int8, unhandled = 'keep', "
+        // One probe of inbox_replay_idx (empty but for queued replays): lanes are read for
+        // replays only while there are some.
+        "EXISTS (SELECT 1 FROM eventbox.inbox i WHERE i.subscription = $1"
+        "        AND i.status IN ('received', 'retry') AND i.mode = 'replay') "
         "FROM eventbox.subscriptions WHERE name = $1 AND enabled",
         1, text1);
     handlers_plan = prepare(
@@ -565,6 +570,7 @@ bool read_options(Datum name, Options* options) {
     options->backoff_ms = DatumGetInt64(SPI_getbinval(t, d, 3, &isnull));
     options->backoff_max_ms = DatumGetInt64(SPI_getbinval(t, d, 4, &isnull));
     options->unhandled_keep = DatumGetBool(SPI_getbinval(t, d, 5, &isnull));
+    options->replays = DatumGetBool(SPI_getbinval(t, d, 6, &isnull));
     return true;
 }
 
@@ -624,7 +630,7 @@ void read_lane(Datum name, std::size_t l, int per_lane, const Options& options, 
                       handled_types};
     exec(lane_plan, args, false, SPI_OK_SELECT);
     add_lane_rows(l);
-    if (SPI_processed < static_cast<uint64>(per_lane)) {
+    if (options.replays && SPI_processed < static_cast<uint64>(per_lane)) {
         args[3] = Int32GetDatum(per_lane - static_cast<int>(SPI_processed));
         exec(replay_lane_plan, args, false, SPI_OK_SELECT);
         add_lane_rows(l);
