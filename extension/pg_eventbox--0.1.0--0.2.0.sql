@@ -576,6 +576,12 @@ ALTER TABLE eventbox.inbox
 -- Per partition of a backfill subscription: the first offset that runs in mode 'live'.
 ALTER TABLE eventbox.offsets ADD COLUMN backfill_until bigint;
 ALTER TABLE eventbox.subscriptions ADD COLUMN backfill boolean NOT NULL DEFAULT false;
+-- The handler passes read a lane's live messages first, then its queued replays, each an index
+-- range of its own (the index holds only the messages still to handle: small, quick to build).
+DROP INDEX eventbox.inbox_todo_idx;
+CREATE INDEX inbox_todo_idx ON eventbox.inbox
+    (subscription, topic, "partition", (mode = 'replay'), "offset")
+    WHERE status IN ('received', 'retry');
 
 -- ---------------------------------------------------------------------------------------------
 -- Replay and backfill modes, suppressed sends, dry runs (0.2.0).

@@ -567,8 +567,11 @@ CREATE TABLE eventbox.handlers (
 );
 SELECT pg_catalog.pg_extension_config_dump('eventbox.handlers', '');
 
--- Handler passes read each partition's messages that still need handling, in offset order.
-CREATE INDEX inbox_todo_idx ON eventbox.inbox (subscription, topic, "partition", "offset")
+-- Handler passes read each partition's messages that still need handling, in offset order:
+-- the live (and backfill) ones first, then the replays eventbox.reprocess() queued, each an
+-- index range of its own (mode = 'replay' is false, then true).
+CREATE INDEX inbox_todo_idx ON eventbox.inbox
+    (subscription, topic, "partition", (mode = 'replay'), "offset")
     WHERE status IN ('received', 'retry');
 -- With ordering 'key', the keys of a partition that wait for a retry.
 CREATE INDEX inbox_retry_idx ON eventbox.inbox (subscription, topic, "partition")

@@ -209,10 +209,12 @@ void prepare_plans() {
     "   AND NOT ($7 AND i.key IS NULL)"                                                    \
     "   AND (NOT $8 OR i.next_attempt_at IS NULL OR i.next_attempt_at <= clock_timestamp())" \
     " ORDER BY i.\"offset\" LIMIT $4"
-    // Live (and backfill) messages first; then, with the room left, the messages queued by
-    // eventbox.reprocess(), through inbox_replay_idx: a replay never holds a lane's live
-    // messages back by more than the pass it shares with them.
-    lane_plan = prepare(LANE_READ("i.mode <> 'replay'"), 10, lane_types);
+    // Live (and backfill) messages first, an index range of inbox_todo_idx of their own (IS
+    // FALSE: the planner turns it into an index condition, where NOT or <> would not be); then,
+    // with the room left, the messages queued by eventbox.reprocess(), through inbox_replay_idx:
+    // a replay never holds a lane's live messages back by more than the pass it shares with
+    // them, and reading either costs what the batch costs, whatever is queued.
+    lane_plan = prepare(LANE_READ("(i.mode = 'replay') IS FALSE"), 10, lane_types);
     replay_lane_plan = prepare(LANE_READ("i.mode = 'replay'"), 10, lane_types);
 #undef LANE_READ
     // Keys of a lane that wait for a retry (ordering 'key').
