@@ -11,6 +11,9 @@ Per run and side, on a fresh subscription (unhandled => 'keep', no handler):
              a duplicate, so this build compares every one with its stored row (the worst case
              of conflict detection); clock to the offsets summing to 2N.
 Runs alternate sides; the best of BENCH_REPEAT runs is kept; ratios are this build / baseline.
+Also the ingest worker's CPU time per record (utime + stime from /proc, less sensitive than the
+rate to other load on the machine), lowest of the runs; its ratio is baseline / this build, so
+that above 1 means cheaper here too.
 
 Usage: bench/bench_conflicts.py BASELINE_PGBIN CANDIDATE_PGBIN
 Knobs: BENCH_CONFLICT_MESSAGES (default 200000), BENCH_REPEAT (default 3),
@@ -75,6 +78,12 @@ class Side:
         return self.q("SELECT coalesce(sum(next_offset), 0) FROM eventbox.offsets "
                       "WHERE subscription = %s", (sub,))[0][0]
 
+    def ingest_cpu_s(self):
+        pid = self.q("SELECT pid FROM pg_stat_activity WHERE backend_type = 'eventbox ingest'")[0][0]
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def wait_offsets(self, sub, n, t0, timeout=600):
         while True:
             if self.offsets_sum(sub) >= n:
@@ -113,18 +122,21 @@ def run(side, r):
     side.q("BEGIN; SELECT eventbox.create_subscription(%s, ARRAY['bench-1'], "
            "unhandled => 'keep'); SELECT eventbox.alter_subscription(%s, enabled => false); "
            "COMMIT", (sub, sub))
+    cpu0 = side.ingest_cpu_s()
     t0 = time.monotonic()
     side.q("SELECT eventbox.alter_subscription(%s, enabled => true)", (sub,))
     fresh = side.wait_offsets(sub, N, t0)
+    cpu1 = side.ingest_cpu_s()
     t0 = time.monotonic()
     side.q("SELECT eventbox.alter_subscription(%s, topics => ARRAY['bench-1', 'bench-2'])", (sub,))
     dups = side.wait_offsets(sub, 2 * N, t0)
+    cpu2 = side.ingest_cpu_s()
     rows = side.q("SELECT count(*) FROM eventbox.inbox WHERE subscription = %s", (sub,))[0][0]
     if rows != N:
         raise RuntimeError("%s: %d inbox rows, expected %d" % (side.label, rows, N))
     side.q("SELECT eventbox.drop_subscription(%s)", (sub,))
     side.q("VACUUM eventbox.inbox")
-    return N / fresh, N / dups
+    return N / fresh, N / dups, (cpu1 - cpu0) / N * 1e6, (cpu2 - cpu1) / N * 1e6
 
 
 def main():
@@ -145,20 +157,26 @@ def main():
             sides.append(side)
             produce(side, "bench-1", records)
             produce(side, "bench-2", records)
-        best = {s.label: [0.0, 0.0] for s in sides}
+        inf = float("inf")
+        best = {s.label: [0.0, 0.0, inf, inf] for s in sides}
         for r in range(REPEAT):
             for side in (sides if r % 2 == 0 else sides[::-1]):
-                fresh, dups = run(side, r)
-                log("run %d %-9s fresh %8.0f msg/s   all duplicates %8.0f msg/s"
-                    % (r + 1, side.label, fresh, dups))
-                best[side.label] = [max(best[side.label][0], fresh),
-                                    max(best[side.label][1], dups)]
+                fresh, dups, cpu_fresh, cpu_dups = run(side, r)
+                log("run %d %-9s fresh %8.0f msg/s %5.1f us cpu   all duplicates %8.0f msg/s "
+                    "%5.1f us cpu" % (r + 1, side.label, fresh, cpu_fresh, dups, cpu_dups))
+                b = best[side.label]
+                best[side.label] = [max(b[0], fresh), max(b[1], dups), min(b[2], cpu_fresh),
+                                    min(b[3], cpu_dups)]
         b, c = best["baseline"], best["candidate"]
         print()
         print("ingest, %d records of ~200 B, best of %d runs" % (N, REPEAT))
-        print("%-28s %12s %12s %8s" % ("figure", "baseline", "this build", "ratio"))
-        print("%-28s %12.0f %12.0f %7.2fx" % ("fresh (msg/s)", b[0], c[0], c[0] / b[0]))
-        print("%-28s %12.0f %12.0f %7.2fx" % ("all duplicates (msg/s)", b[1], c[1], c[1] / b[1]))
+        print("%-36s %12s %12s %8s" % ("figure", "baseline", "this build", "ratio"))
+        print("%-36s %12.0f %12.0f %7.2fx" % ("fresh (msg/s)", b[0], c[0], c[0] / b[0]))
+        print("%-36s %12.0f %12.0f %7.2fx" % ("all duplicates (msg/s)", b[1], c[1], c[1] / b[1]))
+        print("%-36s %12.1f %12.1f %7.2fx" % ("fresh, ingest CPU (us/record)", b[2], c[2],
+                                               b[2] / c[2]))
+        print("%-36s %12.1f %12.1f %7.2fx" % ("all duplicates, ingest CPU (us/record)", b[3],
+                                               c[3], b[3] / c[3]))
     finally:
         for s in sides:
             s.stop()

@@ -3,7 +3,8 @@
 // kafka/consumer.hpp), so its threads, sockets and fds do not grow with them. Each poll's
 // records are handed to the subscriptions that want them, and each subscription's share is
 // written in one transaction per batch (inbox rows deduplicated with ON CONFLICT DO NOTHING, plus
-// the partitions' next offsets), then the handler workers are woken. It sleeps on one
+// the partitions' next offsets; a batch with duplicates also compares them with the stored rows
+// and lists those with another payload in eventbox.conflicts), then the handler workers are woken. It sleeps on one
 // WaitEventSet: its latch (set when subscriptions change), postmaster death, and the consumer's
 // queue fd.
 //
