@@ -119,6 +119,7 @@ CREATE TABLE eventbox.subscriptions (
     on_dead          text        NOT NULL DEFAULT 'continue',
     dead_letter_topic text,
     message_id_rule  text        NOT NULL DEFAULT 'default',
+    backfill         boolean     NOT NULL DEFAULT false,
     CONSTRAINT subscriptions_name_check CHECK (name ~ '^[A-Za-z0-9_.-]{1,63}$'),
     CONSTRAINT subscriptions_topics_check CHECK (cardinality(topics) > 0),
     CONSTRAINT subscriptions_start_from_check CHECK (start_from IN ('earliest', 'latest')),
@@ -152,9 +153,11 @@ CREATE TABLE eventbox.inbox (
     received_at     timestamptz NOT NULL DEFAULT now(),
     processed_at    timestamptz,
     last_error      text,
+    mode            text        NOT NULL DEFAULT 'live',
     PRIMARY KEY (subscription, message_id) WITH (fillfactor = 50),
     CONSTRAINT inbox_status_check
-        CHECK (status IN ('received', 'processed', 'retry', 'dead', 'ignored', 'unparsable'))
+        CHECK (status IN ('received', 'processed', 'retry', 'dead', 'ignored', 'unparsable')),
+    CONSTRAINT inbox_mode_check CHECK (mode IN ('live', 'replay', 'backfill'))
 ) WITH (fillfactor = 90);
 -- fillfactor: the room a handler pass needs to count an attempt as a HOT update (attempts and
 -- next_attempt_at are in no index), on the row's own page and without index entries. Marking
@@ -178,6 +181,7 @@ CREATE TABLE eventbox.offsets (
     next_offset    bigint      NOT NULL,
     high_watermark bigint,
     updated_at     timestamptz NOT NULL DEFAULT now(),
+    backfill_until bigint,
     PRIMARY KEY (subscription, topic, "partition")
 );
 SELECT pg_catalog.pg_extension_config_dump('eventbox.offsets', '');
@@ -374,7 +378,7 @@ CREATE FUNCTION eventbox._create_subscription(
     caller oid, name text, topics text[], start_from text, ordering text, max_attempts integer,
     backoff interval, backoff_max interval, message_id_field text, unhandled text,
     batch_size integer, group_id text, non_retryable text[], on_dead text, dead_letter_topic text,
-    message_id_rule text)
+    message_id_rule text, backfill boolean)
 RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -404,13 +408,22 @@ BEGIN
         RAISE EXCEPTION 'message_id_field must not be empty'
             USING ERRCODE = 'invalid_parameter_value', HINT = 'Pass NULL for none.';
     END IF;
+    IF backfill IS NULL THEN
+        RAISE EXCEPTION 'backfill must not be NULL' USING ERRCODE = 'null_value_not_allowed',
+            HINT = 'Pass true to run the history in mode ''backfill'', false for ''live''.';
+    END IF;
+    IF backfill AND start_from <> 'earliest' THEN
+        RAISE EXCEPTION 'backfill needs start_from ''earliest'''
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A subscription starting at ''latest'' reads no history to backfill.';
+    END IF;
     BEGIN
         INSERT INTO eventbox.subscriptions (name, topics, owner, start_from, ordering,
             max_attempts, backoff, backoff_max, message_id_field, unhandled, batch_size, group_id,
-            non_retryable, on_dead, dead_letter_topic, message_id_rule)
+            non_retryable, on_dead, dead_letter_topic, message_id_rule, backfill)
         VALUES (name, clean_topics, caller::regrole, start_from, ordering, max_attempts, backoff,
             backoff_max, message_id_field, unhandled, batch_size, group_id, clean_codes, on_dead,
-            dead_letter_topic, message_id_rule);
+            dead_letter_topic, message_id_rule, backfill);
     EXCEPTION WHEN unique_violation THEN
         RAISE EXCEPTION 'subscription % already exists', eventbox._quote(name)
             USING ERRCODE = 'duplicate_object',
@@ -491,6 +504,7 @@ BEGIN
     DELETE FROM eventbox.handler_claims WHERE subscription = s.name;
     DELETE FROM eventbox.key_blocks WHERE subscription = s.name;
     DELETE FROM eventbox.conflicts WHERE subscription = s.name;
+    DELETE FROM eventbox.suppressed_sends WHERE subscription = s.name;
     DELETE FROM eventbox.subscriptions WHERE subscriptions.name = s.name;
     PERFORM eventbox._notify_ingest();
 END $$;
@@ -502,7 +516,8 @@ CREATE FUNCTION eventbox.create_subscription(
     backoff_max interval DEFAULT '10 minutes', message_id_field text DEFAULT NULL,
     unhandled text DEFAULT 'ignore', batch_size integer DEFAULT 1000, group_id text DEFAULT NULL,
     non_retryable text[] DEFAULT '{22,23502,23514}', on_dead text DEFAULT 'continue',
-    dead_letter_topic text DEFAULT NULL, message_id_rule text DEFAULT 'default')
+    dead_letter_topic text DEFAULT NULL, message_id_rule text DEFAULT 'default',
+    backfill boolean DEFAULT false)
 RETURNS void
 LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
 
@@ -552,8 +567,11 @@ CREATE TABLE eventbox.handlers (
 );
 SELECT pg_catalog.pg_extension_config_dump('eventbox.handlers', '');
 
--- Handler passes read each partition's messages that still need handling, in offset order.
-CREATE INDEX inbox_todo_idx ON eventbox.inbox (subscription, topic, "partition", "offset")
+-- Handler passes read each partition's messages that still need handling, in offset order:
+-- the live (and backfill) ones first, then the replays eventbox.reprocess() queued, each an
+-- index range of its own (mode = 'replay' is false, then true).
+CREATE INDEX inbox_todo_idx ON eventbox.inbox
+    (subscription, topic, "partition", (mode = 'replay'), "offset")
     WHERE status IN ('received', 'retry');
 -- With ordering 'key', the keys of a partition that wait for a retry.
 CREATE INDEX inbox_retry_idx ON eventbox.inbox (subscription, topic, "partition")
@@ -852,12 +870,13 @@ SELECT b.subscription, b.topic, b."partition", b.key, b.message_id, b."offset", 
 REVOKE ALL ON eventbox.key_blocks, eventbox.blocked_keys FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventbox._check_dead_letter_options(text[], text, text, text),
     eventbox._create_subscription(oid, text, text[], text, text, integer, interval, interval,
-                                  text, text, integer, text, text[], text, text, text),
+                                  text, text, integer, text, text[], text, text, text,
+                                  boolean),
     eventbox._alter_subscription(oid, text, text[], text, text, integer, interval, interval,
                                  text, text, integer, text, boolean, text[], text, text, text),
     eventbox._drop_subscription(oid, text),
     eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text,
-                                 text, integer, text, text[], text, text, text),
+                                 text, integer, text, text[], text, text, text, boolean),
     eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text,
                                 text, integer, text, boolean, text[], text, text, text),
     eventbox.drop_subscription(text)
@@ -1105,3 +1124,108 @@ REVOKE ALL ON FUNCTION eventbox._http_destinations_changed(), eventbox._http_err
     eventbox.create_http_destination(text, text, jsonb, text, interval, integer),
     eventbox.alter_http_destination(text, text, jsonb, text, interval, integer),
     eventbox.drop_http_destination(text) FROM PUBLIC;
+
+-- ---------------------------------------------------------------------------------------------
+-- Replay and backfill modes, suppressed sends, dry runs (0.2.0).
+-- ---------------------------------------------------------------------------------------------
+
+-- A message's queued replays are read through this index, after the live messages of its lane
+-- (eventbox.reprocess() must not hold live traffic back); it holds only rows queued for a replay.
+CREATE INDEX inbox_replay_idx ON eventbox.inbox (subscription, topic, "partition", "offset")
+    WHERE status IN ('received', 'retry') AND mode = 'replay';
+
+-- What send() did not publish because the handler ran in mode 'replay' or 'backfill': the
+-- message columns of the outbox, the mode, and the inbox message whose handler sent it. Purged
+-- with the inbox rows, after eventbox.inbox_retention (by created_at).
+CREATE TABLE eventbox.suppressed_sends (
+    id           bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    message_id   uuid        NOT NULL,
+    topic        text        NOT NULL,
+    key          bytea,
+    payload      bytea,
+    headers      jsonb       NOT NULL DEFAULT '{}',
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    mode         text        NOT NULL,
+    subscription text        NOT NULL,
+    caused_by    text        NOT NULL,
+    CONSTRAINT suppressed_sends_mode_check CHECK (mode IN ('replay', 'backfill'))
+);
+CREATE INDEX suppressed_sends_created_idx ON eventbox.suppressed_sends (created_at);
+CREATE INDEX suppressed_sends_cause_idx ON eventbox.suppressed_sends (subscription, caused_by);
+SELECT pg_catalog.pg_extension_config_dump('eventbox.suppressed_sends', '');
+SELECT pg_catalog.pg_extension_config_dump('eventbox.suppressed_sends_id_seq', '');
+
+-- The mode of the handler run in progress ('live', 'replay' or 'backfill'); NULL outside one.
+CREATE FUNCTION eventbox.current_mode()
+RETURNS text
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_current_mode';
+
+-- send() with a sixth argument, publish_in_replay: true publishes even from a handler running in
+-- mode 'replay' or 'backfill'; false behaves like the five-argument send(). Every argument is
+-- required (defaults would make five-argument calls ambiguous between the two).
+CREATE FUNCTION eventbox.send(topic text, payload jsonb, key text, headers jsonb,
+                              message_id uuid, publish_in_replay boolean)
+RETURNS uuid
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_send_jsonb_in_replay';
+CREATE FUNCTION eventbox.send(topic text, payload bytea, key text, headers jsonb,
+                              message_id uuid, publish_in_replay boolean)
+RETURNS uuid
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_send_bytea_in_replay';
+
+-- Queues handled messages (processed, ignored or dead) to run again in mode 'replay'.
+CREATE FUNCTION eventbox._reprocess(caller oid, subscription text, since timestamptz,
+                                    until timestamptz, message_ids text[], event_type text)
+RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s eventbox.subscriptions;
+    n bigint;
+BEGIN
+    s := eventbox._managed_subscription(caller, subscription);
+    IF since > until THEN
+        RAISE EXCEPTION 'since (%) is after until (%)', since, until
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'since and until bound the messages'' received_at: since <= received_at < until.';
+    END IF;
+    IF array_position(message_ids, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'message_ids must not contain NULL' USING ERRCODE = 'null_value_not_allowed',
+            HINT = 'Pass the ids of inbox messages, or NULL for every message.';
+    END IF;
+    UPDATE eventbox.inbox i
+       SET status = 'received', mode = 'replay', attempts = 0, next_attempt_at = NULL,
+           processed_at = NULL, last_error = NULL
+     WHERE i.subscription = s.name AND i.status IN ('processed', 'ignored', 'dead')
+       AND (_reprocess.since IS NULL OR i.received_at >= _reprocess.since)
+       AND (_reprocess.until IS NULL OR i.received_at < _reprocess.until)
+       AND (_reprocess.message_ids IS NULL OR i.message_id = ANY (_reprocess.message_ids))
+       AND (_reprocess.event_type IS NULL OR i.event_type = _reprocess.event_type);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    PERFORM eventbox._notify_ingest();
+    RETURN n;
+END $$;
+
+CREATE FUNCTION eventbox.reprocess(subscription text, since timestamptz DEFAULT NULL,
+                                   until timestamptz DEFAULT NULL, message_ids text[] DEFAULT NULL,
+                                   event_type text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
+COMMENT ON FUNCTION eventbox.reprocess(text, timestamptz, timestamptz, text[], text) IS
+    'Run the handlers again, in mode replay, on handled messages; returns how many were queued';
+
+-- Runs the current handlers on inbox messages in the caller's session, each in a subtransaction
+-- that is rolled back, and reports what they would have done.
+CREATE FUNCTION eventbox.dry_run(subscription text, message_ids text[] DEFAULT NULL,
+                                 since timestamptz DEFAULT NULL, max_messages integer DEFAULT 100,
+                                 OUT message_id text, OUT outcome text, OUT sqlstate text,
+                                 OUT error text, OUT tables jsonb, OUT sends jsonb)
+RETURNS SETOF record
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_dry_run';
+
+REVOKE ALL ON eventbox.suppressed_sends FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventbox.current_mode(),
+    eventbox.send(text, jsonb, text, jsonb, uuid, boolean),
+    eventbox.send(text, bytea, text, jsonb, uuid, boolean),
+    eventbox._reprocess(oid, text, timestamptz, timestamptz, text[], text),
+    eventbox.reprocess(text, timestamptz, timestamptz, text[], text),
+    eventbox.dry_run(text, text[], timestamptz, integer)
+    FROM PUBLIC;

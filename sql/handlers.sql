@@ -40,7 +40,7 @@ GRANT USAGE ON SCHEMA eventbox TO regress_eventbox_owner, regress_eventbox_stran
                                   regress_eventbox_team, regress_eventbox_noinherit;
 GRANT EXECUTE ON FUNCTION
     eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text,
-                                 text, integer, text, text[], text, text, text),
+                                 text, integer, text, text[], text, text, text, boolean),
     eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text,
                                 integer, text, boolean, text[], text, text, text),
     eventbox.drop_subscription(text),
@@ -1244,7 +1244,7 @@ DROP SCHEMA regress_eventbox_fn CASCADE;
 RESET client_min_messages;
 REVOKE ALL ON FUNCTION
     eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text,
-                                 text, integer, text, text[], text, text, text),
+                                 text, integer, text, text[], text, text, text, boolean),
     eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text,
                                 integer, text, boolean, text[], text, text, text),
     eventbox.drop_subscription(text),
@@ -1274,7 +1274,7 @@ CREATE ROLE regress_eventbox_nested;
 GRANT USAGE ON SCHEMA eventbox TO regress_eventbox_nested;
 GRANT EXECUTE ON FUNCTION
     eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text,
-                                 text, integer, text, text[], text, text, text),
+                                 text, integer, text, text[], text, text, text, boolean),
     eventbox.register_handler(text, regprocedure, text, name),
     eventbox.process(text, integer)
   TO regress_eventbox_nested;

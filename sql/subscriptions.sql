@@ -322,7 +322,7 @@ GRANT USAGE ON SCHEMA eventbox TO regress_eventbox_admin1, regress_eventbox_admi
                                   regress_eventbox_noexec;
 GRANT EXECUTE ON FUNCTION
     eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text,
-                                 text, integer, text, text[], text, text, text),
+                                 text, integer, text, text[], text, text, text, boolean),
     eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text,
                                 integer, text, boolean, text[], text, text, text),
     eventbox.drop_subscription(text)
@@ -354,7 +354,7 @@ INSERT INTO bypass VALUES
  (11, $$UPDATE eventbox.offsets SET next_offset = 0$$),
  (12, $$DELETE FROM eventbox.offsets$$),
  (13, $$TRUNCATE eventbox.offsets$$),
- (14, $$SELECT eventbox._create_subscription('regress_eventbox_admin1'::regrole::oid, 'forged', ARRAY['t'], 'earliest', 'partition', 10, '1 second', '10 minutes', NULL, 'ignore', 1000, NULL, '{}', 'continue', NULL, 'default')$$),
+ (14, $$SELECT eventbox._create_subscription('regress_eventbox_admin1'::regrole::oid, 'forged', ARRAY['t'], 'earliest', 'partition', 10, '1 second', '10 minutes', NULL, 'ignore', 1000, NULL, '{}', 'continue', NULL, 'default', false)$$),
  (15, $$SELECT eventbox._alter_subscription('regress_eventbox_admin1'::regrole::oid, 'a1', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, false, NULL, NULL, NULL, NULL)$$),
  (16, $$SELECT eventbox._drop_subscription('regress_eventbox_admin1'::regrole::oid, 'a1')$$),
  (17, $$SELECT eventbox._managed_subscription('regress_eventbox_admin1'::regrole::oid, 'a1')$$),
@@ -462,7 +462,7 @@ SELECT count(*) AS inbox_rows FROM eventbox.inbox;
 SELECT count(*) AS offset_rows FROM eventbox.offsets;
 REVOKE ALL ON FUNCTION
     eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text,
-                                 text, integer, text, text[], text, text, text),
+                                 text, integer, text, text[], text, text, text, boolean),
     eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text,
                                 integer, text, boolean, text[], text, text, text),
     eventbox.drop_subscription(text)

@@ -32,6 +32,11 @@ extern "C" {
 #include "utils/timeout.h"
 #include "utils/timestamp.h"
 #include "utils/inval.h"
+#include "utils/json.h"
+#include "executor/executor.h"
+#include "utils/jsonb.h"
+#include "utils/tuplestore.h"
+#include "catalog/pg_namespace.h"
 #include "catalog/pg_proc.h"
 #include "pgstat.h"
 }
@@ -73,6 +78,7 @@ struct Options {
     int64 backoff_max_ms;
     bool unhandled_keep;
     dead_letters::Policy dead;  // non_retryable, on_dead, dead_letter_topic
+    bool replays;               // eventbox.reprocess() queued messages that still wait
 };
 
 // The pass's working set (heap; begun anew by each pass; the cursors outlive passes).
@@ -122,7 +128,8 @@ void disable_handler_timeouts() {
     disable_timeout(handler_escalate_id, false);
 }
 SPIPlanPtr options_plan, handlers_plan, next_lane_plan, next_lane_upto_plan, lane_plan,
-    waiting_keys_plan, claim_read_plan, crash_plan, claim_write_plan, claim_clear_plan,
+    replay_lane_plan, waiting_keys_plan, claim_read_plan, crash_plan, claim_write_plan,
+    claim_clear_plan,
     processed_plan, processed_by_id_plan, ignored_plan, failed_plan;
 Oid inbox_type = InvalidOid;
 
@@ -159,7 +166,11 @@ void prepare_plans() {
     Oid text1[1] = {TEXTOID};
     options_plan = prepare(
         "SELECT ordering, max_attempts, (extract(epoch FROM backoff) * 1000)::int8, "
-        "(extract(epoch FROM backoff_max) * 1000)::int8, unhandled = 'keep' "
+        "(extract(epoch FROM backoff_max) * 1000)::int8, unhandled = 'keep', "
+        // One probe of inbox_replay_idx (empty but for queued replays): lanes are read for
+        // replays only while there are some.
+        "EXISTS (SELECT 1 FROM eventbox.inbox i WHERE i.subscription = $1"
+        "        AND i.status IN ('received', 'retry') AND i.mode = 'replay') "
         "FROM eventbox.subscriptions WHERE name = $1 AND enabled",
         1, text1);
     handlers_plan = prepare(
@@ -188,17 +199,24 @@ void prepare_plans() {
     // themselves when nothing waits behind them ($8: ordering 'none').
     Oid lane_types[10] = {TEXTOID, TEXTOID, INT4OID, INT4OID, BOOLOID, BYTEAARRAYOID, BOOLOID,
                           BOOLOID, BOOLOID, TEXTARRAYOID};
-    lane_plan = prepare(
-        "SELECT i.message_id, i.key, i.event_type, i.attempts, i.next_attempt_at, i.ctid"
-        "  FROM eventbox.inbox i"
-        " WHERE i.subscription = $1 AND i.topic = $2 AND i.\"partition\" = $3"
-        "   AND i.status IN ('received', 'retry')"
-        "   AND (NOT $5 OR $9 OR i.event_type = ANY ($10))"
-        "   AND (i.key IS NULL OR NOT i.key = ANY ($6))"
-        "   AND NOT ($7 AND i.key IS NULL)"
-        "   AND (NOT $8 OR i.next_attempt_at IS NULL OR i.next_attempt_at <= clock_timestamp())"
-        " ORDER BY i.\"offset\" LIMIT $4",
-        10, lane_types);
+#define LANE_READ(MODE)                                                                    \
+    "SELECT i.message_id, i.key, i.event_type, i.attempts, i.next_attempt_at, i.ctid"      \
+    "  FROM eventbox.inbox i"                                                              \
+    " WHERE i.subscription = $1 AND i.topic = $2 AND i.\"partition\" = $3"                  \
+    "   AND i.status IN ('received', 'retry') AND " MODE                                   \
+    "   AND (NOT $5 OR $9 OR i.event_type = ANY ($10))"                                    \
+    "   AND (i.key IS NULL OR NOT i.key = ANY ($6))"                                       \
+    "   AND NOT ($7 AND i.key IS NULL)"                                                    \
+    "   AND (NOT $8 OR i.next_attempt_at IS NULL OR i.next_attempt_at <= clock_timestamp())" \
+    " ORDER BY i.\"offset\" LIMIT $4"
+    // Live (and backfill) messages first, an index range of inbox_todo_idx of their own (IS
+    // FALSE: the planner turns it into an index condition, where NOT or <> would not be); then,
+    // with the room left, the messages queued by eventbox.reprocess(), through inbox_replay_idx:
+    // a replay never holds a lane's live messages back by more than the pass it shares with
+    // them, and reading either costs what the batch costs, whatever is queued.
+    lane_plan = prepare(LANE_READ("(i.mode = 'replay') IS FALSE"), 10, lane_types);
+    replay_lane_plan = prepare(LANE_READ("i.mode = 'replay'"), 10, lane_types);
+#undef LANE_READ
     // Keys of a lane that wait for a retry (ordering 'key').
     Oid waiting_types[3] = {TEXTOID, TEXTOID, INT4OID};
     waiting_keys_plan = prepare(
@@ -456,6 +474,11 @@ void unpin_handler_settings() { AtEOXact_GUC(false, settings_nest); }
 // The row whose handlers run now (see current_message()).
 Datum running_message = (Datum)0;
 
+// A dry run is in progress (see dry_run()): run_message() rolls every message back, send()
+// only records what it would send.
+bool dry_running = false;
+StringInfo dry_run_sends = nullptr;  // the JSON array elements of the current message's sends
+
 // Runs the handlers of one message in a subtransaction; NULL on success, else the error text.
 char* run_message(Datum row, HandlerRef* const* handlers, int n) {
     MemoryContext caller_context = CurrentMemoryContext;
@@ -501,7 +524,8 @@ char* run_message(Datum row, HandlerRef* const* handlers, int n) {
             SetUserIdAndSecContext(saved_user, saved_context);
         }
         running_message = (Datum)0;
-        ReleaseCurrentSubTransaction();
+        if (dry_running) RollbackAndReleaseCurrentSubTransaction();
+        else ReleaseCurrentSubTransaction();
         MemoryContextSwitchTo(caller_context);
         CurrentResourceOwner = caller_owner;
     }
@@ -548,6 +572,7 @@ bool read_options(Datum name, Options* options) {
     options->backoff_ms = DatumGetInt64(SPI_getbinval(t, d, 3, &isnull));
     options->backoff_max_ms = DatumGetInt64(SPI_getbinval(t, d, 4, &isnull));
     options->unhandled_keep = DatumGetBool(SPI_getbinval(t, d, 5, &isnull));
+    options->replays = DatumGetBool(SPI_getbinval(t, d, 6, &isnull));
     return true;
 }
 
@@ -568,6 +593,8 @@ bool next_lane(Datum name, const char* after_topic, int32 after_partition, const
     *partition = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
     return true;
 }
+
+void add_lane_rows(std::size_t l);
 
 // Reads up to `per_lane` waiting messages of a lane whose lock this pass holds, with a snapshot
 // taken after the lock: what another pass handled before releasing the lane is not read again.
@@ -604,6 +631,18 @@ void read_lane(Datum name, std::size_t l, int per_lane, const Options& options, 
                       any_type,
                       handled_types};
     exec(lane_plan, args, false, SPI_OK_SELECT);
+    add_lane_rows(l);
+    if (options.replays && SPI_processed < static_cast<uint64>(per_lane)) {
+        args[3] = Int32GetDatum(per_lane - static_cast<int>(SPI_processed));
+        exec(replay_lane_plan, args, false, SPI_OK_SELECT);
+        add_lane_rows(l);
+    }
+    call_cpp([&] { state->seal_lane(l); });
+}
+
+// Adds the messages SPI_tuptable holds (a lane read) to lane l of the pass.
+void add_lane_rows(std::size_t l) {
+    bool isnull;
     for (uint64 r = 0; r < SPI_processed; ++r) {
         HeapTuple tuple = SPI_tuptable->vals[r];
         TupleDesc desc = SPI_tuptable->tupdesc;
@@ -628,7 +667,6 @@ void read_lane(Datum name, std::size_t l, int per_lane, const Options& options, 
                        packed};
         call_cpp([&] { state->add_message(l, row); });
     }
-    call_cpp([&] { state->seal_lane(l); });
 }
 
 // The outcomes a run transaction records: each kind in arrays of its own, filled from the
@@ -877,6 +915,41 @@ bool type_matches(const HandlerRef& h, const char* event_type) {
 }  // namespace
 
 Datum current_message() { return running_message; }
+
+const char* current_mode() {
+    if (running_message == (Datum)0) return nullptr;
+    if (dry_running) return "replay";
+    bool isnull;
+    Datum mode = GetAttributeByName(DatumGetHeapTupleHeader(running_message), "mode", &isnull);
+    return isnull ? "live" : TextDatumGetCString(mode);
+}
+
+bool dry_run_capture(text* topic, text* key, bytea* payload, bool json, Jsonb* headers) {
+    if (!dry_running || dry_run_sends == nullptr) return false;
+    MemoryContext keep = MemoryContextSwitchTo(GetMemoryChunkContext(dry_run_sends->data));
+    StringInfo out = dry_run_sends;
+    if (out->len > 0) appendStringInfoString(out, ", ");
+    appendStringInfoString(out, "{\"topic\": ");
+    escape_json(out, text_to_cstring(topic));
+    appendStringInfoString(out, ", \"key\": ");
+    if (key == nullptr) appendStringInfoString(out, "null");
+    else escape_json(out, text_to_cstring(key));
+    appendStringInfoString(out, ", \"payload\": ");
+    if (payload == nullptr) {
+        appendStringInfoString(out, "null");
+    } else if (json) {
+        appendBinaryStringInfo(out, VARDATA_ANY(payload), VARSIZE_ANY_EXHDR(payload));
+    } else {
+        // Raw bytes: as bytea's text form.
+        escape_json(out, DatumGetCString(DirectFunctionCall1(byteaout, PointerGetDatum(payload))));
+    }
+    appendStringInfoString(out, ", \"headers\": ");
+    if (headers == nullptr) appendStringInfoString(out, "{}");
+    else appendStringInfoString(out, JsonbToCString(nullptr, &headers->root, VARSIZE(headers)));
+    appendStringInfoChar(out, '}');
+    MemoryContextSwitchTo(keep);
+    return true;
+}
 
 void release_lane_locks() {
     for (int i = 0; i < n_held; ++i) LockRelease(&held_locks[i], ExclusiveLock, true);
@@ -1224,6 +1297,197 @@ int run_pass(const char* subscription, int max, bool own_transactions, int64* ne
     { in_pass = false; }
     PG_END_TRY();
     return handled;
+}
+
+
+namespace {
+
+// The counters of pg_stat_xact_all_tables with changes in this transaction, by table.
+struct TableCounts {
+    int n = 0;
+    Oid* relids = nullptr;
+    char** names = nullptr;
+    int64* counts = nullptr;  // inserted, updated, deleted: 3 per table
+};
+
+SPIPlanPtr counts_plan = nullptr, dry_rows_plan = nullptr;
+
+void read_counts(TableCounts* c) {
+    if (counts_plan == nullptr)
+        counts_plan = prepare(
+            "SELECT relid, relid::regclass::text, n_tup_ins, n_tup_upd, n_tup_del"
+            "  FROM pg_catalog.pg_stat_xact_all_tables"
+            " WHERE n_tup_ins + n_tup_upd + n_tup_del > 0",
+            0, nullptr);
+    MemoryContext keep = CurrentMemoryContext;
+    exec(counts_plan, nullptr, true, SPI_OK_SELECT);
+    MemoryContextSwitchTo(keep);
+    c->n = static_cast<int>(SPI_processed);
+    c->relids = static_cast<Oid*>(palloc(sizeof(Oid) * Max(c->n, 1)));
+    c->names = static_cast<char**>(palloc(sizeof(char*) * Max(c->n, 1)));
+    c->counts = static_cast<int64*>(palloc(sizeof(int64) * 3 * Max(c->n, 1)));
+    for (int r = 0; r < c->n; ++r) {
+        HeapTuple t = SPI_tuptable->vals[r];
+        TupleDesc d = SPI_tuptable->tupdesc;
+        bool isnull;
+        c->relids[r] = DatumGetObjectId(SPI_getbinval(t, d, 1, &isnull));
+        c->names[r] = nullable_text(t, d, 2);
+        for (int k = 0; k < 3; ++k)
+            c->counts[3 * r + k] = DatumGetInt64(SPI_getbinval(t, d, 3 + k, &isnull));
+    }
+}
+
+// {"schema.table": {"inserted": n, "updated": n, "deleted": n}, ...}: what changed from `before`.
+Datum counts_json(const TableCounts& before, const TableCounts& after) {
+    StringInfoData out;
+    initStringInfo(&out);
+    appendStringInfoChar(&out, '{');
+    bool first = true;
+    for (int r = 0; r < after.n; ++r) {
+        int64 d[3] = {after.counts[3 * r], after.counts[3 * r + 1], after.counts[3 * r + 2]};
+        for (int b = 0; b < before.n; ++b)
+            if (before.relids[b] == after.relids[r])
+                for (int k = 0; k < 3; ++k) d[k] -= before.counts[3 * b + k];
+        if (d[0] == 0 && d[1] == 0 && d[2] == 0) continue;
+        if (!first) appendStringInfoString(&out, ", ");
+        first = false;
+        escape_json(&out, after.names[r]);
+        appendStringInfo(&out, ": {\"inserted\": " INT64_FORMAT ", \"updated\": " INT64_FORMAT
+                               ", \"deleted\": " INT64_FORMAT "}",
+                         d[0], d[1], d[2]);
+    }
+    appendStringInfoChar(&out, '}');
+    return DirectFunctionCall1(jsonb_in, CStringGetDatum(out.data));
+}
+
+// Owner of schema eventbox: the dry run reads eventbox's tables as it, like the API functions.
+Oid eventbox_owner() {
+    Oid schema = get_namespace_oid("eventbox", false);
+    HeapTuple tuple = SearchSysCache1(NAMESPACEOID, ObjectIdGetDatum(schema));
+    if (!HeapTupleIsValid(tuple)) elog(ERROR, "cache lookup failed for schema eventbox");
+    Oid owner = reinterpret_cast<Form_pg_namespace>(GETSTRUCT(tuple))->nspowner;
+    ReleaseSysCache(tuple);
+    return owner;
+}
+
+void dry_run_body(const char* subscription, Datum message_ids, bool has_since, TimestampTz since,
+                  int max, Tuplestorestate* store, TupleDesc result_desc) {
+    Oid caller = GetUserId();
+    Oid saved_user;
+    int saved_context;
+    GetUserIdAndSecContext(&saved_user, &saved_context);
+    // eventbox's own statements: as the extension owner, with search_path pinned (the caller's
+    // schemas must not resolve anything in them).
+    SetUserIdAndSecContext(eventbox_owner(), saved_context | SECURITY_LOCAL_USERID_CHANGE);
+    int nest = NewGUCNestLevel();
+    (void)set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION,
+                            GUC_ACTION_SAVE, true, 0, false);
+    open_pass(false);
+    Datum name = CStringGetTextDatum(subscription);
+    {
+        Oid types[2] = {OIDOID, TEXTOID};
+        Datum values[2] = {ObjectIdGetDatum(caller), name};
+        if (SPI_execute_with_args("SELECT eventbox._managed_subscription($1, $2)", 2, types,
+                                  values, nullptr, false, 1) != SPI_OK_SELECT)
+            elog(ERROR, "eventbox.dry_run: checking the subscription failed");
+        MemoryContextSwitchTo(pass_context);
+    }
+    PassSetup setup;
+    load_setup(name, &setup);
+    MemoryContextSwitchTo(pass_context);
+    // Only a caller who could run code as each run_as role (SET ROLE) may see a handler run.
+    for (int h = 0; h < setup.n_handlers; ++h)
+        if (!is_member_of_role(caller, setup.handlers[h].run_as))
+            ereport(ERROR,
+                    (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                     errmsg("permission denied to dry-run handler %s as role %s",
+                            setup.handlers[h].signature, role_name(setup.handlers[h].run_as)),
+                     errhint("A dry run runs each handler as its run_as role: only members of "
+                             "those roles may dry-run the subscription.")));
+    if (dry_rows_plan == nullptr) {
+        Oid types[4] = {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID, INT4OID};
+        dry_rows_plan = prepare(
+            "SELECT i.message_id, i.event_type, i FROM eventbox.inbox i"
+            " WHERE i.subscription = $1 AND ($2::text[] IS NULL OR i.message_id = ANY ($2))"
+            "   AND ($3::timestamptz IS NULL OR i.received_at >= $3)"
+            " ORDER BY i.topic, i.\"partition\", i.\"offset\" LIMIT $4",
+            4, types);
+    }
+    Datum args[4] = {name, message_ids, TimestampTzGetDatum(since), Int32GetDatum(max)};
+    char nulls[4] = {' ', message_ids == (Datum)0 ? 'n' : ' ', has_since ? ' ' : 'n', ' '};
+    int rc = SPI_execute_plan(dry_rows_plan, args, nulls, true, 0);
+    if (rc != SPI_OK_SELECT) elog(ERROR, "eventbox.dry_run: reading the inbox failed");
+    MemoryContextSwitchTo(pass_context);
+    int n_rows = static_cast<int>(SPI_processed);
+    char** ids = static_cast<char**>(palloc(sizeof(char*) * Max(n_rows, 1)));
+    char** types = static_cast<char**>(palloc(sizeof(char*) * Max(n_rows, 1)));
+    Datum* rows = static_cast<Datum*>(palloc(sizeof(Datum) * Max(n_rows, 1)));
+    for (int r = 0; r < n_rows; ++r) {
+        bool isnull;
+        ids[r] = nullable_text(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1);
+        types[r] = nullable_text(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2);
+        rows[r] = datumCopy(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 3, &isnull),
+                            false, -1);
+    }
+    HandlerRef** matching =
+        static_cast<HandlerRef**>(palloc(sizeof(HandlerRef*) * Max(setup.n_handlers, 1)));
+    for (int r = 0; r < n_rows; ++r) {
+        CHECK_FOR_INTERRUPTS();
+        TableCounts before, after;
+        read_counts(&before);
+        int n_matching = 0;
+        for (int h = 0; h < setup.n_handlers; ++h)
+            if (type_matches(setup.handlers[h], types[r])) matching[n_matching++] = &setup.handlers[h];
+        StringInfo sends = makeStringInfo();
+        char* error = nullptr;
+        if (n_matching > 0) {
+            dry_run_sends = sends;
+            dry_running = true;
+            pin_handler_settings();
+            error = run_message(rows[r], matching, n_matching);
+            unpin_handler_settings();
+            dry_running = false;
+            dry_run_sends = nullptr;
+        }
+        read_counts(&after);
+        Datum values[6];
+        bool isnull[6] = {false, false, true, true, false, false};
+        values[0] = CStringGetTextDatum(ids[r]);
+        values[1] = CStringGetTextDatum(error == nullptr ? "ok" : "error");
+        if (error != nullptr) {
+            // run_message() reports "SQLSTATE: message".
+            values[2] = PointerGetDatum(cstring_to_text_with_len(error, Min(5, (int)strlen(error))));
+            values[3] = CStringGetTextDatum(strlen(error) > 7 ? error + 7 : error);
+            isnull[2] = isnull[3] = false;
+        }
+        values[4] = counts_json(before, after);
+        values[5] = DirectFunctionCall1(jsonb_in, CStringGetDatum(psprintf("[%s]", sends->data)));
+        tuplestore_putvalues(store, result_desc, values, isnull);
+    }
+    PopActiveSnapshot();
+    SPI_finish();
+    AtEOXact_GUC(false, nest);
+    SetUserIdAndSecContext(saved_user, saved_context);
+}
+
+}  // namespace
+
+void dry_run(const char* subscription, Datum message_ids, bool has_since, TimestampTz since,
+             int max, Tuplestorestate* store, TupleDesc desc) {
+    if (in_pass)
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("eventbox.dry_run() cannot be called from a handler"),
+                        errhint("Handlers run inside a handler pass already.")));
+    in_pass = true;
+    PG_TRY();
+    { dry_run_body(subscription, message_ids, has_since, since, max, store, desc); }
+    PG_FINALLY();
+    {
+        in_pass = false;
+        dry_running = false;
+        dry_run_sends = nullptr;
+    }
+    PG_END_TRY();
 }
 
 }  // namespace eventbox::handlers

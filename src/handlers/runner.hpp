@@ -4,6 +4,10 @@
 
 extern "C" {
 #include "postgres.h"
+
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+#include "utils/tuplestore.h"
 }
 
 namespace eventbox::handlers {
@@ -27,5 +31,20 @@ void release_lane_locks();
 // The eventbox.inbox row (a composite Datum) whose handlers this backend is running, or 0 outside
 // a handler call: what eventbox.send() derives its lineage headers from.
 Datum current_message();
+
+// The mode of the handler run in progress: "live", "replay" (eventbox.reprocess(); also during
+// eventbox.dry_run()) or "backfill"; nullptr outside a handler call.
+const char* current_mode();
+
+// During eventbox.dry_run(): records a send() (topic, key, payload, headers) in the message's
+// report instead of storing it, and returns true; false otherwise (send() goes on).
+bool dry_run_capture(text* topic, text* key, bytea* payload, bool json, Jsonb* headers);
+
+// eventbox.dry_run(): runs the subscription's handlers on up to `max` inbox rows (those of
+// `message_ids`, a text[] Datum, when not 0; received at or after `since` when has_since) in the
+// caller's transaction, each in a subtransaction rolled back, as the handlers' run_as roles, and
+// appends one row per message to `store` (message_id, outcome, sqlstate, error, tables, sends).
+void dry_run(const char* subscription, Datum message_ids, bool has_since, TimestampTz since,
+             int max, Tuplestorestate* store, TupleDesc desc);
 
 }  // namespace eventbox::handlers

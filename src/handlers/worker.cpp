@@ -8,6 +8,7 @@ extern "C" {
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "funcapi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -63,6 +64,8 @@ int enabled_subscriptions(char*** names) {
 extern "C" {
 PGDLLEXPORT void eventbox_handler_main(Datum);
 PG_FUNCTION_INFO_V1(eventbox_process);
+PG_FUNCTION_INFO_V1(eventbox_current_mode);
+PG_FUNCTION_INFO_V1(eventbox_dry_run);
 }
 
 extern "C" void eventbox_handler_main(Datum arg) {
@@ -147,4 +150,37 @@ extern "C" Datum eventbox_process(PG_FUNCTION_ARGS) {
         handled += n;
     }
     PG_RETURN_INT32(handled);
+}
+
+// eventbox.current_mode(): 'live', 'replay' or 'backfill' inside a handler, NULL outside.
+extern "C" Datum eventbox_current_mode(PG_FUNCTION_ARGS) {
+    (void)fcinfo;
+    const char* mode = eventbox::handlers::current_mode();
+    if (mode == nullptr) PG_RETURN_NULL();
+    PG_RETURN_TEXT_P(cstring_to_text(mode));
+}
+
+// eventbox.dry_run(subscription, message_ids, since, max_messages): see handlers::dry_run().
+// Called directly (not through the API trampoline): it checks who calls it itself, and runs the
+// handlers in the caller's session.
+extern "C" Datum eventbox_dry_run(PG_FUNCTION_ARGS) {
+    eventbox::pg::require_current_schema("eventbox.dry_run()");
+    if (PG_ARGISNULL(0))
+        ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                        errmsg("subscription must not be NULL"),
+                        errhint("Pass the subscription's name.")));
+    int max = PG_ARGISNULL(3) ? 100 : PG_GETARG_INT32(3);
+    if (max < 1)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("max_messages must be at least 1"),
+                        errhint("It bounds how many messages the dry run runs.")));
+    char* subscription = text_to_cstring(PG_GETARG_TEXT_PP(0));
+    Datum ids = PG_ARGISNULL(1) ? (Datum)0 : PG_GETARG_DATUM(1);
+    bool has_since = !PG_ARGISNULL(2);
+    TimestampTz since = has_since ? PG_GETARG_TIMESTAMPTZ(2) : 0;
+    InitMaterializedSRF(fcinfo, 0);
+    ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
+    eventbox::handlers::dry_run(subscription, ids, has_since, since, max, rsinfo->setResult,
+                                rsinfo->setDesc);
+    return (Datum)0;
 }

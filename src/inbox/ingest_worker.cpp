@@ -67,6 +67,7 @@ struct Subscription {
     int id = 0;               // in the consumer
     inbox::Options options;
     std::size_t batch_size = 1000;
+    bool backfill = false;  // created with backfill => true: rows get a mode
     std::vector<inbox::Classified> rows;  // the current batch, classified
     std::vector<int> order;               // its rows by message id (see store_chunk())
     bool fresh = true;  // paused in the consumer until reload() gives it its stored offsets
@@ -88,6 +89,7 @@ struct Wanted {
     std::vector<std::string> topics;
     bool start_latest;
     bool fingerprint_ids;  // message_id_rule 'fingerprint'
+    bool backfill;         // backfill => true
     int64_t created_ms;  // Unix epoch ms: where start_from 'latest' starts
     int batch_size;
 };
@@ -105,7 +107,7 @@ bool announced_idle = false;
 WaitEventSet* wait_set = nullptr;
 TimestampTz last_batch_at = 0;  // end of the last batch with messages
 MemoryContext batch_context = nullptr;
-SPIPlanPtr insert_plan, offsets_plan, stored_plan, error_set_plan, error_clear_plan,
+SPIPlanPtr insert_plan, insert_modes_plan, offsets_plan, stored_plan, error_set_plan, error_clear_plan,
     errors_sync_plan, conflicts_plan;
 // Lines about single subscriptions, at most 5 a minute of each kind: added, moved or recovered;
 // failing.
@@ -154,6 +156,21 @@ void prepare_plans() {
         "WHERE EXISTS (SELECT 1 FROM eventbox.subscriptions s WHERE s.name = $1 FOR KEY SHARE) "
         "ON CONFLICT (subscription, message_id) DO NOTHING",
         12, insert_types);
+    // The same for a backfill subscription, with each row's mode ($13).
+    Oid insert_modes_types[13] = {TEXTOID,       TEXTARRAYOID,  TEXTARRAYOID,  INT4ARRAYOID,
+                                  INT8ARRAYOID,  BYTEAARRAYOID, JSONBARRAYOID, JSONBARRAYOID,
+                                  BYTEAARRAYOID, TEXTARRAYOID,  TEXTARRAYOID,  TEXTARRAYOID,
+                                  TEXTARRAYOID};
+    insert_modes_plan = prepare(
+        "INSERT INTO eventbox.inbox (subscription, message_id, topic, \"partition\", \"offset\", "
+        "key, headers, payload, raw_payload, event_type, status, last_error, mode) "
+        "SELECT $1, unnest($2::text[]), unnest($3::text[]), unnest($4::int4[]), "
+        "unnest($5::int8[]), unnest($6::bytea[]), unnest($7::jsonb[]), unnest($8::jsonb[]), "
+        "unnest($9::bytea[]), unnest($10::text[]), unnest($11::text[]), unnest($12::text[]), "
+        "unnest($13::text[]) "
+        "WHERE EXISTS (SELECT 1 FROM eventbox.subscriptions s WHERE s.name = $1) "
+        "ON CONFLICT (subscription, message_id) DO NOTHING",
+        13, insert_modes_types);
     // Conflicting duplicates, looked for only when the insert above left records out: those
     // whose id is in the inbox under another transport identity (not the row this batch
     // stored, not a redelivery of the stored record) with another payload. Each is listed once.
@@ -173,25 +190,28 @@ void prepare_plans() {
         7, conflicts_types);
     // Compare-and-set: a stored offset someone else moved (eventbox.replay) is left alone, and
     // the worker notices from the row count and moves the subscription to the table's offsets.
-    Oid offsets_types[6] = {TEXTOID,      TEXTARRAYOID, INT4ARRAYOID,
+    // backfill_until ($7) is written once, with the partition's first row.
+    Oid offsets_types[7] = {TEXTOID,      TEXTARRAYOID, INT4ARRAYOID, INT8ARRAYOID,
                             INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID};
     offsets_plan = prepare(
         "INSERT INTO eventbox.offsets AS o (subscription, topic, \"partition\", next_offset, "
-        "high_watermark) "
-        "SELECT $1, u.topic, u.p, u.next, u.high "
-        "FROM unnest($2::text[], $3::int4[], $4::int8[], $5::int8[], $6::int8[]) "
-        "AS u(topic, p, next, high, previous) "
+        "high_watermark, backfill_until) "
+        "SELECT $1, u.topic, u.p, u.next, u.high, u.until "
+        "FROM unnest($2::text[], $3::int4[], $4::int8[], $5::int8[], $6::int8[], $7::int8[]) "
+        "AS u(topic, p, next, high, previous, until) "
         "WHERE EXISTS (SELECT 1 FROM eventbox.subscriptions s WHERE s.name = $1 FOR KEY SHARE) "
         "ON CONFLICT (subscription, topic, \"partition\") DO UPDATE SET "
         "next_offset = excluded.next_offset, high_watermark = excluded.high_watermark, "
+        "backfill_until = coalesce(o.backfill_until, excluded.backfill_until), "
         "updated_at = now() "
         "WHERE o.next_offset IS NOT DISTINCT FROM (SELECT u2.previous FROM unnest($2::text[], "
         "$3::int4[], $6::int8[]) AS u2(topic, p, previous) "
         "WHERE u2.topic = excluded.topic AND u2.p = excluded.\"partition\")",
-        6, offsets_types);
+        7, offsets_types);
     // Every subscription's stored offsets at once (a reload reads them all).
     stored_plan = prepare(
-        "SELECT subscription, topic, \"partition\", next_offset FROM eventbox.offsets", 0,
+        "SELECT subscription, topic, \"partition\", next_offset, "
+        "coalesce(backfill_until, -1) FROM eventbox.offsets", 0,
         nullptr);
     Oid set_types[5] = {TEXTOID, INT4OID, TEXTOID, INT4OID, TIMESTAMPTZOID};
     error_set_plan = prepare(
@@ -234,7 +254,8 @@ void read_wanted() {
     int rc = SPI_execute(
         "SELECT name, array_to_string(topics, ','), coalesce(group_id, ''), start_from, "
         "coalesce(message_id_field, ''), batch_size, "
-        "(extract(epoch FROM created_at) * 1000)::int8, message_id_rule = 'fingerprint' "
+        "(extract(epoch FROM created_at) * 1000)::int8, message_id_rule = 'fingerprint', "
+        "backfill "
         "FROM eventbox.subscriptions "
         "WHERE enabled ORDER BY name",
         true, 0);
@@ -253,6 +274,7 @@ void read_wanted() {
         int batch = DatumGetInt32(SPI_getbinval(tuple, desc, 6, &isnull));
         int64 created_ms = DatumGetInt64(SPI_getbinval(tuple, desc, 7, &isnull));
         bool fingerprint_ids = DatumGetBool(SPI_getbinval(tuple, desc, 8, &isnull));
+        bool backfill = DatumGetBool(SPI_getbinval(tuple, desc, 9, &isnull));
         call_cpp([&] {
             Wanted w;
             w.name = name;
@@ -262,6 +284,7 @@ void read_wanted() {
             w.created_ms = created_ms;
             w.batch_size = batch;
             w.fingerprint_ids = fingerprint_ids;
+            w.backfill = backfill;
             std::string list = topics;
             for (std::size_t start = 0; start <= list.size();) {
                 std::size_t comma = list.find(',', start);
@@ -270,7 +293,8 @@ void read_wanted() {
                 start = comma + 1;
             }
             w.fingerprint = list + "|" + w.group_id + "|" + start_from + "|" + field + "|" +
-                            std::to_string(batch) + (fingerprint_ids ? "|fingerprint" : "");
+                            std::to_string(batch) + (fingerprint_ids ? "|fingerprint" : "") +
+                            (backfill ? "|backfill" : "");
             wanted->push_back(std::move(w));
         });
     }
@@ -293,6 +317,8 @@ Subscription* start_subscription(std::size_t i) {
         config.topics = w.topics;
         config.start_latest = w.start_latest;
         config.latest_since_ms = w.created_ms;
+        config.backfill = w.backfill;
+        s->backfill = w.backfill;
         s->id = consumer->add_subscription(config);
         return s;
     });
@@ -408,13 +434,14 @@ void reload() {
         char* topic = text_at(tuple, desc, 2);
         int32 partition = DatumGetInt32(SPI_getbinval(tuple, desc, 3, &isnull));
         int64 next = DatumGetInt64(SPI_getbinval(tuple, desc, 4, &isnull));
+        int64 until = DatumGetInt64(SPI_getbinval(tuple, desc, 5, &isnull));
         call_cpp([&] {
             auto it = lookup->by_name.find(name);
             if (it == lookup->by_name.end()) return;
             Subscription* s = it->second;
             if (s->fresh) {
                 if (!consumer->paused(s->id)) consumer->pause(s->id);
-                consumer->set_stored_offset(s->id, topic, partition, next);
+                consumer->set_stored_offset(s->id, topic, partition, next, until);
             } else if (!consumer->paused(s->id) &&
                        consumer->set_stored_offset(s->id, topic, partition, next) &&
                        (lookup->moved.empty() || lookup->moved.back() != s)) {
@@ -547,8 +574,9 @@ std::size_t store_chunk(Subscription* sub, std::size_t from, std::size_t to) {
     pg::ArrayColumn ids(count, TEXTOID), topics(count, TEXTOID), partitions(count, INT4OID),
         offsets(count, INT8OID), keys(count, BYTEAOID), headers(count, JSONBOID),
         payloads(count, JSONBOID), raws(count, BYTEAOID), types(count, TEXTOID),
-        statuses(count, TEXTOID), notes(count, TEXTOID);
+        statuses(count, TEXTOID), notes(count, TEXTOID), modes(count, TEXTOID);
     pg::ArrayColumn unparsable_ids(count, TEXTOID);  // for the dead-letter topic
+    Datum live = CStringGetTextDatum("live"), backfill = CStringGetTextDatum("backfill");
     int transport_ids = 0;
     int unparsable_rows = 0;
     // Values most rows share are made once (the arrays copy them).
@@ -594,6 +622,14 @@ std::size_t store_chunk(Subscription* sub, std::size_t from, std::size_t to) {
             types.set(i, type);
         }
         statuses.set(i, row.parsable ? received : unparsable);
+        if (sub->backfill) {
+            // Below the partition's boundary: in the partition when the subscription was created.
+            int64 until = call_cpp([&] {
+                return consumer->backfill_until(sub->id, rd_kafka_topic_name(msg->rkt),
+                                                msg->partition);
+            });
+            modes.set(i, msg->offset < until ? backfill : live);
+        }
         if (!row.parsable) unparsable_ids.set(unparsable_rows++, ids.value(i));
     }
     Datum name = CStringGetTextDatum(sub->name.c_str());
@@ -603,7 +639,15 @@ std::size_t store_chunk(Subscription* sub, std::size_t from, std::size_t to) {
     uint64 inserted = 0;
     uint64 conflicts = 0;
     if (count > 0) {
-        worker::exec_kept("eventbox ingest", insert_plan, values, false, SPI_OK_INSERT);
+        if (sub->backfill) {
+            Datum mode_values[13];
+            memcpy(mode_values, values, sizeof values);
+            mode_values[12] = modes.get();
+            worker::exec_kept("eventbox ingest", insert_modes_plan, mode_values, false,
+                              SPI_OK_INSERT);
+        } else {
+            worker::exec_kept("eventbox ingest", insert_plan, values, false, SPI_OK_INSERT);
+        }
         inserted = SPI_processed;
         // The subscription's dead-letter topic, if any, gets the unparsable rows stored now.
         if (unparsable_rows > 0 && inserted > 0)
@@ -622,7 +666,7 @@ std::size_t store_chunk(Subscription* sub, std::size_t from, std::size_t to) {
         call_cpp([&] { return &consumer->partition_ends(sub->id, from, to); });
     int m = static_cast<int>(ends->size());
     pg::ArrayColumn end_topics(m, TEXTOID), end_partitions(m, INT4OID), end_offsets(m, INT8OID),
-        end_high(m, INT8OID), end_previous(m, INT8OID);
+        end_high(m, INT8OID), end_previous(m, INT8OID), end_until(m, INT8OID);
     for (int i = 0; i < m; ++i) {
         const kafka::PartitionEnd& end = (*ends)[i];
         end_topics.set(i, CStringGetTextDatum(end.topic.c_str()));
@@ -630,9 +674,11 @@ std::size_t store_chunk(Subscription* sub, std::size_t from, std::size_t to) {
         end_offsets.set(i, Int64GetDatum(end.next_offset));
         if (end.high_watermark >= 0) end_high.set(i, Int64GetDatum(end.high_watermark));
         if (end.previous >= 0) end_previous.set(i, Int64GetDatum(end.previous));
+        if (end.backfill_until >= 0) end_until.set(i, Int64GetDatum(end.backfill_until));
     }
-    Datum offset_values[6] = {name,           end_topics.get(), end_partitions.get(),
-                              end_offsets.get(), end_high.get(),   end_previous.get()};
+    Datum offset_values[7] = {name,           end_topics.get(), end_partitions.get(),
+                              end_offsets.get(), end_high.get(),   end_previous.get(),
+                              end_until.get()};
     worker::exec_kept("eventbox ingest", offsets_plan, offset_values, false, SPI_OK_INSERT);
     bool moved = SPI_processed < static_cast<uint64>(m);
     PopActiveSnapshot();

@@ -111,9 +111,10 @@ void Consumer::remove_subscription(int id) {
 }
 
 bool Consumer::set_stored_offset(int id, const std::string& topic, int32_t partition,
-                                 int64_t next_offset) {
+                                 int64_t next_offset, int64_t backfill_until) {
     if (!owns(topic, partition)) return false;
     Position& p = sub(id).positions[{topic, partition}];
+    if (backfill_until >= 0) p.backfill_until = backfill_until;
     if (p.stored == next_offset) return false;
     p.stored = next_offset;
     return true;
@@ -129,6 +130,12 @@ void Consumer::seek_to_stored(int id) {
         s.skipped.erase(tp);
     }
     changed_ = true;
+}
+
+int64_t Consumer::backfill_until(int id, const std::string& topic, int32_t partition) const {
+    const Sub& s = sub(id);
+    auto it = s.positions.find({topic, partition});
+    return it == s.positions.end() ? -1 : it->second.backfill_until;
 }
 
 int64_t Consumer::stored_offset(int id, const std::string& topic, int32_t partition) const {
@@ -175,7 +182,7 @@ const std::string& Consumer::problem(int id) const {
 
 bool Consumer::start_position(Sub& s, const std::string& topic, int32_t partition,
                               Position* position) {
-    if (!s.config.start_latest) {
+    if (!s.config.start_latest && !s.config.backfill) {
         position->next = 0;  // the beginning: an offset before it is reset to the earliest
         return true;
     }
@@ -191,18 +198,33 @@ bool Consumer::start_position(Sub& s, const std::string& topic, int32_t partitio
             lookup_error_ = rd_kafka_err2str(err);
         } else if (low < high && offset_for_time(topic.c_str(), partition, 0) == -1) {
             // Every message has a timestamp >= 0, so the broker cannot look offsets up by time:
-            // read the partition from its start once and skip the older messages.
-            position->skip_before_ms = s.config.latest_since_ms;
-            position->next = 0;
-            return true;
+            // read the partition from its start once and skip the older messages. A backfill
+            // takes the end as it is now.
+            if (s.config.backfill) {
+                found = high;
+            } else {
+                position->skip_before_ms = s.config.latest_since_ms;
+                position->next = 0;
+                return true;
+            }
         } else {
             found = high;
         }
     }
     if (found < 0) {
         s.start_problem = "could not resolve where " + where({topic, partition}) +
-                          " starts for start_from 'latest': " + lookup_error_;
+                          (s.config.backfill ? " stood when the subscription was created (backfill): "
+                                             : " starts for start_from 'latest': ") +
+                          lookup_error_;
         return false;
+    }
+    if (s.config.backfill) {
+        // From the beginning; what was there at creation runs in mode 'backfill'. Stored at
+        // once, with the boundary, so a restart keeps both.
+        position->next = 0;
+        position->backfill_until = found;
+        s.initial[{topic, partition}] = 0;
+        return true;
     }
     position->next = found;
     position->stored = found;
@@ -548,7 +570,8 @@ const std::vector<PartitionEnd>& Consumer::partition_ends(int id, std::size_t fr
         int64_t previous = p == s.positions.end() ? -1 : p->second.stored;
         // A pinned initial position is not stored yet: there is nothing to compare with.
         if (s.initial.count(tp)) previous = -1;
-        s.ends.push_back(PartitionEnd{tp.first, tp.second, next, high, previous});
+        int64_t until = p == s.positions.end() ? -1 : p->second.backfill_until;
+        s.ends.push_back(PartitionEnd{tp.first, tp.second, next, high, previous, until});
     }
     return s.ends;
 }

@@ -50,6 +50,10 @@ struct SubscriptionConfig {
     std::vector<std::string> topics;
     bool start_latest = false;    // no stored offset: start at `latest_since_ms`, not the beginning
     int64_t latest_since_ms = 0;  // when the subscription was created (Unix epoch ms)
+    // backfill => true: a partition with nothing stored starts at the beginning, and the offset
+    // where it stood when the subscription was created (as for start_from 'latest') is kept as
+    // its backfill boundary (backfill_until()).
+    bool backfill = false;
 };
 
 struct PartitionEnd {
@@ -58,6 +62,7 @@ struct PartitionEnd {
     int64_t next_offset;
     int64_t high_watermark;  // as last seen in a fetch response; -1 when unknown
     int64_t previous;        // the stored offset the subscription continued from; -1 when none
+    int64_t backfill_until;  // the partition's backfill boundary; -1 when none
 };
 
 using TopicPartition = std::pair<std::string, int32_t>;
@@ -79,7 +84,10 @@ public:
     // The next offset to read for a partition, as stored in the database; ignored for a
     // partition another ingest worker owns. Returns whether the subscription's copy changed.
     bool set_stored_offset(int id, const std::string& topic, int32_t partition,
-                           int64_t next_offset);
+                           int64_t next_offset, int64_t backfill_until = -1);
+    // A backfill subscription's boundary in a partition: its records below that offset were in
+    // the partition when the subscription was created. -1 when it has none.
+    int64_t backfill_until(int id, const std::string& topic, int32_t partition) const;
     // Moves the subscription to its stored offsets (after set_stored_offset() learned that the
     // table changed, e.g. eventbox.replay); the partitions are fetched again from there if needed.
     void seek_to_stored(int id);
@@ -126,6 +134,7 @@ private:
         int64_t next = -1;    // next offset to hand over; -1 while unresolved
         int64_t stored = -1;  // as stored in the database; -1 when nothing is
         int64_t skip_before_ms = -1;  // start_from 'latest' without time lookups: see poll()
+        int64_t backfill_until = -1;  // see SubscriptionConfig::backfill
     };
     struct Sub {
         SubscriptionConfig config;

@@ -18,6 +18,7 @@ extern "C" {
 #include "nodes/makefuncs.h"
 #include "port.h"
 #include "miscadmin.h"
+#include "funcapi.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/jsonb.h"
@@ -279,22 +280,80 @@ void insert_outbox_row(pg_uuid_t* message_id, text* topic, text* key, bytea* pay
     CommandCounterIncrement();
 }
 
+// What send() keeps instead of publishing, in a handler running in mode 'replay' or 'backfill':
+// a row of eventbox.suppressed_sends, stored as the table's owner with search_path pinned (as
+// insert_with_spi() does for the outbox).
+SPIPlanPtr suppressed_plan = nullptr;
+
+void insert_suppressed(Datum handled, const char* mode, pg_uuid_t* message_id, text* topic,
+                       text* key, bytea* payload, Jsonb* headers) {
+    HeapTupleHeader row = DatumGetHeapTupleHeader(handled);
+    bool sub_null, id_null;
+    Datum subscription = GetAttributeByName(row, "subscription", &sub_null);
+    Datum caused_by = GetAttributeByName(row, "message_id", &id_null);
+    Oid relid = RangeVarGetRelid(
+        makeRangeVar(const_cast<char*>("eventbox"), const_cast<char*>("suppressed_sends"), -1),
+        NoLock, false);
+    HeapTuple rel = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+    if (!HeapTupleIsValid(rel)) elog(ERROR, "cache lookup failed for relation %u", relid);
+    Oid owner = reinterpret_cast<Form_pg_class>(GETSTRUCT(rel))->relowner;
+    ReleaseSysCache(rel);
+    Oid saved_user;
+    int saved_context;
+    GetUserIdAndSecContext(&saved_user, &saved_context);
+    SetUserIdAndSecContext(owner, saved_context | SECURITY_LOCAL_USERID_CHANGE);
+    int nest = NewGUCNestLevel();
+    (void)set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION,
+                            GUC_ACTION_SAVE, true, 0, false);
+    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
+    if (suppressed_plan == nullptr) {
+        Oid types[8] = {UUIDOID, TEXTOID, BYTEAOID, BYTEAOID, JSONBOID, TEXTOID, TEXTOID, TEXTOID};
+        SPIPlanPtr plan = SPI_prepare(
+            "INSERT INTO eventbox.suppressed_sends (message_id, topic, key, payload, headers, "
+            "mode, subscription, caused_by) "
+            "VALUES ($1, $2, $3, $4, coalesce($5, '{}'::jsonb), $6, $7, $8)",
+            8, types);
+        if (plan == nullptr)
+            elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+        if (SPI_keepplan(plan) != 0) elog(ERROR, "SPI_keepplan failed");
+        suppressed_plan = plan;
+    }
+    Datum values[8] = {UUIDPGetDatum(message_id), PointerGetDatum(topic), PointerGetDatum(key),
+                       PointerGetDatum(payload), PointerGetDatum(headers),
+                       CStringGetTextDatum(mode), subscription, caused_by};
+    char nulls[8] = {' ', ' ', key ? ' ' : 'n', payload ? ' ' : 'n', headers ? ' ' : 'n', ' ',
+                     sub_null ? 'n' : ' ', id_null ? 'n' : ' '};
+    int rc = SPI_execute_plan(suppressed_plan, values, nulls, false, 0);
+    if (rc != SPI_OK_INSERT)
+        elog(ERROR, "suppressed_sends insert failed: %s", SPI_result_code_string(rc));
+    SPI_finish();
+    AtEOXact_GUC(true, nest);
+    SetUserIdAndSecContext(saved_user, saved_context);
+}
+
 // The part of send() common to both payload types; `payload` may be NULL (a tombstone).
-Datum send_message(FunctionCallInfo fcinfo, bytea* payload) {
+// `sixth`: the overloads taking publish_in_replay as their sixth argument.
+Datum send_message(FunctionCallInfo fcinfo, bytea* payload, bool json, bool sixth) {
+    constexpr int shift = 0;
+    bool publish_in_replay = sixth && !PG_ARGISNULL(5) && PG_GETARG_BOOL(5);
     if (PG_ARGISNULL(0))
         throw Error("22004", "topic must not be NULL", {}, "Pass the Kafka topic to publish to.");
     text* topic = pg_guard([&] { return PG_GETARG_TEXT_PP(0); });
     validate_topic(std::string_view(VARDATA_ANY(topic), VARSIZE_ANY_EXHDR(topic)));
 
-    text* key = PG_ARGISNULL(2) ? nullptr : pg_guard([&] { return PG_GETARG_TEXT_PP(2); });
-    Jsonb* headers = PG_ARGISNULL(3) ? nullptr : pg_guard([&] { return PG_GETARG_JSONB_P(3); });
+    text* key = PG_ARGISNULL(2 + shift) ? nullptr
+                                         : pg_guard([&] { return PG_GETARG_TEXT_PP(2 + shift); });
+    Jsonb* headers = PG_ARGISNULL(3 + shift)
+                         ? nullptr
+                         : pg_guard([&] { return PG_GETARG_JSONB_P(3 + shift); });
     // Sent while a handler runs (a worker's or eventbox.process()'s): with lineage headers, on
     // both insert paths below.
     Datum handled = handlers::current_message();
     if (handled != (Datum)0) headers = with_lineage(headers, handled);
     size_t header_bytes = headers ? validate_headers(headers) : 0;
-    pg_uuid_t* message_id = PG_ARGISNULL(4) ? pg_guard(new_message_id)
-                                            : pg_guard([&] { return PG_GETARG_UUID_P(4); });
+    pg_uuid_t* message_id = PG_ARGISNULL(4 + shift)
+                                ? pg_guard(new_message_id)
+                                : pg_guard([&] { return PG_GETARG_UUID_P(4 + shift); });
 
     // What the relay's producer counts against its limit: key, value and headers, each
     // header with its framing (the message_id header too: 36 characters), plus the record's
@@ -303,6 +362,18 @@ Datum send_message(FunctionCallInfo fcinfo, bytea* payload) {
                    header_bytes + header_wire_bytes(kMessageIdHeader.size(), 36) +
                    kRecordOverheadBytes;
     validate_message_size(bytes, static_cast<size_t>(guc::max_message_bytes));
+
+    // In a handler: a dry run only reports the send; a replay or backfill run keeps it in
+    // eventbox.suppressed_sends unless the handler insists (publish_in_replay).
+    if (handled != (Datum)0) {
+        if (pg_guard([&] { return handlers::dry_run_capture(topic, key, payload, json, headers); }))
+            PG_RETURN_UUID_P(message_id);
+        const char* mode = pg_guard([] { return handlers::current_mode(); });
+        if (!publish_in_replay && mode != nullptr && strcmp(mode, "live") != 0) {
+            pg_guard([&] { insert_suppressed(handled, mode, message_id, topic, key, payload, headers); });
+            PG_RETURN_UUID_P(message_id);
+        }
+    }
 
     pg_guard([&] {
         insert_outbox_row(message_id, topic, key, payload, headers);
@@ -318,6 +389,8 @@ Datum send_message(FunctionCallInfo fcinfo, bytea* payload) {
 extern "C" {
 PG_FUNCTION_INFO_V1(eventbox_send_jsonb);
 PG_FUNCTION_INFO_V1(eventbox_send_bytea);
+PG_FUNCTION_INFO_V1(eventbox_send_jsonb_in_replay);
+PG_FUNCTION_INFO_V1(eventbox_send_bytea_in_replay);
 PG_FUNCTION_INFO_V1(eventbox_next_outbox_id);
 }
 
@@ -332,7 +405,7 @@ extern "C" Datum eventbox_send_jsonb(PG_FUNCTION_ARGS) {
                 return reinterpret_cast<bytea*>(cstring_to_text(text));
             });
         }
-        return eventbox::send_message(fcinfo, payload);
+        return eventbox::send_message(fcinfo, payload, true, false);
     });
 }
 
@@ -342,7 +415,31 @@ extern "C" Datum eventbox_send_bytea(PG_FUNCTION_ARGS) {
         bytea* payload = PG_ARGISNULL(1)
                              ? nullptr
                              : eventbox::pg::pg_guard([&] { return PG_GETARG_BYTEA_PP(1); });
-        return eventbox::send_message(fcinfo, payload);
+        return eventbox::send_message(fcinfo, payload, false, false);
+    });
+}
+
+// send(topic, payload jsonb, key, headers, message_id, publish_in_replay) and its bytea twin.
+extern "C" Datum eventbox_send_jsonb_in_replay(PG_FUNCTION_ARGS) {
+    return eventbox::pg::call_cpp([&] {
+        bytea* payload = nullptr;
+        if (!PG_ARGISNULL(1)) {
+            payload = eventbox::pg::pg_guard([&] {
+                Jsonb* json = PG_GETARG_JSONB_P(1);
+                char* text = JsonbToCString(nullptr, &json->root, VARSIZE(json));
+                return reinterpret_cast<bytea*>(cstring_to_text(text));
+            });
+        }
+        return eventbox::send_message(fcinfo, payload, true, true);
+    });
+}
+
+extern "C" Datum eventbox_send_bytea_in_replay(PG_FUNCTION_ARGS) {
+    return eventbox::pg::call_cpp([&] {
+        bytea* payload = PG_ARGISNULL(1)
+                             ? nullptr
+                             : eventbox::pg::pg_guard([&] { return PG_GETARG_BYTEA_PP(1); });
+        return eventbox::send_message(fcinfo, payload, false, true);
     });
 }
 

@@ -241,6 +241,7 @@ struct PurgeBatch {
     uint64 inbox_deleted;
     TimestampTz last_processed_at;
     uint64 dead_deleted;
+    uint64 suppressed_deleted;
 };
 
 void purge_batch(void* arg) {
@@ -281,6 +282,21 @@ void purge_batch(void* arg) {
         worker::exec_kept("eventbox supervisor", plan, values, false, SPI_OK_DELETE);
         batch->dead_deleted = SPI_processed;
     }
+    // What replays and backfills did not send (eventbox.suppressed_sends) goes after the same
+    // time as the inbox rows whose runs wrote it.
+    if (guc::inbox_retention_s > 0) {
+        Oid types[2] = {INT4OID, INT4OID};
+        SPIPlanPtr plan = SPI_prepare(
+            "DELETE FROM eventbox.suppressed_sends WHERE ctid = ANY (ARRAY("
+            "SELECT ctid FROM eventbox.suppressed_sends "
+            "WHERE created_at < now() - $1 * interval '1 second' "
+            "ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
+            2, types);
+        if (plan == nullptr) elog(ERROR, "could not prepare the suppressed sends purge");
+        Datum values[2] = {Int32GetDatum(guc::inbox_retention_s), Int32GetDatum(kPurgeBatch)};
+        worker::exec_kept("eventbox supervisor", plan, values, false, SPI_OK_DELETE);
+        batch->suppressed_deleted = SPI_processed;
+    }
 }
 
 // One purge batch when one is due; returns milliseconds until the next.
@@ -293,14 +309,15 @@ long retention_step() {
     }
     TimestampTz now = GetCurrentTimestamp();
     if (now < next_purge) return TimestampDifferenceMilliseconds(now, next_purge);
-    PurgeBatch batch = {0, DT_NOBEGIN, 0};
+    PurgeBatch batch = {0, DT_NOBEGIN, 0, 0};
     shmem::set_state("purging");
     bool ok = run_in_transaction(purge_batch, &batch, "inbox retention", &purge_log);
     shmem::set_state("supervising");
     pgstat_report_stat(false);  // lets autovacuum see the deletes
     metrics::purged(metrics::PurgedTable::kInbox, batch.inbox_deleted + batch.dead_deleted);
     bool full = ok && (batch.inbox_deleted == static_cast<uint64>(kPurgeBatch) ||
-                       batch.dead_deleted == static_cast<uint64>(kPurgeBatch));
+                       batch.dead_deleted == static_cast<uint64>(kPurgeBatch) ||
+                       batch.suppressed_deleted == static_cast<uint64>(kPurgeBatch));
     if (ok && batch.inbox_deleted == static_cast<uint64>(kPurgeBatch))
         purge_cursor = batch.last_processed_at;
     else

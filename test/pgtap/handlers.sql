@@ -118,8 +118,8 @@ SELECT table_privs_are('eventbox', 'handlers', 'regress_eventbox_tap_runner', '{
 -- ---- the index of handler passes -------------------------------------------------------------
 
 SELECT has_index('eventbox', 'inbox', 'inbox_todo_idx',
-                 ARRAY['subscription', 'topic', 'partition', '"offset"'],
-                 'inbox_todo_idx is on (subscription, topic, partition, offset)');
+                 ARRAY['subscription', 'topic', 'partition', '((mode = ''replay''::text))', '"offset"'],
+                 'inbox_todo_idx is on (subscription, topic, partition, mode = ''replay'', offset)');
 SELECT is((SELECT pg_get_expr(indpred, indrelid) FROM pg_index
             WHERE indexrelid = 'eventbox.inbox_todo_idx'::regclass),
           '(status = ANY (ARRAY[''received''::text, ''retry''::text]))',

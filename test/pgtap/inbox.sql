@@ -4,7 +4,7 @@
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pg_eventbox;
 
-SELECT plan(305);
+SELECT plan(317);
 
 -- ---- tables: exactly these columns, with these types, nullability and defaults -------------
 
@@ -14,13 +14,14 @@ SELECT has_table('eventbox', 'offsets', 'table eventbox.offsets exists');
 SELECT columns_are('eventbox', 'subscriptions', ARRAY[
     'name', 'topics', 'owner', 'start_from', 'ordering', 'max_attempts', 'backoff', 'backoff_max',
     'message_id_field', 'unhandled', 'batch_size', 'group_id', 'enabled', 'created_at',
-    'non_retryable', 'on_dead', 'dead_letter_topic', 'message_id_rule']);
+    'non_retryable', 'on_dead', 'dead_letter_topic', 'message_id_rule', 'backfill']);
 SELECT columns_are('eventbox', 'inbox', ARRAY[
     'subscription', 'message_id', 'topic', 'partition', 'offset', 'key', 'headers', 'payload',
     'raw_payload', 'event_type', 'status', 'attempts', 'next_attempt_at', 'received_at',
-    'processed_at', 'last_error']);
+    'processed_at', 'last_error', 'mode']);
 SELECT columns_are('eventbox', 'offsets', ARRAY[
-    'subscription', 'topic', 'partition', 'next_offset', 'high_watermark', 'updated_at']);
+    'subscription', 'topic', 'partition', 'next_offset', 'high_watermark', 'updated_at',
+    'backfill_until']);
 -- Conflicting duplicates (issue 17): the row kept and the record that conflicted.
 SELECT has_table('eventbox', 'conflicts', 'table eventbox.conflicts exists');
 SELECT columns_are('eventbox', 'conflicts', ARRAY[
@@ -47,6 +48,7 @@ INSERT INTO expected_columns VALUES
     ('subscriptions', 'on_dead',          'text',                     true,  'continue'),
     ('subscriptions', 'dead_letter_topic', 'text',                    false, NULL),
     ('subscriptions', 'message_id_rule',  'text',                     true,  'default'),
+    ('subscriptions', 'backfill',         'boolean',                  true,  'false'),
     ('inbox',         'subscription',     'text',                     true,  NULL),
     ('inbox',         'message_id',       'text',                     true,  NULL),
     ('inbox',         'topic',            'text',                     true,  NULL),
@@ -63,14 +65,16 @@ INSERT INTO expected_columns VALUES
     ('inbox',         'received_at',      'timestamp with time zone', true,  'now()'),
     ('inbox',         'processed_at',     'timestamp with time zone', false, NULL),
     ('inbox',         'last_error',       'text',                     false, NULL),
+    ('inbox',         'mode',             'text',                     true,  'live'),
     ('offsets',       'subscription',     'text',                     true,  NULL),
     ('offsets',       'topic',            'text',                     true,  NULL),
     ('offsets',       'partition',        'integer',                  true,  NULL),
     ('offsets',       'next_offset',      'bigint',                   true,  NULL),
     ('offsets',       'high_watermark',   'bigint',                   false, NULL),
-    ('offsets',       'updated_at',       'timestamp with time zone', true,  'now()');
+    ('offsets',       'updated_at',       'timestamp with time zone', true,  'now()'),
+    ('offsets',       'backfill_until',   'bigint',                   false, NULL);
 
--- 40 columns: has_column + col_type_is + nullability + default (or none) = 160 tests.
+-- 43 columns: has_column + col_type_is + nullability + default (or none) = 172 tests.
 SELECT has_column('eventbox', tbl, col, tbl || ' has column ' || col)
   FROM expected_columns ORDER BY tbl, col;
 SELECT col_type_is('eventbox', tbl, col, typ, tbl || '.' || col || ' is ' || typ)
@@ -84,7 +88,7 @@ SELECT CASE WHEN def IS NULL
             ELSE is((SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef d
                       JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
                      WHERE d.adrelid = ('eventbox.' || tbl)::regclass AND a.attname = col),
-                    CASE WHEN def IN ('now()', 'true') OR def ~ '^[0-9]+$' THEN def
+                    CASE WHEN def IN ('now()', 'true', 'false') OR def ~ '^[0-9]+$' THEN def
                          ELSE quote_literal(def) || '::' || typ END,
                     tbl || '.' || col || ' defaults to ' || def) END
   FROM expected_columns ORDER BY tbl, col;
@@ -115,7 +119,8 @@ SELECT bag_has(
              ('eventbox.subscriptions', 'subscriptions_batch_size_check'),
              ('eventbox.subscriptions', 'subscriptions_on_dead_check'),
              ('eventbox.subscriptions', 'subscriptions_message_id_rule_check'),
-             ('eventbox.inbox', 'inbox_status_check')$$,
+             ('eventbox.inbox', 'inbox_status_check'),
+             ('eventbox.inbox', 'inbox_mode_check')$$,
     'the inbox tables have the documented check constraints');
 SELECT col_has_check('eventbox', 'subscriptions', c, 'subscriptions.' || c || ' has a check')
   FROM unnest(ARRAY['name', 'topics', 'start_from', 'ordering', 'unhandled', 'max_attempts',
@@ -200,14 +205,14 @@ CREATE TEMP TABLE expected_functions (fn name, args name[], lang name, api boole
 INSERT INTO expected_functions VALUES
     ('create_subscription',
      ARRAY['text', 'text[]', 'text', 'text', 'integer', 'interval', 'interval', 'text', 'text',
-           'integer', 'text', 'text[]', 'text', 'text', 'text'], 'c', true),
+           'integer', 'text', 'text[]', 'text', 'text', 'text', 'boolean'], 'c', true),
     ('alter_subscription',
      ARRAY['text', 'text[]', 'text', 'text', 'integer', 'interval', 'interval', 'text', 'text',
            'integer', 'text', 'boolean', 'text[]', 'text', 'text', 'text'], 'c', true),
     ('drop_subscription', ARRAY['text'], 'c', true),
     ('_create_subscription',
      ARRAY['oid', 'text', 'text[]', 'text', 'text', 'integer', 'interval', 'interval', 'text',
-           'text', 'integer', 'text', 'text[]', 'text', 'text', 'text'], 'plpgsql', false),
+           'text', 'integer', 'text', 'text[]', 'text', 'text', 'text', 'boolean'], 'plpgsql', false),
     ('_alter_subscription',
      ARRAY['oid', 'text', 'text[]', 'text', 'text', 'integer', 'interval', 'interval', 'text',
            'text', 'integer', 'text', 'boolean', 'text[]', 'text', 'text', 'text'], 'plpgsql', false),
@@ -241,7 +246,7 @@ SELECT function_privs_are('eventbox', fn, args, 'public', '{}'::text[],
 SELECT is(pg_get_function_arguments(format('eventbox.%s(%s)', fn, array_to_string(args, ', '))::regprocedure),
           want, fn || ' has the documented argument names and defaults')
   FROM expected_functions JOIN (VALUES
-    ('create_subscription', 'name text, topics text[], start_from text DEFAULT ''earliest''::text, ordering text DEFAULT ''partition''::text, max_attempts integer DEFAULT 10, backoff interval DEFAULT ''00:00:01''::interval, backoff_max interval DEFAULT ''00:10:00''::interval, message_id_field text DEFAULT NULL::text, unhandled text DEFAULT ''ignore''::text, batch_size integer DEFAULT 1000, group_id text DEFAULT NULL::text, non_retryable text[] DEFAULT ''{22,23502,23514}''::text[], on_dead text DEFAULT ''continue''::text, dead_letter_topic text DEFAULT NULL::text, message_id_rule text DEFAULT ''default''::text'),
+    ('create_subscription', 'name text, topics text[], start_from text DEFAULT ''earliest''::text, ordering text DEFAULT ''partition''::text, max_attempts integer DEFAULT 10, backoff interval DEFAULT ''00:00:01''::interval, backoff_max interval DEFAULT ''00:10:00''::interval, message_id_field text DEFAULT NULL::text, unhandled text DEFAULT ''ignore''::text, batch_size integer DEFAULT 1000, group_id text DEFAULT NULL::text, non_retryable text[] DEFAULT ''{22,23502,23514}''::text[], on_dead text DEFAULT ''continue''::text, dead_letter_topic text DEFAULT NULL::text, message_id_rule text DEFAULT ''default''::text, backfill boolean DEFAULT false'),
     ('alter_subscription', 'name text, topics text[] DEFAULT NULL::text[], start_from text DEFAULT NULL::text, ordering text DEFAULT NULL::text, max_attempts integer DEFAULT NULL::integer, backoff interval DEFAULT NULL::interval, backoff_max interval DEFAULT NULL::interval, message_id_field text DEFAULT NULL::text, unhandled text DEFAULT NULL::text, batch_size integer DEFAULT NULL::integer, group_id text DEFAULT NULL::text, enabled boolean DEFAULT NULL::boolean, non_retryable text[] DEFAULT NULL::text[], on_dead text DEFAULT NULL::text, dead_letter_topic text DEFAULT NULL::text, message_id_rule text DEFAULT NULL::text'),
     ('drop_subscription', 'name text')) AS w(f, want) ON w.f = fn
  ORDER BY fn;

@@ -146,5 +146,18 @@ def test_handler_pass_cost_is_bounded_by_its_batch_whatever_the_statistics(plans
     query(c, "TRUNCATE eventbox.inbox")
     add_backlog(c, 2 * BACKLOG, BACKLOG)
     truncated = check_pass(c, "after TRUNCATE")
+    # 4. eventbox.reprocess() queued the whole (handled, vacuumed) backlog again as replays,
+    #    and live messages arrive: the lanes' live reads skip no replay (an index range of their
+    #    own) ...
+    query(c, "UPDATE eventbox.inbox SET status = 'processed' WHERE subscription = 'plans'")
+    query(c, "VACUUM eventbox.inbox")
+    assert query_one(c, "SELECT eventbox.reprocess('plans')") == BACKLOG
+    add_backlog(c, 3 * BACKLOG, 1000)
+    replays_live = check_pass(c, "replays queued, live backlog")
+    # 5. ... and with no live message left, the replays are read as cheaply.
+    query(c, "UPDATE eventbox.inbox SET status = 'processed' WHERE subscription = 'plans' "
+             "AND mode <> 'replay'")
+    replays_only = check_pass(c, "replays queued, no live message")
     print("worst inbox node buffers per 64-message pass: never analyzed %d, stale %d, "
-          "after TRUNCATE %d (backlog %d)" % (never, stale, truncated, BACKLOG))
+          "after TRUNCATE %d, replays and live %d, replays only %d (backlog %d)" % (
+              never, stale, truncated, replays_live, replays_only, BACKLOG))
