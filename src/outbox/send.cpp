@@ -394,53 +394,45 @@ PG_FUNCTION_INFO_V1(eventbox_send_bytea_in_replay);
 PG_FUNCTION_INFO_V1(eventbox_next_outbox_id);
 }
 
-// send(topic, payload jsonb, ...): the payload is stored as its JSON text bytes.
+namespace {
+
+// The payload argument of send(topic, payload jsonb, ...) as the bytes stored: its JSON text.
+bytea* json_payload(FunctionCallInfo fcinfo) {
+    if (PG_ARGISNULL(1)) return nullptr;
+    return eventbox::pg::pg_guard([&] {
+        Jsonb* json = PG_GETARG_JSONB_P(1);
+        char* text = JsonbToCString(nullptr, &json->root, VARSIZE(json));
+        return reinterpret_cast<bytea*>(cstring_to_text(text));
+    });
+}
+
+// The payload argument of send(topic, payload bytea, ...): raw bytes, published as they are.
+bytea* raw_payload(FunctionCallInfo fcinfo) {
+    if (PG_ARGISNULL(1)) return nullptr;
+    return eventbox::pg::pg_guard([&] { return PG_GETARG_BYTEA_PP(1); });
+}
+
+}  // namespace
+
 extern "C" Datum eventbox_send_jsonb(PG_FUNCTION_ARGS) {
-    return eventbox::pg::call_cpp([&] {
-        bytea* payload = nullptr;
-        if (!PG_ARGISNULL(1)) {
-            payload = eventbox::pg::pg_guard([&] {
-                Jsonb* json = PG_GETARG_JSONB_P(1);
-                char* text = JsonbToCString(nullptr, &json->root, VARSIZE(json));
-                return reinterpret_cast<bytea*>(cstring_to_text(text));
-            });
-        }
-        return eventbox::send_message(fcinfo, payload, true, false);
-    });
+    return eventbox::pg::call_cpp(
+        [&] { return eventbox::send_message(fcinfo, json_payload(fcinfo), true, false); });
 }
 
-// send(topic, payload bytea, ...): raw bytes, published as they are.
 extern "C" Datum eventbox_send_bytea(PG_FUNCTION_ARGS) {
-    return eventbox::pg::call_cpp([&] {
-        bytea* payload = PG_ARGISNULL(1)
-                             ? nullptr
-                             : eventbox::pg::pg_guard([&] { return PG_GETARG_BYTEA_PP(1); });
-        return eventbox::send_message(fcinfo, payload, false, false);
-    });
+    return eventbox::pg::call_cpp(
+        [&] { return eventbox::send_message(fcinfo, raw_payload(fcinfo), false, false); });
 }
 
-// send(topic, payload jsonb, key, headers, message_id, publish_in_replay) and its bytea twin.
+// send(topic, payload, key, headers, message_id, publish_in_replay), jsonb and bytea.
 extern "C" Datum eventbox_send_jsonb_in_replay(PG_FUNCTION_ARGS) {
-    return eventbox::pg::call_cpp([&] {
-        bytea* payload = nullptr;
-        if (!PG_ARGISNULL(1)) {
-            payload = eventbox::pg::pg_guard([&] {
-                Jsonb* json = PG_GETARG_JSONB_P(1);
-                char* text = JsonbToCString(nullptr, &json->root, VARSIZE(json));
-                return reinterpret_cast<bytea*>(cstring_to_text(text));
-            });
-        }
-        return eventbox::send_message(fcinfo, payload, true, true);
-    });
+    return eventbox::pg::call_cpp(
+        [&] { return eventbox::send_message(fcinfo, json_payload(fcinfo), true, true); });
 }
 
 extern "C" Datum eventbox_send_bytea_in_replay(PG_FUNCTION_ARGS) {
-    return eventbox::pg::call_cpp([&] {
-        bytea* payload = PG_ARGISNULL(1)
-                             ? nullptr
-                             : eventbox::pg::pg_guard([&] { return PG_GETARG_BYTEA_PP(1); });
-        return eventbox::send_message(fcinfo, payload, false, true);
-    });
+    return eventbox::pg::call_cpp(
+        [&] { return eventbox::send_message(fcinfo, raw_payload(fcinfo), false, true); });
 }
 
 // Default of eventbox.outbox.id: assigns the transaction's xid and publishes it as an outbox
