@@ -1,5 +1,6 @@
 // RFC 8785 canonical JSON and record fingerprints (see inbox/fingerprint.hpp).
 #include "inbox/fingerprint.hpp"
+#include "inbox/json_scan.hpp"
 
 #include <openssl/evp.h>
 
@@ -17,24 +18,6 @@ namespace eventbox::inbox {
 namespace {
 
 constexpr char kHex[] = "0123456789abcdef";
-
-void append_utf8(std::string& out, uint32_t cp) {
-    if (cp < 0x80) {
-        out.push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-        out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-        out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-        out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-        out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-        out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else {
-        out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-        out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-        out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-        out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    }
-}
 
 void append_utf16(std::u16string& out, uint32_t cp) {
     if (cp < 0x10000) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -46,5 +47,8 @@ struct JsonTokens {
 // `tokens`, the value's tokens are stored there when it is valid.
 JsonScan scan_json(std::string_view text, const std::vector<std::string_view>& fields,
                    JsonTokens* tokens = nullptr);
+
+// Appends code point `cp` to `out` in UTF-8 (the JSON scanners' \u escapes).
+void append_utf8(std::string& out, uint32_t cp);
 
 }  // namespace eventbox::inbox

@@ -156,21 +156,38 @@ Jsonb* with_lineage(Jsonb* headers, Datum row) {
     });
 }
 
-// The outbox row through SQL: what the direct path below falls back to. send() is SECURITY
-// INVOKER (a definer's SET search_path cost every call a GUC nest level and two search path
-// recomputations): the INSERT, and the triggers someone gave the table, run as the table's
-// owner with search_path pinned to pg_catalog, as they did when send() was SECURITY DEFINER.
-// An error on the way out is cleaned up by the (sub)transaction's abort, like fmgr's own
-// security-definer calls.
-void insert_with_spi(Oid owner, pg_uuid_t* message_id, text* topic, text* key, bytea* payload,
-                     Jsonb* headers) {
+// What the SQL insert paths below run in: the table owner's identity with search_path pinned
+// to pg_catalog (what send() had as SECURITY DEFINER). An error on the way out is cleaned up
+// by the (sub)transaction's abort, like fmgr's own security-definer calls. Trivially
+// destructible: it lives on frames an ERROR can leave.
+struct OwnerContext {
     Oid saved_user;
     int saved_context;
-    GetUserIdAndSecContext(&saved_user, &saved_context);
-    SetUserIdAndSecContext(owner, saved_context | SECURITY_LOCAL_USERID_CHANGE);
-    int nest = NewGUCNestLevel();
+    int nest;
+};
+
+OwnerContext enter_owner_context(Oid owner) {
+    OwnerContext c;
+    GetUserIdAndSecContext(&c.saved_user, &c.saved_context);
+    SetUserIdAndSecContext(owner, c.saved_context | SECURITY_LOCAL_USERID_CHANGE);
+    c.nest = NewGUCNestLevel();
     (void)set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION,
                             GUC_ACTION_SAVE, true, 0, false);
+    return c;
+}
+
+void leave_owner_context(const OwnerContext& c) {
+    AtEOXact_GUC(true, c.nest);
+    SetUserIdAndSecContext(c.saved_user, c.saved_context);
+}
+
+// The outbox row through SQL: what the direct path below falls back to. send() is SECURITY
+// INVOKER (a definer's SET search_path cost every call a GUC nest level and two search path
+// recomputations): the INSERT, and the triggers someone gave the table, run in the owner's
+// context above.
+void insert_with_spi(Oid owner, pg_uuid_t* message_id, text* topic, text* key, bytea* payload,
+                     Jsonb* headers) {
+    OwnerContext as_owner = enter_owner_context(owner);
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
     if (insert_plan == nullptr) {
         Oid types[5] = {UUIDOID, TEXTOID, BYTEAOID, BYTEAOID, JSONBOID};
@@ -189,8 +206,7 @@ void insert_with_spi(Oid owner, pg_uuid_t* message_id, text* topic, text* key, b
     int rc = SPI_execute_plan(insert_plan, values, nulls, false, 0);
     if (rc != SPI_OK_INSERT) elog(ERROR, "outbox insert failed: %s", SPI_result_code_string(rc));
     SPI_finish();
-    AtEOXact_GUC(true, nest);
-    SetUserIdAndSecContext(saved_user, saved_context);
+    leave_owner_context(as_owner);
 }
 
 // The outbox id: publishes the writer's xid before drawing it (see eventbox_next_outbox_id).
@@ -298,13 +314,7 @@ void insert_suppressed(Datum handled, const char* mode, pg_uuid_t* message_id, t
     if (!HeapTupleIsValid(rel)) elog(ERROR, "cache lookup failed for relation %u", relid);
     Oid owner = reinterpret_cast<Form_pg_class>(GETSTRUCT(rel))->relowner;
     ReleaseSysCache(rel);
-    Oid saved_user;
-    int saved_context;
-    GetUserIdAndSecContext(&saved_user, &saved_context);
-    SetUserIdAndSecContext(owner, saved_context | SECURITY_LOCAL_USERID_CHANGE);
-    int nest = NewGUCNestLevel();
-    (void)set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION,
-                            GUC_ACTION_SAVE, true, 0, false);
+    OwnerContext as_owner = enter_owner_context(owner);
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
     if (suppressed_plan == nullptr) {
         Oid types[8] = {UUIDOID, TEXTOID, BYTEAOID, BYTEAOID, JSONBOID, TEXTOID, TEXTOID, TEXTOID};
@@ -327,33 +337,31 @@ void insert_suppressed(Datum handled, const char* mode, pg_uuid_t* message_id, t
     if (rc != SPI_OK_INSERT)
         elog(ERROR, "suppressed_sends insert failed: %s", SPI_result_code_string(rc));
     SPI_finish();
-    AtEOXact_GUC(true, nest);
-    SetUserIdAndSecContext(saved_user, saved_context);
+    leave_owner_context(as_owner);
 }
 
 // The part of send() common to both payload types; `payload` may be NULL (a tombstone).
 // `sixth`: the overloads taking publish_in_replay as their sixth argument.
 Datum send_message(FunctionCallInfo fcinfo, bytea* payload, bool json, bool sixth) {
-    constexpr int shift = 0;
     bool publish_in_replay = sixth && !PG_ARGISNULL(5) && PG_GETARG_BOOL(5);
     if (PG_ARGISNULL(0))
         throw Error("22004", "topic must not be NULL", {}, "Pass the Kafka topic to publish to.");
     text* topic = pg_guard([&] { return PG_GETARG_TEXT_PP(0); });
     validate_topic(std::string_view(VARDATA_ANY(topic), VARSIZE_ANY_EXHDR(topic)));
 
-    text* key = PG_ARGISNULL(2 + shift) ? nullptr
-                                         : pg_guard([&] { return PG_GETARG_TEXT_PP(2 + shift); });
-    Jsonb* headers = PG_ARGISNULL(3 + shift)
+    text* key = PG_ARGISNULL(2) ? nullptr
+                                         : pg_guard([&] { return PG_GETARG_TEXT_PP(2); });
+    Jsonb* headers = PG_ARGISNULL(3)
                          ? nullptr
-                         : pg_guard([&] { return PG_GETARG_JSONB_P(3 + shift); });
+                         : pg_guard([&] { return PG_GETARG_JSONB_P(3); });
     // Sent while a handler runs (a worker's or eventbox.process()'s): with lineage headers, on
     // both insert paths below.
     Datum handled = handlers::current_message();
     if (handled != (Datum)0) headers = with_lineage(headers, handled);
     size_t header_bytes = headers ? validate_headers(headers) : 0;
-    pg_uuid_t* message_id = PG_ARGISNULL(4 + shift)
+    pg_uuid_t* message_id = PG_ARGISNULL(4)
                                 ? pg_guard(new_message_id)
-                                : pg_guard([&] { return PG_GETARG_UUID_P(4 + shift); });
+                                : pg_guard([&] { return PG_GETARG_UUID_P(4); });
 
     // What the relay's producer counts against its limit: key, value and headers, each
     // header with its framing (the message_id header too: 36 characters), plus the record's
