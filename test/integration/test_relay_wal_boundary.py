@@ -25,18 +25,34 @@ def pad(c, length):
               (length,))
 
 
+def pad_size(c, length):
+    """The WAL bytes a padding record of `length` payload bytes takes: the smallest of a few
+    measurements, since WAL written meanwhile by other sessions (workers, autovacuum) can only
+    inflate one."""
+    sizes = []
+    for _ in range(5):
+        before = lsn(c)
+        pad(c, length)
+        sizes.append(lsn(c) - before)
+    return min(sizes)
+
+
 def record_overhead(c):
     """{short, long}: bytes of a padding record beyond its payload, before MAXALIGN (payloads up
     to 255 bytes have a shorter data header)."""
     out = {}
     for name, base in (("short", 0), ("long", 400)):
-        sizes = []
-        for extra in range(9):
-            before = lsn(c)
-            pad(c, base + extra)
-            sizes.append(lsn(c) - before)
-        first = sizes[0]
-        grow = next(i for i, s in enumerate(sizes) if s > first)
+        for _ in range(5):
+            sizes = [pad_size(c, base + extra) for extra in range(9)]
+            first = sizes[0]
+            grow = next((i for i, s in enumerate(sizes) if s > first), None)
+            # Nine payload sizes span a MAXALIGN step exactly once, by 8 bytes; anything else
+            # means concurrent WAL spoiled every measurement of one size: measure again.
+            if grow is not None and sizes[grow:] == [first + 8] * (9 - grow) and \
+                    sizes[:grow] == [first] * grow:
+                break
+        else:
+            raise AssertionError("could not measure a padding record's size: %r" % sizes)
         # MAXALIGN(overhead + base + grow) first exceeds `first`: overhead + base + grow = first + 1.
         out[name] = first + 1 - grow - base
     return out
