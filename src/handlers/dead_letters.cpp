@@ -13,6 +13,7 @@ extern "C" {
 
 #include "handlers/dead_letters.hpp"
 #include "handlers/dead_policy.hpp"
+#include "metrics/counters.hpp"
 #include "pg/shmem.hpp"
 #include "workers/common.hpp"
 
@@ -158,7 +159,10 @@ void after_dead(Datum subscription, Datum ids) {
     Datum args[2] = {subscription, ids};
     worker::exec_kept("eventbox dead letters", dead_plan, args, false, SPI_OK_INSERT);
     MemoryContextSwitchTo(caller);
-    if (SPI_processed > 0) shmem::wake_relay_at_commit();
+    if (SPI_processed > 0) {
+        shmem::wake_relay_at_commit();
+        metrics::outbox_added_at_commit(SPI_processed);
+    }
 }
 
 void after_unparsable(Datum subscription, Datum ids) {
@@ -167,7 +171,10 @@ void after_unparsable(Datum subscription, Datum ids) {
     Datum args[2] = {subscription, ids};
     worker::exec_kept("eventbox dead letters", unparsable_plan, args, false, SPI_OK_INSERT);
     MemoryContextSwitchTo(caller);
-    if (SPI_processed > 0) shmem::wake_relay_at_commit();
+    if (SPI_processed > 0) {
+        shmem::wake_relay_at_commit();
+        metrics::outbox_added_at_commit(SPI_processed);
+    }
 }
 
 }  // namespace eventbox::handlers::dead_letters

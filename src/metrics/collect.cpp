@@ -28,16 +28,37 @@ namespace {
 constexpr const char* kOutboxQuery =
     "SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 "
     "FROM eventbox.outbox WHERE status = 'pending'";
+// The oldest pending row by id (the relay's order), one probe of outbox_pending_idx; no count.
+constexpr const char* kOutboxHeadQuery =
+    "SELECT -1::int8, coalesce(extract(epoch FROM now() - (SELECT o.created_at "
+    "FROM eventbox.outbox o WHERE o.status = 'pending' ORDER BY o.id LIMIT 1)), 0)::float8";
+// The keys dead messages hold back (on_dead 'block_key'), by key_blocks' primary key.
+#define BLOCKED_KEYS                                                                  \
+    "LATERAL (SELECT count(*) AS keys, coalesce(sum(k.held), 0)::int8 AS held "       \
+    "FROM eventbox.blocked_keys k WHERE k.subscription = s.name) b ORDER BY s.name"
 // Per subscription, through inbox_todo_idx (the rows still to handle).
 constexpr const char* kInboxQuery =
     "SELECT s.name, p.n, coalesce(extract(epoch FROM now() - p.oldest), 0)::float8, "
     "b.keys, b.held "
     "FROM eventbox.subscriptions s, LATERAL (SELECT count(*) AS n, min(i.received_at) AS oldest "
     "FROM eventbox.inbox i WHERE i.subscription = s.name "
-    "AND i.status IN ('received', 'retry')) p, "
-    // The keys dead messages hold back (on_dead 'block_key'), by key_blocks' primary key.
-    "LATERAL (SELECT count(*) AS keys, coalesce(sum(k.held), 0)::int8 AS held "
-    "FROM eventbox.blocked_keys k WHERE k.subscription = s.name) b ORDER BY s.name";
+    "AND i.status IN ('received', 'retry')) p, " BLOCKED_KEYS;
+// Per subscription, the first message still to handle of each partition it stored offsets for
+// (live and backfill range, then the replay range): two index probes per partition, no count.
+// Messages of a partition are stored in offset order, so its first one waited longest.
+#define LANE_HEAD(MODE)                                                                   \
+    "(SELECT i.received_at FROM eventbox.inbox i WHERE i.subscription = s.name "          \
+    "AND i.topic = o.topic AND i.\"partition\" = o.\"partition\" "                        \
+    "AND i.status IN ('received', 'retry') AND " MODE " ORDER BY i.\"offset\" LIMIT 1)"
+constexpr const char* kInboxHeadsQuery =
+    "SELECT s.name, -1::int8, coalesce(extract(epoch FROM now() - h.oldest), 0)::float8, "
+    "b.keys, b.held "
+    "FROM eventbox.subscriptions s, LATERAL (SELECT min(x.received_at) AS oldest "
+    "FROM eventbox.offsets o, LATERAL (" LANE_HEAD("(i.mode = 'replay') IS FALSE")
+    " UNION ALL " LANE_HEAD("i.mode = 'replay'") ") x WHERE o.subscription = s.name) h, "
+    BLOCKED_KEYS;
+#undef LANE_HEAD
+#undef BLOCKED_KEYS
 constexpr const char* kLagQuery =
     "SELECT subscription, topic, \"partition\", greatest(high_watermark - next_offset, 0) "
     "FROM eventbox.offsets WHERE high_watermark IS NOT NULL "
@@ -165,6 +186,19 @@ void build(const Counters& s, const Gauges* g, Exposition& e) {
                          {"partition", std::to_string(g->lag[i].partition)}},
                   static_cast<double>(g->lag[i].lag));
     }
+    if (g != nullptr && g->valid && g->counts > 0) {
+        Family& counts = e.family(
+            "eventbox_metrics_pending_counts_total",
+            "Exact counts of the pending rows behind this endpoint's pending gauges (between "
+            "them, a gauge is the last count plus what the workers added and settled since).",
+            T::kCounter);
+        e.add(counts, {}, static_cast<double>(g->counts));
+        Family& took = e.family("eventbox_metrics_pending_count_seconds",
+                                "How long the last exact count took (the next one runs at "
+                                "least 50 times that later, and at most a second later).",
+                                T::kGauge);
+        e.add(took, {}, g->count_seconds);
+    }
     Family& restarts = e.family("eventbox_worker_restarts_total",
                                 "Workers found dead and started again, per role.", T::kCounter);
     for (int r = 0; r < kWorkerRoles; ++r)
@@ -192,20 +226,21 @@ void collect_here(Counters* s, Gauges* g) {
     snapshot(s);
     memset(g, 0, sizeof *g);
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "eventbox metrics: SPI_connect failed");
-    query_gauges(g, caller);
+    query_gauges(g, caller, GaugeCost::kCounted);
     SPI_finish();
 }
 
 }  // namespace
 
-void query_gauges(Gauges* out, MemoryContext context) {
+void query_gauges(Gauges* out, MemoryContext context, GaugeCost cost) {
     memset(out, 0, sizeof *out);
+    bool counted = cost == GaugeCost::kCounted;
     bool isnull;
-    run(kOutboxQuery);
+    run(counted ? kOutboxQuery : kOutboxHeadQuery);
     out->outbox_pending = DatumGetInt64(column(0, 1, &isnull));
     out->outbox_oldest_age_s = DatumGetFloat8(column(0, 2, &isnull));
 
-    run(kInboxQuery);
+    run(counted ? kInboxQuery : kInboxHeadsQuery);
     int n = static_cast<int>(SPI_processed);
     out->inbox = static_cast<InboxGauge*>(MemoryContextAllocZero(context, sizeof(InboxGauge) * Max(n, 1)));
     for (int i = 0; i < n; ++i) {

@@ -15,7 +15,7 @@ namespace eventbox::metrics {
 
 struct InboxGauge {
     char subscription[NAMEDATALEN];
-    int64 pending;
+    int64 pending;  // -1: not counted (GaugeCost::kHeads)
     double oldest_age_s;
     int64 blocked_keys;  // on_dead 'block_key': keys a dead message holds back
     int64 held;          // and the messages waiting behind them
@@ -28,17 +28,27 @@ struct LagGauge {
 };
 struct Gauges {
     bool valid;
-    int64 outbox_pending;
+    int64 outbox_pending;  // -1: not counted (GaugeCost::kHeads)
     double outbox_oldest_age_s;
     int n_inbox;
     InboxGauge* inbox;
     int n_lag;
     LagGauge* lag;
+    // The endpoint's exact counts (metrics/pending_estimate.hpp): how many ran, how long the
+    // last took; counts == 0 (SQL functions, which count every time) leaves them out.
+    int64 counts;
+    double count_seconds;
 };
 
-// Runs the gauge queries (SPI connected, a snapshot active) into `out`, allocated in `context`.
-// Each is bounded by the rows waiting (partial indexes of pending rows) or by the partitions.
-void query_gauges(Gauges* out, MemoryContext context);
+// kCounted: pending counts and oldest ages over every row waiting (bounded by the rows waiting,
+// through the partial indexes of pending rows). kHeads: no counts (pending -1); the oldest ages
+// from the first waiting row of the outbox (by id) and of each inbox partition (by offset),
+// a few index probes whatever is waiting; the rest as with kCounted.
+enum class GaugeCost { kCounted, kHeads };
+
+// Runs the gauge queries (SPI connected, a snapshot active) into `out`, allocated in `context`;
+// the lag gauges are bounded by the partitions.
+void query_gauges(Gauges* out, MemoryContext context, GaugeCost cost);
 
 // The text exposition of `counters` and (when valid) `gauges`, palloc'd; *len gets its length.
 char* render(const Counters& counters, const Gauges* gauges, size_t* len);

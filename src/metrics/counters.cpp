@@ -2,6 +2,7 @@
 #include "metrics/counters.hpp"
 
 extern "C" {
+#include "access/xact.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "storage/ipc.h"
@@ -36,6 +37,7 @@ struct Shared {
     pg_atomic_uint64 restarts[kWorkerRoles];
     pg_atomic_uint64 purged[2];
     pg_atomic_uint64 overflowed;
+    pg_atomic_uint64 outbox_added, outbox_settled;
     SubscriptionEntry entries[kMaxSubscriptions + 1];  // the last one: overflow
 };
 
@@ -68,6 +70,8 @@ void startup_hook() {
         for (auto& r : shared->restarts) pg_atomic_init_u64(&r, 0);
         for (auto& p : shared->purged) pg_atomic_init_u64(&p, 0);
         pg_atomic_init_u64(&shared->overflowed, 0);
+        pg_atomic_init_u64(&shared->outbox_added, 0);
+        pg_atomic_init_u64(&shared->outbox_settled, 0);
         for (SubscriptionEntry& e : shared->entries) {
             pg_atomic_init_u64(&e.records, 0);
             pg_atomic_init_u64(&e.stored, 0);
@@ -217,6 +221,63 @@ void handler_flush(const char* subscription) {
 
 void handler_discard() { memset(&tally, 0, sizeof tally); }
 
+namespace {
+
+// Outbox rows added by the current transaction, per subtransaction nesting level (levels past
+// the last share it): a subtransaction's are handed to its parent when it commits and dropped
+// when it aborts; the top level's are counted when it commits.
+constexpr int kNestLevels = 64;
+uint64 added_by_level[kNestLevels + 1];
+bool added_callbacks = false;
+
+int added_level() { return Min(GetCurrentTransactionNestLevel(), kNestLevels); }
+
+void on_added_xact(XactEvent event, void*) {
+    switch (event) {
+        case XACT_EVENT_COMMIT:
+        case XACT_EVENT_PARALLEL_COMMIT: {
+            uint64 n = 0;
+            for (uint64 c : added_by_level) n += c;
+            if (shared != nullptr) add(&shared->outbox_added, n);
+            break;
+        }
+        case XACT_EVENT_ABORT:
+        case XACT_EVENT_PARALLEL_ABORT:
+        case XACT_EVENT_PREPARE:  // counted by the next exact count, after COMMIT PREPARED
+            break;
+        default:
+            return;
+    }
+    memset(added_by_level, 0, sizeof added_by_level);
+}
+
+void on_added_subxact(SubXactEvent event, SubTransactionId, SubTransactionId, void*) {
+    int level = GetCurrentTransactionNestLevel();
+    if (level > kNestLevels || level < 2) return;
+    if (event == SUBXACT_EVENT_COMMIT_SUB) {
+        added_by_level[level - 1] += added_by_level[level];
+        added_by_level[level] = 0;
+    } else if (event == SUBXACT_EVENT_ABORT_SUB) {
+        added_by_level[level] = 0;
+    }
+}
+
+}  // namespace
+
+void outbox_added_at_commit(uint64 n) {
+    if (shared == nullptr || n == 0) return;
+    if (!added_callbacks) {
+        RegisterXactCallback(on_added_xact, nullptr);
+        RegisterSubXactCallback(on_added_subxact, nullptr);
+        added_callbacks = true;
+    }
+    added_by_level[added_level()] += n;
+}
+
+void outbox_settled(uint64 n) {
+    if (shared != nullptr) add(&shared->outbox_settled, n);
+}
+
 void worker_restarted(WorkerRole role) {
     if (shared != nullptr) add(&shared->restarts[static_cast<int>(role)], 1);
 }
@@ -250,6 +311,8 @@ void snapshot(Counters* out) {
     out->purged_inbox = read(shared->purged[0]);
     out->purged_outbox = read(shared->purged[1]);
     out->overflowed = read(shared->overflowed);
+    out->outbox_added = read(shared->outbox_added);
+    out->outbox_settled = read(shared->outbox_settled);
     uint32 n = pg_atomic_read_u32(&shared->n_used);
     pg_read_barrier();
     out->subscriptions =

@@ -58,6 +58,12 @@ void handler_ignored(uint64 n);
 void handler_dead(uint64 n);  // dead without a run (a crash used their last attempt)
 void handler_flush(const char* subscription);
 void handler_discard();
+// Outbox rows that wait to be published: added by committed transactions (send() and dead
+// letters count their rows; a rolled-back subtransaction's are dropped), settled (published,
+// deleted or given up) by the relay's committed passes. The supervisor's pending gauge adds
+// their difference to its last exact count (metrics/gauges.hpp).
+void outbox_added_at_commit(uint64 n);
+void outbox_settled(uint64 n);
 // Supervision and retention.
 void worker_restarted(WorkerRole role);
 void purged(PurgedTable table, uint64 rows);
@@ -79,9 +85,16 @@ struct Counters {
     uint64 restarts[kWorkerRoles];
     uint64 purged_inbox, purged_outbox;
     uint64 overflowed;
+    uint64 outbox_added, outbox_settled;
     int n_subscriptions;
     SubscriptionCounters* subscriptions;  // palloc'd, n_subscriptions entries
 };
+// Inbox messages of a subscription that became pending (stored, not unparsable) minus those
+// that stopped being pending (processed, dead, ignored) by the workers' committed batches: the
+// change of its pending count since an earlier snapshot is the change of this value.
+inline int64 inbox_pending_balance(const SubscriptionCounters& c) {
+    return static_cast<int64>((c.stored - c.unparsable) - (c.processed + c.dead + c.ignored));
+}
 // Fills `out` (subscriptions palloc'd in the current memory context).
 void snapshot(Counters* out);
 

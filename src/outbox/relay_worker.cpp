@@ -348,7 +348,12 @@ void exec(SPIPlanPtr plan, Datum* values, bool read_only, int expected) {
 }
 
 // Writes acknowledged and failed deliveries back to the outbox.
+// Rows the outcomes written in the current transaction took out of 'pending' (sent, deleted,
+// given up), for metrics::outbox_settled() once it committed.
+uint64 settled_in_transaction = 0;
+
 void write_outcomes() {
+    settled_in_transaction = 0;
     const std::vector<relay::Acked>& acked = dispatcher->acked();
     int n = static_cast<int>(acked.size());
     if (n > 0) {
@@ -382,12 +387,14 @@ void write_outcomes() {
             Datum values[2] = {PointerGetDatum(int8_array(los, runs)),
                                PointerGetDatum(int8_array(his, runs))};
             exec(delete_plan, values, false, SPI_OK_DELETE);
+            settled_in_transaction += SPI_processed;
         } else {
             Datum values[3] = {
                 PointerGetDatum(int8_array(ids, n)),
                 PointerGetDatum(construct_array(partitions, n, INT4OID, 4, true, TYPALIGN_INT)),
                 PointerGetDatum(int8_array(offsets, n))};
             exec(sent_plan, values, false, SPI_OK_UPDATE);
+            settled_in_transaction += SPI_processed;
         }
     }
     const std::vector<relay::Failed>& failed = dispatcher->failed();
@@ -402,6 +409,7 @@ void write_outcomes() {
             errors[i] = CStringGetTextDatum(failed[i].error.c_str());
             delays[i] = failed[i].retry_in_ms;
             give_up[i] = BoolGetDatum(failed[i].give_up);
+            settled_in_transaction += failed[i].give_up ? 1 : 0;
         }
         Datum values[4] = {
             PointerGetDatum(int8_array(ids, m)),
@@ -483,6 +491,7 @@ bool iterate() {
         shmem::count_messages(acked);
         if (acked > 0) metrics::relay_published(acked, *latency);
         if (failed > 0) metrics::relay_failures(failed);
+        metrics::outbox_settled(settled_in_transaction);
         needs_reset = true;
         return true;
     }
@@ -567,6 +576,7 @@ bool iterate() {
     shmem::count_messages(acked);
     if (acked > 0) metrics::relay_published(acked, *latency);
     if (failed > 0) metrics::relay_failures(failed);
+    metrics::outbox_settled(settled_in_transaction);
     return more;
 }
 

@@ -35,6 +35,7 @@ extern "C" {
 #include "inbox/message_rules.hpp"
 #include "outbox/lineage.hpp"
 #include "pg/boundary.hpp"
+#include "metrics/counters.hpp"
 #include "pg/shmem.hpp"
 
 namespace eventbox {
@@ -386,6 +387,7 @@ Datum send_message(FunctionCallInfo fcinfo, bytea* payload, bool json, bool sixt
     pg_guard([&] {
         insert_outbox_row(message_id, topic, key, payload, headers);
         shmem::wake_relay_at_commit();
+        metrics::outbox_added_at_commit(1);
     });
     PG_RETURN_UUID_P(message_id);
 }

@@ -33,6 +33,7 @@ extern "C" {
 #include <exception>
 
 #include "metrics/collect.hpp"
+#include "metrics/pending_estimate.hpp"
 #include "metrics/counters.hpp"
 #include "metrics/http_server.hpp"
 #include "pg/boundary.hpp"
@@ -365,9 +366,72 @@ void open_http() {
     }
 }
 
-void refresh_gauges(void*) {
+// Pending counts between exact counts (metrics/pending_estimate.hpp).
+metrics::PendingEstimate* pending_estimate = nullptr;
+int64 pending_counts = 0;
+double pending_count_seconds = 0;
+
+int64 outbox_balance(const metrics::Counters& c) {
+    return static_cast<int64>(c.outbox_added - c.outbox_settled);
+}
+
+int64 inbox_balance(const metrics::Counters& c, const char* subscription) {
+    for (int i = 0; i < c.n_subscriptions; ++i)
+        if (!c.subscriptions[i].overflow &&
+            strncmp(c.subscriptions[i].name, subscription, NAMEDATALEN) == 0)
+            return metrics::inbox_pending_balance(c.subscriptions[i]);
+    return 0;  // no batch counted yet
+}
+
+// An exact count; the balances are read before it, so a batch committed meanwhile is counted
+// by both (until the next count) rather than by neither.
+void count_gauges() {
+    metrics::Counters c;
+    metrics::snapshot(&c);
+    int64 started = worker::now_ms();
     MemoryContextReset(gauge_context);
-    metrics::query_gauges(&gauges, gauge_context);
+    metrics::query_gauges(&gauges, gauge_context, metrics::GaugeCost::kCounted);
+    int64 took = worker::now_ms() - started;
+    call_cpp([&] {
+        pending_estimate->start_count(started);
+        pending_estimate->set_outbox(gauges.outbox_pending, outbox_balance(c));
+        for (int i = 0; i < gauges.n_inbox; ++i)
+            pending_estimate->set_inbox(gauges.inbox[i].subscription, gauges.inbox[i].pending,
+                                        inbox_balance(c, gauges.inbox[i].subscription));
+        pending_estimate->end_count(took);
+    });
+    ++pending_counts;
+    pending_count_seconds = static_cast<double>(took) / 1000.0;
+}
+
+void refresh_pending(void*) {
+    if (pending_estimate == nullptr)
+        pending_estimate = call_cpp([] { return new metrics::PendingEstimate(); });
+    if (call_cpp([] { return pending_estimate->count_due(worker::now_ms()); })) {
+        count_gauges();
+        return;
+    }
+    metrics::Counters c;
+    metrics::snapshot(&c);
+    MemoryContextReset(gauge_context);
+    metrics::query_gauges(&gauges, gauge_context, metrics::GaugeCost::kHeads);
+    bool missing = call_cpp([&] {
+        gauges.outbox_pending = pending_estimate->outbox(outbox_balance(c));
+        for (int i = 0; i < gauges.n_inbox; ++i) {
+            metrics::InboxGauge& g = gauges.inbox[i];
+            if (!pending_estimate->inbox(g.subscription, inbox_balance(c, g.subscription),
+                                         &g.pending))
+                return true;
+        }
+        return false;
+    });
+    if (missing) count_gauges();  // a subscription created since the last count
+}
+
+void refresh_gauges(void* arg) {
+    refresh_pending(arg);
+    gauges.counts = pending_counts;
+    gauges.count_seconds = pending_count_seconds;
 }
 
 // Answers the scrapes waiting for a body.

@@ -187,3 +187,95 @@ def test_prometheus_scrapes_counters_equal_to_the_traffic(broker, new_topic):
         if prom is not None:
             prom.stop()
         cluster.stop()
+
+
+def scrape(metrics_port):
+    """{(name, labels text): value} of one GET /metrics."""
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % metrics_port, timeout=10) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name_labels, value = line.rsplit(" ", 1)
+            out[name_labels] = float(value)
+    return out
+
+
+BIG = 1000000  # rows waiting in a disabled subscription: an exact count takes tens of ms
+
+
+def test_pending_gauges_between_exact_counts(broker, new_topic):
+    """With a backlog that makes counting it expensive, the endpoint counts the waiting rows
+    exactly only every 50 times the count's duration (not at every scrape), and in between
+    follows the workers' committed batches: the pending gauge of a live subscription equals the
+    inbox after its traffic, the oldest age comes from the partitions' first rows, and a change
+    no worker made (an operator's UPDATE) shows at the next exact count."""
+    from kafka import KafkaProducer
+
+    pg_port, metrics_port = free_ports(2)
+    topic = new_topic(2)
+    cluster = OwnCluster(pg_port, metrics_port)
+    try:
+        c = cluster.connect()
+        query(c, "CREATE EXTENSION pg_eventbox")
+        query(c, HANDLER)
+        query(c, "SELECT eventbox.create_subscription('big', ARRAY['big-topic'])")
+        query(c, "SELECT eventbox.alter_subscription('big', enabled => false)")
+        query(c, "INSERT INTO eventbox.inbox (subscription, message_id, topic, \"partition\", "
+                 "\"offset\", payload, event_type, received_at) "
+                 "SELECT 'big', 'big-' || g, 'big-topic', g %% 4, g, '{}', 'stored', "
+                 "now() - interval '100 seconds' FROM generate_series(1, %s) g", (BIG,))
+        query(c, "INSERT INTO eventbox.offsets (subscription, topic, \"partition\", next_offset) "
+                 "SELECT 'big', 'big-topic', p, %s + 1 FROM generate_series(0, 3) p", (BIG,))
+        query(c, "SELECT eventbox.create_subscription('live', ARRAY[%s], unhandled => 'keep')",
+              (topic,))
+        query(c, "SELECT eventbox.register_handler('live', 'public.handle(eventbox.inbox)'"
+                 "::regprocedure, event_type => 'work', run_as => 'prom_handler')")
+
+        def gauge(samples, name, sub):
+            return samples.get('%s{subscription="%s"}' % (name, sub))
+        first = scrape(metrics_port)
+        assert gauge(first, "eventbox_inbox_pending", "big") == BIG
+        took = first["eventbox_metrics_pending_count_seconds"]
+        assert took >= 0.02, "counting %d rows took %.3f s: too cheap to be spaced" % (BIG, took)
+
+        work, other = 300, 200
+        producer = KafkaProducer(bootstrap_servers=os.environ["EVENTBOX_BOOTSTRAP"], acks="all",
+                                 linger_ms=5)
+        futures = [producer.send(topic, json.dumps({"i": i}).encode(),
+                                 headers=[("message_id", str(uuid.uuid4()).encode()),
+                                          ("event_type", b"work" if i < work else b"other")])
+                   for i in range(work + other)]
+        for f in futures:
+            f.get(timeout=60)
+        producer.close()
+        wait_until(lambda: query_one(c, "SELECT count(*) FROM public.ledger") == work, 120,
+                   what="the handler to process %d messages" % work)
+        assert query_one(c, "SELECT count(*) FROM eventbox.inbox WHERE subscription = 'live' "
+                            "AND status = 'received'") == other
+
+        # Scrapes a little over a second apart: each refreshes the gauges.
+        counts_before = scrape(metrics_port)["eventbox_metrics_pending_counts_total"]
+        seen = []
+        for _ in range(8):
+            time.sleep(1.1)
+            s = scrape(metrics_port)
+            seen.append((gauge(s, "eventbox_inbox_pending", "live"),
+                         gauge(s, "eventbox_inbox_pending", "big"),
+                         gauge(s, "eventbox_inbox_oldest_pending_age_seconds", "big")))
+        counts = scrape(metrics_port)["eventbox_metrics_pending_counts_total"] - counts_before
+        assert all(live == other and big == BIG for live, big, _ in seen), seen
+        assert all(age >= 100 for _, _, age in seen), seen
+        assert counts <= 5, "%d exact counts in 9 refreshes (count takes %.3f s)" % (counts, took)
+
+        # A change no worker made: shown by the next exact count, within 50 x its duration.
+        query(c, "UPDATE eventbox.inbox SET status = 'processed', processed_at = now() "
+                 "WHERE subscription = 'big' AND \"offset\" <= 1000")
+        wait_until(lambda: gauge(scrape(metrics_port), "eventbox_inbox_pending", "big")
+                   == BIG - 1000, max(30, 60 * took + 5),
+                   what="the next exact count to show the UPDATE")
+        report("pending_gauges", backlog=BIG, count_s=round(took, 3), counts_in_9_refreshes=counts,
+               live_pending=other)
+        c.close()
+    finally:
+        cluster.stop()
