@@ -268,6 +268,33 @@ def test_pending_gauges_between_exact_counts(broker, new_topic):
         assert all(age >= 100 for _, _, age in seen), seen
         assert counts <= 5, "%d exact counts in 9 refreshes (count takes %.3f s)" % (counts, took)
 
+        # The outbox while the relay is idle (no brokers): committed sends are added at once,
+        # those of a rolled-back subtransaction never; published ones are taken off.
+        query(c, "ALTER SYSTEM SET eventbox.brokers = ''")
+        query(c, "SELECT pg_reload_conf()")
+        wait_until(lambda: query_one(c, "SELECT count(*) FROM eventbox.workers WHERE role = "
+                                        "'relay' AND state LIKE 'idle%%'") == 1, 30,
+                   what="the relay to go idle")
+        out_topic = new_topic(1)
+        t = cluster.connect()
+        t.autocommit = False
+        send = "SELECT eventbox.send(%s, '{}'::jsonb) FROM generate_series(1, %s)"
+        query(t, send, (out_topic, 40))
+        query(t, "SAVEPOINT s")
+        query(t, send, (out_topic, 10))
+        query(t, "ROLLBACK TO SAVEPOINT s")
+        query(t, send, (out_topic, 5))
+        t.commit()
+        t.close()
+        wait_until(lambda: scrape(metrics_port).get("eventbox_outbox_pending") == 45, 30,
+                   what="eventbox_outbox_pending to be 45")
+        assert query_one(c, "SELECT count(*) FROM eventbox.outbox WHERE status = 'pending'") == 45
+        query(c, "ALTER SYSTEM RESET eventbox.brokers")
+        query(c, "SELECT pg_reload_conf()")
+        wait_until(lambda: scrape(metrics_port).get("eventbox_outbox_pending") == 0, 60,
+                   what="eventbox_outbox_pending to be 0 once published")
+        assert query_one(c, "SELECT count(*) FROM eventbox.outbox WHERE status = 'pending'") == 0
+
         # A change no worker made: shown by the next exact count, within 50 x its duration.
         query(c, "UPDATE eventbox.inbox SET status = 'processed', processed_at = now() "
                  "WHERE subscription = 'big' AND \"offset\" <= 1000")
