@@ -50,6 +50,7 @@ extern "C" {
 #include "handlers/runner.hpp"
 #include "pg/arrays.hpp"
 #include "pg/boundary.hpp"
+#include "pg/extension.hpp"
 #include "metrics/counters.hpp"
 #include "pg/shmem.hpp"
 #include "workers/common.hpp"
@@ -760,6 +761,7 @@ void commit_run_transaction() {
 void start_run_transaction() {
     SetCurrentStatementStartTimestamp();
     StartTransactionCommand();
+    pg::lock_schema_or_exit();
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "eventbox handlers: SPI_connect failed");
     MemoryContextSwitchTo(pass_context);
     PushActiveSnapshot(GetTransactionSnapshot());
@@ -989,6 +991,7 @@ void open_pass(bool own_transactions) {
     if (own_transactions) {
         SetCurrentStatementStartTimestamp();
         StartTransactionCommand();
+        pg::lock_schema_or_exit();
     }
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "eventbox handlers: SPI_connect failed");
     PushActiveSnapshot(GetTransactionSnapshot());

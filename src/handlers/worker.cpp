@@ -38,6 +38,7 @@ int enabled_subscriptions(char*** names) {
     MemoryContext outer = CurrentMemoryContext;
     SetCurrentStatementStartTimestamp();
     StartTransactionCommand();
+    eventbox::pg::lock_schema_or_exit();
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "eventbox handler: SPI_connect failed");
     PushActiveSnapshot(GetTransactionSnapshot());
     int rc = SPI_execute("SELECT name FROM eventbox.subscriptions WHERE enabled ORDER BY name",

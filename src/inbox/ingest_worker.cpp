@@ -49,6 +49,7 @@ extern "C" {
 #include "kafka/options.hpp"
 #include "pg/arrays.hpp"
 #include "pg/boundary.hpp"
+#include "pg/extension.hpp"
 #include "metrics/counters.hpp"
 #include "pg/shmem.hpp"
 #include "workers/common.hpp"
@@ -377,6 +378,7 @@ void reload() {
     }
     SetCurrentStatementStartTimestamp();  // now() of this transaction
     StartTransactionCommand();
+    pg::lock_schema_or_exit();
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "eventbox ingest: SPI_connect failed");
     PushActiveSnapshot(GetTransactionSnapshot());
     prepare_plans();
@@ -567,6 +569,7 @@ std::size_t store_chunk(Subscription* sub, std::size_t from, std::size_t to) {
 
     SetCurrentStatementStartTimestamp();  // now() of this transaction
     StartTransactionCommand();
+    pg::lock_schema_or_exit();
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "eventbox ingest: SPI_connect failed");
     PushActiveSnapshot(GetTransactionSnapshot());
     prepare_plans();
@@ -790,6 +793,7 @@ void record_errors() {
     if (!due) return;
     SetCurrentStatementStartTimestamp();
     StartTransactionCommand();
+    pg::lock_schema_or_exit();
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "eventbox ingest: SPI_connect failed");
     PushActiveSnapshot(GetTransactionSnapshot());
     prepare_plans();

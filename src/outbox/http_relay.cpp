@@ -24,6 +24,7 @@ extern "C" {
 #include "metrics/counters.hpp"
 #include "outbox/http_relay.hpp"
 #include "pg/boundary.hpp"
+#include "pg/extension.hpp"
 #include "pg/shmem.hpp"
 #include "workers/common.hpp"
 
@@ -156,6 +157,7 @@ http::Client* load_client(std::size_t queue_limit, uint64* loaded) {
         AllocSetContextCreate(TopMemoryContext, "eventbox http destinations", ALLOCSET_SMALL_SIZES);
     SetCurrentStatementStartTimestamp();
     StartTransactionCommand();
+    pg::lock_schema_or_exit();
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "eventbox relay: SPI_connect failed");
     PushActiveSnapshot(GetTransactionSnapshot());
     // Absent before the extension's 0.2.0 (the relay of an older schema has no destinations).

@@ -37,6 +37,7 @@ extern "C" {
 #include "kafka/options.hpp"
 #include "kafka/producer.hpp"
 #include "pg/boundary.hpp"
+#include "pg/extension.hpp"
 #include "outbox/relay_dispatch.hpp"
 #include "outbox/relay_recheck.hpp"
 #include "outbox/http_client.hpp"
@@ -457,6 +458,7 @@ bool iterate() {
 
     SetCurrentStatementStartTimestamp();  // now() of this transaction
     StartTransactionCommand();
+    pg::lock_schema_or_exit();
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "eventbox relay: SPI_connect failed");
     prepare_plans();
     PushActiveSnapshot(GetTransactionSnapshot());

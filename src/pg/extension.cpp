@@ -8,6 +8,13 @@ extern "C" {
 #include "catalog/indexing.h"
 #include "catalog/objectaccess.h"
 #include "catalog/pg_extension.h"
+#include "miscadmin.h"
+#include "postmaster/bgworker.h"
+#include "storage/ipc.h"
+#include "utils/inval.h"
+#include "nodes/parsenodes.h"
+#include "storage/lmgr.h"
+#include "tcop/utility.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/rel.h"
@@ -76,11 +83,90 @@ void on_object_access(ObjectAccessType access, Oid class_id, Oid object_id, int 
         shmem::wake_launcher_at_commit();
 }
 
+// The schema lock of the current database, an advisory tag in a field4 of our own (lanes use
+// 0x4542 and 0x4543) so it never meets users' advisory locks.
+LOCKTAG schema_tag() {
+    LOCKTAG tag;
+    SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, 0, 0x4544);
+    return tag;
+}
+
+ProcessUtility_hook_type prev_utility_hook = nullptr;
+
+bool names(const List* objects, const char* name) {
+    ListCell* lc;
+    foreach (lc, objects) {
+        const Node* n = static_cast<const Node*>(lfirst(lc));
+        if (IsA(n, String) && strcmp(strVal(n), name) == 0) return true;
+    }
+    return false;
+}
+
+// Whether the statement drops or alters the extension or its schema.
+bool changes_schema(const Node* tree) {
+    if (IsA(tree, DropStmt)) {
+        const DropStmt* s = reinterpret_cast<const DropStmt*>(tree);
+        return (s->removeType == OBJECT_EXTENSION && names(s->objects, "pg_eventbox")) ||
+               (s->removeType == OBJECT_SCHEMA && names(s->objects, "eventbox"));
+    }
+    if (IsA(tree, AlterExtensionStmt))
+        return strcmp(reinterpret_cast<const AlterExtensionStmt*>(tree)->extname,
+                      "pg_eventbox") == 0;
+    if (IsA(tree, AlterExtensionContentsStmt))
+        return strcmp(reinterpret_cast<const AlterExtensionContentsStmt*>(tree)->extname,
+                      "pg_eventbox") == 0;
+    return false;
+}
+
+void on_utility(PlannedStmt* pstmt, const char* query, bool read_only_tree,
+                ProcessUtilityContext context, ParamListInfo params, QueryEnvironment* env,
+                DestReceiver* dest, QueryCompletion* qc) {
+    if (changes_schema(pstmt->utilityStmt)) {
+        LOCKTAG tag = schema_tag();
+        (void)LockAcquire(&tag, ExclusiveLock, false, false);
+    }
+    if (prev_utility_hook)
+        prev_utility_hook(pstmt, query, read_only_tree, context, params, env, dest, qc);
+    else
+        standard_ProcessUtility(pstmt, query, read_only_tree, context, params, env, dest, qc);
+}
+
 }  // namespace
 
 void install_extension_hook() {
     prev_object_access_hook = object_access_hook;
     object_access_hook = on_object_access;
+    prev_utility_hook = ProcessUtility_hook;
+    ProcessUtility_hook = on_utility;
+}
+
+namespace {
+Oid work_extension = InvalidOid;  // the install this process's work started on
+}
+
+bool lock_schema_for_work() {
+    LOCKTAG tag = schema_tag();
+    bool waited = LockAcquire(&tag, ShareLock, false, true) == LOCKACQUIRE_NOT_AVAIL;
+    if (waited) {
+        (void)LockAcquire(&tag, ShareLock, false, false);
+        AcceptInvalidationMessages();
+    }
+    if (!waited && OidIsValid(work_extension)) return true;
+    // Once per process, to know its install; and after waiting for a DROP or ALTER EXTENSION.
+    Oid now = extension_state().oid;
+    if (!OidIsValid(work_extension)) work_extension = now;
+    return now == work_extension;
+}
+
+void lock_schema_or_exit() {
+    if (lock_schema_for_work()) return;
+    // The supervisor stops the workers of an install that went away and starts new ones for
+    // the one that replaced it; until its signal arrives, this one must not run its statements
+    // against the new install's tables.
+    ereport(LOG, (errmsg("%s: pg_eventbox was dropped or re-created; exiting",
+                         MyBgworkerEntry ? MyBgworkerEntry->bgw_type : "eventbox worker"),
+                  errdetail("The supervisor starts the workers of the current install.")));
+    proc_exit(0);
 }
 
 }  // namespace eventbox::pg

@@ -25,7 +25,19 @@ bool schema_matches(const ExtensionState& state);
 // one this library was built for; for code that depends on the tables' shape.
 void require_current_schema(const char* what);
 // Installs the object-access hook that wakes the launcher when a transaction that created,
-// updated or dropped an extension commits; from _PG_init.
+// updated or dropped an extension commits, and the utility hook below; from _PG_init.
 void install_extension_hook();
+
+// The workers' side of the schema lock: each worker transaction that reads or writes the
+// extension's tables takes it in share mode before touching any of them (held to its end).
+// DROP EXTENSION pg_eventbox, ALTER EXTENSION pg_eventbox and DROP SCHEMA eventbox take it in
+// exclusive mode (utility hook) before they lock the tables: they wait for the transactions in
+// flight to end and new ones wait for them, instead of taking the tables' locks in another order
+// than a worker holding some of them (a deadlock, which failed the DROP). Returns false when
+// the install this process first worked on was dropped or re-created (seen after waiting).
+bool lock_schema_for_work();
+// lock_schema_for_work() for the relay, ingest and handler workers: exits quietly (LOG) when it
+// returns false.
+void lock_schema_or_exit();
 
 }  // namespace eventbox::pg

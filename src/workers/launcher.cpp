@@ -199,11 +199,16 @@ bool run_in_transaction(void (*fn)(void*), void* arg, const char* what, worker::
     StartTransactionCommand();
     PG_TRY();
     {
-        if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "eventbox supervisor: SPI_connect failed");
-        PushActiveSnapshot(GetTransactionSnapshot());
-        fn(arg);
-        PopActiveSnapshot();
-        SPI_finish();
+        if (pg::lock_schema_for_work()) {
+            if (SPI_connect() != SPI_OK_CONNECT)
+                elog(ERROR, "eventbox supervisor: SPI_connect failed");
+            PushActiveSnapshot(GetTransactionSnapshot());
+            fn(arg);
+            PopActiveSnapshot();
+            SPI_finish();
+        } else {
+            ok = false;  // dropped or re-created while it waited: the supervisor's check sees it
+        }
         CommitTransactionCommand();
     }
     PG_CATCH();

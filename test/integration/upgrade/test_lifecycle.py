@@ -119,3 +119,54 @@ def test_drop_and_create_extension_at_once(clusters, kafka, one_transaction):
     report("drop_create_%s" % ("one_transaction" if one_transaction else "back_to_back"),
            gap_s="%.2f" % gap, workers_restarted_s="%.1f" % restart_s,
            handled_20_s="%.1f" % handled_s, send_delivered_s="%.2f" % send_s, handled=len(ids))
+
+
+SLOW_HANDLER = """
+CREATE SCHEMA slow;
+CREATE FUNCTION slow.on_order(msg eventbox.inbox) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_sleep(1.5);  -- the DROP arrives meanwhile, while the pass holds the inbox
+    PERFORM eventbox.send('{out}', jsonb_build_object('in', msg.message_id));
+END $$;
+GRANT USAGE ON SCHEMA slow TO app_handler;
+GRANT USAGE ON SCHEMA eventbox TO app_handler;
+GRANT EXECUTE ON FUNCTION eventbox.send(text, jsonb, text, jsonb, uuid) TO app_handler;
+"""
+
+
+def test_drop_extension_while_a_handler_runs(clusters, kafka):
+    """DROP EXTENSION while a handler pass is in flight (its handler asleep, then calling
+    send()). Without a lock of its own the DROP and the workers took the tables' locks in
+    whatever order they came to them: once in a CI run the DROP locked the outbox, waited for
+    the inbox a pass held, and the pass waited for the outbox: "deadlock detected", the DROP
+    failed; when this test ran without the lock, the workers went on running statements
+    against the dropped tables (relay and handler ERRORs in the log). Now the DROP first takes
+    the schema lock every worker transaction holds in share mode: it waits for the pass to end,
+    and the workers that waited for it exit quietly."""
+    cluster = clusters("droprun").start(db="app", brokers=kafka.bootstrap)
+    c = cluster.connect()
+    query(c, "CREATE EXTENSION pg_eventbox")
+    query(c, "CREATE ROLE app_handler NOLOGIN")
+    query(c, SLOW_HANDLER.replace("{out}", kafka.topic("slow_out")))
+    in_topic = kafka.topic("slow_in")
+    query(c, "SELECT eventbox.create_subscription('slow', ARRAY[%s])", (in_topic,))
+    query(c, "SELECT eventbox.register_handler('slow', 'slow.on_order(eventbox.inbox)'"
+             "::regprocedure, run_as => 'app_handler')")
+    wait_workers(cluster)
+    cluster.mark_log()
+    kafka.produce(in_topic, [(str(uuid.uuid4()), 0, "k", {"n": 1}, "OrderCreated")])
+    # The handler is asleep inside its pass (the pass's backend shows the sleep).
+    wait_until(lambda: query_one(c, "SELECT count(*) FROM pg_stat_activity WHERE "
+                                    "wait_event = 'PgSleep' AND backend_type = 'eventbox handler'"),
+               30, interval=0.02, what="the handler to be asleep in its pass")
+    el = Elapsed()
+    query(c, "DROP EXTENSION pg_eventbox CASCADE")
+    drop_s = el()
+    deadlocks = cluster.log_lines(r"deadlock detected", since_mark=True)
+    assert not deadlocks, deadlocks
+    # The pass ended before the DROP went on: its send() committed with its processed mark.
+    assert query_one(c, "SELECT count(*) FROM pg_extension WHERE extname = 'pg_eventbox'") == 0
+    wait_until(lambda: worker_counts(c) == {}, 15, what="the workers to stop")
+    bad = cluster.log_lines(r"cache lookup failed|could not open relation|ERROR", since_mark=True)
+    assert not bad, bad
+    report("drop_while_handler_runs", drop_waited_s="%.1f" % drop_s, deadlocks=len(deadlocks))
