@@ -137,9 +137,9 @@ GRANT EXECUTE ON FUNCTION eventbox.send(text, jsonb, text, jsonb, uuid) TO app_h
 def test_drop_extension_while_a_handler_runs(clusters, kafka):
     """DROP EXTENSION while a handler pass is in flight (its handler asleep, then calling
     send()). Without a lock of its own the DROP and the workers took the tables' locks in
-    whatever order they came to them: once in a CI run the DROP locked the outbox, waited for
-    the inbox a pass held, and the pass waited for the outbox: "deadlock detected", the DROP
-    failed; when this test ran without the lock, the workers went on running statements
+    whatever order they came to them: once in a full local test run the DROP locked the outbox,
+    waited for the inbox a pass held, and the pass waited for the outbox: "deadlock detected",
+    the DROP failed; when this test ran without the lock, the workers went on running statements
     against the dropped tables (relay and handler ERRORs in the log). Now the DROP first takes
     the schema lock every worker transaction holds in share mode: it waits for the pass to end,
     and the workers that waited for it exit quietly."""
