@@ -157,7 +157,7 @@ void prepare_plans() {
         "WHERE EXISTS (SELECT 1 FROM eventbox.subscriptions s WHERE s.name = $1 FOR KEY SHARE) "
         "ON CONFLICT (subscription, message_id) DO NOTHING",
         12, insert_types);
-    // The same for a backfill subscription, with each row's mode ($13).
+    // The same for a backfill subscription, with each row's mode ($13) (and the same lock).
     Oid insert_modes_types[13] = {TEXTOID,       TEXTARRAYOID,  TEXTARRAYOID,  INT4ARRAYOID,
                                   INT8ARRAYOID,  BYTEAARRAYOID, JSONBARRAYOID, JSONBARRAYOID,
                                   BYTEAARRAYOID, TEXTARRAYOID,  TEXTARRAYOID,  TEXTARRAYOID,
@@ -169,7 +169,7 @@ void prepare_plans() {
         "unnest($5::int8[]), unnest($6::bytea[]), unnest($7::jsonb[]), unnest($8::jsonb[]), "
         "unnest($9::bytea[]), unnest($10::text[]), unnest($11::text[]), unnest($12::text[]), "
         "unnest($13::text[]) "
-        "WHERE EXISTS (SELECT 1 FROM eventbox.subscriptions s WHERE s.name = $1) "
+        "WHERE EXISTS (SELECT 1 FROM eventbox.subscriptions s WHERE s.name = $1 FOR KEY SHARE) "
         "ON CONFLICT (subscription, message_id) DO NOTHING",
         13, insert_modes_types);
     // Conflicting duplicates, looked for only when the insert above left records out: those

@@ -8,6 +8,7 @@ Now each batch takes a KEY SHARE lock on its subscription row, which drop_subscr
 UPDATE) waits for and which waits for an uncommitted drop."""
 import time
 
+import pytest
 
 from inbox_support import connect, json_value, produce, unique_name
 
@@ -21,12 +22,14 @@ def count(db, table, sub):
     return db.value("SELECT count(*) FROM eventbox.%s WHERE subscription = %%s" % table, (sub,))
 
 
+# A backfill subscription's batches go through their own statement (each row with its mode).
+@pytest.mark.parametrize("backfill", [False, True], ids=["live", "backfill"])
 def test_batch_stored_during_an_uncommitted_drop_leaves_no_rows(ib_db, ib_topic, ib_producer,
-                                                               ib_subscriptions):
+                                                               ib_subscriptions, backfill):
     topic = ib_topic("droprace", 2)
     sub = unique_name("droprace")
     produce(ib_producer, topic, records("before", 20))
-    ib_subscriptions(sub, [topic])
+    ib_subscriptions(sub, [topic], backfill=backfill)
     ib_db.wait_rows(sub, 20, timeout=60)
 
     dropper = connect()
@@ -48,6 +51,6 @@ def test_batch_stored_during_an_uncommitted_drop_leaves_no_rows(ib_db, ib_topic,
     assert ib_db.value("SELECT count(*) FROM eventbox.subscriptions WHERE name = %s", (sub,)) == 0
 
     # The same name again reads the topic from its start and stores every record once.
-    ib_subscriptions(sub, [topic])
+    ib_subscriptions(sub, [topic], backfill=backfill)
     ib_db.wait_rows(sub, 70, timeout=90)
     assert count(ib_db, "inbox", sub) == 70
