@@ -13,9 +13,13 @@ int64_t estimate(int64_t pending, int64_t base_balance, int64_t balance) {
 
 }  // namespace
 
-bool PendingEstimate::count_due(int64_t now_ms) const {
+bool PendingEstimate::count_due(int64_t now_ms, int64_t waiting) const {
     if (!counted_) return true;
-    int64_t interval = std::max(kMinIntervalMs, took_ms_ * kCountShare);
+    double row_us = counted_rows_ >= kLearnRows
+                        ? static_cast<double>(took_ms_) * 1000.0 / static_cast<double>(counted_rows_)
+                        : kDefaultRowUs;
+    auto expected = static_cast<int64_t>(row_us * static_cast<double>(std::max<int64_t>(waiting, 0)) / 1000.0);
+    int64_t interval = std::max(kMinIntervalMs, std::max(took_ms_, expected) * kCountShare);
     // Refreshes come about once a second: a cheap count runs at each of them.
     return interval == kMinIntervalMs || now_ms - counted_at_ms_ >= interval;
 }
@@ -36,7 +40,17 @@ void PendingEstimate::set_inbox(const std::string& subscription, int64_t pending
 
 void PendingEstimate::end_count(int64_t took_ms) {
     took_ms_ = std::max<int64_t>(0, took_ms);
+    counted_rows_ = outbox_.pending;
+    for (const auto& [name, base] : inbox_) counted_rows_ += base.pending;
     counted_ = true;
+}
+
+int64_t PendingEstimate::total(
+    int64_t outbox_balance,
+    const std::function<int64_t(const std::string&)>& inbox_balance) const {
+    int64_t n = outbox(outbox_balance);
+    for (const auto& [name, base] : inbox_) n += estimate(base.pending, base.balance, inbox_balance(name));
+    return n;
 }
 
 int64_t PendingEstimate::outbox(int64_t balance) const {

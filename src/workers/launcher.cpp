@@ -412,12 +412,17 @@ void count_gauges() {
 void refresh_pending(void*) {
     if (pending_estimate == nullptr)
         pending_estimate = call_cpp([] { return new metrics::PendingEstimate(); });
-    if (call_cpp([] { return pending_estimate->count_due(worker::now_ms()); })) {
+    metrics::Counters c;
+    metrics::snapshot(&c);
+    if (call_cpp([&] {
+            int64 waiting = pending_estimate->total(
+                outbox_balance(c),
+                [&](const std::string& name) { return inbox_balance(c, name.c_str()); });
+            return pending_estimate->count_due(worker::now_ms(), waiting);
+        })) {
         count_gauges();
         return;
     }
-    metrics::Counters c;
-    metrics::snapshot(&c);
     MemoryContextReset(gauge_context);
     metrics::query_gauges(&gauges, gauge_context, metrics::GaugeCost::kHeads);
     bool missing = call_cpp([&] {

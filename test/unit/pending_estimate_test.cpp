@@ -7,20 +7,37 @@ using eventbox::metrics::PendingEstimate;
 
 TEST(PendingEstimate, CountsFirstAndEverySecondWhileCheap) {
     PendingEstimate p;
-    EXPECT_TRUE(p.count_due(0));
+    EXPECT_TRUE(p.count_due(0, 0));
     p.start_count(0);
+    p.set_inbox("orders", 15000, 0);
     p.end_count(19);  // 19 ms x 50 < 1 s: counting every refresh costs under 2%
-    EXPECT_TRUE(p.count_due(1000));
-    EXPECT_TRUE(p.count_due(999));  // refreshes come once a second: never skipped while cheap
+    EXPECT_TRUE(p.count_due(1000, 15000));
+    EXPECT_TRUE(p.count_due(999, 15000));  // refreshes come once a second: never skipped while cheap
 }
 
 TEST(PendingEstimate, ExpensiveCountsAreSpacedByFiftyTimesTheirDuration) {
     PendingEstimate p;
     p.start_count(10000);
+    p.set_inbox("orders", 400000, 0);
     p.end_count(200);  // 200 ms: next count 10 s after this one started
-    EXPECT_FALSE(p.count_due(11000));
-    EXPECT_FALSE(p.count_due(19999));
-    EXPECT_TRUE(p.count_due(20000));
+    EXPECT_FALSE(p.count_due(11000, 400000));
+    EXPECT_FALSE(p.count_due(19999, 400000));
+    EXPECT_TRUE(p.count_due(20000, 400000));
+    // Twice the rows now: a count would take ~400 ms, so 20 s.
+    EXPECT_FALSE(p.count_due(20000, 800000));
+    EXPECT_TRUE(p.count_due(30000, 800000));
+}
+
+TEST(PendingEstimate, AGrowingBacklogIsNotCountedAtEveryRefresh) {
+    PendingEstimate p;
+    p.start_count(0);
+    p.end_count(1);  // an empty inbox, counted in 1 ms: too few rows to learn a cost per row
+    // 75,000 rows stored since: ~75 ms at the default cost per row, so 3.75 s between counts.
+    EXPECT_FALSE(p.count_due(1000, 75000));
+    EXPECT_FALSE(p.count_due(3000, 75000));
+    EXPECT_TRUE(p.count_due(3750, 75000));
+    // Few rows: every refresh.
+    EXPECT_TRUE(p.count_due(1000, 15000));
 }
 
 TEST(PendingEstimate, AddsTheBalanceChangeSinceTheCount) {
@@ -64,4 +81,15 @@ TEST(PendingEstimate, AnUncountedSubscriptionAsksForACount) {
     p.start_count(60000);
     p.end_count(1);
     EXPECT_FALSE(p.inbox("orders", 0, &n));
+}
+
+TEST(PendingEstimate, TotalIsTheEstimateOfEveryGauge) {
+    PendingEstimate p;
+    p.start_count(0);
+    p.set_outbox(10, 100);
+    p.set_inbox("a", 1000, 0);
+    p.set_inbox("b", 5, 7);
+    p.end_count(3);
+    auto balance = [](const std::string& name) -> int64_t { return name == "a" ? 500 : 2; };
+    EXPECT_EQ(p.total(110, balance), 20 + 1500 + 0);
 }
