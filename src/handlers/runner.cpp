@@ -45,6 +45,7 @@ extern "C" {
 
 #include "pg/guc.hpp"
 #include "handlers/dead_letters.hpp"
+#include "handlers/low_water.hpp"
 #include "handlers/pass_state.hpp"
 #include "handlers/plan.hpp"
 #include "handlers/runner.hpp"
@@ -127,7 +128,8 @@ void disable_handler_timeouts() {
     disable_timeout(handler_recancel_id, false);
     disable_timeout(handler_escalate_id, false);
 }
-SPIPlanPtr options_plan, handlers_plan, next_lane_plan, next_lane_upto_plan, lane_plan,
+SPIPlanPtr options_plan, handlers_plan, next_lane_plan, next_lane_upto_plan, known_lane_plan,
+    lane_plan,
     replay_lane_plan, waiting_keys_plan, claim_read_plan, crash_plan, claim_write_plan,
     claim_clear_plan,
     processed_plan, processed_by_id_plan, ignored_plan, failed_plan;
@@ -193,17 +195,45 @@ void prepare_plans() {
         "   AND (topic, \"partition\") > ($2, $3) AND (topic, \"partition\") <= ($4, $5)"
         " ORDER BY topic, \"partition\" LIMIT 1",
         5, next_types);
+    // A worker's next lane after ($2, $3) when it knows the lane ($4, $5) that follows: a lane
+    // with work strictly between them (one descent of the todo index, which stops at ($4, $5)'s
+    // first entry), else ($4, $5) itself when it has work at or above its low-water marks ($6:
+    // live range, $7: replay range, read when $8). Neither walks the entries of messages
+    // handled before in ($4, $5): the first branch stops where they start, the second starts
+    // past them. Together they cost what the old probe cost when the index held no dead
+    // entries.
+    Oid known_types[8] = {TEXTOID, TEXTOID, INT4OID, TEXTOID, INT4OID, INT8OID, INT8OID, BOOLOID};
+    known_lane_plan = prepare(
+        "(SELECT topic, \"partition\" FROM eventbox.inbox"
+        "  WHERE subscription = $1 AND status IN ('received', 'retry')"
+        "    AND (topic, \"partition\") > ($2, $3) AND (topic, \"partition\") < ($4, $5)"
+        "  ORDER BY topic, \"partition\" LIMIT 1)"
+        " UNION ALL "
+        "(SELECT $4, $5 WHERE EXISTS (SELECT 1 FROM eventbox.inbox i"
+        "    WHERE i.subscription = $1 AND i.topic = $4 AND i.\"partition\" = $5"
+        "      AND i.status IN ('received', 'retry') AND (i.mode = 'replay') IS FALSE"
+        "      AND i.\"offset\" >= $6)"
+        "  OR ($8 AND EXISTS (SELECT 1 FROM eventbox.inbox i"
+        "    WHERE i.subscription = $1 AND i.topic = $4 AND i.\"partition\" = $5"
+        "      AND i.status IN ('received', 'retry') AND i.mode = 'replay'"
+        "      AND i.\"offset\" >= $7)))"
+        " LIMIT 1",
+        8, known_types);
     // A locked lane's first messages, read after the lock was taken. Messages that cannot run
     // now are left out so they do not use up the limit: without a handler when they are kept
     // ($5; $9: a handler takes every type, $10: the types handlers take), behind a waiting message of their key ($6, $7: ordering 'key'), or waiting
-    // themselves when nothing waits behind them ($8: ordering 'none').
-    Oid lane_types[10] = {TEXTOID, TEXTOID, INT4OID, INT4OID, BOOLOID, BYTEAARRAYOID, BOOLOID,
-                          BOOLOID, BOOLOID, TEXTARRAYOID};
+    // themselves when nothing waits behind them ($8: ordering 'none'). A worker starts at the
+    // range's low-water mark ($11, an index condition: the descent lands past the entries of
+    // the messages handled before; -1 without one).
+    Oid lane_types[11] = {TEXTOID, TEXTOID, INT4OID, INT4OID, BOOLOID, BYTEAARRAYOID, BOOLOID,
+                          BOOLOID, BOOLOID, TEXTARRAYOID, INT8OID};
 #define LANE_READ(MODE)                                                                    \
-    "SELECT i.message_id, i.key, i.event_type, i.attempts, i.next_attempt_at, i.ctid"      \
+    "SELECT i.message_id, i.key, i.event_type, i.attempts, i.next_attempt_at, i.ctid,"     \
+    "       i.\"offset\""                                                                  \
     "  FROM eventbox.inbox i"                                                              \
     " WHERE i.subscription = $1 AND i.topic = $2 AND i.\"partition\" = $3"                  \
     "   AND i.status IN ('received', 'retry') AND " MODE                                   \
+    "   AND i.\"offset\" >= $11"                                                           \
     "   AND (NOT $5 OR $9 OR i.event_type = ANY ($10))"                                    \
     "   AND (i.key IS NULL OR NOT i.key = ANY ($6))"                                       \
     "   AND NOT ($7 AND i.key IS NULL)"                                                    \
@@ -214,8 +244,8 @@ void prepare_plans() {
     // with the room left, the messages queued by eventbox.reprocess(), through inbox_replay_idx:
     // a replay never holds a lane's live messages back by more than the pass it shares with
     // them, and reading either costs what the batch costs, whatever is queued.
-    lane_plan = prepare(LANE_READ("(i.mode = 'replay') IS FALSE"), 10, lane_types);
-    replay_lane_plan = prepare(LANE_READ("i.mode = 'replay'"), 10, lane_types);
+    lane_plan = prepare(LANE_READ("(i.mode = 'replay') IS FALSE"), 11, lane_types);
+    replay_lane_plan = prepare(LANE_READ("i.mode = 'replay'"), 11, lane_types);
 #undef LANE_READ
     // Keys of a lane that wait for a retry (ordering 'key').
     Oid waiting_types[3] = {TEXTOID, TEXTOID, INT4OID};
@@ -594,12 +624,145 @@ bool next_lane(Datum name, const char* after_topic, int32 after_partition, const
     return true;
 }
 
+// ---- Low-water marks (a worker's; README, "Low-water marks")
+//
+// A lane range's mark is an offset below which it provably has no message to handle: the
+// first row of a lane read that no filter narrowed (no key waiting or blocked, ordering not
+// 'none', no kept messages without a handler). Only this worker handles the lane's messages
+// while it holds the lane, and handling only removes rows from the todo index; what makes a
+// row wait again below a mark (a requeue, a replay, a record stored again at a lower offset)
+// bumps the shared inbox generation before and after its commit (shmem::inbox_generation()):
+// the marks are dropped when the generation moved, at a pass's start, and after any read that
+// used them (which is then read again without them). They are also dropped every
+// kMarksMaxAgeMs, so that direct DML on eventbox.inbox is picked up late rather than never.
+LaneMarks* marks = nullptr;
+uint64 marks_generation = 0;
+int64 marks_since_ms = 0;
+bool marks_on = false;  // this pass reads from the marks and raises them
+constexpr int64 kMarksMaxAgeMs = 10000;
+
+// A worker pass's start, before its lane reads.
+void begin_marks(int64 now) {
+    if (marks == nullptr) marks = call_cpp([] { return new LaneMarks(); });
+    shmem::InboxGeneration g = shmem::inbox_generation();
+    if (g.generation != marks_generation || now - marks_since_ms >= kMarksMaxAgeMs) {
+        call_cpp([] { marks->drop_marks(); });
+        marks_generation = g.generation;
+        marks_since_ms = now;
+    }
+    // A change between its two bumps may become visible to this pass's reads unannounced.
+    marks_on = g.in_flight == 0;
+}
+
+// After a read: whether no change that could make rows wait below the marks may have become
+// visible since the pass read the generation. If one may have, the marks are dropped and not
+// used for the rest of the pass.
+bool marks_still_hold() {
+    if (shmem::inbox_generation().generation == marks_generation) return true;
+    call_cpp([] { marks->drop_marks(); });
+    marks_on = false;
+    return false;
+}
+
+// The mark of lane (topic, partition) of the subscription, or none.
+LaneMark lane_mark(const char* subscription, const char* topic, int32 partition, long* position) {
+    *position = -1;
+    if (marks == nullptr) return LaneMark{};
+    *position = call_cpp([&] { return marks->find(subscription, topic, partition); });
+    if (!marks_on || *position < 0) return LaneMark{};
+    return call_cpp([&] { return marks->mark(subscription, static_cast<std::size_t>(*position)); });
+}
+
+// next_lane() for a worker, over the lanes it knows: for the known lane K that follows `after`,
+// one probe for a lane with work strictly between them or K itself with work at or above its
+// marks (known_lane_plan); past the last known lane, the plain probe. A lane found that was not
+// known is learned at its place. Falls back to next_lane() when `after` or `upto` is unknown.
+bool next_known_lane(Datum name, const char* subscription, const char* after_topic,
+                     int32 after_partition, const char* upto_topic, int32 upto_partition,
+                     bool replays, char** topic, int32* partition) {
+    long after = -1, upto = -1;
+    bool known = call_cpp([&] {
+        if (after_partition >= 0) after = marks->find(subscription, after_topic, after_partition);
+        if (upto_topic != nullptr) upto = marks->find(subscription, upto_topic, upto_partition);
+        return (after_partition < 0 || after >= 0) && (upto_topic == nullptr || upto >= 0);
+    });
+    if (!known)
+        return next_lane(name, after_topic, after_partition, upto_topic, upto_partition, topic,
+                         partition);
+    char* probe_topic = pstrdup(after_topic);
+    int32 probe_partition = after_partition;
+    MemoryContext keep = CurrentMemoryContext;
+    for (long k = after + 1;; ++k) {
+        CHECK_FOR_INTERRUPTS();
+        if (upto_topic != nullptr && k > upto) return false;
+        long n = static_cast<long>(call_cpp([&] { return marks->count(subscription); }));
+        if (k >= n) {
+            if (!next_lane(name, probe_topic, probe_partition, nullptr, 0, topic, partition))
+                return false;
+            call_cpp([&] { marks->learn(subscription, k - 1, *topic, *partition); });
+            return true;
+        }
+        char* k_topic = pstrdup(call_cpp([&] {
+            return marks->topic(subscription, static_cast<std::size_t>(k)).c_str();
+        }));
+        int32 k_partition = call_cpp([&] {
+            return marks->partition(subscription, static_cast<std::size_t>(k));
+        });
+        LaneMark mark = marks_on ? call_cpp([&] {
+            return marks->mark(subscription, static_cast<std::size_t>(k));
+        }) : LaneMark{};
+        Datum args[8] = {name,
+                         CStringGetTextDatum(probe_topic),
+                         Int32GetDatum(probe_partition),
+                         CStringGetTextDatum(k_topic),
+                         Int32GetDatum(k_partition),
+                         Int64GetDatum(mark.live),
+                         Int64GetDatum(mark.replay),
+                         BoolGetDatum(replays)};
+        exec(known_lane_plan, args, true, SPI_OK_SELECT);
+        MemoryContextSwitchTo(keep);
+        if (SPI_processed > 0) {
+            bool isnull;
+            *topic = nullable_text(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+            *partition = DatumGetInt32(
+                SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+            // A lane between the two: learned right after the one the probe started from.
+            call_cpp([&] { marks->learn(subscription, k - 1, *topic, *partition); });
+            return true;
+        }
+        probe_topic = k_topic;
+        probe_partition = k_partition;
+    }
+}
+
 void add_lane_rows(std::size_t l);
+
+// Raises the lane's mark of a range to the offset of the first row a read returned (column 7 of
+// SPI_tuptable), when no filter narrowed that read.
+void raise_mark(const char* subscription, long position, bool replay, bool filtered) {
+    if (!marks_on || position < 0 || filtered || SPI_processed == 0) return;
+    bool isnull;
+    int64 first = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 7,
+                                              &isnull));
+    call_cpp([&] {
+        marks->raise(subscription, static_cast<std::size_t>(position), replay, first);
+    });
+}
+
+// Runs a lane read from `mark`; if the marks may no longer hold once it ran, again without it.
+void exec_lane_read(SPIPlanPtr plan, Datum* args, int64 mark) {
+    args[10] = Int64GetDatum(mark);
+    exec(plan, args, false, SPI_OK_SELECT);
+    if (marks_on && !marks_still_hold() && mark != kNoMark) {
+        args[10] = Int64GetDatum(kNoMark);
+        exec(plan, args, false, SPI_OK_SELECT);
+    }
+}
 
 // Reads up to `per_lane` waiting messages of a lane whose lock this pass holds, with a snapshot
 // taken after the lock: what another pass handled before releasing the lane is not read again.
-void read_lane(Datum name, std::size_t l, int per_lane, const Options& options, Datum any_type,
-               Datum handled_types) {
+void read_lane(Datum name, const char* subscription, std::size_t l, int per_lane,
+               const Options& options, Datum any_type, Datum handled_types) {
     bool isnull;
     LaneId lane = call_cpp([&] { return state->lane_id(l); });
     Datum topic = CStringGetTextDatum(lane.topic);
@@ -620,7 +783,13 @@ void read_lane(Datum name, std::size_t l, int per_lane, const Options& options, 
         dead_letters::add_blocked_keys(name, topic, lane.partition, &waiting, &n_waiting);
     pg::ArrayColumn waiting_keys(n_waiting, BYTEAOID);
     for (int k = 0; k < n_waiting; ++k) waiting_keys.set(k, waiting[k]);
-    Datum args[10] = {name,
+    // Whether a filter of the read may leave out a message that waits: then the rows it returns
+    // are not the range's first waiting ones, and its marks stay where they are.
+    bool filtered = n_waiting > 0 || null_key_waits || options.ordering == Ordering::kNone ||
+                    (options.unhandled_keep && !DatumGetBool(any_type));
+    long position = -1;
+    LaneMark mark = lane_mark(subscription, lane.topic, lane.partition, &position);
+    Datum args[11] = {name,
                       topic,
                       Int32GetDatum(lane.partition),
                       Int32GetDatum(per_lane),
@@ -629,12 +798,15 @@ void read_lane(Datum name, std::size_t l, int per_lane, const Options& options, 
                       BoolGetDatum(null_key_waits),
                       BoolGetDatum(options.ordering == Ordering::kNone),
                       any_type,
-                      handled_types};
-    exec(lane_plan, args, false, SPI_OK_SELECT);
+                      handled_types,
+                      Int64GetDatum(kNoMark)};
+    exec_lane_read(lane_plan, args, mark.live);
+    raise_mark(subscription, position, false, filtered);
     add_lane_rows(l);
     if (options.replays && SPI_processed < static_cast<uint64>(per_lane)) {
         args[3] = Int32GetDatum(per_lane - static_cast<int>(SPI_processed));
-        exec(replay_lane_plan, args, false, SPI_OK_SELECT);
+        exec_lane_read(replay_lane_plan, args, marks_on ? mark.replay : kNoMark);
+        raise_mark(subscription, position, true, filtered);
         add_lane_rows(l);
     }
     call_cpp([&] { state->seal_lane(l); });
@@ -1080,18 +1252,32 @@ int choose_messages(const char* subscription, const PassSetup& setup, int max,
                     bool own_transactions, int64 now, int64* next_due_ms) {
     int per_lane = max;
     call_cpp([] { state->begin_pass(); });
+    // eventbox.process() runs in its caller's transaction, which may have requeued rows
+    // itself: only workers keep marks.
+    if (own_transactions) begin_marks(now);
+    else marks_on = false;
     const char* cursor_topic = nullptr;
     int32 cursor_partition = 0;
     bool has_cursor = call_cpp(
         [&] { return state->find_cursor(subscription, &cursor_topic, &cursor_partition); });
+    // A worker walks the lanes it knows, from its cursor's place among them.
+    if (own_transactions && has_cursor &&
+        call_cpp([&] { return marks->find(subscription, cursor_topic, cursor_partition); }) < 0)
+        has_cursor = false;
     LaneWalk walk = LaneWalk::from(has_cursor ? pstrdup(cursor_topic) : nullptr, cursor_partition);
     int crash_dead = 0;  // messages whose last attempt a crash cut short
     while (setup.found) {
         if (call_cpp([] { return state->chosen_count(); }) >= static_cast<std::size_t>(max)) break;
         char* topic;
         int32 partition;
-        if (!next_lane(setup.name, walk.after_topic, walk.after_partition, walk.upto_topic(),
-                       walk.upto_partition(), &topic, &partition)) {
+        bool more = own_transactions
+                        ? next_known_lane(setup.name, subscription, walk.after_topic,
+                                          walk.after_partition, walk.upto_topic(),
+                                          walk.upto_partition(), setup.options.replays, &topic,
+                                          &partition)
+                        : next_lane(setup.name, walk.after_topic, walk.after_partition,
+                                    walk.upto_topic(), walk.upto_partition(), &topic, &partition);
+        if (!more) {
             if (!walk.wrap()) break;
             continue;
         }
@@ -1100,8 +1286,8 @@ int choose_messages(const char* subscription, const PassSetup& setup, int max,
         if (!try_lock_lane(subscription, topic, partition, own_transactions)) continue;
         call_cpp([&] { state->set_locked(l); });
         crash_dead += settle_claim(setup.name, l, setup.options.max_attempts);
-        read_lane(setup.name, l, per_lane, setup.options, BoolGetDatum(setup.any_type),
-                  setup.handled_types);
+        read_lane(setup.name, subscription, l, per_lane, setup.options,
+                  BoolGetDatum(setup.any_type), setup.handled_types);
         MemoryContextSwitchTo(pass_context);
         call_cpp([&] {
             state->mark_handled(l, setup.handler_types, static_cast<std::size_t>(setup.n_handlers));

@@ -58,6 +58,11 @@ struct Shared {
     slock_t mutex;
     WorkerSlot slots[kSlots];
     pg_atomic_uint64 subscriptions_generation;
+    // Changes that can make inbox rows wait again below a handler worker's low-water marks
+    // (see inbox_generation()): bumped before such a transaction becomes visible and again
+    // after; `inbox_in_flight` counts the transactions between the two bumps.
+    pg_atomic_uint64 inbox_generation;
+    pg_atomic_uint32 inbox_in_flight;
     int n_writers;
     pg_atomic_uint32 writers[FLEXIBLE_ARRAY_MEMBER];  // indexed by pgprocno
 };
@@ -88,6 +93,8 @@ void startup_hook() {
         memset(shared, 0, offsetof(Shared, writers));
         SpinLockInit(&shared->mutex);
         pg_atomic_init_u64(&shared->subscriptions_generation, 1);
+        pg_atomic_init_u64(&shared->inbox_generation, 1);
+        pg_atomic_init_u32(&shared->inbox_in_flight, 0);
         shared->n_writers = writer_count();
         for (int i = 0; i < shared->n_writers; ++i) pg_atomic_init_u32(&shared->writers[i], 0);
     }
@@ -207,7 +214,35 @@ bool relay_at_commit = false;
 bool changes_at_commit = false;
 bool launcher_at_commit = false;
 
+bool inbox_at_commit = false;    // inbox_requeued_at_commit() was called in this transaction
+bool inbox_in_flight = false;    // ... and its first bump is done, the second one not yet
+
+// The two bumps of an inbox change (see inbox_generation()): the first before the commit makes
+// it visible (in_flight, then generation), the second after (generation, then in_flight).
+void inbox_bump_before_commit() {
+    if (shared == nullptr || inbox_in_flight) return;
+    pg_atomic_fetch_add_u32(&shared->inbox_in_flight, 1);
+    pg_atomic_fetch_add_u64(&shared->inbox_generation, 1);
+    inbox_in_flight = true;
+}
+
+void inbox_bump_after_commit() {
+    if (shared == nullptr || !inbox_in_flight) return;
+    pg_atomic_fetch_add_u64(&shared->inbox_generation, 1);
+    pg_atomic_fetch_sub_u32(&shared->inbox_in_flight, 1);
+    inbox_in_flight = false;
+}
+
 void on_xact_event(XactEvent event, void*) {
+    if (event == XACT_EVENT_PRE_COMMIT || event == XACT_EVENT_PARALLEL_PRE_COMMIT) {
+        if (inbox_at_commit) inbox_bump_before_commit();
+        return;
+    }
+    // Ends the bracket whatever happens next (an abort after PRE_COMMIT too). A PREPAREd
+    // transaction commits later in another session, unseen: the workers' periodic drop of their
+    // marks covers it (README, "Low-water marks").
+    inbox_bump_after_commit();
+    inbox_at_commit = false;
     if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT) {
         if (relay_at_commit) wake_relay();
         if (changes_at_commit) subscriptions_changed();
@@ -240,6 +275,24 @@ void wake_launcher_at_commit() {
 void subscriptions_changed_at_commit() {
     register_commit_callback_once();
     changes_at_commit = true;
+    // Every operation that calls it (retry, redrive, skip, replay, reprocess, handler and
+    // subscription changes) may make inbox rows wait again.
+    inbox_at_commit = true;
+}
+
+void inbox_requeued_at_commit() {
+    register_commit_callback_once();
+    inbox_at_commit = true;
+}
+
+InboxGeneration inbox_generation() {
+    if (shared == nullptr) return InboxGeneration{0, 1};
+    // Generation first, then in_flight (the reverse of the first bump's order): a bracket
+    // opened after the generation was read shows as a later generation, one opened before it
+    // shows in in_flight. fetch_add(0) is a full barrier.
+    uint64 generation = pg_atomic_fetch_add_u64(&shared->inbox_generation, 0);
+    uint32 in_flight = pg_atomic_fetch_add_u32(&shared->inbox_in_flight, 0);
+    return InboxGeneration{generation, in_flight};
 }
 
 uint64 subscriptions_generation() {

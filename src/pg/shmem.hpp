@@ -43,6 +43,18 @@ uint64 subscriptions_generation();
 // PREPARE): the relay for messages sent in it, the workers for configuration changed in it.
 void wake_relay_at_commit();
 void subscriptions_changed_at_commit();
+// Inbox rows that may wait again below offsets a handler worker already passed (a requeue, a
+// record stored again at a lower offset): announced by inbox_requeued_at_commit(), which bumps
+// the generation once before the transaction's commit makes it visible and once after. A worker
+// that reads the generation before and after a read knows whether such a change could have
+// become visible in between; `in_flight` counts the transactions between their two bumps.
+struct InboxGeneration {
+    uint64 generation;
+    uint32 in_flight;
+};
+void inbox_requeued_at_commit();
+InboxGeneration inbox_generation();
+
 // Sets the launcher's latch when the current transaction commits (an extension was created,
 // updated or dropped).
 void wake_launcher_at_commit();
