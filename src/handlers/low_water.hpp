@@ -36,6 +36,12 @@ class LaneMarks {
   public:
     // Forgets every mark (the lanes stay known, in their order).
     void drop_marks();
+    // Forgets every lane and mark: each subscription's lanes are loaded again.
+    void drop_all() { lanes_.clear(); }
+    // Whether the subscription's lanes were loaded since the last drop_all(); begin_load()
+    // marks them loaded (none yet: learn() adds them).
+    bool loaded(std::string_view subscription) const { return lanes_of(subscription) != nullptr; }
+    void begin_load(std::string_view subscription) { lanes_[std::string(subscription)].clear(); }
 
     // The position of a lane among the subscription's known lanes, or -1.
     long find(std::string_view subscription, std::string_view topic, int32_t partition) const;

@@ -120,6 +120,12 @@ class PassState {
     // ---- lanes, numbered from 0 in the order they are added
     std::size_t add_lane(std::string_view topic, int32_t partition);
     std::size_t lane_count() const { return lanes_.size(); }
+    // Whether the pass added the lane already.
+    bool has_lane(std::string_view topic, int32_t partition) const {
+        for (const Lane& lane : lanes_)
+            if (lane.partition == partition && lane.topic == topic) return true;
+        return false;
+    }
     LaneId lane_id(std::size_t lane) const {
         return LaneId{lanes_[lane].topic.c_str(), lanes_[lane].partition};
     }

@@ -129,7 +129,7 @@ void disable_handler_timeouts() {
     disable_timeout(handler_escalate_id, false);
 }
 SPIPlanPtr options_plan, handlers_plan, next_lane_plan, next_lane_upto_plan, known_lane_plan,
-    lane_plan,
+    lanes_plan, lane_plan,
     replay_lane_plan, waiting_keys_plan, claim_read_plan, crash_plan, claim_write_plan,
     claim_clear_plan,
     processed_plan, processed_by_id_plan, ignored_plan, failed_plan;
@@ -195,30 +195,26 @@ void prepare_plans() {
         "   AND (topic, \"partition\") > ($2, $3) AND (topic, \"partition\") <= ($4, $5)"
         " ORDER BY topic, \"partition\" LIMIT 1",
         5, next_types);
-    // A worker's next lane after ($2, $3) when it knows the lane ($4, $5) that follows: a lane
-    // with work strictly between them (one descent of the todo index, which stops at ($4, $5)'s
-    // first entry), else ($4, $5) itself when it has work at or above its low-water marks ($6:
-    // live range, $7: replay range, read when $8). Neither walks the entries of messages
-    // handled before in ($4, $5): the first branch stops where they start, the second starts
-    // past them. Together they cost what the old probe cost when the index held no dead
-    // entries.
-    Oid known_types[8] = {TEXTOID, TEXTOID, INT4OID, TEXTOID, INT4OID, INT8OID, INT8OID, BOOLOID};
+    // Whether a lane a worker knows has work at or above its low-water marks ($4: live range,
+    // $5: replay range, read when $6): one descent of the todo index each, which lands past the
+    // entries of the messages handled before. (A probe crossing a range of such entries walks
+    // them, whatever its bounds: a btree scan skips the killed ones before it checks a bound.)
+    Oid known_types[6] = {TEXTOID, TEXTOID, INT4OID, INT8OID, INT8OID, BOOLOID};
     known_lane_plan = prepare(
-        "(SELECT topic, \"partition\" FROM eventbox.inbox"
-        "  WHERE subscription = $1 AND status IN ('received', 'retry')"
-        "    AND (topic, \"partition\") > ($2, $3) AND (topic, \"partition\") < ($4, $5)"
-        "  ORDER BY topic, \"partition\" LIMIT 1)"
-        " UNION ALL "
-        "(SELECT $4, $5 WHERE EXISTS (SELECT 1 FROM eventbox.inbox i"
-        "    WHERE i.subscription = $1 AND i.topic = $4 AND i.\"partition\" = $5"
+        "SELECT EXISTS (SELECT 1 FROM eventbox.inbox i"
+        "    WHERE i.subscription = $1 AND i.topic = $2 AND i.\"partition\" = $3"
         "      AND i.status IN ('received', 'retry') AND (i.mode = 'replay') IS FALSE"
-        "      AND i.\"offset\" >= $6)"
-        "  OR ($8 AND EXISTS (SELECT 1 FROM eventbox.inbox i"
-        "    WHERE i.subscription = $1 AND i.topic = $4 AND i.\"partition\" = $5"
+        "      AND i.\"offset\" >= $4)"
+        "  OR ($6 AND EXISTS (SELECT 1 FROM eventbox.inbox i"
+        "    WHERE i.subscription = $1 AND i.topic = $2 AND i.\"partition\" = $3"
         "      AND i.status IN ('received', 'retry') AND i.mode = 'replay'"
-        "      AND i.\"offset\" >= $7)))"
-        " LIMIT 1",
-        8, known_types);
+        "      AND i.\"offset\" >= $5))",
+        6, known_types);
+    // The lanes a worker knows: the subscription's stored offsets, in the index's order.
+    lanes_plan = prepare(
+        "SELECT topic, \"partition\" FROM eventbox.offsets WHERE subscription = $1"
+        " ORDER BY topic, \"partition\"",
+        1, text1);
     // A locked lane's first messages, read after the lock was taken. Messages that cannot run
     // now are left out so they do not use up the limit: without a handler when they are kept
     // ($5; $9: a handler takes every type, $10: the types handlers take), behind a waiting message of their key ($6, $7: ordering 'key'), or waiting
@@ -646,7 +642,7 @@ void begin_marks(int64 now) {
     if (marks == nullptr) marks = call_cpp([] { return new LaneMarks(); });
     shmem::InboxGeneration g = shmem::inbox_generation();
     if (g.generation != marks_generation || now - marks_since_ms >= kMarksMaxAgeMs) {
-        call_cpp([] { marks->drop_marks(); });
+        call_cpp([] { marks->drop_all(); });  // the lanes are loaded again
         marks_generation = g.generation;
         marks_since_ms = now;
     }
@@ -673,35 +669,44 @@ LaneMark lane_mark(const char* subscription, const char* topic, int32 partition,
     return call_cpp([&] { return marks->mark(subscription, static_cast<std::size_t>(*position)); });
 }
 
-// next_lane() for a worker, over the lanes it knows: for the known lane K that follows `after`,
-// one probe for a lane with work strictly between them or K itself with work at or above its
-// marks (known_lane_plan); past the last known lane, the plain probe. A lane found that was not
-// known is learned at its place. Falls back to next_lane() when `after` or `upto` is unknown.
+// Loads the lanes of the subscription a worker knows, unless they are loaded: those of
+// eventbox.offsets, in the index's order (ORDER BY in SQL: the database collation's). Every
+// lane the ingest worker stores into has a row there, written with its first rows, and its
+// first batch in a lane drops the marks (StoredOffsets), which reloads the lanes.
+void load_lanes(Datum name, const char* subscription) {
+    if (call_cpp([&] { return marks->loaded(subscription); })) return;
+    MemoryContext keep = CurrentMemoryContext;
+    Datum args[1] = {name};
+    exec(lanes_plan, args, true, SPI_OK_SELECT);
+    MemoryContextSwitchTo(keep);
+    call_cpp([&] { marks->begin_load(subscription); });
+    bool isnull;
+    for (uint64 r = 0; r < SPI_processed; ++r) {
+        char* topic = nullable_text(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1);
+        int32 partition =
+            DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2, &isnull));
+        call_cpp([&] { marks->learn(subscription, static_cast<long>(r) - 1, topic, partition); });
+    }
+}
+
+// next_lane() for a worker, over the lanes it knows (load_lanes()): the first one after `after`
+// (up to `upto` inclusive) with work at or above its marks, one probe each (known_lane_plan).
+// Returns false when there is none, and also when `after` or `upto` is not a known lane.
 bool next_known_lane(Datum name, const char* subscription, const char* after_topic,
                      int32 after_partition, const char* upto_topic, int32 upto_partition,
                      bool replays, char** topic, int32* partition) {
     long after = -1, upto = -1;
+    long n = 0;
     bool known = call_cpp([&] {
+        n = static_cast<long>(marks->count(subscription));
         if (after_partition >= 0) after = marks->find(subscription, after_topic, after_partition);
         if (upto_topic != nullptr) upto = marks->find(subscription, upto_topic, upto_partition);
         return (after_partition < 0 || after >= 0) && (upto_topic == nullptr || upto >= 0);
     });
-    if (!known)
-        return next_lane(name, after_topic, after_partition, upto_topic, upto_partition, topic,
-                         partition);
-    char* probe_topic = pstrdup(after_topic);
-    int32 probe_partition = after_partition;
+    if (!known) return false;
     MemoryContext keep = CurrentMemoryContext;
-    for (long k = after + 1;; ++k) {
+    for (long k = after + 1; k < n && (upto_topic == nullptr || k <= upto); ++k) {
         CHECK_FOR_INTERRUPTS();
-        if (upto_topic != nullptr && k > upto) return false;
-        long n = static_cast<long>(call_cpp([&] { return marks->count(subscription); }));
-        if (k >= n) {
-            if (!next_lane(name, probe_topic, probe_partition, nullptr, 0, topic, partition))
-                return false;
-            call_cpp([&] { marks->learn(subscription, k - 1, *topic, *partition); });
-            return true;
-        }
         char* k_topic = pstrdup(call_cpp([&] {
             return marks->topic(subscription, static_cast<std::size_t>(k)).c_str();
         }));
@@ -711,9 +716,7 @@ bool next_known_lane(Datum name, const char* subscription, const char* after_top
         LaneMark mark = marks_on ? call_cpp([&] {
             return marks->mark(subscription, static_cast<std::size_t>(k));
         }) : LaneMark{};
-        Datum args[8] = {name,
-                         CStringGetTextDatum(probe_topic),
-                         Int32GetDatum(probe_partition),
+        Datum args[6] = {name,
                          CStringGetTextDatum(k_topic),
                          Int32GetDatum(k_partition),
                          Int64GetDatum(mark.live),
@@ -721,18 +724,14 @@ bool next_known_lane(Datum name, const char* subscription, const char* after_top
                          BoolGetDatum(replays)};
         exec(known_lane_plan, args, true, SPI_OK_SELECT);
         MemoryContextSwitchTo(keep);
-        if (SPI_processed > 0) {
-            bool isnull;
-            *topic = nullable_text(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-            *partition = DatumGetInt32(
-                SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
-            // A lane between the two: learned right after the one the probe started from.
-            call_cpp([&] { marks->learn(subscription, k - 1, *topic, *partition); });
+        bool isnull;
+        if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull))) {
+            *topic = k_topic;
+            *partition = k_partition;
             return true;
         }
-        probe_topic = k_topic;
-        probe_partition = k_partition;
     }
+    return false;
 }
 
 void add_lane_rows(std::size_t l);
@@ -1244,48 +1243,45 @@ bool choose_in_lane(std::size_t l, const Options& options, int max, bool own_tra
     return first;
 }
 
-// Chooses up to `max` messages lane by lane, from the lane after the one this worker served
-// last in the subscription (a round robin), wrapping around at most once. Each lane it reads is
-// locked first, and a crashed pass's claim there settled. Returns how many messages those
-// settlements made dead.
-int choose_messages(const char* subscription, const PassSetup& setup, int max,
-                    bool own_transactions, int64 now, int64* next_due_ms) {
+// Lanes a worker's pass found no work in among the lanes it knows are looked for with the plain
+// probe at most this often (and after each reload of the lanes): rows in a lane without an
+// eventbox.offsets row (written by direct DML) are found this way, at the plain probe's cost
+// (it walks the index entries of messages handled before).
+constexpr int64 kDiscoveryIntervalMs = 1000;
+int64 last_discovery_ms = 0;
+
+// One walk of choose_messages() over the lanes, known ones (a worker) or found by the plain
+// probe. Returns whether it found a lane with work (taken or not).
+bool walk_lanes(const char* subscription, const PassSetup& setup, int max,
+                bool own_transactions, bool known, LaneWalk walk, int64 now,
+                int64* next_due_ms, int* crash_dead) {
     int per_lane = max;
-    call_cpp([] { state->begin_pass(); });
-    // eventbox.process() runs in its caller's transaction, which may have requeued rows
-    // itself: only workers keep marks.
-    if (own_transactions) begin_marks(now);
-    else marks_on = false;
-    const char* cursor_topic = nullptr;
-    int32 cursor_partition = 0;
-    bool has_cursor = call_cpp(
-        [&] { return state->find_cursor(subscription, &cursor_topic, &cursor_partition); });
-    // A worker walks the lanes it knows, from its cursor's place among them.
-    if (own_transactions && has_cursor &&
-        call_cpp([&] { return marks->find(subscription, cursor_topic, cursor_partition); }) < 0)
-        has_cursor = false;
-    LaneWalk walk = LaneWalk::from(has_cursor ? pstrdup(cursor_topic) : nullptr, cursor_partition);
-    int crash_dead = 0;  // messages whose last attempt a crash cut short
+    bool found_any = false;
     while (setup.found) {
         if (call_cpp([] { return state->chosen_count(); }) >= static_cast<std::size_t>(max)) break;
         char* topic;
         int32 partition;
-        bool more = own_transactions
-                        ? next_known_lane(setup.name, subscription, walk.after_topic,
-                                          walk.after_partition, walk.upto_topic(),
-                                          walk.upto_partition(), setup.options.replays, &topic,
-                                          &partition)
-                        : next_lane(setup.name, walk.after_topic, walk.after_partition,
-                                    walk.upto_topic(), walk.upto_partition(), &topic, &partition);
+        bool more = known ? next_known_lane(setup.name, subscription, walk.after_topic,
+                                            walk.after_partition, walk.upto_topic(),
+                                            walk.upto_partition(), setup.options.replays,
+                                            &topic, &partition)
+                          : next_lane(setup.name, walk.after_topic, walk.after_partition,
+                                      walk.upto_topic(), walk.upto_partition(), &topic,
+                                      &partition);
         if (!more) {
             if (!walk.wrap()) break;
             continue;
         }
+        found_any = true;
         walk.found(topic, partition);
+        // A lane a known walk took already in this pass.
+        if (!known && own_transactions &&
+            call_cpp([&] { return state->has_lane(topic, partition); }))
+            continue;
         std::size_t l = call_cpp([&] { return state->add_lane(topic, partition); });
         if (!try_lock_lane(subscription, topic, partition, own_transactions)) continue;
         call_cpp([&] { state->set_locked(l); });
-        crash_dead += settle_claim(setup.name, l, setup.options.max_attempts);
+        *crash_dead += settle_claim(setup.name, l, setup.options.max_attempts);
         read_lane(setup.name, subscription, l, per_lane, setup.options,
                   BoolGetDatum(setup.any_type), setup.handled_types);
         MemoryContextSwitchTo(pass_context);
@@ -1294,8 +1290,51 @@ int choose_messages(const char* subscription, const PassSetup& setup, int max,
         });
         if (!choose_in_lane(l, setup.options, max, own_transactions, now, next_due_ms)) break;
     }
-    if (walk.on_lane())
+    // The cursor names a lane a worker knows (a plain walk's lane may not be one).
+    if (walk.on_lane() && (known || !own_transactions))
         call_cpp([&] { state->set_cursor(subscription, walk.after_topic, walk.after_partition); });
+    return found_any;
+}
+
+// Chooses up to `max` messages lane by lane, from the lane after the one this worker served
+// last in the subscription (a round robin), wrapping around at most once. Each lane it reads is
+// locked first, and a crashed pass's claim there settled. A worker walks the lanes it knows
+// (load_lanes()), with their low-water marks; eventbox.process() and a worker's occasional
+// discovery walk use the plain probe. Returns how many messages the settlements made dead.
+int choose_messages(const char* subscription, const PassSetup& setup, int max,
+                    bool own_transactions, int64 now, int64* next_due_ms) {
+    call_cpp([] { state->begin_pass(); });
+    // eventbox.process() runs in its caller's transaction, which may have requeued rows
+    // itself: only workers keep marks.
+    bool reloaded = false;
+    if (own_transactions) {
+        begin_marks(now);
+        reloaded = !call_cpp([&] { return marks->loaded(subscription); });
+        if (setup.found) load_lanes(setup.name, subscription);
+        MemoryContextSwitchTo(pass_context);
+    } else {
+        marks_on = false;
+    }
+    const char* cursor_topic = nullptr;
+    int32 cursor_partition = 0;
+    bool has_cursor = call_cpp(
+        [&] { return state->find_cursor(subscription, &cursor_topic, &cursor_partition); });
+    // A worker walks the lanes it knows, from its cursor's place among them.
+    if (own_transactions && has_cursor &&
+        call_cpp([&] { return marks->find(subscription, cursor_topic, cursor_partition); }) < 0)
+        has_cursor = false;
+    int crash_dead = 0;  // messages whose last attempt a crash cut short
+    bool found = walk_lanes(subscription, setup, max, own_transactions, own_transactions,
+                            LaneWalk::from(has_cursor ? pstrdup(cursor_topic) : nullptr,
+                                           cursor_partition),
+                            now, next_due_ms, &crash_dead);
+    if (own_transactions && (!found || reloaded) &&
+        now - last_discovery_ms >= kDiscoveryIntervalMs &&
+        call_cpp([] { return state->chosen_count(); }) < static_cast<std::size_t>(max)) {
+        last_discovery_ms = now;
+        walk_lanes(subscription, setup, max, own_transactions, false, LaneWalk::from(nullptr, 0),
+                   now, next_due_ms, &crash_dead);
+    }
     return crash_dead;
 }
 

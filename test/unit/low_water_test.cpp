@@ -70,6 +70,28 @@ TEST(LaneMarks, MarksStartAtNoneRiseOnlyAndAreDroppedTogether) {
     EXPECT_EQ(m.count("s"), 3u);  // the lanes stay known
 }
 
+TEST(LaneMarks, LoadedUntilDropAll) {
+    LaneMarks m;
+    EXPECT_FALSE(m.loaded("s"));
+    m.begin_load("s");  // a subscription without lanes yet is loaded too
+    EXPECT_TRUE(m.loaded("s"));
+    EXPECT_EQ(m.count("s"), 0u);
+    m.learn("s", -1, "t", 0);
+    m.learn("s", 0, "t", 1);
+    m.raise("s", 1, false, 50);
+    m.drop_marks();
+    EXPECT_TRUE(m.loaded("s"));
+    EXPECT_EQ(m.count("s"), 2u);
+    m.raise("s", 1, false, 60);
+    m.drop_all();
+    EXPECT_FALSE(m.loaded("s"));
+    EXPECT_EQ(m.count("s"), 0u);
+    EXPECT_EQ(m.find("s", "t", 1), -1);
+    m.begin_load("s");
+    EXPECT_EQ(m.learn("s", -1, "t", 1), 0u);
+    EXPECT_EQ(m.mark("s", 0).live, kNoMark);
+}
+
 TEST(StoredOffsets, BelowWhatWasStoredBeforeOrFirstTimeInALane) {
     StoredOffsets s;
     EXPECT_TRUE(s.store("s", "t", 0, 0, 99));      // the lane's first batch in this process
