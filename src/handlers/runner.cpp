@@ -748,6 +748,48 @@ void raise_mark(const char* subscription, long position, bool replay, bool filte
     });
 }
 
+// What a worker's pass read in each of its lanes (by pass lane number), to raise the live
+// range's mark past the rows it read once they all have their final outcome (processed,
+// ignored or dead) committed: an unfiltered read returned every waiting row from the mark up
+// to its last one, so none waits there once they are done. Without it each read and probe
+// would walk the entries of the batch the pass before handled.
+struct LaneRead {
+    bool counted;   // unfiltered live read with a known lane, no replay rows
+    long position;  // in marks
+    int n_read;
+    int64 last_offset;
+    int finals;
+};
+constexpr int kMaxLaneReads = 1024;
+LaneRead lane_reads[kMaxLaneReads];
+int n_lane_reads = 0;
+
+void forget_lane_reads() { n_lane_reads = 0; }
+
+void note_lane_read(std::size_t l, long position, bool counted, int n_read, int64 last_offset) {
+    if (l >= static_cast<std::size_t>(kMaxLaneReads)) return;
+    while (n_lane_reads <= static_cast<int>(l)) lane_reads[n_lane_reads++] = LaneRead{};
+    lane_reads[l] = LaneRead{counted, position, n_read, last_offset, 0};
+}
+
+// A chosen message of pass lane l got its final outcome.
+void count_final(std::size_t l) {
+    if (l < static_cast<std::size_t>(n_lane_reads)) ++lane_reads[l].finals;
+}
+
+// After a worker's pass committed its last outcomes.
+void raise_marks_after_pass(const char* subscription) {
+    if (!marks_on || n_lane_reads == 0 || !marks_still_hold()) return;
+    for (int l = 0; l < n_lane_reads; ++l) {
+        const LaneRead& r = lane_reads[l];
+        if (!r.counted || r.n_read == 0 || r.finals != r.n_read) continue;
+        call_cpp([&] {
+            marks->raise(subscription, static_cast<std::size_t>(r.position), false,
+                         r.last_offset + 1);
+        });
+    }
+}
+
 // Runs a lane read from `mark`; if the marks may no longer hold once it ran, again without it.
 void exec_lane_read(SPIPlanPtr plan, Datum* args, int64 mark) {
     args[10] = Int64GetDatum(mark);
@@ -801,13 +843,21 @@ void read_lane(Datum name, const char* subscription, std::size_t l, int per_lane
                       Int64GetDatum(kNoMark)};
     exec_lane_read(lane_plan, args, mark.live);
     raise_mark(subscription, position, false, filtered);
+    int n_read = static_cast<int>(SPI_processed);
+    int64 last_offset = n_read == 0 ? kNoMark
+                                    : DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[n_read - 1],
+                                                                  SPI_tuptable->tupdesc, 7,
+                                                                  &isnull));
+    bool counted = marks_on && position >= 0 && !filtered;
     add_lane_rows(l);
-    if (options.replays && SPI_processed < static_cast<uint64>(per_lane)) {
-        args[3] = Int32GetDatum(per_lane - static_cast<int>(SPI_processed));
+    if (options.replays && n_read < per_lane) {
+        args[3] = Int32GetDatum(per_lane - n_read);
         exec_lane_read(replay_lane_plan, args, marks_on ? mark.replay : kNoMark);
         raise_mark(subscription, position, true, filtered);
+        if (SPI_processed > 0) counted = false;
         add_lane_rows(l);
     }
+    note_lane_read(l, position, counted && marks_on, n_read, last_offset);
     call_cpp([&] { state->seal_lane(l); });
 }
 
@@ -1304,6 +1354,7 @@ bool walk_lanes(const char* subscription, const PassSetup& setup, int max,
 int choose_messages(const char* subscription, const PassSetup& setup, int max,
                     bool own_transactions, int64 now, int64* next_due_ms) {
     call_cpp([] { state->begin_pass(); });
+    forget_lane_reads();
     // eventbox.process() runs in its caller's transaction, which may have requeued rows
     // itself: only workers keep marks.
     bool reloaded = false;
@@ -1365,6 +1416,7 @@ int ignore_unhandled(Datum name, int n_chosen, bool* to_run, int* n_to_run) {
         ChosenMessage m = call_cpp([&] { return state->chosen(c); });
         if (!m.handled) {
             unhandled_ids.set(n_unhandled++, CStringGetTextDatum(m.id));
+            count_final(m.lane);
         } else {
             to_run[c] = true;
             ++*n_to_run;
@@ -1393,6 +1445,7 @@ bool run_chosen(const PassSetup& setup, int c, Datum row, HandlerRef** matching,
             matching[n_matching++] = &setup.handlers[h];
     if (n_matching == 0) {
         out->add_ignored(id);
+        count_final(m.lane);
         metrics::handler_ignored(1);
         return true;
     }
@@ -1402,6 +1455,7 @@ bool run_chosen(const PassSetup& setup, int c, Datum row, HandlerRef** matching,
     pfree(DatumGetPointer(row));
     if (error == nullptr) {
         out->add_processed(id, tid_datum(m.tid));
+        count_final(m.lane);
         metrics::handler_processed(duration_us);
         return true;
     }
@@ -1414,6 +1468,7 @@ bool run_chosen(const PassSetup& setup, int c, Datum row, HandlerRef** matching,
     int64 delay =
         retry_delay_ms(attempts, setup.options.backoff_ms, setup.options.backoff_max_ms, unit);
     out->add_failed(id, CStringGetTextDatum(error), Int64GetDatum(delay), BoolGetDatum(dead));
+    if (dead) count_final(m.lane);
     call_cpp([&] { state->mark_failed(static_cast<std::size_t>(c)); });
     if (!dead && now + delay < *next_due_ms) *next_due_ms = now + delay;
     return true;
@@ -1479,7 +1534,10 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
     PopActiveSnapshot();
     if (n_to_run == 0) {
         SPI_finish();
-        if (own_transactions) CommitTransactionCommand();
+        if (own_transactions) {
+            CommitTransactionCommand();
+            raise_marks_after_pass(subscription);
+        }
         release_lane_locks();
         shmem::count_messages(static_cast<uint64>(handled));
         metrics::handler_flush(subscription);
@@ -1496,6 +1554,7 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
     if (own_transactions) {
         clear_claims(setup.name);
         commit_run_transaction();
+        raise_marks_after_pass(subscription);
         release_lane_locks();
     } else {
         PopActiveSnapshot();
