@@ -92,6 +92,7 @@ struct ChosenMessage {
     int32_t attempts;        // before this pass's attempt
     uint64_t tid;
     bool handled;  // some handler takes it
+    std::size_t index;  // in its lane, in the order the lane read returned the messages
 };
 
 static_assert(std::is_trivially_destructible_v<LaneWalk> &&

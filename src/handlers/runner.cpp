@@ -749,16 +749,16 @@ void raise_mark(const char* subscription, long position, bool replay, bool filte
 }
 
 // What a worker's pass read in each of its lanes (by pass lane number), to raise the live
-// range's mark past the rows it read once they all have their final outcome (processed,
-// ignored or dead) committed: an unfiltered read returned every waiting row from the mark up
-// to its last one, so none waits there once they are done. Without it each read and probe
-// would walk the entries of the batch the pass before handled.
+// range's mark once the pass committed: an unfiltered read returned every waiting row from the
+// mark up to its last one, in offset order, so the mark can move past the leading ones that got
+// their final outcome (processed, ignored or dead), and past the last one read when all did.
+// Without it the next read and probe would walk the entries of the batch handled before.
 struct LaneRead {
-    bool counted;   // unfiltered live read with a known lane, no replay rows
+    bool counted;   // an unfiltered live read of a known lane, without replay rows
     long position;  // in marks
     int n_read;
-    int64 last_offset;
-    int finals;
+    int64* offsets;  // of the rows read, in pass_context
+    bool* final;
 };
 constexpr int kMaxLaneReads = 1024;
 LaneRead lane_reads[kMaxLaneReads];
@@ -766,15 +766,27 @@ int n_lane_reads = 0;
 
 void forget_lane_reads() { n_lane_reads = 0; }
 
-void note_lane_read(std::size_t l, long position, bool counted, int n_read, int64 last_offset) {
+// Notes the live read in SPI_tuptable (its offsets in column 7) of pass lane l.
+void note_lane_read(std::size_t l, long position, bool counted) {
     if (l >= static_cast<std::size_t>(kMaxLaneReads)) return;
     while (n_lane_reads <= static_cast<int>(l)) lane_reads[n_lane_reads++] = LaneRead{};
-    lane_reads[l] = LaneRead{counted, position, n_read, last_offset, 0};
+    LaneRead r{counted, position, static_cast<int>(SPI_processed), nullptr, nullptr};
+    if (counted && r.n_read > 0) {
+        r.offsets = static_cast<int64*>(MemoryContextAlloc(pass_context, sizeof(int64) * r.n_read));
+        r.final = static_cast<bool*>(MemoryContextAllocZero(pass_context, sizeof(bool) * r.n_read));
+        bool isnull;
+        for (int k = 0; k < r.n_read; ++k)
+            r.offsets[k] = DatumGetInt64(
+                SPI_getbinval(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, 7, &isnull));
+    }
+    lane_reads[l] = r;
 }
 
-// A chosen message of pass lane l got its final outcome.
-void count_final(std::size_t l) {
-    if (l < static_cast<std::size_t>(n_lane_reads)) ++lane_reads[l].finals;
+// A chosen message got its final outcome.
+void count_final(const ChosenMessage& m) {
+    if (m.lane >= static_cast<std::size_t>(n_lane_reads)) return;
+    LaneRead& r = lane_reads[m.lane];
+    if (r.final != nullptr && m.index < static_cast<std::size_t>(r.n_read)) r.final[m.index] = true;
 }
 
 // After a worker's pass committed its last outcomes.
@@ -782,10 +794,13 @@ void raise_marks_after_pass(const char* subscription) {
     if (!marks_on || n_lane_reads == 0 || !marks_still_hold()) return;
     for (int l = 0; l < n_lane_reads; ++l) {
         const LaneRead& r = lane_reads[l];
-        if (!r.counted || r.n_read == 0 || r.finals != r.n_read) continue;
+        if (!r.counted || r.final == nullptr) continue;
+        int done = 0;
+        while (done < r.n_read && r.final[done]) ++done;
+        if (done == 0) continue;
+        int64 mark = done == r.n_read ? r.offsets[r.n_read - 1] + 1 : r.offsets[done];
         call_cpp([&] {
-            marks->raise(subscription, static_cast<std::size_t>(r.position), false,
-                         r.last_offset + 1);
+            marks->raise(subscription, static_cast<std::size_t>(r.position), false, mark);
         });
     }
 }
@@ -844,20 +859,17 @@ void read_lane(Datum name, const char* subscription, std::size_t l, int per_lane
     exec_lane_read(lane_plan, args, mark.live);
     raise_mark(subscription, position, false, filtered);
     int n_read = static_cast<int>(SPI_processed);
-    int64 last_offset = n_read == 0 ? kNoMark
-                                    : DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[n_read - 1],
-                                                                  SPI_tuptable->tupdesc, 7,
-                                                                  &isnull));
-    bool counted = marks_on && position >= 0 && !filtered;
+    note_lane_read(l, position, marks_on && position >= 0 && !filtered);
     add_lane_rows(l);
     if (options.replays && n_read < per_lane) {
         args[3] = Int32GetDatum(per_lane - n_read);
         exec_lane_read(replay_lane_plan, args, marks_on ? mark.replay : kNoMark);
         raise_mark(subscription, position, true, filtered);
-        if (SPI_processed > 0) counted = false;
+        // Replays mix in (the candidates' order is no longer the live rows' alone).
+        if (SPI_processed > 0 && l < static_cast<std::size_t>(n_lane_reads))
+            lane_reads[l].counted = false;
         add_lane_rows(l);
     }
-    note_lane_read(l, position, counted && marks_on, n_read, last_offset);
     call_cpp([&] { state->seal_lane(l); });
 }
 
@@ -1416,7 +1428,7 @@ int ignore_unhandled(Datum name, int n_chosen, bool* to_run, int* n_to_run) {
         ChosenMessage m = call_cpp([&] { return state->chosen(c); });
         if (!m.handled) {
             unhandled_ids.set(n_unhandled++, CStringGetTextDatum(m.id));
-            count_final(m.lane);
+            count_final(m);
         } else {
             to_run[c] = true;
             ++*n_to_run;
@@ -1445,7 +1457,7 @@ bool run_chosen(const PassSetup& setup, int c, Datum row, HandlerRef** matching,
             matching[n_matching++] = &setup.handlers[h];
     if (n_matching == 0) {
         out->add_ignored(id);
-        count_final(m.lane);
+        count_final(m);
         metrics::handler_ignored(1);
         return true;
     }
@@ -1455,7 +1467,7 @@ bool run_chosen(const PassSetup& setup, int c, Datum row, HandlerRef** matching,
     pfree(DatumGetPointer(row));
     if (error == nullptr) {
         out->add_processed(id, tid_datum(m.tid));
-        count_final(m.lane);
+        count_final(m);
         metrics::handler_processed(duration_us);
         return true;
     }
@@ -1468,7 +1480,7 @@ bool run_chosen(const PassSetup& setup, int c, Datum row, HandlerRef** matching,
     int64 delay =
         retry_delay_ms(attempts, setup.options.backoff_ms, setup.options.backoff_max_ms, unit);
     out->add_failed(id, CStringGetTextDatum(error), Int64GetDatum(delay), BoolGetDatum(dead));
-    if (dead) count_final(m.lane);
+    if (dead) count_final(m);
     call_cpp([&] { state->mark_failed(static_cast<std::size_t>(c)); });
     if (!dead && now + delay < *next_due_ms) *next_due_ms = now + delay;
     return true;
