@@ -640,6 +640,8 @@ constexpr int64 kMarksMaxAgeMs = 10000;
 // A worker pass's start, before its lane reads.
 void begin_marks(int64 now) {
     if (marks == nullptr) marks = call_cpp([] { return new LaneMarks(); });
+    // The periodic drop moves the generation: the marks the workers share go too.
+    if (now - marks_since_ms >= kMarksMaxAgeMs) shmem::inbox_generation_bump();
     shmem::InboxGeneration g = shmem::inbox_generation();
     if (g.generation != marks_generation || now - marks_since_ms >= kMarksMaxAgeMs) {
         call_cpp([] { marks->drop_all(); });  // the lanes are loaded again
@@ -666,7 +668,24 @@ LaneMark lane_mark(const char* subscription, const char* topic, int32 partition,
     if (marks == nullptr) return LaneMark{};
     *position = call_cpp([&] { return marks->find(subscription, topic, partition); });
     if (!marks_on || *position < 0) return LaneMark{};
-    return call_cpp([&] { return marks->mark(subscription, static_cast<std::size_t>(*position)); });
+    LaneMark mark =
+        call_cpp([&] { return marks->mark(subscription, static_cast<std::size_t>(*position)); });
+    // Another worker may have taken the lane further.
+    mark.live = Max(mark.live, shmem::shared_lane_mark(subscription, topic, partition,
+                                                       marks_generation));
+    return mark;
+}
+
+// Raises a lane's live mark here and in the marks the workers share.
+void raise_live_mark(const char* subscription, std::size_t position, int64 mark) {
+    const char* topic = nullptr;
+    int32 partition = 0;
+    call_cpp([&] {
+        marks->raise(subscription, position, false, mark);
+        topic = marks->topic(subscription, position).c_str();
+        partition = marks->partition(subscription, position);
+    });
+    shmem::share_lane_mark(subscription, topic, partition, marks_generation, mark);
 }
 
 // Loads the lanes of the subscription a worker knows, unless they are loaded: those of
@@ -713,9 +732,8 @@ bool next_known_lane(Datum name, const char* subscription, const char* after_top
         int32 k_partition = call_cpp([&] {
             return marks->partition(subscription, static_cast<std::size_t>(k));
         });
-        LaneMark mark = marks_on ? call_cpp([&] {
-            return marks->mark(subscription, static_cast<std::size_t>(k));
-        }) : LaneMark{};
+        long position;
+        LaneMark mark = lane_mark(subscription, k_topic, k_partition, &position);
         Datum args[6] = {name,
                          CStringGetTextDatum(k_topic),
                          Int32GetDatum(k_partition),
@@ -743,9 +761,10 @@ void raise_mark(const char* subscription, long position, bool replay, bool filte
     bool isnull;
     int64 first = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 7,
                                               &isnull));
-    call_cpp([&] {
-        marks->raise(subscription, static_cast<std::size_t>(position), replay, first);
-    });
+    if (replay)
+        call_cpp([&] { marks->raise(subscription, static_cast<std::size_t>(position), true, first); });
+    else
+        raise_live_mark(subscription, static_cast<std::size_t>(position), first);
 }
 
 // What a worker's pass read in each of its lanes (by pass lane number), to raise the live
@@ -799,9 +818,7 @@ void raise_marks_after_pass(const char* subscription) {
         while (done < r.n_read && r.final[done]) ++done;
         if (done == 0) continue;
         int64 mark = done == r.n_read ? r.offsets[r.n_read - 1] + 1 : r.offsets[done];
-        call_cpp([&] {
-            marks->raise(subscription, static_cast<std::size_t>(r.position), false, mark);
-        });
+        raise_live_mark(subscription, static_cast<std::size_t>(r.position), mark);
     }
 }
 

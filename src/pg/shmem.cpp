@@ -3,6 +3,7 @@
 
 extern "C" {
 #include "access/twophase.h"
+#include "common/hashfn.h"
 #include "access/xact.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -69,6 +70,26 @@ struct Shared {
 
 Shared* shared = nullptr;
 int my_slot = -1;
+
+// The handler workers' shared low-water marks (see share_lane_mark()): open addressing by the
+// lane's hash, never deleted (a lane's slot is reused for it); a lane whose names do not fit, or
+// that finds no free slot within kLaneMarkProbes, is not shared.
+constexpr int kLaneMarkSlots = 4096;
+constexpr int kLaneMarkProbes = 64;
+struct LaneMarkSlot {
+    bool used;
+    uint32 hash;
+    int32 partition;
+    uint64 generation;
+    int64 mark;
+    char subscription[NAMEDATALEN];
+    char topic[256];
+};
+struct LaneMarkTable {
+    slock_t mutex;
+    LaneMarkSlot slots[kLaneMarkSlots];
+};
+LaneMarkTable* lane_marks = nullptr;
 shmem_request_hook_type prev_request_hook = nullptr;
 shmem_startup_hook_type prev_startup_hook = nullptr;
 
@@ -82,6 +103,7 @@ Size shared_size() {
 void request_hook() {
     if (prev_request_hook) prev_request_hook();
     RequestAddinShmemSpace(shared_size());
+    RequestAddinShmemSpace(sizeof(LaneMarkTable));
 }
 
 void startup_hook() {
@@ -97,6 +119,12 @@ void startup_hook() {
         pg_atomic_init_u32(&shared->inbox_in_flight, 0);
         shared->n_writers = writer_count();
         for (int i = 0; i < shared->n_writers; ++i) pg_atomic_init_u32(&shared->writers[i], 0);
+    }
+    lane_marks = static_cast<LaneMarkTable*>(
+        ShmemInitStruct("pg_eventbox lane marks", sizeof(LaneMarkTable), &found));
+    if (!found) {
+        memset(lane_marks, 0, sizeof(LaneMarkTable));
+        SpinLockInit(&lane_marks->mutex);
     }
     LWLockRelease(AddinShmemInitLock);
 }
@@ -283,6 +311,72 @@ void subscriptions_changed_at_commit() {
 void inbox_requeued_at_commit() {
     register_commit_callback_once();
     inbox_at_commit = true;
+}
+
+void inbox_generation_bump() {
+    if (shared != nullptr) pg_atomic_fetch_add_u64(&shared->inbox_generation, 1);
+}
+
+namespace {
+
+// The slot of a lane (with the table's mutex held): its own, or a free one when `claim`;
+// nullptr when none.
+LaneMarkSlot* lane_mark_slot(const char* subscription, const char* topic, int32 partition,
+                             bool claim) {
+    std::size_t sl = strlen(subscription), tl = strlen(topic);
+    if (sl >= NAMEDATALEN || tl >= sizeof(LaneMarkSlot::topic)) return nullptr;
+    uint32 hash = hash_bytes(reinterpret_cast<const unsigned char*>(subscription),
+                             static_cast<int>(sl)) ^
+                  (hash_bytes(reinterpret_cast<const unsigned char*>(topic), static_cast<int>(tl)) *
+                   2654435761u) ^
+                  static_cast<uint32>(partition);
+    for (int k = 0; k < kLaneMarkProbes; ++k) {
+        LaneMarkSlot* slot = &lane_marks->slots[(hash + k) % kLaneMarkSlots];
+        if (!slot->used) {
+            if (!claim) return nullptr;
+            slot->used = true;
+            slot->hash = hash;
+            slot->partition = partition;
+            slot->generation = 0;
+            slot->mark = -1;
+            memcpy(slot->subscription, subscription, sl + 1);
+            memcpy(slot->topic, topic, tl + 1);
+            return slot;
+        }
+        if (slot->hash == hash && slot->partition == partition &&
+            strcmp(slot->subscription, subscription) == 0 && strcmp(slot->topic, topic) == 0)
+            return slot;
+    }
+    return nullptr;
+}
+
+}  // namespace
+
+void share_lane_mark(const char* subscription, const char* topic, int32 partition,
+                     uint64 generation, int64 mark) {
+    if (lane_marks == nullptr) return;
+    SpinLockAcquire(&lane_marks->mutex);
+    LaneMarkSlot* slot = lane_mark_slot(subscription, topic, partition, true);
+    if (slot != nullptr) {
+        if (slot->generation == generation) {
+            slot->mark = Max(slot->mark, mark);
+        } else if (slot->generation < generation) {
+            slot->generation = generation;
+            slot->mark = mark;
+        }
+    }
+    SpinLockRelease(&lane_marks->mutex);
+}
+
+int64 shared_lane_mark(const char* subscription, const char* topic, int32 partition,
+                       uint64 generation) {
+    if (lane_marks == nullptr) return -1;
+    int64 mark = -1;
+    SpinLockAcquire(&lane_marks->mutex);
+    LaneMarkSlot* slot = lane_mark_slot(subscription, topic, partition, false);
+    if (slot != nullptr && slot->generation == generation) mark = slot->mark;
+    SpinLockRelease(&lane_marks->mutex);
+    return mark;
 }
 
 InboxGeneration inbox_generation() {

@@ -54,6 +54,16 @@ struct InboxGeneration {
 };
 void inbox_requeued_at_commit();
 InboxGeneration inbox_generation();
+// Moves the generation without a change (the handler workers' periodic drop of their marks).
+void inbox_generation_bump();
+// The handler workers' live-range marks, shared (a lane goes from worker to worker): each
+// holds for the generation it was derived under; share_lane_mark() raises a lane's mark of that
+// generation or replaces an older one; shared_lane_mark() returns -1 unless the lane has one
+// of `generation`.
+void share_lane_mark(const char* subscription, const char* topic, int32 partition,
+                     uint64 generation, int64 mark);
+int64 shared_lane_mark(const char* subscription, const char* topic, int32 partition,
+                       uint64 generation);
 
 // Sets the launcher's latch when the current transaction commits (an extension was created,
 // updated or dropped).
