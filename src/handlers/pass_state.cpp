@@ -103,7 +103,8 @@ ChosenMessage PassState::chosen(std::size_t c) const {
                          lane.has_type[ch.index] ? lane.event_types[ch.index].c_str() : nullptr,
                          lane.attempts[ch.index],
                          lane.tids[ch.index],
-                         lane.candidates[ch.index].handled};
+                         lane.candidates[ch.index].handled,
+                         ch.index};
 }
 
 bool PassState::chosen_has_id(std::size_t c, std::string_view id) const {

@@ -92,6 +92,7 @@ struct ChosenMessage {
     int32_t attempts;        // before this pass's attempt
     uint64_t tid;
     bool handled;  // some handler takes it
+    std::size_t index;  // in its lane, in the order the lane read returned the messages
 };
 
 static_assert(std::is_trivially_destructible_v<LaneWalk> &&
@@ -120,6 +121,12 @@ class PassState {
     // ---- lanes, numbered from 0 in the order they are added
     std::size_t add_lane(std::string_view topic, int32_t partition);
     std::size_t lane_count() const { return lanes_.size(); }
+    // Whether the pass added the lane already.
+    bool has_lane(std::string_view topic, int32_t partition) const {
+        for (const Lane& lane : lanes_)
+            if (lane.partition == partition && lane.topic == topic) return true;
+        return false;
+    }
     LaneId lane_id(std::size_t lane) const {
         return LaneId{lanes_[lane].topic.c_str(), lanes_[lane].partition};
     }

@@ -45,6 +45,7 @@ extern "C" {
 
 #include "pg/guc.hpp"
 #include "handlers/dead_letters.hpp"
+#include "handlers/low_water.hpp"
 #include "handlers/pass_state.hpp"
 #include "handlers/plan.hpp"
 #include "handlers/runner.hpp"
@@ -128,7 +129,8 @@ void disable_handler_timeouts() {
     disable_timeout(handler_recancel_id, false);
     disable_timeout(handler_escalate_id, false);
 }
-SPIPlanPtr options_plan, handlers_plan, next_lane_plan, next_lane_upto_plan, lane_plan,
+SPIPlanPtr options_plan, handlers_plan, next_lane_plan, next_lane_upto_plan, known_lane_plan,
+    lanes_plan, lane_plan,
     replay_lane_plan, waiting_keys_plan, claim_read_plan, crash_plan, claim_write_plan,
     claim_clear_plan,
     processed_plan, processed_by_id_plan, ignored_plan, failed_plan;
@@ -194,17 +196,41 @@ void prepare_plans() {
         "   AND (topic, \"partition\") > ($2, $3) AND (topic, \"partition\") <= ($4, $5)"
         " ORDER BY topic, \"partition\" LIMIT 1",
         5, next_types);
+    // Whether a lane a worker knows has work at or above its low-water marks ($4: live range,
+    // $5: replay range, read when $6): one descent of the todo index each, which lands past the
+    // entries of the messages handled before. (A probe crossing a range of such entries walks
+    // them, whatever its bounds: a btree scan skips the killed ones before it checks a bound.)
+    Oid known_types[6] = {TEXTOID, TEXTOID, INT4OID, INT8OID, INT8OID, BOOLOID};
+    known_lane_plan = prepare(
+        "SELECT EXISTS (SELECT 1 FROM eventbox.inbox i"
+        "    WHERE i.subscription = $1 AND i.topic = $2 AND i.\"partition\" = $3"
+        "      AND i.status IN ('received', 'retry') AND (i.mode = 'replay') IS FALSE"
+        "      AND i.\"offset\" >= $4)"
+        "  OR ($6 AND EXISTS (SELECT 1 FROM eventbox.inbox i"
+        "    WHERE i.subscription = $1 AND i.topic = $2 AND i.\"partition\" = $3"
+        "      AND i.status IN ('received', 'retry') AND i.mode = 'replay'"
+        "      AND i.\"offset\" >= $5))",
+        6, known_types);
+    // The lanes a worker knows: the subscription's stored offsets, in the index's order.
+    lanes_plan = prepare(
+        "SELECT topic, \"partition\" FROM eventbox.offsets WHERE subscription = $1"
+        " ORDER BY topic, \"partition\"",
+        1, text1);
     // A locked lane's first messages, read after the lock was taken. Messages that cannot run
     // now are left out so they do not use up the limit: without a handler when they are kept
     // ($5; $9: a handler takes every type, $10: the types handlers take), behind a waiting message of their key ($6, $7: ordering 'key'), or waiting
-    // themselves when nothing waits behind them ($8: ordering 'none').
-    Oid lane_types[10] = {TEXTOID, TEXTOID, INT4OID, INT4OID, BOOLOID, BYTEAARRAYOID, BOOLOID,
-                          BOOLOID, BOOLOID, TEXTARRAYOID};
+    // themselves when nothing waits behind them ($8: ordering 'none'). A worker starts at the
+    // range's low-water mark ($11, an index condition: the descent lands past the entries of
+    // the messages handled before; -1 without one).
+    Oid lane_types[11] = {TEXTOID, TEXTOID, INT4OID, INT4OID, BOOLOID, BYTEAARRAYOID, BOOLOID,
+                          BOOLOID, BOOLOID, TEXTARRAYOID, INT8OID};
 #define LANE_READ(MODE)                                                                    \
-    "SELECT i.message_id, i.key, i.event_type, i.attempts, i.next_attempt_at, i.ctid"      \
+    "SELECT i.message_id, i.key, i.event_type, i.attempts, i.next_attempt_at, i.ctid,"     \
+    "       i.\"offset\""                                                                  \
     "  FROM eventbox.inbox i"                                                              \
     " WHERE i.subscription = $1 AND i.topic = $2 AND i.\"partition\" = $3"                  \
     "   AND i.status IN ('received', 'retry') AND " MODE                                   \
+    "   AND i.\"offset\" >= $11"                                                           \
     "   AND (NOT $5 OR $9 OR i.event_type = ANY ($10))"                                    \
     "   AND (i.key IS NULL OR NOT i.key = ANY ($6))"                                       \
     "   AND NOT ($7 AND i.key IS NULL)"                                                    \
@@ -215,8 +241,8 @@ void prepare_plans() {
     // with the room left, the messages queued by eventbox.reprocess(), through inbox_replay_idx:
     // a replay never holds a lane's live messages back by more than the pass it shares with
     // them, and reading either costs what the batch costs, whatever is queued.
-    lane_plan = prepare(LANE_READ("(i.mode = 'replay') IS FALSE"), 10, lane_types);
-    replay_lane_plan = prepare(LANE_READ("i.mode = 'replay'"), 10, lane_types);
+    lane_plan = prepare(LANE_READ("(i.mode = 'replay') IS FALSE"), 11, lane_types);
+    replay_lane_plan = prepare(LANE_READ("i.mode = 'replay'"), 11, lane_types);
 #undef LANE_READ
     // Keys of a lane that wait for a retry (ordering 'key').
     Oid waiting_types[3] = {TEXTOID, TEXTOID, INT4OID};
@@ -595,12 +621,222 @@ bool next_lane(Datum name, const char* after_topic, int32 after_partition, const
     return true;
 }
 
+// ---- Low-water marks (a worker's; README, "Low-water marks")
+//
+// A lane range's mark is an offset below which it provably has no message to handle: the
+// first row of a lane read that no filter narrowed (no key waiting or blocked, ordering not
+// 'none', no kept messages without a handler). Only this worker handles the lane's messages
+// while it holds the lane, and handling only removes rows from the todo index; what makes a
+// row wait again below a mark (a requeue, a replay, a record stored again at a lower offset)
+// bumps the shared inbox generation before and after its commit (shmem::inbox_generation()):
+// the marks are dropped when the generation moved, at a pass's start, and after any read that
+// used them (which is then read again without them). They are also dropped every
+// kMarksMaxAgeMs, so that direct DML on eventbox.inbox is picked up late rather than never.
+LaneMarks* marks = nullptr;
+uint64 marks_generation = 0;
+int64 marks_since_ms = 0;
+bool marks_on = false;  // this pass reads from the marks and raises them
+constexpr int64 kMarksMaxAgeMs = 10000;
+
+// A worker pass's start, before its lane reads.
+void begin_marks(int64 now) {
+    if (marks == nullptr) marks = call_cpp([] { return new LaneMarks(); });
+    // The periodic drop moves the generation: the marks the workers share go too.
+    if (now - marks_since_ms >= kMarksMaxAgeMs) shmem::inbox_generation_bump();
+    shmem::InboxGeneration g = shmem::inbox_generation();
+    if (g.generation != marks_generation || now - marks_since_ms >= kMarksMaxAgeMs) {
+        call_cpp([] { marks->drop_all(); });  // the lanes are loaded again
+        marks_generation = g.generation;
+        marks_since_ms = now;
+    }
+    // A change between its two bumps may become visible to this pass's reads unannounced.
+    marks_on = g.in_flight == 0;
+}
+
+// After a read: whether no change that could make rows wait below the marks may have become
+// visible since the pass read the generation. If one may have, the marks are dropped and not
+// used for the rest of the pass.
+bool marks_still_hold() {
+    if (shmem::inbox_generation().generation == marks_generation) return true;
+    call_cpp([] { marks->drop_marks(); });
+    marks_on = false;
+    return false;
+}
+
+// The mark of lane (topic, partition) of the subscription, or none.
+LaneMark lane_mark(const char* subscription, const char* topic, int32 partition, long* position) {
+    *position = -1;
+    if (marks == nullptr) return LaneMark{};
+    *position = call_cpp([&] { return marks->find(subscription, topic, partition); });
+    if (!marks_on || *position < 0) return LaneMark{};
+    LaneMark mark =
+        call_cpp([&] { return marks->mark(subscription, static_cast<std::size_t>(*position)); });
+    // Another worker may have taken the lane further.
+    mark.live = Max(mark.live, shmem::shared_lane_mark(subscription, topic, partition,
+                                                       marks_generation));
+    return mark;
+}
+
+// Raises a lane's live mark here and in the marks the workers share.
+void raise_live_mark(const char* subscription, std::size_t position, int64 mark) {
+    const char* topic = nullptr;
+    int32 partition = 0;
+    call_cpp([&] {
+        marks->raise(subscription, position, false, mark);
+        topic = marks->topic(subscription, position).c_str();
+        partition = marks->partition(subscription, position);
+    });
+    shmem::share_lane_mark(subscription, topic, partition, marks_generation, mark);
+}
+
+// Loads the lanes of the subscription a worker knows, unless they are loaded: those of
+// eventbox.offsets, in the index's order (ORDER BY in SQL: the database collation's). Every
+// lane the ingest worker stores into has a row there, written with its first rows, and its
+// first batch in a lane drops the marks (StoredOffsets), which reloads the lanes.
+void load_lanes(Datum name, const char* subscription) {
+    if (call_cpp([&] { return marks->loaded(subscription); })) return;
+    MemoryContext keep = CurrentMemoryContext;
+    Datum args[1] = {name};
+    exec(lanes_plan, args, true, SPI_OK_SELECT);
+    MemoryContextSwitchTo(keep);
+    call_cpp([&] { marks->begin_load(subscription); });
+    bool isnull;
+    for (uint64 r = 0; r < SPI_processed; ++r) {
+        char* topic = nullable_text(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1);
+        int32 partition =
+            DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2, &isnull));
+        call_cpp([&] { marks->learn(subscription, static_cast<long>(r) - 1, topic, partition); });
+    }
+}
+
+// next_lane() for a worker, over the lanes it knows (load_lanes()): the first one after `after`
+// (up to `upto` inclusive) with work at or above its marks, one probe each (known_lane_plan).
+// Returns false when there is none, and also when `after` or `upto` is not a known lane.
+bool next_known_lane(Datum name, const char* subscription, const char* after_topic,
+                     int32 after_partition, const char* upto_topic, int32 upto_partition,
+                     bool replays, char** topic, int32* partition) {
+    long after = -1, upto = -1;
+    long n = 0;
+    bool known = call_cpp([&] {
+        n = static_cast<long>(marks->count(subscription));
+        if (after_partition >= 0) after = marks->find(subscription, after_topic, after_partition);
+        if (upto_topic != nullptr) upto = marks->find(subscription, upto_topic, upto_partition);
+        return (after_partition < 0 || after >= 0) && (upto_topic == nullptr || upto >= 0);
+    });
+    if (!known) return false;
+    MemoryContext keep = CurrentMemoryContext;
+    for (long k = after + 1; k < n && (upto_topic == nullptr || k <= upto); ++k) {
+        CHECK_FOR_INTERRUPTS();
+        char* k_topic = pstrdup(call_cpp([&] {
+            return marks->topic(subscription, static_cast<std::size_t>(k)).c_str();
+        }));
+        int32 k_partition = call_cpp([&] {
+            return marks->partition(subscription, static_cast<std::size_t>(k));
+        });
+        long position;
+        LaneMark mark = lane_mark(subscription, k_topic, k_partition, &position);
+        Datum args[6] = {name,
+                         CStringGetTextDatum(k_topic),
+                         Int32GetDatum(k_partition),
+                         Int64GetDatum(mark.live),
+                         Int64GetDatum(mark.replay),
+                         BoolGetDatum(replays)};
+        exec(known_lane_plan, args, true, SPI_OK_SELECT);
+        MemoryContextSwitchTo(keep);
+        bool isnull;
+        if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull))) {
+            *topic = k_topic;
+            *partition = k_partition;
+            return true;
+        }
+    }
+    return false;
+}
+
 void add_lane_rows(std::size_t l);
+
+// Raises the lane's mark of a range to the offset of the first row a read returned (column 7 of
+// SPI_tuptable), when no filter narrowed that read.
+void raise_mark(const char* subscription, long position, bool replay, bool filtered) {
+    if (!marks_on || position < 0 || filtered || SPI_processed == 0) return;
+    bool isnull;
+    int64 first = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 7,
+                                              &isnull));
+    if (replay)
+        call_cpp([&] { marks->raise(subscription, static_cast<std::size_t>(position), true, first); });
+    else
+        raise_live_mark(subscription, static_cast<std::size_t>(position), first);
+}
+
+// What a worker's pass read in each of its lanes (by pass lane number), to raise the live
+// range's mark once the pass committed: an unfiltered read returned every waiting row from the
+// mark up to its last one, in offset order, so the mark can move past the leading ones that got
+// their final outcome (processed, ignored or dead), and past the last one read when all did.
+// Without it the next read and probe would walk the entries of the batch handled before.
+struct LaneRead {
+    bool counted;   // an unfiltered live read of a known lane, without replay rows
+    long position;  // in marks
+    int n_read;
+    int64* offsets;  // of the rows read, in pass_context
+    bool* final;
+};
+constexpr int kMaxLaneReads = 1024;
+LaneRead lane_reads[kMaxLaneReads];
+int n_lane_reads = 0;
+
+void forget_lane_reads() { n_lane_reads = 0; }
+
+// Notes the live read in SPI_tuptable (its offsets in column 7) of pass lane l.
+void note_lane_read(std::size_t l, long position, bool counted) {
+    if (l >= static_cast<std::size_t>(kMaxLaneReads)) return;
+    while (n_lane_reads <= static_cast<int>(l)) lane_reads[n_lane_reads++] = LaneRead{};
+    LaneRead r{counted, position, static_cast<int>(SPI_processed), nullptr, nullptr};
+    if (counted && r.n_read > 0) {
+        r.offsets = static_cast<int64*>(MemoryContextAlloc(pass_context, sizeof(int64) * r.n_read));
+        r.final = static_cast<bool*>(MemoryContextAllocZero(pass_context, sizeof(bool) * r.n_read));
+        bool isnull;
+        for (int k = 0; k < r.n_read; ++k)
+            r.offsets[k] = DatumGetInt64(
+                SPI_getbinval(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, 7, &isnull));
+    }
+    lane_reads[l] = r;
+}
+
+// A chosen message got its final outcome.
+void count_final(const ChosenMessage& m) {
+    if (m.lane >= static_cast<std::size_t>(n_lane_reads)) return;
+    LaneRead& r = lane_reads[m.lane];
+    if (r.final != nullptr && m.index < static_cast<std::size_t>(r.n_read)) r.final[m.index] = true;
+}
+
+// After a worker's pass committed its last outcomes.
+void raise_marks_after_pass(const char* subscription) {
+    if (!marks_on || n_lane_reads == 0 || !marks_still_hold()) return;
+    for (int l = 0; l < n_lane_reads; ++l) {
+        const LaneRead& r = lane_reads[l];
+        if (!r.counted || r.final == nullptr) continue;
+        int done = 0;
+        while (done < r.n_read && r.final[done]) ++done;
+        if (done == 0) continue;
+        int64 mark = done == r.n_read ? r.offsets[r.n_read - 1] + 1 : r.offsets[done];
+        raise_live_mark(subscription, static_cast<std::size_t>(r.position), mark);
+    }
+}
+
+// Runs a lane read from `mark`; if the marks may no longer hold once it ran, again without it.
+void exec_lane_read(SPIPlanPtr plan, Datum* args, int64 mark) {
+    args[10] = Int64GetDatum(mark);
+    exec(plan, args, false, SPI_OK_SELECT);
+    if (marks_on && !marks_still_hold() && mark != kNoMark) {
+        args[10] = Int64GetDatum(kNoMark);
+        exec(plan, args, false, SPI_OK_SELECT);
+    }
+}
 
 // Reads up to `per_lane` waiting messages of a lane whose lock this pass holds, with a snapshot
 // taken after the lock: what another pass handled before releasing the lane is not read again.
-void read_lane(Datum name, std::size_t l, int per_lane, const Options& options, Datum any_type,
-               Datum handled_types) {
+void read_lane(Datum name, const char* subscription, std::size_t l, int per_lane,
+               const Options& options, Datum any_type, Datum handled_types) {
     bool isnull;
     LaneId lane = call_cpp([&] { return state->lane_id(l); });
     Datum topic = CStringGetTextDatum(lane.topic);
@@ -621,7 +857,13 @@ void read_lane(Datum name, std::size_t l, int per_lane, const Options& options, 
         dead_letters::add_blocked_keys(name, topic, lane.partition, &waiting, &n_waiting);
     pg::ArrayColumn waiting_keys(n_waiting, BYTEAOID);
     for (int k = 0; k < n_waiting; ++k) waiting_keys.set(k, waiting[k]);
-    Datum args[10] = {name,
+    // Whether a filter of the read may leave out a message that waits: then the rows it returns
+    // are not the range's first waiting ones, and its marks stay where they are.
+    bool filtered = n_waiting > 0 || null_key_waits || options.ordering == Ordering::kNone ||
+                    (options.unhandled_keep && !DatumGetBool(any_type));
+    long position = -1;
+    LaneMark mark = lane_mark(subscription, lane.topic, lane.partition, &position);
+    Datum args[11] = {name,
                       topic,
                       Int32GetDatum(lane.partition),
                       Int32GetDatum(per_lane),
@@ -630,12 +872,20 @@ void read_lane(Datum name, std::size_t l, int per_lane, const Options& options, 
                       BoolGetDatum(null_key_waits),
                       BoolGetDatum(options.ordering == Ordering::kNone),
                       any_type,
-                      handled_types};
-    exec(lane_plan, args, false, SPI_OK_SELECT);
+                      handled_types,
+                      Int64GetDatum(kNoMark)};
+    exec_lane_read(lane_plan, args, mark.live);
+    raise_mark(subscription, position, false, filtered);
+    int n_read = static_cast<int>(SPI_processed);
+    note_lane_read(l, position, marks_on && position >= 0 && !filtered);
     add_lane_rows(l);
-    if (options.replays && SPI_processed < static_cast<uint64>(per_lane)) {
-        args[3] = Int32GetDatum(per_lane - static_cast<int>(SPI_processed));
-        exec(replay_lane_plan, args, false, SPI_OK_SELECT);
+    if (options.replays && n_read < per_lane) {
+        args[3] = Int32GetDatum(per_lane - n_read);
+        exec_lane_read(replay_lane_plan, args, marks_on ? mark.replay : kNoMark);
+        raise_mark(subscription, position, true, filtered);
+        // Replays mix in (the candidates' order is no longer the live rows' alone).
+        if (SPI_processed > 0 && l < static_cast<std::size_t>(n_lane_reads))
+            lane_reads[l].counted = false;
         add_lane_rows(l);
     }
     call_cpp([&] { state->seal_lane(l); });
@@ -1075,44 +1325,99 @@ bool choose_in_lane(std::size_t l, const Options& options, int max, bool own_tra
     return first;
 }
 
-// Chooses up to `max` messages lane by lane, from the lane after the one this worker served
-// last in the subscription (a round robin), wrapping around at most once. Each lane it reads is
-// locked first, and a crashed pass's claim there settled. Returns how many messages those
-// settlements made dead.
-int choose_messages(const char* subscription, const PassSetup& setup, int max,
-                    bool own_transactions, int64 now, int64* next_due_ms) {
+// Lanes a worker's pass found no work in among the lanes it knows are looked for with the plain
+// probe at most this often (and after each reload of the lanes): rows in a lane without an
+// eventbox.offsets row (written by direct DML) are found this way, at the plain probe's cost
+// (it walks the index entries of messages handled before).
+constexpr int64 kDiscoveryIntervalMs = 1000;
+int64 last_discovery_ms = 0;
+
+// One walk of choose_messages() over the lanes, known ones (a worker) or found by the plain
+// probe. Returns whether it found a lane with work (taken or not).
+bool walk_lanes(const char* subscription, const PassSetup& setup, int max,
+                bool own_transactions, bool known, LaneWalk walk, int64 now,
+                int64* next_due_ms, int* crash_dead) {
     int per_lane = max;
-    call_cpp([] { state->begin_pass(); });
-    const char* cursor_topic = nullptr;
-    int32 cursor_partition = 0;
-    bool has_cursor = call_cpp(
-        [&] { return state->find_cursor(subscription, &cursor_topic, &cursor_partition); });
-    LaneWalk walk = LaneWalk::from(has_cursor ? pstrdup(cursor_topic) : nullptr, cursor_partition);
-    int crash_dead = 0;  // messages whose last attempt a crash cut short
+    bool found_any = false;
     while (setup.found) {
         if (call_cpp([] { return state->chosen_count(); }) >= static_cast<std::size_t>(max)) break;
         char* topic;
         int32 partition;
-        if (!next_lane(setup.name, walk.after_topic, walk.after_partition, walk.upto_topic(),
-                       walk.upto_partition(), &topic, &partition)) {
+        bool more = known ? next_known_lane(setup.name, subscription, walk.after_topic,
+                                            walk.after_partition, walk.upto_topic(),
+                                            walk.upto_partition(), setup.options.replays,
+                                            &topic, &partition)
+                          : next_lane(setup.name, walk.after_topic, walk.after_partition,
+                                      walk.upto_topic(), walk.upto_partition(), &topic,
+                                      &partition);
+        if (!more) {
             if (!walk.wrap()) break;
             continue;
         }
+        found_any = true;
         walk.found(topic, partition);
+        // A lane a known walk took already in this pass.
+        if (!known && own_transactions &&
+            call_cpp([&] { return state->has_lane(topic, partition); }))
+            continue;
         std::size_t l = call_cpp([&] { return state->add_lane(topic, partition); });
         if (!try_lock_lane(subscription, topic, partition, own_transactions)) continue;
         call_cpp([&] { state->set_locked(l); });
-        crash_dead += settle_claim(setup.name, l, setup.options.max_attempts);
-        read_lane(setup.name, l, per_lane, setup.options, BoolGetDatum(setup.any_type),
-                  setup.handled_types);
+        *crash_dead += settle_claim(setup.name, l, setup.options.max_attempts);
+        read_lane(setup.name, subscription, l, per_lane, setup.options,
+                  BoolGetDatum(setup.any_type), setup.handled_types);
         MemoryContextSwitchTo(pass_context);
         call_cpp([&] {
             state->mark_handled(l, setup.handler_types, static_cast<std::size_t>(setup.n_handlers));
         });
         if (!choose_in_lane(l, setup.options, max, own_transactions, now, next_due_ms)) break;
     }
-    if (walk.on_lane())
+    // The cursor names a lane a worker knows (a plain walk's lane may not be one).
+    if (walk.on_lane() && (known || !own_transactions))
         call_cpp([&] { state->set_cursor(subscription, walk.after_topic, walk.after_partition); });
+    return found_any;
+}
+
+// Chooses up to `max` messages lane by lane, from the lane after the one this worker served
+// last in the subscription (a round robin), wrapping around at most once. Each lane it reads is
+// locked first, and a crashed pass's claim there settled. A worker walks the lanes it knows
+// (load_lanes()), with their low-water marks; eventbox.process() and a worker's occasional
+// discovery walk use the plain probe. Returns how many messages the settlements made dead.
+int choose_messages(const char* subscription, const PassSetup& setup, int max,
+                    bool own_transactions, int64 now, int64* next_due_ms) {
+    call_cpp([] { state->begin_pass(); });
+    forget_lane_reads();
+    // eventbox.process() runs in its caller's transaction, which may have requeued rows
+    // itself: only workers keep marks.
+    bool reloaded = false;
+    if (own_transactions) {
+        begin_marks(now);
+        reloaded = !call_cpp([&] { return marks->loaded(subscription); });
+        if (setup.found) load_lanes(setup.name, subscription);
+        MemoryContextSwitchTo(pass_context);
+    } else {
+        marks_on = false;
+    }
+    const char* cursor_topic = nullptr;
+    int32 cursor_partition = 0;
+    bool has_cursor = call_cpp(
+        [&] { return state->find_cursor(subscription, &cursor_topic, &cursor_partition); });
+    // A worker walks the lanes it knows, from its cursor's place among them.
+    if (own_transactions && has_cursor &&
+        call_cpp([&] { return marks->find(subscription, cursor_topic, cursor_partition); }) < 0)
+        has_cursor = false;
+    int crash_dead = 0;  // messages whose last attempt a crash cut short
+    bool found = walk_lanes(subscription, setup, max, own_transactions, own_transactions,
+                            LaneWalk::from(has_cursor ? pstrdup(cursor_topic) : nullptr,
+                                           cursor_partition),
+                            now, next_due_ms, &crash_dead);
+    if (own_transactions && (!found || reloaded) &&
+        now - last_discovery_ms >= kDiscoveryIntervalMs &&
+        call_cpp([] { return state->chosen_count(); }) < static_cast<std::size_t>(max)) {
+        last_discovery_ms = now;
+        walk_lanes(subscription, setup, max, own_transactions, false, LaneWalk::from(nullptr, 0),
+                   now, next_due_ms, &crash_dead);
+    }
     return crash_dead;
 }
 
@@ -1143,6 +1448,7 @@ int ignore_unhandled(Datum name, int n_chosen, bool* to_run, int* n_to_run) {
         ChosenMessage m = call_cpp([&] { return state->chosen(c); });
         if (!m.handled) {
             unhandled_ids.set(n_unhandled++, CStringGetTextDatum(m.id));
+            count_final(m);
         } else {
             to_run[c] = true;
             ++*n_to_run;
@@ -1171,6 +1477,7 @@ bool run_chosen(const PassSetup& setup, int c, Datum row, HandlerRef** matching,
             matching[n_matching++] = &setup.handlers[h];
     if (n_matching == 0) {
         out->add_ignored(id);
+        count_final(m);
         metrics::handler_ignored(1);
         return true;
     }
@@ -1180,6 +1487,7 @@ bool run_chosen(const PassSetup& setup, int c, Datum row, HandlerRef** matching,
     pfree(DatumGetPointer(row));
     if (error == nullptr) {
         out->add_processed(id, tid_datum(m.tid));
+        count_final(m);
         metrics::handler_processed(duration_us);
         return true;
     }
@@ -1192,6 +1500,7 @@ bool run_chosen(const PassSetup& setup, int c, Datum row, HandlerRef** matching,
     int64 delay =
         retry_delay_ms(attempts, setup.options.backoff_ms, setup.options.backoff_max_ms, unit);
     out->add_failed(id, CStringGetTextDatum(error), Int64GetDatum(delay), BoolGetDatum(dead));
+    if (dead) count_final(m);
     call_cpp([&] { state->mark_failed(static_cast<std::size_t>(c)); });
     if (!dead && now + delay < *next_due_ms) *next_due_ms = now + delay;
     return true;
@@ -1257,7 +1566,10 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
     PopActiveSnapshot();
     if (n_to_run == 0) {
         SPI_finish();
-        if (own_transactions) CommitTransactionCommand();
+        if (own_transactions) {
+            CommitTransactionCommand();
+            raise_marks_after_pass(subscription);
+        }
         release_lane_locks();
         shmem::count_messages(static_cast<uint64>(handled));
         metrics::handler_flush(subscription);
@@ -1274,6 +1586,7 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
     if (own_transactions) {
         clear_claims(setup.name);
         commit_run_transaction();
+        raise_marks_after_pass(subscription);
         release_lane_locks();
     } else {
         PopActiveSnapshot();

@@ -43,6 +43,7 @@ extern "C" {
 
 #include "pg/guc.hpp"
 #include "handlers/dead_letters.hpp"
+#include "handlers/low_water.hpp"
 #include "inbox/jsonb.hpp"
 #include "inbox/record.hpp"
 #include "kafka/consumer.hpp"
@@ -96,6 +97,9 @@ struct Wanted {
 };
 
 kafka::Consumer* consumer = nullptr;
+// What this process stored, lane by lane: a batch storing below it (replay(), a seek, the
+// first batch after a start) drops the handler workers' low-water marks at its commit.
+handlers::StoredOffsets* stored_offsets = nullptr;
 std::string consumer_fingerprint;  // brokers and worker count it was built for
 std::vector<Subscription*>* subscriptions = nullptr;
 std::vector<Wanted>* wanted = nullptr;
@@ -517,6 +521,27 @@ bytea* to_bytea(const void* data, std::size_t len) {
 
 // Stores records [from, to) of `sub`'s batch (and the positions to store) in one transaction;
 // returns the number of records.
+// Whether the batch's records (in the consumer's order: by partition, offsets rising) store
+// some lane's rows at offsets not above what this process stored there before.
+bool stores_below(const std::string& subscription, rd_kafka_message_t* const* messages, int n) {
+    return call_cpp([&] {
+        if (stored_offsets == nullptr) stored_offsets = new handlers::StoredOffsets();
+        bool below = false;
+        for (int k = 0; k < n;) {
+            rd_kafka_message_t* first = messages[k];
+            int last = k;
+            while (last + 1 < n && messages[last + 1]->rkt == first->rkt &&
+                   messages[last + 1]->partition == first->partition)
+                ++last;
+            below |= stored_offsets->store(subscription, rd_kafka_topic_name(first->rkt),
+                                           first->partition, first->offset,
+                                           messages[last]->offset);
+            k = last + 1;
+        }
+        return below;
+    });
+}
+
 std::size_t store_chunk(Subscription* sub, std::size_t from, std::size_t to) {
     std::size_t n = to - from;
     // Classify in C++, then build the columns here.
@@ -664,6 +689,9 @@ std::size_t store_chunk(Subscription* sub, std::size_t from, std::size_t to) {
             conflicts = SPI_processed;
         }
     }
+
+    if (inserted > 0 && stores_below(sub->name, messages, count))
+        shmem::inbox_requeued_at_commit();
 
     const std::vector<kafka::PartitionEnd>* ends =
         call_cpp([&] { return &consumer->partition_ends(sub->id, from, to); });

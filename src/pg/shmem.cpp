@@ -3,6 +3,7 @@
 
 extern "C" {
 #include "access/twophase.h"
+#include "common/hashfn.h"
 #include "access/xact.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -58,12 +59,37 @@ struct Shared {
     slock_t mutex;
     WorkerSlot slots[kSlots];
     pg_atomic_uint64 subscriptions_generation;
+    // Changes that can make inbox rows wait again below a handler worker's low-water marks
+    // (see inbox_generation()): bumped before such a transaction becomes visible and again
+    // after; `inbox_in_flight` counts the transactions between the two bumps.
+    pg_atomic_uint64 inbox_generation;
+    pg_atomic_uint32 inbox_in_flight;
     int n_writers;
     pg_atomic_uint32 writers[FLEXIBLE_ARRAY_MEMBER];  // indexed by pgprocno
 };
 
 Shared* shared = nullptr;
 int my_slot = -1;
+
+// The handler workers' shared low-water marks (see share_lane_mark()): open addressing by the
+// lane's hash, never deleted (a lane's slot is reused for it); a lane whose names do not fit, or
+// that finds no free slot within kLaneMarkProbes, is not shared.
+constexpr int kLaneMarkSlots = 4096;
+constexpr int kLaneMarkProbes = 64;
+struct LaneMarkSlot {
+    bool used;
+    uint32 hash;
+    int32 partition;
+    uint64 generation;
+    int64 mark;
+    char subscription[NAMEDATALEN];
+    char topic[256];
+};
+struct LaneMarkTable {
+    slock_t mutex;
+    LaneMarkSlot slots[kLaneMarkSlots];
+};
+LaneMarkTable* lane_marks = nullptr;
 shmem_request_hook_type prev_request_hook = nullptr;
 shmem_startup_hook_type prev_startup_hook = nullptr;
 
@@ -77,6 +103,7 @@ Size shared_size() {
 void request_hook() {
     if (prev_request_hook) prev_request_hook();
     RequestAddinShmemSpace(shared_size());
+    RequestAddinShmemSpace(sizeof(LaneMarkTable));
 }
 
 void startup_hook() {
@@ -88,8 +115,16 @@ void startup_hook() {
         memset(shared, 0, offsetof(Shared, writers));
         SpinLockInit(&shared->mutex);
         pg_atomic_init_u64(&shared->subscriptions_generation, 1);
+        pg_atomic_init_u64(&shared->inbox_generation, 1);
+        pg_atomic_init_u32(&shared->inbox_in_flight, 0);
         shared->n_writers = writer_count();
         for (int i = 0; i < shared->n_writers; ++i) pg_atomic_init_u32(&shared->writers[i], 0);
+    }
+    lane_marks = static_cast<LaneMarkTable*>(
+        ShmemInitStruct("pg_eventbox lane marks", sizeof(LaneMarkTable), &found));
+    if (!found) {
+        memset(lane_marks, 0, sizeof(LaneMarkTable));
+        SpinLockInit(&lane_marks->mutex);
     }
     LWLockRelease(AddinShmemInitLock);
 }
@@ -207,7 +242,35 @@ bool relay_at_commit = false;
 bool changes_at_commit = false;
 bool launcher_at_commit = false;
 
+bool inbox_at_commit = false;    // inbox_requeued_at_commit() was called in this transaction
+bool inbox_in_flight = false;    // ... and its first bump is done, the second one not yet
+
+// The two bumps of an inbox change (see inbox_generation()): the first before the commit makes
+// it visible (in_flight, then generation), the second after (generation, then in_flight).
+void inbox_bump_before_commit() {
+    if (shared == nullptr || inbox_in_flight) return;
+    pg_atomic_fetch_add_u32(&shared->inbox_in_flight, 1);
+    pg_atomic_fetch_add_u64(&shared->inbox_generation, 1);
+    inbox_in_flight = true;
+}
+
+void inbox_bump_after_commit() {
+    if (shared == nullptr || !inbox_in_flight) return;
+    pg_atomic_fetch_add_u64(&shared->inbox_generation, 1);
+    pg_atomic_fetch_sub_u32(&shared->inbox_in_flight, 1);
+    inbox_in_flight = false;
+}
+
 void on_xact_event(XactEvent event, void*) {
+    if (event == XACT_EVENT_PRE_COMMIT || event == XACT_EVENT_PARALLEL_PRE_COMMIT) {
+        if (inbox_at_commit) inbox_bump_before_commit();
+        return;
+    }
+    // Ends the bracket whatever happens next (an abort after PRE_COMMIT too). A PREPAREd
+    // transaction commits later in another session, unseen: the workers' periodic drop of their
+    // marks covers it (README, "Low-water marks").
+    inbox_bump_after_commit();
+    inbox_at_commit = false;
     if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT) {
         if (relay_at_commit) wake_relay();
         if (changes_at_commit) subscriptions_changed();
@@ -240,6 +303,90 @@ void wake_launcher_at_commit() {
 void subscriptions_changed_at_commit() {
     register_commit_callback_once();
     changes_at_commit = true;
+    // Every operation that calls it (retry, redrive, skip, replay, reprocess, handler and
+    // subscription changes) may make inbox rows wait again.
+    inbox_at_commit = true;
+}
+
+void inbox_requeued_at_commit() {
+    register_commit_callback_once();
+    inbox_at_commit = true;
+}
+
+void inbox_generation_bump() {
+    if (shared != nullptr) pg_atomic_fetch_add_u64(&shared->inbox_generation, 1);
+}
+
+namespace {
+
+// The slot of a lane (with the table's mutex held): its own, or a free one when `claim`;
+// nullptr when none.
+LaneMarkSlot* lane_mark_slot(const char* subscription, const char* topic, int32 partition,
+                             bool claim) {
+    std::size_t sl = strlen(subscription), tl = strlen(topic);
+    if (sl >= NAMEDATALEN || tl >= sizeof(LaneMarkSlot::topic)) return nullptr;
+    uint32 hash = hash_bytes(reinterpret_cast<const unsigned char*>(subscription),
+                             static_cast<int>(sl)) ^
+                  (hash_bytes(reinterpret_cast<const unsigned char*>(topic), static_cast<int>(tl)) *
+                   2654435761u) ^
+                  static_cast<uint32>(partition);
+    for (int k = 0; k < kLaneMarkProbes; ++k) {
+        LaneMarkSlot* slot = &lane_marks->slots[(hash + k) % kLaneMarkSlots];
+        if (!slot->used) {
+            if (!claim) return nullptr;
+            slot->used = true;
+            slot->hash = hash;
+            slot->partition = partition;
+            slot->generation = 0;
+            slot->mark = -1;
+            memcpy(slot->subscription, subscription, sl + 1);
+            memcpy(slot->topic, topic, tl + 1);
+            return slot;
+        }
+        if (slot->hash == hash && slot->partition == partition &&
+            strcmp(slot->subscription, subscription) == 0 && strcmp(slot->topic, topic) == 0)
+            return slot;
+    }
+    return nullptr;
+}
+
+}  // namespace
+
+void share_lane_mark(const char* subscription, const char* topic, int32 partition,
+                     uint64 generation, int64 mark) {
+    if (lane_marks == nullptr) return;
+    SpinLockAcquire(&lane_marks->mutex);
+    LaneMarkSlot* slot = lane_mark_slot(subscription, topic, partition, true);
+    if (slot != nullptr) {
+        if (slot->generation == generation) {
+            slot->mark = Max(slot->mark, mark);
+        } else if (slot->generation < generation) {
+            slot->generation = generation;
+            slot->mark = mark;
+        }
+    }
+    SpinLockRelease(&lane_marks->mutex);
+}
+
+int64 shared_lane_mark(const char* subscription, const char* topic, int32 partition,
+                       uint64 generation) {
+    if (lane_marks == nullptr) return -1;
+    int64 mark = -1;
+    SpinLockAcquire(&lane_marks->mutex);
+    LaneMarkSlot* slot = lane_mark_slot(subscription, topic, partition, false);
+    if (slot != nullptr && slot->generation == generation) mark = slot->mark;
+    SpinLockRelease(&lane_marks->mutex);
+    return mark;
+}
+
+InboxGeneration inbox_generation() {
+    if (shared == nullptr) return InboxGeneration{0, 1};
+    // Generation first, then in_flight (the reverse of the first bump's order): a bracket
+    // opened after the generation was read shows as a later generation, one opened before it
+    // shows in in_flight. fetch_add(0) is a full barrier.
+    uint64 generation = pg_atomic_fetch_add_u64(&shared->inbox_generation, 0);
+    uint32 in_flight = pg_atomic_fetch_add_u32(&shared->inbox_in_flight, 0);
+    return InboxGeneration{generation, in_flight};
 }
 
 uint64 subscriptions_generation() {

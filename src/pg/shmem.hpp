@@ -43,6 +43,28 @@ uint64 subscriptions_generation();
 // PREPARE): the relay for messages sent in it, the workers for configuration changed in it.
 void wake_relay_at_commit();
 void subscriptions_changed_at_commit();
+// Inbox rows that may wait again below offsets a handler worker already passed (a requeue, a
+// record stored again at a lower offset): announced by inbox_requeued_at_commit(), which bumps
+// the generation once before the transaction's commit makes it visible and once after. A worker
+// that reads the generation before and after a read knows whether such a change could have
+// become visible in between; `in_flight` counts the transactions between their two bumps.
+struct InboxGeneration {
+    uint64 generation;
+    uint32 in_flight;
+};
+void inbox_requeued_at_commit();
+InboxGeneration inbox_generation();
+// Moves the generation without a change (the handler workers' periodic drop of their marks).
+void inbox_generation_bump();
+// The handler workers' live-range marks, shared (a lane goes from worker to worker): each
+// holds for the generation it was derived under; share_lane_mark() raises a lane's mark of that
+// generation or replaces an older one; shared_lane_mark() returns -1 unless the lane has one
+// of `generation`.
+void share_lane_mark(const char* subscription, const char* topic, int32 partition,
+                     uint64 generation, int64 mark);
+int64 shared_lane_mark(const char* subscription, const char* topic, int32 partition,
+                       uint64 generation);
+
 // Sets the launcher's latch when the current transaction commits (an extension was created,
 // updated or dropped).
 void wake_launcher_at_commit();

@@ -276,14 +276,17 @@ TEST(PassStateLanes, ChosenMessageCarriesWhatRunningNeeds) {
     EXPECT_EQ(m.attempts, 0);
     EXPECT_EQ(m.tid, (7u << 16) | 3);
     EXPECT_TRUE(m.handled);
+    EXPECT_EQ(m.index, 0u);  // in its lane's read order
     m = state.chosen(1);
     EXPECT_STREQ(m.id, "m2");
+    EXPECT_EQ(m.index, 1u);
     EXPECT_EQ(m.attempts, 4);
     EXPECT_EQ(m.tid, (9u << 16) | 1);
     m = state.chosen(2);
     EXPECT_EQ(m.lane, 1u);
     EXPECT_EQ(state.lane_of_chosen(2), 1u);
     EXPECT_STREQ(m.id, "m3");
+    EXPECT_EQ(m.index, 0u);
     EXPECT_EQ(m.event_type, nullptr);  // none, not ""
     EXPECT_TRUE(state.chosen_has_id(2, "m3"));
     EXPECT_FALSE(state.chosen_has_id(2, "m2"));

@@ -1,6 +1,7 @@
-"""The relay's and the ingest worker's statements cost what their batch costs, whatever the
-statistics say (issue 14's audit; the handler path has test_handler_plans_unanalyzed.py, the
-retention purge test_retention.py).
+"""The relay's, the ingest worker's and the handler workers' statements cost what their batch
+costs, whatever the statistics say (issue 14's audit; the handler path's statements as
+eventbox.process() runs them have test_handler_plans_unanalyzed.py, the retention purge
+test_retention.py).
 
 A cluster of its own loads auto_explain next to the extension (log_analyze, log_buffers, every
 statement, JSON), so the log shows the plan of every statement the real background workers run,
@@ -49,12 +50,12 @@ PLAN_RE = re.compile(r"^(\S+ \S+) UTC \[(\d+)\] ([^:\n]+?) LOG:  duration: [\d.]
 writing_windows = []
 
 
-def worker_plans(cluster):
-    """(backend type, query text, plan dict) of every statement a relay or ingest worker ran."""
+def worker_plans(cluster, workers=WORKERS):
+    """(backend type, query text, plan dict) of every statement the workers ran."""
     out = []
     for m in PLAN_RE.finditer(cluster.log_text()):
         backend = m.group(3).strip()
-        if backend not in WORKERS:
+        if backend not in workers:
             continue
         doc = json.loads(m.group(4))
         at = datetime.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S.%f").replace(
@@ -167,3 +168,77 @@ def test_relay_and_ingest_plans_are_bounded_by_their_batch(clusters, kafka):
         len(bad), "\n".join(bad[:20]))
     big = max((rows_handled(plan) for _, _, plan in plans), default=0)
     assert big >= 100, "the workers' plans handled at most %d rows: no batch was checked" % big
+
+
+# The handler workers over a backlog whose handled messages leave their todo index entries
+# behind (autovacuum off: none is ever vacuumed away). A read that started at a lane's first
+# offset, or a probe that landed at a lane's start, walked every message handled before in that
+# lane: tens of thousands of entries by the end. With the workers' low-water marks (README,
+# "Low-water marks") a lane read starts past them and a lane probe is one descent.
+HANDLER_RECORDS = 150000
+HANDLER_PARTITIONS = 3
+# Lane reads and lane probes: a heap page per row at most, plus the index descent and the
+# entries of the one batch handled since the mark was set (each may cost a heap visit until a
+# scan marks it dead), so up to 3 buffers per row; a probe (one row) gets the fixed part.
+HANDLER_BUFFERS_PER_ROW = 3
+HANDLER_FIXED_BUFFERS = 30
+# The plain probe for lanes missing from eventbox.offsets (a worker's discovery walk, at most
+# once a second when idle and after its marks are dropped every 10 s) still walks them.
+DISCOVERY_PROBE = "ORDER BY topic, \"partition\" LIMIT 1"
+
+
+def handler_problems(text, plan):
+    found = []
+    if "FROM eventbox.inbox" not in text or DISCOVERY_PROBE in text:
+        return found
+    if not ("i.\"offset\" >=" in text):
+        return found   # not a lane read or lane probe
+    rows = rows_handled(plan)
+    limit = HANDLER_BUFFERS_PER_ROW * max(rows, 1) + HANDLER_FIXED_BUFFERS
+    for n in nodes(plan):
+        if "inbox" not in n.get("Relation Name", "") + n.get("Index Name", ""):
+            continue
+        buffers = n.get("Shared Hit Blocks", 0) + n.get("Shared Read Blocks", 0)
+        if buffers > limit:
+            found.append("%s on %s: %d buffers for %d rows (limit %d)\n    in: %s" % (
+                n["Node Type"], n.get("Index Name") or n.get("Relation Name"), buffers, rows,
+                limit, " ".join(text.split())[:160]))
+    return found
+
+
+def test_handler_worker_reads_are_bounded_by_their_batch(clusters, kafka):
+    cluster = clusters("hplans").start(conf=EXPLAIN_CONF, brokers=kafka.bootstrap)
+    conn = cluster.connect()
+    query(conn, "CREATE EXTENSION pg_eventbox")
+    query(conn, """
+        CREATE ROLE hplans_role;
+        CREATE TABLE public.hplans_sink (id text);
+        GRANT INSERT ON public.hplans_sink TO hplans_role;
+        CREATE FUNCTION public.hplans_on(m eventbox.inbox) RETURNS void LANGUAGE sql
+            AS $$ INSERT INTO public.hplans_sink VALUES (m.message_id) $$;""")
+    topic = kafka.topic("hplans", partitions=HANDLER_PARTITIONS)
+    kafka.produce(topic, [("h-%d" % i, i % HANDLER_PARTITIONS, "k%d" % (i % 64), {"n": i}, "T")
+                          for i in range(HANDLER_RECORDS)], timeout=300)
+    query(conn, "BEGIN; SELECT eventbox.create_subscription('hplans', ARRAY[%s]); "
+                "SELECT eventbox.register_handler('hplans', 'public.hplans_on(eventbox.inbox)'"
+                "::regprocedure, run_as => 'hplans_role'); COMMIT", (topic,))
+    wait_until(lambda: query_one(conn, "SELECT count(*) FROM public.hplans_sink")
+               == HANDLER_RECORDS, 600, 0.5,
+               what="the handler workers handled %d messages" % HANDLER_RECORDS)
+    assert query_one(conn, "SELECT count(*) FROM pg_stat_user_tables WHERE schemaname = "
+                           "'eventbox' AND relname = 'inbox' AND "
+                           "(last_autoanalyze IS NOT NULL OR last_autovacuum IS NOT NULL)") == 0
+    time.sleep(1)   # the last statements' plans reach the log
+    plans = worker_plans(cluster, ("eventbox handler",))
+    texts = [t for _, t, _ in plans]
+    reads = [t for t in texts if "ORDER BY i.\"offset\" LIMIT $4" in t]
+    probes = [t for t in texts if "SELECT EXISTS" in t and "i.\"offset\" >= $4" in t]
+    discovery = [t for t in texts if DISCOVERY_PROBE in t]
+    assert reads and probes, "no lane read or lane probe of a handler worker in the log"
+    bad = [p for _, t, plan in plans for p in handler_problems(t, plan)]
+    print("handler workers: %d lane reads, %d lane probes, %d discovery probes; %d over the "
+          "bound" % (len(reads), len(probes), len(discovery), len(bad)))
+    assert not bad, "%d plan nodes of handler workers scan more than their batch:\n%s" % (
+        len(bad), "\n".join(bad[:20]))
+    # The discovery walk stays occasional (the lanes come from eventbox.offsets).
+    assert len(discovery) < len(probes), (len(discovery), len(probes))

@@ -1,0 +1,80 @@
+// Low-water marks of a handler worker's lanes and the ingest's stored offsets (see
+// handlers/low_water.hpp). Pure C++.
+#include "handlers/low_water.hpp"
+
+#include <algorithm>
+
+namespace eventbox::handlers {
+
+void LaneMarks::drop_marks() {
+    for (auto& [subscription, lanes] : lanes_)
+        for (Lane& lane : lanes) lane.mark = LaneMark{};
+}
+
+const std::vector<LaneMarks::Lane>* LaneMarks::lanes_of(std::string_view subscription) const {
+    auto it = lanes_.find(subscription);
+    return it == lanes_.end() ? nullptr : &it->second;
+}
+
+long LaneMarks::find(std::string_view subscription, std::string_view topic,
+                     int32_t partition) const {
+    const std::vector<Lane>* lanes = lanes_of(subscription);
+    if (lanes == nullptr) return -1;
+    for (std::size_t i = 0; i < lanes->size(); ++i)
+        if ((*lanes)[i].partition == partition && (*lanes)[i].topic == topic)
+            return static_cast<long>(i);
+    return -1;
+}
+
+std::size_t LaneMarks::count(std::string_view subscription) const {
+    const std::vector<Lane>* lanes = lanes_of(subscription);
+    return lanes == nullptr ? 0 : lanes->size();
+}
+
+const std::string& LaneMarks::topic(std::string_view subscription, std::size_t position) const {
+    return lanes_of(subscription)->at(position).topic;
+}
+
+int32_t LaneMarks::partition(std::string_view subscription, std::size_t position) const {
+    return lanes_of(subscription)->at(position).partition;
+}
+
+LaneMark LaneMarks::mark(std::string_view subscription, std::size_t position) const {
+    return lanes_of(subscription)->at(position).mark;
+}
+
+std::size_t LaneMarks::learn(std::string_view subscription, long after, std::string_view topic,
+                             int32_t partition) {
+    long known = find(subscription, topic, partition);
+    if (known >= 0) return static_cast<std::size_t>(known);
+    auto it = lanes_.find(subscription);
+    if (it == lanes_.end()) it = lanes_.emplace(std::string(subscription), std::vector<Lane>{}).first;
+    std::vector<Lane>& lanes = it->second;
+    std::size_t at = std::min(static_cast<std::size_t>(std::max(after + 1, 0L)), lanes.size());
+    lanes.insert(lanes.begin() + static_cast<std::ptrdiff_t>(at),
+                 Lane{std::string(topic), partition, LaneMark{}});
+    return at;
+}
+
+void LaneMarks::raise(std::string_view subscription, std::size_t position, bool replay,
+                      int64_t offset) {
+    auto it = lanes_.find(subscription);
+    if (it == lanes_.end() || position >= it->second.size()) return;
+    int64_t& mark = replay ? it->second[position].mark.replay : it->second[position].mark.live;
+    mark = std::max(mark, offset);
+}
+
+bool StoredOffsets::store(std::string_view subscription, std::string_view topic,
+                          int32_t partition, int64_t first, int64_t last) {
+    auto key = std::make_tuple(std::string(subscription), std::string(topic), partition);
+    auto it = highest_.find(key);
+    if (it == highest_.end()) {
+        highest_.emplace(std::move(key), std::max(first, last));
+        return true;
+    }
+    bool lower = first <= it->second;
+    it->second = std::max({it->second, first, last});
+    return lower;
+}
+
+}  // namespace eventbox::handlers

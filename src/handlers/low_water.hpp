@@ -1,0 +1,89 @@
+// Low-water marks of a handler worker's lanes (README, "Low-water marks"): for each lane of a
+// subscription, offsets below which its live range and its replay range hold no message to
+// handle, so that a lane read and a next-lane probe start past the index entries of messages
+// handled before (dead or not yet vacuumed) instead of walking them.
+//
+// The lanes a worker knows are kept per subscription in the order the inbox index sorts them,
+// which is the database collation's: that order is learned from the probes that find lanes
+// (a lane found between two known ones goes between them) and never computed here.
+//
+// The ingest side's StoredOffsets tells when a batch stores a record at an offset not above
+// every one this process stored before in that lane (a replay(), a seek, a restart): then the
+// handler workers' marks must go.
+//
+// Pure C++.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+namespace eventbox::handlers {
+
+// No mark: the range is read from its first offset.
+inline constexpr int64_t kNoMark = -1;
+
+struct LaneMark {
+    int64_t live = kNoMark;    // mode live or backfill
+    int64_t replay = kNoMark;  // mode replay (eventbox.reprocess())
+};
+
+class LaneMarks {
+  public:
+    // Forgets every mark (the lanes stay known, in their order).
+    void drop_marks();
+    // Forgets every lane and mark: each subscription's lanes are loaded again.
+    void drop_all() { lanes_.clear(); }
+    // Whether the subscription's lanes were loaded since the last drop_all(); begin_load()
+    // marks them loaded (none yet: learn() adds them).
+    bool loaded(std::string_view subscription) const { return lanes_of(subscription) != nullptr; }
+    void begin_load(std::string_view subscription) { lanes_[std::string(subscription)].clear(); }
+
+    // The position of a lane among the subscription's known lanes, or -1.
+    long find(std::string_view subscription, std::string_view topic, int32_t partition) const;
+    std::size_t count(std::string_view subscription) const;
+    // The lane at `position` (0 <= position < count()): its topic stays valid until the
+    // subscription's lanes change (learn()).
+    const std::string& topic(std::string_view subscription, std::size_t position) const;
+    int32_t partition(std::string_view subscription, std::size_t position) const;
+    LaneMark mark(std::string_view subscription, std::size_t position) const;
+
+    // Learns a lane that the index sorts right after the known lane at `after` (-1: before the
+    // first one) and before the one that follows it; returns its position. A lane known already
+    // keeps its place.
+    std::size_t learn(std::string_view subscription, long after, std::string_view topic,
+                      int32_t partition);
+
+    // Raises the mark of the lane's live or replay range to `offset` (never lowers it: a read
+    // from the mark found its first row at `offset`).
+    void raise(std::string_view subscription, std::size_t position, bool replay, int64_t offset);
+
+  private:
+    struct Lane {
+        std::string topic;
+        int32_t partition = 0;
+        LaneMark mark;
+    };
+    std::map<std::string, std::vector<Lane>, std::less<>> lanes_;
+    const std::vector<Lane>* lanes_of(std::string_view subscription) const;
+};
+
+// Highest offset stored so far by this ingest process, by (subscription, topic, partition).
+class StoredOffsets {
+  public:
+    // Records that a batch stores offsets `first` to `last` in the lane. Returns true when
+    // `first` is not above every offset stored in the lane before by this process (or it stored
+    // none there): a row may then wait below a handler worker's mark.
+    bool store(std::string_view subscription, std::string_view topic, int32_t partition,
+               int64_t first, int64_t last);
+    void clear() { highest_.clear(); }
+
+  private:
+    std::map<std::tuple<std::string, std::string, int32_t>, int64_t> highest_;
+};
+
+}  // namespace eventbox::handlers

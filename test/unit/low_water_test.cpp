@@ -1,0 +1,110 @@
+// Low-water marks of a handler worker's lanes and the ingest's stored offsets
+// (src/handlers/low_water.cpp): lanes kept in the order the probes found them, marks that only
+// rise and are dropped together, and when a batch stores below what was stored before.
+#include "handlers/low_water.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace eventbox::handlers {
+namespace {
+
+std::vector<std::pair<std::string, int32_t>> lanes(const LaneMarks& m, const char* sub) {
+    std::vector<std::pair<std::string, int32_t>> out;
+    for (std::size_t i = 0; i < m.count(sub); ++i) out.emplace_back(m.topic(sub, i), m.partition(sub, i));
+    return out;
+}
+
+TEST(LaneMarks, LanesKeepTheOrderTheProbesFoundThemIn) {
+    LaneMarks m;
+    EXPECT_EQ(m.count("s"), 0u);
+    EXPECT_EQ(m.find("s", "t", 0), -1);
+    // Found past the last known lane, then one between two known lanes, then one before all:
+    // the order is the index's (a collation's), never compared here ("b" before "a" is fine).
+    EXPECT_EQ(m.learn("s", -1, "b", 0), 0u);
+    EXPECT_EQ(m.learn("s", 0, "a", 7), 1u);
+    EXPECT_EQ(m.learn("s", 0, "b", 3), 1u);
+    EXPECT_EQ(m.learn("s", -1, "0", 1), 0u);
+    using L = std::vector<std::pair<std::string, int32_t>>;
+    EXPECT_EQ(lanes(m, "s"), (L{{"0", 1}, {"b", 0}, {"b", 3}, {"a", 7}}));
+    EXPECT_EQ(m.find("s", "b", 3), 2);
+    EXPECT_EQ(m.find("s", "b", 4), -1);
+    // A lane known already keeps its place.
+    EXPECT_EQ(m.learn("s", -1, "a", 7), 3u);
+    EXPECT_EQ(m.count("s"), 4u);
+    // Subscriptions are apart.
+    EXPECT_EQ(m.count("other"), 0u);
+    EXPECT_EQ(m.find("other", "b", 0), -1);
+}
+
+TEST(LaneMarks, MarksStartAtNoneRiseOnlyAndAreDroppedTogether) {
+    LaneMarks m;
+    std::size_t a = m.learn("s", -1, "t", 0);
+    std::size_t b = m.learn("s", 0, "t", 1);
+    std::size_t c = m.learn("u", -1, "t", 0);
+    EXPECT_EQ(m.mark("s", a).live, kNoMark);
+    EXPECT_EQ(m.mark("s", a).replay, kNoMark);
+    m.raise("s", a, false, 100);
+    m.raise("s", a, false, 40);  // never lowered
+    m.raise("s", a, true, 7);
+    m.raise("s", b, false, 5);
+    m.raise("u", c, true, 9);
+    EXPECT_EQ(m.mark("s", a).live, 100);
+    EXPECT_EQ(m.mark("s", a).replay, 7);
+    EXPECT_EQ(m.mark("s", b).live, 5);
+    EXPECT_EQ(m.mark("s", b).replay, kNoMark);
+    EXPECT_EQ(m.mark("u", c).replay, 9);
+    // A lane learned before a marked one moves it, mark and all.
+    m.learn("s", -1, "s", 9);
+    EXPECT_EQ(m.mark("s", a + 1).live, 100);
+    m.raise("s", 99, false, 1);  // no such lane: nothing happens
+    m.drop_marks();
+    for (std::size_t i = 0; i < m.count("s"); ++i) {
+        EXPECT_EQ(m.mark("s", i).live, kNoMark);
+        EXPECT_EQ(m.mark("s", i).replay, kNoMark);
+    }
+    EXPECT_EQ(m.mark("u", c).replay, kNoMark);
+    EXPECT_EQ(m.count("s"), 3u);  // the lanes stay known
+}
+
+TEST(LaneMarks, LoadedUntilDropAll) {
+    LaneMarks m;
+    EXPECT_FALSE(m.loaded("s"));
+    m.begin_load("s");  // a subscription without lanes yet is loaded too
+    EXPECT_TRUE(m.loaded("s"));
+    EXPECT_EQ(m.count("s"), 0u);
+    m.learn("s", -1, "t", 0);
+    m.learn("s", 0, "t", 1);
+    m.raise("s", 1, false, 50);
+    m.drop_marks();
+    EXPECT_TRUE(m.loaded("s"));
+    EXPECT_EQ(m.count("s"), 2u);
+    m.raise("s", 1, false, 60);
+    m.drop_all();
+    EXPECT_FALSE(m.loaded("s"));
+    EXPECT_EQ(m.count("s"), 0u);
+    EXPECT_EQ(m.find("s", "t", 1), -1);
+    m.begin_load("s");
+    EXPECT_EQ(m.learn("s", -1, "t", 1), 0u);
+    EXPECT_EQ(m.mark("s", 0).live, kNoMark);
+}
+
+TEST(StoredOffsets, BelowWhatWasStoredBeforeOrFirstTimeInALane) {
+    StoredOffsets s;
+    EXPECT_TRUE(s.store("s", "t", 0, 0, 99));      // the lane's first batch in this process
+    EXPECT_FALSE(s.store("s", "t", 0, 100, 199));  // consumption goes on
+    EXPECT_FALSE(s.store("s", "t", 0, 250, 260));  // a gap (compacted, transactional markers)
+    EXPECT_TRUE(s.store("s", "t", 0, 120, 130));   // replay() or a seek: below what is stored
+    EXPECT_FALSE(s.store("s", "t", 0, 261, 270));  // the highest stayed 260
+    EXPECT_TRUE(s.store("s", "t", 0, 270, 280));   // the same offset again
+    EXPECT_TRUE(s.store("s", "t", 1, 500, 510));   // another lane, another subscription
+    EXPECT_TRUE(s.store("x", "t", 0, 500, 510));
+    s.clear();
+    EXPECT_TRUE(s.store("s", "t", 0, 1000, 1001));
+}
+
+}  // namespace
+}  // namespace eventbox::handlers
