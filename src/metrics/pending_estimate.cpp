@@ -43,6 +43,7 @@ void PendingEstimate::end_count(int64_t took_ms) {
     counted_rows_ = outbox_.pending;
     for (const auto& [name, base] : inbox_) counted_rows_ += base.pending;
     counted_ = true;
+    ++counts_;
 }
 
 int64_t PendingEstimate::total(

@@ -43,12 +43,16 @@ public:
     int64_t outbox(int64_t balance) const;
     bool inbox(const std::string& subscription, int64_t balance, int64_t* pending) const;
 
+    // Exact counts ended so far, and how long the last one took.
+    int64_t counts() const { return counts_; }
+    int64_t took_ms() const { return took_ms_; }
+
 private:
     struct Base {
         int64_t pending, balance;
     };
     bool counted_ = false;
-    int64_t counted_at_ms_ = 0, took_ms_ = 0, counted_rows_ = 0;
+    int64_t counted_at_ms_ = 0, took_ms_ = 0, counted_rows_ = 0, counts_ = 0;
     Base outbox_{0, 0};
     std::map<std::string, Base> inbox_;
 };

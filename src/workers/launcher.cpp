@@ -373,8 +373,6 @@ void open_http() {
 
 // Pending counts between exact counts (metrics/pending_estimate.hpp).
 metrics::PendingEstimate* pending_estimate = nullptr;
-int64 pending_counts = 0;
-double pending_count_seconds = 0;
 
 int64 outbox_balance(const metrics::Counters& c) {
     return static_cast<int64>(c.outbox_added - c.outbox_settled);
@@ -388,11 +386,9 @@ int64 inbox_balance(const metrics::Counters& c, const char* subscription) {
     return 0;  // no batch counted yet
 }
 
-// An exact count; the balances are read before it, so a batch committed meanwhile is counted
-// by both (until the next count) rather than by neither.
-void count_gauges() {
-    metrics::Counters c;
-    metrics::snapshot(&c);
+// An exact count; the balances `c` are read before it, so a batch committed meanwhile is
+// counted by both (until the next count) rather than by neither.
+void count_gauges(const metrics::Counters& c) {
     int64 started = worker::now_ms();
     MemoryContextReset(gauge_context);
     metrics::query_gauges(&gauges, gauge_context, metrics::GaugeCost::kCounted);
@@ -405,8 +401,6 @@ void count_gauges() {
                                         inbox_balance(c, gauges.inbox[i].subscription));
         pending_estimate->end_count(took);
     });
-    ++pending_counts;
-    pending_count_seconds = static_cast<double>(took) / 1000.0;
 }
 
 void refresh_pending(void*) {
@@ -420,7 +414,7 @@ void refresh_pending(void*) {
                 [&](const std::string& name) { return inbox_balance(c, name.c_str()); });
             return pending_estimate->count_due(worker::now_ms(), waiting);
         })) {
-        count_gauges();
+        count_gauges(c);
         return;
     }
     MemoryContextReset(gauge_context);
@@ -435,13 +429,13 @@ void refresh_pending(void*) {
         }
         return false;
     });
-    if (missing) count_gauges();  // a subscription created since the last count
+    if (missing) count_gauges(c);  // a subscription created since the last count
 }
 
 void refresh_gauges(void* arg) {
     refresh_pending(arg);
-    gauges.counts = pending_counts;
-    gauges.count_seconds = pending_count_seconds;
+    gauges.counts = pending_estimate->counts();
+    gauges.count_seconds = static_cast<double>(pending_estimate->took_ms()) / 1000.0;
 }
 
 // Answers the scrapes waiting for a body.

@@ -11,6 +11,8 @@ TEST(PendingEstimate, CountsFirstAndEverySecondWhileCheap) {
     p.start_count(0);
     p.set_inbox("orders", 15000, 0);
     p.end_count(19);  // 19 ms x 50 < 1 s: counting every refresh costs under 2%
+    EXPECT_EQ(p.counts(), 1);
+    EXPECT_EQ(p.took_ms(), 19);
     EXPECT_TRUE(p.count_due(1000, 15000));
     EXPECT_TRUE(p.count_due(999, 15000));  // refreshes come once a second: never skipped while cheap
 }
