@@ -799,6 +799,11 @@ DROP INDEX eventbox.inbox_todo_idx;
 CREATE INDEX inbox_todo_idx ON eventbox.inbox
     (subscription, topic, "partition", (mode = 'replay'), "offset")
     WHERE status IN ('received', 'retry');
+-- The keys of a lane that wait for a retry are read in the order they become due, which only
+-- this index gives (the handler workers' plans must not depend on statistics).
+DROP INDEX eventbox.inbox_retry_idx;
+CREATE INDEX inbox_retry_idx ON eventbox.inbox (subscription, topic, "partition", next_attempt_at)
+    WHERE status = 'retry';
 
 -- ---------------------------------------------------------------------------------------------
 -- Replay and backfill modes, suppressed sends, dry runs (0.2.0).

@@ -573,8 +573,9 @@ SELECT pg_catalog.pg_extension_config_dump('eventbox.handlers', '');
 CREATE INDEX inbox_todo_idx ON eventbox.inbox
     (subscription, topic, "partition", (mode = 'replay'), "offset")
     WHERE status IN ('received', 'retry');
--- With ordering 'key', the keys of a partition that wait for a retry.
-CREATE INDEX inbox_retry_idx ON eventbox.inbox (subscription, topic, "partition")
+-- With ordering 'key', the keys of a partition that wait for a retry, in the order they become
+-- due: the handler workers read them in that order, which no other index gives.
+CREATE INDEX inbox_retry_idx ON eventbox.inbox (subscription, topic, "partition", next_attempt_at)
     WHERE status = 'retry';
 
 CREATE FUNCTION eventbox._register_handler(caller oid, subscription text, handler regprocedure,

@@ -171,9 +171,12 @@ void prepare_plans() {
         "SELECT ordering, max_attempts, (extract(epoch FROM backoff) * 1000)::int8, "
         "(extract(epoch FROM backoff_max) * 1000)::int8, unhandled = 'keep', "
         // One probe of inbox_replay_idx (empty but for queued replays): lanes are read for
-        // replays only while there are some.
-        "EXISTS (SELECT 1 FROM eventbox.inbox i WHERE i.subscription = $1"
-        "        AND i.status IN ('received', 'retry') AND i.mode = 'replay') "
+        // replays only while there are some. (ORDER BY ... LIMIT 1 rather than EXISTS, which
+        // drops the ORDER BY: only that index gives the order without a sort, the workers turn
+        // sorts off, so no statistics can pick inbox_pkey and walk the subscription's rows.)
+        "(SELECT 1 FROM eventbox.inbox i WHERE i.subscription = $1"
+        "        AND i.status IN ('received', 'retry') AND i.mode = 'replay'"
+        "  ORDER BY i.topic, i.\"partition\", i.\"offset\" LIMIT 1) IS NOT NULL "
         "FROM eventbox.subscriptions WHERE name = $1 AND enabled",
         1, text1);
     handlers_plan = prepare(
@@ -200,16 +203,24 @@ void prepare_plans() {
     // $5: replay range, read when $6): one descent of the todo index each, which lands past the
     // entries of the messages handled before. (A probe crossing a range of such entries walks
     // them, whatever its bounds: a btree scan skips the killed ones before it checks a bound.)
+    // ORDER BY "offset" LIMIT 1 pins the index: only inbox_todo_idx (inbox_replay_idx) gives
+    // that order without a sort, which the workers turn off. An EXISTS would drop the ORDER BY,
+    // and on a small table the planner may find inbox_pkey as cheap: a scan of the
+    // subscription's rows from the first, past every message handled before. The second
+    // column is the lane's next offset to store, read in the same snapshot: a lane without
+    // work has none below it (next_known_lane()).
     Oid known_types[6] = {TEXTOID, TEXTOID, INT4OID, INT8OID, INT8OID, BOOLOID};
     known_lane_plan = prepare(
-        "SELECT EXISTS (SELECT 1 FROM eventbox.inbox i"
+        "SELECT (SELECT 1 FROM eventbox.inbox i"
         "    WHERE i.subscription = $1 AND i.topic = $2 AND i.\"partition\" = $3"
         "      AND i.status IN ('received', 'retry') AND (i.mode = 'replay') IS FALSE"
-        "      AND i.\"offset\" >= $4)"
-        "  OR ($6 AND EXISTS (SELECT 1 FROM eventbox.inbox i"
+        "      AND i.\"offset\" >= $4 ORDER BY i.\"offset\" LIMIT 1) IS NOT NULL"
+        "  OR ($6 AND (SELECT 1 FROM eventbox.inbox i"
         "    WHERE i.subscription = $1 AND i.topic = $2 AND i.\"partition\" = $3"
         "      AND i.status IN ('received', 'retry') AND i.mode = 'replay'"
-        "      AND i.\"offset\" >= $5))",
+        "      AND i.\"offset\" >= $5 ORDER BY i.\"offset\" LIMIT 1) IS NOT NULL),"
+        " (SELECT o.next_offset FROM eventbox.offsets o"
+        "   WHERE o.subscription = $1 AND o.topic = $2 AND o.\"partition\" = $3)",
         6, known_types);
     // The lanes a worker knows: the subscription's stored offsets, in the index's order.
     lanes_plan = prepare(
@@ -244,12 +255,15 @@ void prepare_plans() {
     lane_plan = prepare(LANE_READ("(i.mode = 'replay') IS FALSE"), 11, lane_types);
     replay_lane_plan = prepare(LANE_READ("i.mode = 'replay'"), 11, lane_types);
 #undef LANE_READ
-    // Keys of a lane that wait for a retry (ordering 'key').
+    // Keys of a lane that wait for a retry (ordering 'key'). The inner ORDER BY (a subquery
+    // with one is planned on its own) pins inbox_retry_idx, the only index in that order: the
+    // todo index or inbox_pkey would walk the lane's (the subscription's) backlog.
     Oid waiting_types[3] = {TEXTOID, TEXTOID, INT4OID};
     waiting_keys_plan = prepare(
-        "SELECT DISTINCT i.key FROM eventbox.inbox i"
+        "SELECT DISTINCT w.key FROM (SELECT i.key FROM eventbox.inbox i"
         " WHERE i.subscription = $1 AND i.topic = $2 AND i.\"partition\" = $3"
-        "   AND i.status = 'retry' AND i.next_attempt_at > clock_timestamp()",
+        "   AND i.status = 'retry' AND i.next_attempt_at > clock_timestamp()"
+        " ORDER BY i.next_attempt_at) w",
         3, waiting_types);
     // A lane's claim: what the last worker pass in it took (empty once their outcomes committed).
     claim_read_plan = prepare(
@@ -741,14 +755,24 @@ bool next_known_lane(Datum name, const char* subscription, const char* after_top
                          Int64GetDatum(mark.live),
                          Int64GetDatum(mark.replay),
                          BoolGetDatum(replays)};
-        exec(known_lane_plan, args, true, SPI_OK_SELECT);
+        // A snapshot of its own, taken after the pass read the inbox generation: a lane found
+        // without work may have its mark raised (below).
+        exec(known_lane_plan, args, false, SPI_OK_SELECT);
         MemoryContextSwitchTo(keep);
         bool isnull;
-        if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull))) {
+        HeapTuple row = SPI_tuptable->vals[0];
+        if (DatumGetBool(SPI_getbinval(row, SPI_tuptable->tupdesc, 1, &isnull))) {
             *topic = k_topic;
             *partition = k_partition;
             return true;
         }
+        // Nothing waits in the lane from its mark on: whatever waits later is stored at or above
+        // the next offset (stored with the rows, in the same transaction), or made to wait
+        // again by a change that moves the generation. Without this an idle worker would walk
+        // the lane's handled entries at each probe once its marks were dropped.
+        int64 next = DatumGetInt64(SPI_getbinval(row, SPI_tuptable->tupdesc, 2, &isnull));
+        if (!isnull && marks_on && position >= 0 && next > mark.live && marks_still_hold())
+            raise_live_mark(subscription, static_cast<std::size_t>(position), next);
     }
     return false;
 }
