@@ -124,6 +124,7 @@ void on_utility(PlannedStmt* pstmt, const char* query, bool read_only_tree,
     if (changes_schema(pstmt->utilityStmt)) {
         LOCKTAG tag = schema_tag();
         (void)LockAcquire(&tag, ExclusiveLock, false, false);
+        shmem::schema_changing();
     }
     if (prev_utility_hook)
         prev_utility_hook(pstmt, query, read_only_tree, context, params, env, dest, qc);
@@ -142,20 +143,23 @@ void install_extension_hook() {
 
 namespace {
 Oid work_extension = InvalidOid;  // the install this process's work started on
+uint64 seen_schema_changes = 0;   // shmem::schema_changes() when it last checked
 }
 
 bool lock_schema_for_work() {
     LOCKTAG tag = schema_tag();
-    bool waited = LockAcquire(&tag, ShareLock, false, true) == LOCKACQUIRE_NOT_AVAIL;
-    if (waited) {
+    if (LockAcquire(&tag, ShareLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
         (void)LockAcquire(&tag, ShareLock, false, false);
-        AcceptInvalidationMessages();
-    }
-    if (!waited && OidIsValid(work_extension)) return true;
-    // Once per process, to know its install; and after waiting for a DROP or ALTER EXTENSION.
+    // A DROP or ALTER EXTENSION may also have come and gone between this process's transactions
+    // without it waiting (a DROP committed, the CREATE not yet run): the count tells.
+    uint64 changes = shmem::schema_changes();
+    if (OidIsValid(work_extension) && changes == seen_schema_changes) return true;
+    // Once per process, to know its install; and after a DROP or ALTER EXTENSION.
+    AcceptInvalidationMessages();
+    seen_schema_changes = changes;
     Oid now = extension_state().oid;
     if (!OidIsValid(work_extension)) work_extension = now;
-    return now == work_extension;
+    return OidIsValid(now) && now == work_extension;
 }
 
 void lock_schema_or_exit() {

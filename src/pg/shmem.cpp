@@ -59,6 +59,7 @@ struct Shared {
     slock_t mutex;
     WorkerSlot slots[kSlots];
     pg_atomic_uint64 subscriptions_generation;
+    pg_atomic_uint64 schema_changes;  // see schema_changing()
     // Changes that can make inbox rows wait again below a handler worker's low-water marks
     // (see inbox_generation()): bumped before such a transaction becomes visible and again
     // after; `inbox_in_flight` counts the transactions between the two bumps.
@@ -115,6 +116,7 @@ void startup_hook() {
         memset(shared, 0, offsetof(Shared, writers));
         SpinLockInit(&shared->mutex);
         pg_atomic_init_u64(&shared->subscriptions_generation, 1);
+        pg_atomic_init_u64(&shared->schema_changes, 0);
         pg_atomic_init_u64(&shared->inbox_generation, 1);
         pg_atomic_init_u32(&shared->inbox_in_flight, 0);
         shared->n_writers = writer_count();
@@ -388,6 +390,12 @@ InboxGeneration inbox_generation() {
     uint32 in_flight = pg_atomic_fetch_add_u32(&shared->inbox_in_flight, 0);
     return InboxGeneration{generation, in_flight};
 }
+
+void schema_changing() {
+    if (shared != nullptr) pg_atomic_fetch_add_u64(&shared->schema_changes, 1);
+}
+
+uint64 schema_changes() { return shared ? pg_atomic_read_u64(&shared->schema_changes) : 0; }
 
 uint64 subscriptions_generation() {
     return shared ? pg_atomic_read_u64(&shared->subscriptions_generation) : 0;

@@ -38,6 +38,11 @@ void wake_handlers();
 // and wakes the ingest and handler workers.
 void subscriptions_changed();
 uint64 subscriptions_generation();
+// Counts the statements that drop or alter the extension or its schema (bumped while they hold
+// the schema lock exclusively): a worker that finds it moved since its last transaction checks
+// which install it serves, even when it did not have to wait for the lock.
+void schema_changing();
+uint64 schema_changes();
 
 // Wake-ups that take effect when the current transaction commits (dropped on abort and on
 // PREPARE): the relay for messages sent in it, the workers for configuration changed in it.
