@@ -24,6 +24,7 @@ extern "C" {
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/guc.h"
+#include "utils/hsearch.h"
 #include "utils/regproc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -142,14 +143,13 @@ Oid inbox_type = InvalidOid;
 // SPI plan of SELECT f($1). The fmgr entries (and what the function's language keeps in them)
 // live in handler_calls_context and are all dropped when any function changes (ALTER FUNCTION
 // ... SECURITY DEFINER or SET, CREATE OR REPLACE), so a call always follows the definition.
-constexpr int kMaxHandlerPlans = 256;
+// The table (a hash by function, any number of them) keeps the kept plans across such changes.
 struct HandlerPlan {
-    Oid fn;
+    Oid fn;            // the hash key
     FmgrInfo* finfo;   // direct call; nullptr: use plan
     SPIPlanPtr plan;
 };
-HandlerPlan handler_plans[kMaxHandlerPlans];
-int n_handler_plans = 0;
+HTAB* handler_plans = nullptr;
 MemoryContext handler_calls_context = nullptr;
 bool handler_calls_callback = false;
 
@@ -388,16 +388,22 @@ bool try_lock_suspects(bool session) {
 
 // The kept plan calling `fn` with one eventbox.inbox argument.
 const HandlerPlan& plan_for(Oid fn) {
+    if (handler_plans == nullptr) {
+        HASHCTL ctl;
+        ctl.keysize = sizeof(Oid);
+        ctl.entrysize = sizeof(HandlerPlan);
+        handler_plans = hash_create("eventbox handler calls", 64, &ctl, HASH_ELEM | HASH_BLOBS);
+    }
     if (handler_calls_stale) {
-        int kept = 0;
-        for (int i = 0; i < n_handler_plans; ++i)
-            if (handler_plans[i].finfo == nullptr) handler_plans[kept++] = handler_plans[i];
-        n_handler_plans = kept;
+        HASH_SEQ_STATUS scan;
+        hash_seq_init(&scan, handler_plans);
+        while (HandlerPlan* e = static_cast<HandlerPlan*>(hash_seq_search(&scan)))
+            if (e->finfo != nullptr) (void)hash_search(handler_plans, &e->fn, HASH_REMOVE, nullptr);
         if (handler_calls_context != nullptr) MemoryContextReset(handler_calls_context);
         handler_calls_stale = false;
     }
-    for (int i = 0; i < n_handler_plans; ++i)
-        if (handler_plans[i].fn == fn) return handler_plans[i];
+    if (auto* found = static_cast<HandlerPlan*>(hash_search(handler_plans, &fn, HASH_FIND, nullptr)))
+        return *found;
     HeapTuple tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
     if (!HeapTupleIsValid(tuple))
         ereport(ERROR, (errcode(ERRCODE_UNDEFINED_FUNCTION),
@@ -425,14 +431,10 @@ const HandlerPlan& plan_for(Oid fn) {
         Oid types[1] = {inbox_type};
         entry.plan = prepare(sql, 1, types);
     }
-    // Beyond the table's room, the entry is used once and not kept (a kept plan leaks a little).
-    static HandlerPlan spare;
-    if (n_handler_plans >= kMaxHandlerPlans) {
-        spare = entry;
-        return spare;
-    }
-    handler_plans[n_handler_plans] = entry;
-    return handler_plans[n_handler_plans++];
+    // Entered only now that the entry is complete (an ERROR above leaves no half entry).
+    auto* added = static_cast<HandlerPlan*>(hash_search(handler_plans, &fn, HASH_ENTER, nullptr));
+    *added = entry;
+    return *added;
 }
 
 // Calls a handler the way the executor calls a function in SELECT f($1): in a statement of its
