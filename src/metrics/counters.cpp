@@ -22,15 +22,20 @@ struct AtomicHistogram {
     pg_atomic_uint64 sum_us;
 };
 
+// An entry's name is written under the mutex, between two increments of `version` (odd while
+// it changes): a reader without the mutex trusts a name it read between two equal, even
+// versions. An empty name is a free entry (its subscription was dropped).
 struct SubscriptionEntry {
-    char name[NAMEDATALEN];  // written once, before the entry is published through n_used
+    pg_atomic_uint32 version;
+    uint32 absent_sweeps;  // the supervisor's, under the mutex (sweep_subscriptions())
+    char name[NAMEDATALEN];
     pg_atomic_uint64 records, stored, duplicates, transport_ids, unparsable, conflicts;
     pg_atomic_uint64 processed, retried, dead, ignored;
     AtomicHistogram duration;
 };
 
 struct Shared {
-    slock_t mutex;  // only to add subscription entries
+    slock_t mutex;  // only to add, free and reuse subscription entries
     pg_atomic_uint32 n_used;
     pg_atomic_uint64 published, delivery_failures;
     AtomicHistogram latency;
@@ -73,6 +78,7 @@ void startup_hook() {
         pg_atomic_init_u64(&shared->outbox_added, 0);
         pg_atomic_init_u64(&shared->outbox_settled, 0);
         for (SubscriptionEntry& e : shared->entries) {
+            pg_atomic_init_u32(&e.version, 0);
             pg_atomic_init_u64(&e.records, 0);
             pg_atomic_init_u64(&e.stored, 0);
             pg_atomic_init_u64(&e.duplicates, 0);
@@ -98,31 +104,74 @@ void add_histogram(AtomicHistogram& to, const LocalHistogram& from) {
     add(&to.sum_us, from.sum_us);
 }
 
-// This process's last entry, by name: a batch of the same subscription finds it without a scan.
+// This process's last entry, by name and version: a batch of the same subscription finds it
+// without a scan, unless the entry was freed or reused since.
 char cached_name[NAMEDATALEN];
 SubscriptionEntry* cached_entry = nullptr;
+uint32 cached_version = 0;
 
-// The entry of `name`, added on first use; the overflow entry when the table is full.
+// Copies the entry's name into `name` (NAMEDATALEN bytes) without the mutex; false while it
+// changes. Returns the version it read in *version.
+bool read_name(SubscriptionEntry& e, char* name, uint32* version) {
+    uint32 before = pg_atomic_read_u32(&e.version);
+    pg_read_barrier();
+    memcpy(name, e.name, NAMEDATALEN);
+    pg_read_barrier();
+    *version = pg_atomic_read_u32(&e.version);
+    name[NAMEDATALEN - 1] = '\0';
+    return before == *version && before % 2 == 0;
+}
+
+// Renames entry `e` (with the mutex held; an empty name frees it). A reused entry starts from
+// zero: its counters were the dropped subscription's.
+void rename_entry(SubscriptionEntry& e, const char* name) {
+    pg_atomic_fetch_add_u32(&e.version, 1);  // odd: readers without the mutex look again
+    if (name[0] != '\0') {
+        pg_atomic_uint64* counters[] = {&e.records, &e.stored, &e.duplicates, &e.transport_ids,
+                                        &e.unparsable, &e.conflicts, &e.processed, &e.retried,
+                                        &e.dead, &e.ignored, &e.duration.sum_us};
+        for (pg_atomic_uint64* c : counters) pg_atomic_write_u64(c, 0);
+        for (pg_atomic_uint64& c : e.duration.counts) pg_atomic_write_u64(&c, 0);
+    }
+    strlcpy(e.name, name, NAMEDATALEN);
+    e.absent_sweeps = 0;
+    pg_write_barrier();
+    pg_atomic_fetch_add_u32(&e.version, 1);
+}
+
+// The entry of `name`, added on first use (in a free entry if there is one); the overflow entry
+// when the table is full.
 SubscriptionEntry* entry_of(const char* name) {
-    if (cached_entry != nullptr && strncmp(cached_name, name, NAMEDATALEN) == 0)
+    if (cached_entry != nullptr && strncmp(cached_name, name, NAMEDATALEN) == 0 &&
+        pg_atomic_read_u32(&cached_entry->version) == cached_version)
         return cached_entry;
     SubscriptionEntry* found = nullptr;
+    uint32 version = 0;
+    char seen[NAMEDATALEN];
     uint32 n = pg_atomic_read_u32(&shared->n_used);
     pg_read_barrier();
     for (uint32 i = 0; i < n && found == nullptr; ++i)
-        if (strncmp(shared->entries[i].name, name, NAMEDATALEN) == 0) found = &shared->entries[i];
+        if (read_name(shared->entries[i], seen, &version) && strncmp(seen, name, NAMEDATALEN) == 0)
+            found = &shared->entries[i];
     if (found == nullptr) {
         SpinLockAcquire(&shared->mutex);
         n = pg_atomic_read_u32(&shared->n_used);
-        for (uint32 i = 0; i < n && found == nullptr; ++i)
-            if (strncmp(shared->entries[i].name, name, NAMEDATALEN) == 0)
-                found = &shared->entries[i];
-        if (found == nullptr && n < static_cast<uint32>(kMaxSubscriptions)) {
+        SubscriptionEntry* free_entry = nullptr;
+        for (uint32 i = 0; i < n && found == nullptr; ++i) {
+            SubscriptionEntry& e = shared->entries[i];
+            if (strncmp(e.name, name, NAMEDATALEN) == 0) found = &e;
+            else if (e.name[0] == '\0' && free_entry == nullptr) free_entry = &e;
+        }
+        if (found == nullptr && free_entry != nullptr) {
+            found = free_entry;
+            rename_entry(*found, name);
+        } else if (found == nullptr && n < static_cast<uint32>(kMaxSubscriptions)) {
             found = &shared->entries[n];
-            strlcpy(found->name, name, NAMEDATALEN);
+            rename_entry(*found, name);
             pg_write_barrier();
             pg_atomic_write_u32(&shared->n_used, n + 1);
         }
+        if (found != nullptr) version = pg_atomic_read_u32(&found->version);
         SpinLockRelease(&shared->mutex);
     }
     if (found == nullptr) {
@@ -131,7 +180,12 @@ SubscriptionEntry* entry_of(const char* name) {
     }
     strlcpy(cached_name, name, NAMEDATALEN);
     cached_entry = found;
+    cached_version = version;
     return found;
+}
+
+int compare_names(const void* a, const void* b) {
+    return strcmp(*static_cast<char* const*>(a), *static_cast<char* const*>(b));
 }
 
 // The current handler pass's tally.
@@ -300,6 +354,23 @@ uint64 read(const pg_atomic_uint64& c) {
 
 }  // namespace
 
+void sweep_subscriptions(char** names, int n_names) {
+    if (shared == nullptr) return;
+    qsort(names, static_cast<size_t>(n_names), sizeof(char*), compare_names);
+    SpinLockAcquire(&shared->mutex);
+    uint32 n = pg_atomic_read_u32(&shared->n_used);
+    for (uint32 i = 0; i < n; ++i) {
+        SubscriptionEntry& e = shared->entries[i];
+        if (e.name[0] == '\0') continue;
+        const char* key = e.name;
+        if (bsearch(&key, names, static_cast<size_t>(n_names), sizeof(char*), compare_names))
+            e.absent_sweeps = 0;
+        else if (++e.absent_sweeps >= 2)
+            rename_entry(e, "");
+    }
+    SpinLockRelease(&shared->mutex);
+}
+
 void snapshot(Counters* out) {
     memset(out, 0, sizeof *out);
     if (shared == nullptr) return;
@@ -319,12 +390,14 @@ void snapshot(Counters* out) {
         static_cast<SubscriptionCounters*>(palloc0(sizeof(SubscriptionCounters) * (n + 1)));
     int k = 0;
     for (uint32 i = 0; i <= n; ++i) {
-        const SubscriptionEntry& e =
+        SubscriptionEntry& e =
             shared->entries[i < n ? i : static_cast<uint32>(kMaxSubscriptions)];
         SubscriptionCounters& c = out->subscriptions[k];
         c.overflow = i == n;
         if (c.overflow && out->overflowed == 0) continue;
-        strlcpy(c.name, c.overflow ? "" : e.name, NAMEDATALEN);
+        uint32 version;
+        if (c.overflow) c.name[0] = '\0';
+        else if (!read_name(e, c.name, &version) || c.name[0] == '\0') continue;  // free or changing
         c.records = read(e.records);
         c.stored = read(e.stored);
         c.duplicates = read(e.duplicates);

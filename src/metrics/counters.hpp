@@ -4,9 +4,11 @@
 // that restarts keeps adding to the same counters.
 //
 // Per-subscription counters sit in a fixed table of kMaxSubscriptions entries keyed by name,
-// filled on first use and never freed while the server runs (a restart empties it). When it is
-// full, the counts of further subscriptions go to one overflow entry, exported with
-// subscription="" and counted by eventbox_metrics_subscriptions_overflowed.
+// filled on first use. The supervisor frees the entries of subscriptions it found missing from
+// eventbox.subscriptions at two sweeps in a row (sweep_subscriptions()); a freed entry serves the
+// next new subscription, from zero. When the table is full, the counts of further subscriptions
+// go to one overflow entry, exported with subscription="" and counted by
+// eventbox_metrics_subscriptions_overflowed.
 #pragma once
 
 extern "C" {
@@ -67,6 +69,11 @@ void outbox_settled(uint64 n);
 // Supervision and retention.
 void worker_restarted(WorkerRole role);
 void purged(PurgedTable table, uint64 rows);
+
+// The supervisor's sweep, with the names of every subscription (reordered here): entries of
+// names missing at two sweeps in a row are freed. Two, because a subscription committed after
+// the caller's snapshot may already count.
+void sweep_subscriptions(char** names, int n_names);
 
 // A copy of every counter, for rendering.
 struct SubscriptionCounters {

@@ -333,6 +333,30 @@ long retention_step() {
     return wait;
 }
 
+// The metric counters of dropped subscriptions are freed (metrics::sweep_subscriptions()): their
+// series leave eventbox.metrics within two sweeps, and their entries serve new subscriptions.
+constexpr long kCounterSweepMs = 10000;
+TimestampTz next_counter_sweep = 0;
+worker::LogRate sweep_log = {1, 60000};
+
+void sweep_counters(void*) {
+    if (SPI_execute("SELECT name FROM eventbox.subscriptions", true, 0) != SPI_OK_SELECT)
+        elog(ERROR, "could not read the subscriptions");
+    int n = static_cast<int>(SPI_processed);
+    char** names = static_cast<char**>(palloc(sizeof(char*) * Max(n, 1)));
+    for (int i = 0; i < n; ++i) names[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+    metrics::sweep_subscriptions(names, n);
+}
+
+// One sweep when one is due; returns milliseconds until the next.
+long counter_sweep_step() {
+    TimestampTz now = GetCurrentTimestamp();
+    if (now < next_counter_sweep) return TimestampDifferenceMilliseconds(now, next_counter_sweep);
+    (void)run_in_transaction(sweep_counters, nullptr, "metrics counter sweep", &sweep_log);
+    next_counter_sweep = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), kCounterSweepMs);
+    return kCounterSweepMs;
+}
+
 // The metrics endpoint (eventbox.metrics_address). Gauges are queried at most once a second;
 // every scrape gets the counters as they are and the gauges of that query.
 metrics::HttpServer* http = nullptr;
@@ -610,6 +634,7 @@ extern "C" void eventbox_supervisor_main(Datum arg) {
                 timeout_ms = Min(timeout_ms, supervise(handler_workers[i]));
             schema_ok = true;
             timeout_ms = Min(timeout_ms, retention_step());
+            timeout_ms = Min(timeout_ms, counter_sweep_step());
         } else if (OidIsValid(ext.oid)) {
             // A library of another version than the schema: the workers would misread the
             // tables. One WARNING per version seen, then wait for ALTER EXTENSION ... UPDATE.
