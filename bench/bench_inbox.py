@@ -597,6 +597,11 @@ def run_handlers(env, cur, msgs, sub, pg_groups):
     env.broker.create_topic(sub, PARTITIONS)
     create_disabled_subscription(cur, sub, sub, handler="public.bench_on_msg(eventbox.inbox)")
     copy_rows(cur, copy_buffer(sub, sub, msgs))
+    # The stored offsets the ingest worker writes with its rows: the handler workers take their
+    # lanes from them (rows without are found by a slower plain walk, README "Low-water marks").
+    cur.execute("INSERT INTO eventbox.offsets (subscription, topic, \"partition\", next_offset) "
+                "SELECT subscription, topic, \"partition\", max(\"offset\") + 1 "
+                "FROM eventbox.inbox WHERE subscription = %s GROUP BY 1, 2, 3", (sub,))
     # No VACUUM, no ANALYZE: the workers meet the backlog as a user's would (whatever
     # autovacuum managed meanwhile); their plans must not depend on statistics.
     cur.execute("CHECKPOINT")
@@ -1042,7 +1047,8 @@ def notes(res, args):
         runs = [x for r in hd["sizes"].values() for x in r]
         out.append(
             "handlers: %d inbox rows ('received', %d lanes = partitions, event type %s) "
-            "COPYed for a disabled subscription with public.bench_on_msg (PL/pgSQL, one INSERT "
+            "COPYed, with the offsets rows the ingest worker would write, for a disabled "
+            "subscription with public.bench_on_msg (PL/pgSQL, one INSERT "
             "into bench_sink(id text PK, v bigint)) registered, run_as %s; eventbox.handler_"
             "workers = %d, passes of up to 256 messages run 64 per transaction; clock from "
             "alter_subscription(enabled => true) until the handler workers' handled counter "

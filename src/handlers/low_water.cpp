@@ -64,6 +64,12 @@ void LaneMarks::raise(std::string_view subscription, std::size_t position, bool 
     mark = std::max(mark, offset);
 }
 
+void LaneMarks::set_unknown_work(std::string_view subscription, bool found) {
+    auto it = unknown_work_.find(subscription);
+    if (found && it == unknown_work_.end()) unknown_work_.emplace(subscription);
+    else if (!found && it != unknown_work_.end()) unknown_work_.erase(it);
+}
+
 bool StoredOffsets::store(std::string_view subscription, std::string_view topic,
                           int32_t partition, int64_t first, int64_t last) {
     auto key = std::make_tuple(std::string(subscription), std::string(topic), partition);

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -37,7 +38,10 @@ class LaneMarks {
     // Forgets every mark (the lanes stay known, in their order).
     void drop_marks();
     // Forgets every lane and mark: each subscription's lanes are loaded again.
-    void drop_all() { lanes_.clear(); }
+    void drop_all() {
+        lanes_.clear();
+        unknown_work_.clear();
+    }
     // Whether the subscription's lanes were loaded since the last drop_all(); begin_load()
     // marks them loaded (none yet: learn() adds them).
     bool loaded(std::string_view subscription) const { return lanes_of(subscription) != nullptr; }
@@ -62,6 +66,14 @@ class LaneMarks {
     // from the mark found its first row at `offset`).
     void raise(std::string_view subscription, std::size_t position, bool replay, int64_t offset);
 
+    // Whether the subscription's last walk over the lanes found by the plain probe took work in
+    // lanes it does not know (rows without an eventbox.offsets row): then each pass looks again.
+    // Forgotten with the lanes (drop_all()).
+    void set_unknown_work(std::string_view subscription, bool found);
+    bool unknown_work(std::string_view subscription) const {
+        return unknown_work_.find(subscription) != unknown_work_.end();
+    }
+
   private:
     struct Lane {
         std::string topic;
@@ -69,6 +81,7 @@ class LaneMarks {
         LaneMark mark;
     };
     std::map<std::string, std::vector<Lane>, std::less<>> lanes_;
+    std::set<std::string, std::less<>> unknown_work_;
     const std::vector<Lane>* lanes_of(std::string_view subscription) const;
 };
 

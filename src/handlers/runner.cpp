@@ -1354,7 +1354,9 @@ bool choose_in_lane(std::size_t l, const Options& options, int max, bool own_tra
 // Lanes a worker's pass found no work in among the lanes it knows are looked for with the plain
 // probe at most this often (and after each reload of the lanes): rows in a lane without an
 // eventbox.offsets row (written by direct DML) are found this way, at the plain probe's cost
-// (it walks the index entries of messages handled before).
+// (it walks the index entries of messages handled before). Once such a walk took messages the
+// known lanes did not have, each pass walks so again until one takes none (LaneMarks::
+// unknown_work()): those lanes are served at the pace of the others, not one pass a second.
 constexpr int64 kDiscoveryIntervalMs = 1000;
 int64 last_discovery_ms = 0;
 
@@ -1437,12 +1439,18 @@ int choose_messages(const char* subscription, const PassSetup& setup, int max,
                             LaneWalk::from(has_cursor ? pstrdup(cursor_topic) : nullptr,
                                            cursor_partition),
                             now, next_due_ms, &crash_dead);
-    if (own_transactions && (!found || reloaded) &&
-        now - last_discovery_ms >= kDiscoveryIntervalMs &&
-        call_cpp([] { return state->chosen_count(); }) < static_cast<std::size_t>(max)) {
+    bool unknown_work = own_transactions &&
+                        call_cpp([&] { return marks->unknown_work(subscription); });
+    std::size_t chosen = call_cpp([] { return state->chosen_count(); });
+    if (own_transactions && (!found || reloaded || unknown_work) &&
+        (unknown_work || now - last_discovery_ms >= kDiscoveryIntervalMs) &&
+        chosen < static_cast<std::size_t>(max)) {
         last_discovery_ms = now;
         walk_lanes(subscription, setup, max, own_transactions, false, LaneWalk::from(nullptr, 0),
                    now, next_due_ms, &crash_dead);
+        // It skips the lanes the known walk took: what it chose waits in lanes no worker knows.
+        bool took = call_cpp([] { return state->chosen_count(); }) > chosen;
+        call_cpp([&] { marks->set_unknown_work(subscription, took); });
     }
     return crash_dead;
 }

@@ -92,6 +92,24 @@ TEST(LaneMarks, LoadedUntilDropAll) {
     EXPECT_EQ(m.mark("s", 0).live, kNoMark);
 }
 
+TEST(LaneMarks, UnknownWorkPerSubscriptionUntilAWalkFindsNoneOrTheLanesGo) {
+    LaneMarks m;
+    EXPECT_FALSE(m.unknown_work("s"));
+    m.set_unknown_work("s", true);
+    m.set_unknown_work("s", true);
+    EXPECT_TRUE(m.unknown_work("s"));
+    EXPECT_FALSE(m.unknown_work("t"));
+    m.drop_marks();  // the lanes stay known, and so does what the plain walk found
+    EXPECT_TRUE(m.unknown_work("s"));
+    m.set_unknown_work("s", false);
+    EXPECT_FALSE(m.unknown_work("s"));
+    m.set_unknown_work("s", true);
+    m.set_unknown_work("t", true);
+    m.drop_all();  // lanes loaded again: a walk finds out again
+    EXPECT_FALSE(m.unknown_work("s"));
+    EXPECT_FALSE(m.unknown_work("t"));
+}
+
 TEST(StoredOffsets, BelowWhatWasStoredBeforeOrFirstTimeInALane) {
     StoredOffsets s;
     EXPECT_TRUE(s.store("s", "t", 0, 0, 99));      // the lane's first batch in this process
