@@ -498,12 +498,15 @@ def section_cycles(env, cur, args, pg_groups, out):
             left = q1(cur, "SELECT count(*) FROM eventbox.inbox")
             if left != 0:
                 raise B.BenchError("cycle %d: %d rows left after the purge" % (k, left))
-            # An autovacuum pass since the purge began that leaves no dead row behind: with
-            # every delete in the statistics by now, n_dead_tup = 0 means one ran after the last.
+            # An autovacuum pass since the purge began that left fewer dead rows than trigger
+            # the next one (autovacuum_vacuum_threshold, 50, on the emptied table): with every
+            # delete in the statistics by now, that is the last one a user gets. (Requiring 0
+            # waited forever when a pass ran while the purge's last deletes were in flight and
+            # left those few as recently dead: n_dead_tup 18 in one run.)
             t0 = time.monotonic()
             while True:
                 count, dead = stat(cur, "autovacuum_count"), stat(cur, "n_dead_tup")
-                if count > av0 and dead == 0:
+                if count > av0 and dead < 50:
                     break
                 if time.monotonic() - t0 > 300:
                     raise B.BenchError("cycle %d: no autovacuum of eventbox.inbox within 300 s "
