@@ -47,7 +47,9 @@ Policy current{false, false, ""};
     "  '__eventbox.errors.attempts', d.attempts::text, "                                         \
     "  '__eventbox.errors.status', d.status))"
 
-// The rows these statements read are found by primary key (a lane's blocks, an id list); their
+// The rows these statements read are found by primary key (a lane's blocks, an id list), one
+// probe per row: a subquery with LIMIT for each block, EVENTBOX_INBOX_BY_ID for each id (a join
+// or EXISTS could be planned as one walk of the subscription's rows in key order). Their
 // status is tested as coalesce(status, '') so that the planner cannot add a partial index of
 // the inbox (inbox_dead_idx holds every dead and unparsable row of the table) to a BitmapAnd
 // with the primary key probes, which would walk that index whole.
@@ -68,22 +70,23 @@ void prepare_plans() {
         "WITH released AS ("
         "  DELETE FROM eventbox.key_blocks b"
         "   WHERE b.subscription = $1 AND b.topic = $2 AND b.\"partition\" = $3"
-        "     AND NOT EXISTS (SELECT 1 FROM eventbox.inbox i"
-        "                      WHERE i.subscription = $1 AND i.message_id = b.message_id"
-        "                        AND coalesce(i.status, '') IN ('dead', 'received', 'retry')))"
+        "     AND (SELECT 1 FROM eventbox.inbox i"
+        "           WHERE i.subscription = $1 AND i.message_id = b.message_id"
+        "             AND coalesce(i.status, '') IN ('dead', 'received', 'retry') LIMIT 1)"
+        "         IS NULL)"
         "SELECT b.key FROM eventbox.key_blocks b"
-        "  JOIN eventbox.inbox i ON i.subscription = b.subscription"
-        "                       AND i.message_id = b.message_id"
         " WHERE b.subscription = $1 AND b.topic = $2 AND b.\"partition\" = $3"
-        "   AND (coalesce(i.status, '') = 'dead' OR (coalesce(i.status, '') IN ('received', 'retry')"
-        "                              AND i.next_attempt_at > clock_timestamp()))",
+        "   AND (SELECT coalesce(i.status, '') = 'dead'"
+        "            OR (coalesce(i.status, '') IN ('received', 'retry')"
+        "                AND i.next_attempt_at > clock_timestamp())"
+        "          FROM eventbox.inbox i"
+        "         WHERE i.subscription = $1 AND i.message_id = b.message_id LIMIT 1)",
         3, lane_types);
     Oid dead_types[2] = {TEXTOID, TEXTARRAYOID};
     dead_plan = worker::prepare_kept(
         who,
-        "WITH d AS (SELECT i.* FROM eventbox.inbox i"
-        "            WHERE i.subscription = $1 AND i.message_id = ANY ($2::text[])"
-        "              AND coalesce(i.status, '') = 'dead'),"
+        "WITH d AS (SELECT x.* FROM unnest($2::text[]) AS u(id)"
+        EVENTBOX_INBOX_BY_ID("*", "AND coalesce(x.status, '') = 'dead'") "),"
         " s AS (SELECT on_dead, dead_letter_topic FROM eventbox.subscriptions WHERE name = $1),"
         " blocks AS ("
         "  INSERT INTO eventbox.key_blocks (subscription, topic, \"partition\", key, message_id,"
@@ -102,10 +105,12 @@ void prepare_plans() {
         who,
         "INSERT INTO eventbox.outbox (message_id, key, payload, headers, topic) "
         "SELECT " DLT_COLUMNS ", s.dead_letter_topic"
-        "  FROM eventbox.subscriptions s, eventbox.inbox d"
+        "  FROM eventbox.subscriptions s,"
+        "       (SELECT x.* FROM unnest($2::text[]) AS u(id)"
+        EVENTBOX_INBOX_BY_ID("*, xmin AS inserted_by", "AND coalesce(x.status, '') = 'unparsable'")
+        "       ) d"
         " WHERE s.name = $1 AND s.dead_letter_topic IS NOT NULL"
-        "   AND d.subscription = $1 AND d.message_id = ANY ($2::text[])"
-        "   AND coalesce(d.status, '') = 'unparsable' AND d.xmin = pg_current_xact_id()::xid"
+        "   AND d.inserted_by = pg_current_xact_id()::xid"
         " ORDER BY d.topic, d.\"partition\", d.\"offset\"",
         2, dead_types);
 }

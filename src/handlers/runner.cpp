@@ -272,7 +272,9 @@ void prepare_plans() {
         3, waiting_types);
     // Messages of a claim left by a crashed pass that still wait with the attempts they had then
     // (no outcome committed): their attempt never finished and counts; dead when that was the
-    // last one ($3 = max_attempts). The others run alone next.
+    // last one ($3 = max_attempts). The others run alone next. (The status test is on
+    // coalesce(): a plain one implies inbox_todo_idx's predicate, and the planner could walk
+    // that whole index instead of probing the ids.)
     Oid crash_types[4] = {TEXTOID, TEXTARRAYOID, INT4OID, INT4ARRAYOID};
     crash_plan = prepare(
         "UPDATE eventbox.inbox i SET attempts = i.attempts + 1, next_attempt_at = NULL, "
@@ -280,9 +282,9 @@ void prepare_plans() {
         "last_error = CASE WHEN i.attempts + 1 >= $3 THEN format('attempt %s never finished: the "
         "backend running it crashed or was killed', i.attempts + 1) ELSE i.last_error END "
         "FROM unnest($2::text[], $4::int4[]) AS u(id, attempts) "
-        "WHERE i.subscription = $1 AND i.message_id = ANY ($2) AND i.message_id = u.id "
-        "  AND i.attempts = u.attempts "
-        "  AND i.status IN ('received', 'retry') "
+        EVENTBOX_INBOX_BY_ID("x.ctid AS t", "")
+        "WHERE i.ctid = x.t AND i.attempts = u.attempts "
+        "  AND coalesce(i.status, '') IN ('received', 'retry') "
         "RETURNING i.status = 'dead', i.message_id",
         4, crash_types);
     Oid claim_types[5] = {TEXTOID, TEXTOID, INT4OID, TEXTARRAYOID, INT4ARRAYOID};
@@ -311,13 +313,14 @@ void prepare_plans() {
         2, sub_tids);
     Oid sub_ids[2] = {TEXTOID, TEXTARRAYOID};
     processed_by_id_plan = prepare(
-        MARK_PROCESSED
-        "WHERE i.subscription = $1 AND i.message_id = ANY ($2::text[])",
+        MARK_PROCESSED "FROM unnest($2::text[]) AS u(id) "
+        EVENTBOX_INBOX_BY_ID("x.ctid AS t", "") "WHERE i.ctid = x.t",
         2, sub_ids);
 #undef MARK_PROCESSED
     ignored_plan = prepare(
         "UPDATE eventbox.inbox i SET status = 'ignored', processed_at = now() "
-        "WHERE i.subscription = $1 AND i.message_id = ANY ($2::text[])",
+        "FROM unnest($2::text[]) AS u(id) "
+        EVENTBOX_INBOX_BY_ID("x.ctid AS t", "") "WHERE i.ctid = x.t",
         2, sub_ids);
     Oid failed_types[5] = {TEXTOID, TEXTARRAYOID, TEXTARRAYOID, INT8ARRAYOID, BOOLARRAYOID};
     failed_plan = prepare(
@@ -326,7 +329,7 @@ void prepare_plans() {
         "next_attempt_at = CASE WHEN u.dead THEN NULL "
         "                  ELSE clock_timestamp() + u.delay * interval '1 millisecond' END "
         "FROM unnest($2::text[], $3::text[], $4::int8[], $5::bool[]) AS u(id, err, delay, dead) "
-        "WHERE i.subscription = $1 AND i.message_id = ANY ($2) AND i.message_id = u.id",
+        EVENTBOX_INBOX_BY_ID("x.ctid AS t", "") "WHERE i.ctid = x.t",
         5, failed_types);
     inbox_type = get_rel_type_id(RangeVarGetRelid(
         makeRangeVar(const_cast<char*>("eventbox"), const_cast<char*>("inbox"), -1), NoLock,

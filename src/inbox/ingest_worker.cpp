@@ -184,13 +184,14 @@ void prepare_plans() {
     conflicts_plan = prepare(
         "INSERT INTO eventbox.conflicts (subscription, message_id, stored_topic, "
         "stored_partition, stored_offset, topic, \"partition\", \"offset\") "
-        "SELECT $1, i.message_id, i.topic, i.\"partition\", i.\"offset\", u.topic, u.p, u.o "
+        "SELECT $1, x.message_id, x.topic, x.\"partition\", x.\"offset\", u.topic, u.p, u.o "
         "FROM (SELECT unnest($2::text[]) AS id, unnest($3::text[]) AS topic, "
         "unnest($4::int4[]) AS p, unnest($5::int8[]) AS o, unnest($6::jsonb[]) AS payload, "
         "unnest($7::bytea[]) AS raw) u "
-        "JOIN eventbox.inbox i ON i.subscription = $1 AND i.message_id = u.id "
-        "WHERE (i.topic, i.\"partition\", i.\"offset\") IS DISTINCT FROM (u.topic, u.p, u.o) "
-        "AND (i.payload IS DISTINCT FROM u.payload OR i.raw_payload IS DISTINCT FROM u.raw) "
+        EVENTBOX_INBOX_BY_ID("x.message_id, x.topic, x.\"partition\", x.\"offset\", "
+                             "x.payload, x.raw_payload", "")
+        "WHERE (x.topic, x.\"partition\", x.\"offset\") IS DISTINCT FROM (u.topic, u.p, u.o) "
+        "AND (x.payload IS DISTINCT FROM u.payload OR x.raw_payload IS DISTINCT FROM u.raw) "
         "ON CONFLICT DO NOTHING",
         7, conflicts_types);
     // Compare-and-set: a stored offset someone else moved (eventbox.replay) is left alone, and

@@ -123,17 +123,22 @@ void prepare_plans() {
         "FROM unnest($1::int8[], $2::text[], $3::int8[], $4::bool[]) AS u(id, err, delay, give_up) "
         "WHERE o.id = ANY ($1) AND o.id = u.id AND o.status = 'pending'",
         4, failed_types);
+    // The ids to purge are an array, not an IN (subquery): a semi-join on id would let the
+    // planner drive it with a whole scan of outbox_pkey (useful for merging), which it picks
+    // when it planned on an empty outbox, and which then walks every dead row of a drained
+    // backlog. `id = ANY (array)` can only be an index condition (the ordered subquery can only
+    // read its partial index: sorts are off).
     Oid purge_types[2] = {INT4OID, INT4OID};
     purge_plan = prepare(
-        "DELETE FROM eventbox.outbox WHERE id IN (SELECT id FROM eventbox.outbox "
+        "DELETE FROM eventbox.outbox WHERE id = ANY (ARRAY(SELECT id FROM eventbox.outbox "
         "WHERE status = 'sent' AND sent_at < now() - $1 * interval '1 second' "
-        "ORDER BY sent_at LIMIT $2)",
+        "ORDER BY sent_at LIMIT $2))",
         2, purge_types);
     // eventbox.dead_retention: failed rows (the relay gave up on them) by age.
     purge_failed_plan = prepare(
-        "DELETE FROM eventbox.outbox WHERE id IN (SELECT id FROM eventbox.outbox "
+        "DELETE FROM eventbox.outbox WHERE id = ANY (ARRAY(SELECT id FROM eventbox.outbox "
         "WHERE status = 'failed' AND created_at < now() - $1 * interval '1 second' "
-        "ORDER BY created_at LIMIT $2)",
+        "ORDER BY created_at LIMIT $2))",
         2, purge_types);
 }
 

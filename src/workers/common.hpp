@@ -45,6 +45,19 @@ enum class Access { kIndex, kTid };
 void exec_kept(const char* who, SPIPlanPtr plan, Datum* values, bool read_only, int expected,
                Access access = Access::kIndex);
 
+// Inbox rows of subscription $1 by message id, for a statement whose FROM has the ids as
+// `unnest(...) AS u(id, ...)`: one probe of the primary key per id, a LATERAL subquery with a
+// LIMIT (planned on its own, with both key columns as index conditions), returning COLUMNS of
+// the row as x, where CONDITION (a further `AND ...` on x) holds. An UPDATE takes "x.ctid AS
+// t" and reaches its target by `i.ctid = x.t`: a TID scan, the only path left when the target
+// has no condition on an indexed column. Written as `message_id = ANY (ids)` instead, the
+// lookup may be planned as a walk of the whole subscription with the ids as a filter: the
+// planner keeps an index's order by leaving an array condition on a later column out of the
+// index conditions, and picks that path whenever the inbox looked small when it planned.
+#define EVENTBOX_INBOX_BY_ID(COLUMNS, CONDITION)                                          \
+    " CROSS JOIN LATERAL (SELECT " COLUMNS " FROM eventbox.inbox x"                       \
+    "  WHERE x.subscription = $1 AND x.message_id = u.id " CONDITION " LIMIT 1) x "
+
 // A bound on how often a kind of LOG line is written: at most `burst` lines per `window_ms`.
 // Lines beyond it are counted, and the next line allowed says how many were held back.
 struct LogRate {

@@ -29,7 +29,7 @@ RUN_AS = "eb_handler_role"
 __all__ = [
     "RUN_AS", "Msg", "Producer", "produce", "handler_pids", "wait_workers", "HandlerCase",
     "inbox_status", "wait_settled", "ledger_figures", "duplicate_runs", "show_duplicates",
-    "retry_conn", "handler_env", "case", "ScratchDatabase",
+    "retry_conn", "handler_env", "case", "ScratchDatabase", "explained_process", "plan_nodes",
 ]
 
 # ---------------------------------------------------------------------------
@@ -378,3 +378,37 @@ class ScratchDatabase:
     def drop(self):
         query(self.admin, "DROP DATABASE IF EXISTS %s WITH (FORCE)" % self.name)
         self.admin.close()
+
+
+def explained_process(c, subscription, batch):
+    """Runs one eventbox.process(subscription, batch) pass with auto_explain on (log_analyze,
+    buffers, nested statements, as NOTICEs to this session); returns (handled, [(statement
+    text, plan json)]). process() runs the workers' kept statements with their planner
+    settings, so the plans are those a worker's pass runs."""
+    c.notices = collections.deque(maxlen=2000)
+    query(c, """
+        LOAD 'auto_explain';
+        SET auto_explain.log_min_duration = 0;
+        SET auto_explain.log_analyze = on;
+        SET auto_explain.log_buffers = on;
+        SET auto_explain.log_timing = off;
+        SET auto_explain.log_nested_statements = on;
+        SET auto_explain.log_format = json;
+        SET auto_explain.log_level = notice;
+    """)
+    handled = query_one(c, "SELECT eventbox.process(%s, %s)", (subscription, batch))
+    query(c, "SET auto_explain.log_min_duration = -1")
+    plans = []
+    for notice in list(c.notices):
+        m = re.search(r"plan:\s*(\{.*\})\s*$", notice, re.S)
+        if m:
+            doc = json.loads(m.group(1))
+            plans.append((doc.get("Query Text", ""), doc["Plan"]))
+    return handled, plans
+
+
+def plan_nodes(plan):
+    """Every node of a plan (json), the plan itself first."""
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from plan_nodes(child)

@@ -13,14 +13,10 @@ eventbox.inbox stay bounded by the batch, never by the backlog or by the
 number of dead rows. It runs in a database of its own, which the background
 workers do not serve."""
 
-import collections
-import json
-import re
-
 import pytest
 
 from eventbox_fixtures import query, query_one
-from eventbox_handler_lib import ScratchDatabase
+from eventbox_handler_lib import ScratchDatabase, explained_process, plan_nodes
 
 BACKLOG = 100000
 DEAD = 50000
@@ -68,44 +64,15 @@ def add_rows(c, first, n, status):
     """, (PARTITIONS, PARTITIONS, status, status, first, first + n - 1))
 
 
-def explained_pass(c):
-    c.notices = collections.deque(maxlen=2000)
-    query(c, """
-        LOAD 'auto_explain';
-        SET auto_explain.log_min_duration = 0;
-        SET auto_explain.log_analyze = on;
-        SET auto_explain.log_buffers = on;
-        SET auto_explain.log_timing = off;
-        SET auto_explain.log_nested_statements = on;
-        SET auto_explain.log_format = json;
-        SET auto_explain.log_level = notice;
-    """)
-    handled = query_one(c, "SELECT eventbox.process('dlplans', %s)", (BATCH,))
-    query(c, "SET auto_explain.log_min_duration = -1")
-    plans = []
-    for notice in list(c.notices):
-        m = re.search(r"plan:\s*(\{.*\})\s*$", notice, re.S)
-        if m:
-            doc = json.loads(m.group(1))
-            plans.append((doc.get("Query Text", ""), doc["Plan"]))
-    return handled, plans
-
-
-def nodes(plan):
-    yield plan
-    for child in plan.get("Plans", []):
-        yield from nodes(child)
-
-
 def check_pass(c, state):
-    handled, plans = explained_pass(c)
+    handled, plans = explained_process(c, 'dlplans', BATCH)
     assert handled >= 1, "%s: process() handled nothing" % state
     ours = [(t, p) for t, p in plans if "key_blocks" in t or "dead_letter_topic" in t]
     assert any("WITH released AS" in t for t, _ in ours), "%s: no blocked-keys read" % state
     assert any("INSERT INTO eventbox.outbox" in t for t, _ in ours), "%s: no dead letter" % state
     worst = (None, None, 0)
     for text, plan in plans:
-        for n in nodes(plan):
+        for n in plan_nodes(plan):
             if not n["Node Type"].endswith("Scan"):
                 continue
             if n.get("Relation Name") in ("inbox", "key_blocks") or \

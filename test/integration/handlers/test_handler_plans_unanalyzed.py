@@ -16,14 +16,10 @@ with the backlog).
 It runs in a database of its own, which the background workers do not serve.
 """
 
-import collections
-import json
-import re
-
 import pytest
 
 from eventbox_fixtures import query, query_one
-from eventbox_handler_lib import ScratchDatabase
+from eventbox_handler_lib import ScratchDatabase, explained_process, plan_nodes
 
 BACKLOG = 200000
 PARTITIONS = 8
@@ -67,44 +63,13 @@ def add_backlog(c, first, n):
     """, (PARTITIONS, PARTITIONS, first, first + n - 1))
 
 
-def explained_pass(c):
-    """Runs one process() pass of BATCH messages with auto_explain on; returns
-    (handled, [(statement text, plan json)])."""
-    c.notices = collections.deque(maxlen=1000)
-    query(c, """
-        LOAD 'auto_explain';
-        SET auto_explain.log_min_duration = 0;
-        SET auto_explain.log_analyze = on;
-        SET auto_explain.log_buffers = on;
-        SET auto_explain.log_timing = off;
-        SET auto_explain.log_nested_statements = on;
-        SET auto_explain.log_format = json;
-        SET auto_explain.log_level = notice;
-    """)
-    handled = query_one(c, "SELECT eventbox.process('plans', %s)", (BATCH,))
-    query(c, "SET auto_explain.log_min_duration = -1")
-    plans = []
-    for notice in list(c.notices):
-        m = re.search(r"plan:\s*(\{.*\})\s*$", notice, re.S)
-        if m:
-            doc = json.loads(m.group(1))
-            plans.append((doc.get("Query Text", ""), doc["Plan"]))
-    return handled, plans
-
-
-def nodes(plan):
-    yield plan
-    for child in plan.get("Plans", []):
-        yield from nodes(child)
-
-
 def inbox_nodes(plans):
     """(statement, node type, index, buffers) of every scan of eventbox.inbox (the
     ModifyTable node of an UPDATE counts the new row versions' index entries too:
     bounded by the batch as well, but not a scan)."""
     out = []
     for text, plan in plans:
-        for n in nodes(plan):
+        for n in plan_nodes(plan):
             if not n["Node Type"].endswith("Scan"):
                 continue
             if n.get("Relation Name") == "inbox" or "inbox_" in n.get("Index Name", ""):
@@ -114,7 +79,7 @@ def inbox_nodes(plans):
 
 
 def check_pass(c, state):
-    handled, plans = explained_pass(c)
+    handled, plans = explained_process(c, 'plans', BATCH)
     assert handled == BATCH, "%s: process() handled %s of %s" % (state, handled, BATCH)
     scans = inbox_nodes(plans)
     assert scans, "%s: auto_explain showed no statement on eventbox.inbox" % state
