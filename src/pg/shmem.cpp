@@ -198,6 +198,16 @@ void count_messages(uint64 n) {
     SpinLockRelease(&shared->mutex);
 }
 
+uint64 inflow_messages() {
+    if (shared == nullptr) return 0;
+    uint64 total = 0;
+    SpinLockAcquire(&shared->mutex);
+    for (int i = kIngestSlots; i < kHandlerSlots + kMaxHandlerWorkers; ++i)
+        if (shared->slots[i].pid != 0) total += shared->slots[i].messages;
+    SpinLockRelease(&shared->mutex);
+    return total;
+}
+
 void count_duplicates(uint64 n) {
     if (shared == nullptr || my_slot < 0 || n == 0) return;
     SpinLockAcquire(&shared->mutex);

@@ -29,6 +29,9 @@ void count_messages(uint64 n);
 void count_duplicates(uint64 n);     // records already in the inbox (ingest)
 void count_transport_ids(uint64 n);  // records identified by topic/partition/offset (ingest)
 void record_error(const char* message);
+// Messages the running ingest and handler workers counted (count_messages()) since they started:
+// a value that moved means they have been working since it was last read.
+uint64 inflow_messages();
 
 // Sets the relay's latch, if a relay is running.
 void wake_relay();

@@ -40,6 +40,7 @@ extern "C" {
 #include "pg/extension.hpp"
 #include "pg/guc.hpp"
 #include "pg/shmem.hpp"
+#include "workers/purge_pacing.hpp"
 #include "workers/common.hpp"
 
 using eventbox::pg::call_cpp;
@@ -237,8 +238,8 @@ bool run_in_transaction(void (*fn)(void*), void* arg, const char* what, worker::
 // A round ends with a batch that is not full; the next starts at the beginning again, which also
 // takes rows whose processed_at lies before the cursor because their transaction committed late.
 constexpr int kPurgeBatch = 1000;
-constexpr long kPurgePauseMs = 10;    // between full batches: ingest and handlers go first
-constexpr long kPurgeIdleMs = 1000;   // between rounds
+// While the ingest or handler workers work, the purge yields to them (workers/purge_pacing.hpp).
+worker::PurgePacing purge_pacing;
 TimestampTz purge_cursor = DT_NOBEGIN;
 TimestampTz next_purge = 0;
 worker::LogRate purge_log = {1, 60000};
@@ -317,7 +318,9 @@ long retention_step() {
     if (now < next_purge) return TimestampDifferenceMilliseconds(now, next_purge);
     PurgeBatch batch = {0, DT_NOBEGIN, 0, 0};
     shmem::set_state("purging");
+    TimestampTz started = GetCurrentTimestamp();
     bool ok = run_in_transaction(purge_batch, &batch, "inbox retention", &purge_log);
+    TimestampTz ended = GetCurrentTimestamp();
     shmem::set_state("supervising");
     pgstat_report_stat(false);  // lets autovacuum see the deletes
     metrics::purged(metrics::PurgedTable::kInbox, batch.inbox_deleted + batch.dead_deleted);
@@ -328,7 +331,8 @@ long retention_step() {
         purge_cursor = batch.last_processed_at;
     else
         purge_cursor = DT_NOBEGIN;
-    long wait = full ? kPurgePauseMs : ok ? kPurgeIdleMs : 10000;
+    long wait = purge_pacing.after_batch(started / 1000, ended / 1000, ok, full,
+                                         shmem::inflow_messages());
     next_purge = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), wait);
     return wait;
 }
