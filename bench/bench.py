@@ -924,7 +924,7 @@ def main():
     r.add_argument("--backlog-sizes", default="10000,100000",
                    type=lambda s: [int(x) for x in s.split(",") if x])
     r.add_argument("--ops-messages", type=int, default=300000)
-    r.add_argument("--ops-repeat", type=int, default=3)
+    r.add_argument("--ops-repeat", type=int, default=6)
     r.add_argument("--ops-purge-rows", type=int, default=1000000)
     r.add_argument("--ops-purge-messages", type=int, default=600000)
     r.add_argument("--ops-purge-repeat", type=int, default=2)

@@ -37,7 +37,7 @@
 #   BENCH_BACKLOG_SIZES     e2e_peer backlog scaling, orders queued per run (default
 #                           10000,100000,1000000: the figure compares 1M with 10k; empty skips it)
 #   BENCH_OPS_MESSAGES      section ops: messages per scraped/not scraped run (default 300000)
-#   BENCH_OPS_REPEAT        section ops: runs per side of the scraped figures (default 3)
+#   BENCH_OPS_REPEAT        section ops: runs per side of the scraped figures (default 6)
 #   BENCH_OPS_PURGE_ROWS    section ops: aged processed rows purged during a run (default 1000000)
 #   BENCH_OPS_PURGE_MESSAGES section ops: messages of each ingest + handlers run (default 600000)
 #   BENCH_OPS_PURGE_REPEAT  section ops: pairs of runs with/without the purge (default 2)
@@ -70,7 +70,7 @@ E2E_KILL_ORDERS=${BENCH_E2E_KILL_ORDERS:-20000}
 E2E_KILL=${BENCH_E2E_KILL:-relay}
 BACKLOG_SIZES=${BENCH_BACKLOG_SIZES-10000,100000,1000000}
 OPS_MESSAGES=${BENCH_OPS_MESSAGES:-300000}
-OPS_REPEAT=${BENCH_OPS_REPEAT:-3}
+OPS_REPEAT=${BENCH_OPS_REPEAT:-6}
 OPS_PURGE_ROWS=${BENCH_OPS_PURGE_ROWS:-1000000}
 OPS_PURGE_MESSAGES=${BENCH_OPS_PURGE_MESSAGES:-600000}
 OPS_PURGE_REPEAT=${BENCH_OPS_PURGE_REPEAT:-2}
