@@ -117,6 +117,15 @@ def check_workers(cluster, conn, kafka, tag, analyze_empty):
     # whatever the tables hold then: empty, as a relay idles before an outage leaves a backlog.
     # Their periodic statements (the outbox purge runs each second) must be planned so first.
     time.sleep(2.5)
+    # Light traffic first: a few records, some of them conflicting duplicates, so that the ingest
+    # worker plans its conflicts check on a nearly empty inbox too.
+    early = kafka.topic("plans_early_%s" % tag)
+    kafka.produce(early, [("%s-e-%d" % (tag, i % 10), 0, "k", {"n": i}, "T") for i in range(20)])
+    query(conn, "SELECT eventbox.create_subscription(%s, ARRAY[%s], start_from => 'earliest')",
+          ("plans_early_" + tag, early))
+    wait_until(lambda: query_one(conn, "SELECT count(*) FROM eventbox.conflicts WHERE "
+                                       "subscription = %s", ("plans_early_" + tag,)) == 10, 60,
+               what="the ingest worker recorded the early conflicts")
     assert query_one(conn, "SELECT count(*) FROM pg_stat_user_tables WHERE schemaname = "
                            "'eventbox' AND relname IN ('outbox', 'inbox') AND "
                            "(last_autoanalyze IS NOT NULL OR last_autovacuum IS NOT NULL)") == 0
@@ -129,16 +138,26 @@ def check_workers(cluster, conn, kafka, tag, analyze_empty):
     writing_windows.append((began - 0.5, time.time() + 0.5))
     # The Kafka backlog, written by kafka-python before the subscription exists.
     in_topic = kafka.topic("plans_in_%s" % tag, partitions=PARTITIONS)
-    kafka.produce(in_topic, [("%s-%d" % (tag, i), i % PARTITIONS, "k%d" % (i % 64),
-                              {"n": i}, "T") for i in range(KAFKA_RECORDS)])
+    # Every 20th record repeats an earlier record's id with another payload: the batches that
+    # carry one run the conflicts check against the whole subscription's rows.
+    kafka.produce(in_topic, [("%s-%d" % (tag, i - 10 if i % 20 == 19 else i), i % PARTITIONS,
+                              "k%d" % (i % 64), {"n": i}, "T") for i in range(KAFKA_RECORDS)])
     fill_inbox(conn, BACKLOG, tag)
     query(conn, "SELECT eventbox.create_subscription(%s, ARRAY[%s], start_from => 'earliest')",
           ("plans_" + tag, in_topic))
     wait_until(lambda: query_one(conn, "SELECT count(*) FROM eventbox.outbox") == 0, 180,
                what="the relay drained %d outbox rows" % BACKLOG)
-    wait_until(lambda: query_one(conn, "SELECT count(*) FROM eventbox.inbox WHERE subscription "
-                                       "= %s", ("plans_" + tag,)) == KAFKA_RECORDS, 180,
-               what="the ingest worker stored %d records" % KAFKA_RECORDS)
+    stored = KAFKA_RECORDS - KAFKA_RECORDS // 20
+    wait_until(lambda: query_one(conn, "SELECT count(*) FROM eventbox.offsets WHERE subscription "
+                                       "= %s AND next_offset > 0", ("plans_" + tag,))
+               == PARTITIONS and query_one(conn, "SELECT sum(next_offset) FROM eventbox.offsets "
+                                                 "WHERE subscription = %s", ("plans_" + tag,))
+               == KAFKA_RECORDS, 180,
+               what="the ingest worker consumed %d records" % KAFKA_RECORDS)
+    assert query_one(conn, "SELECT count(*) FROM eventbox.inbox WHERE subscription = %s",
+                     ("plans_" + tag,)) == stored
+    assert query_one(conn, "SELECT count(*) FROM eventbox.conflicts WHERE subscription = %s",
+                     ("plans_" + tag,)) == KAFKA_RECORDS // 20
     assert query_one(conn, "SELECT count(*) FROM pg_stat_user_tables WHERE schemaname = "
                            "'eventbox' AND relname IN ('outbox', 'inbox') AND "
                            "(last_autoanalyze IS NOT NULL OR last_autovacuum IS NOT NULL)") == 0
@@ -165,7 +184,8 @@ def test_relay_and_ingest_plans_are_bounded_by_their_batch(clusters, kafka):
     ingest_texts = " ".join(t for _, t, _ in by_worker["eventbox ingest"])
     for needle in ("WHERE status = 'pending' AND id > $1", "DELETE FROM eventbox.outbox"):
         assert needle in relay_texts, "no relay plan with %r in the log" % needle
-    for needle in ("INSERT INTO eventbox.inbox", "INSERT INTO eventbox.offsets"):
+    for needle in ("INSERT INTO eventbox.inbox", "INSERT INTO eventbox.offsets",
+                   "INSERT INTO eventbox.conflicts"):
         assert needle in ingest_texts, "no ingest plan with %r in the log" % needle
     bad = [p for w, t, plan in plans for p in problems(w, t, plan)]
     assert not bad, "%d plan nodes scan more than their batch:\n%s" % (
