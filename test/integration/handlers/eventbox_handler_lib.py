@@ -29,7 +29,7 @@ RUN_AS = "eb_handler_role"
 __all__ = [
     "RUN_AS", "Msg", "Producer", "produce", "handler_pids", "wait_workers", "HandlerCase",
     "inbox_status", "wait_settled", "ledger_figures", "duplicate_runs", "show_duplicates",
-    "retry_conn", "handler_env", "case", "ScratchDatabase", "explained_process", "plan_nodes",
+    "retry_conn", "handler_env", "case", "ScratchDatabase", "explained_process", "plan_scans",
 ]
 
 # ---------------------------------------------------------------------------
@@ -412,3 +412,21 @@ def plan_nodes(plan):
     yield plan
     for child in plan.get("Plans", []):
         yield from plan_nodes(child)
+
+
+def plan_scans(plans, relations):
+    """(statement, node type, index or None, buffers) of every scan node of `plans` (as
+    explained_process() returns them) that reads one of `relations` (eventbox tables, by name)
+    or one of their indexes (named after the table). ModifyTable nodes are left out: an UPDATE's
+    counts the new row versions' index entries, bounded by the batch as well, but not a scan."""
+    out = []
+    for text, plan in plans:
+        for n in plan_nodes(plan):
+            if not n["Node Type"].endswith("Scan"):
+                continue
+            index = n.get("Index Name")
+            if n.get("Relation Name") in relations or \
+                    any((index or "").startswith(r + "_") for r in relations):
+                buffers = n.get("Shared Hit Blocks", 0) + n.get("Shared Read Blocks", 0)
+                out.append((text, n["Node Type"], index, buffers))
+    return out

@@ -19,7 +19,7 @@ It runs in a database of its own, which the background workers do not serve.
 import pytest
 
 from eventbox_fixtures import query, query_one
-from eventbox_handler_lib import ScratchDatabase, explained_process, plan_nodes
+from eventbox_handler_lib import ScratchDatabase, explained_process, plan_scans
 
 BACKLOG = 200000
 PARTITIONS = 8
@@ -63,25 +63,10 @@ def add_backlog(c, first, n):
     """, (PARTITIONS, PARTITIONS, first, first + n - 1))
 
 
-def inbox_nodes(plans):
-    """(statement, node type, index, buffers) of every scan of eventbox.inbox (the
-    ModifyTable node of an UPDATE counts the new row versions' index entries too:
-    bounded by the batch as well, but not a scan)."""
-    out = []
-    for text, plan in plans:
-        for n in plan_nodes(plan):
-            if not n["Node Type"].endswith("Scan"):
-                continue
-            if n.get("Relation Name") == "inbox" or "inbox_" in n.get("Index Name", ""):
-                buffers = n.get("Shared Hit Blocks", 0) + n.get("Shared Read Blocks", 0)
-                out.append((text, n["Node Type"], n.get("Index Name"), buffers))
-    return out
-
-
 def check_pass(c, state):
     handled, plans = explained_process(c, 'plans', BATCH)
     assert handled == BATCH, "%s: process() handled %s of %s" % (state, handled, BATCH)
-    scans = inbox_nodes(plans)
+    scans = plan_scans(plans, ("inbox",))
     assert scans, "%s: auto_explain showed no statement on eventbox.inbox" % state
     worst = max(scans, key=lambda s: s[3])
     assert worst[3] <= MAX_BUFFERS_PER_NODE, (

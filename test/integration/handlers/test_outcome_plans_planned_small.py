@@ -15,7 +15,7 @@ so no ANALYZE replans them in between."""
 import pytest
 
 from eventbox_fixtures import query, query_one
-from eventbox_handler_lib import ScratchDatabase, explained_process, plan_nodes
+from eventbox_handler_lib import ScratchDatabase, explained_process, plan_scans
 
 SMALL = 48
 BACKLOG = 100000
@@ -102,22 +102,16 @@ def run_passes(c, state, passes):
     for _ in range(passes):
         handled, plans = explained_process(c, "small", BATCH)
         total += handled
-        for text, plan in plans:
+        for text, _ in plans:
             for name, needle in OUTCOMES.items():
                 if needle in text:
                     seen.setdefault(name, 0)
-            for n in plan_nodes(plan):
-                if not n["Node Type"].endswith("Scan"):
-                    continue
-                where = n.get("Relation Name", "") + " " + n.get("Index Name", "")
-                if "inbox" not in where and "key_blocks" not in where:
-                    continue
-                buffers = n.get("Shared Hit Blocks", 0) + n.get("Shared Read Blocks", 0)
-                for name, needle in OUTCOMES.items():
-                    if needle in text:
-                        seen[name] = max(seen[name], buffers)
-                if buffers > worst[0]:
-                    worst = (buffers, "%s on %s" % (n["Node Type"], where.strip()), text)
+        for text, node, index, buffers in plan_scans(plans, ("inbox", "key_blocks")):
+            for name, needle in OUTCOMES.items():
+                if needle in text:
+                    seen[name] = max(seen[name], buffers)
+            if buffers > worst[0]:
+                worst = (buffers, "%s%s" % (node, " using " + index if index else ""), text)
     assert total >= 1, "%s: process() handled nothing" % state
     missing = sorted(set(OUTCOMES) - set(seen))
     assert not missing, "%s: no %s statement ran in %d passes" % (state, missing, passes)
