@@ -83,4 +83,10 @@ bool StoredOffsets::store(std::string_view subscription, std::string_view topic,
     return lower;
 }
 
+bool StoredOffsets::below(std::string_view subscription, std::string_view topic,
+                          int32_t partition, int64_t first) const {
+    auto it = highest_.find(std::make_tuple(std::string(subscription), std::string(topic), partition));
+    return it == highest_.end() || first <= it->second;
+}
+
 }  // namespace eventbox::handlers

@@ -93,6 +93,9 @@ class StoredOffsets {
     // none there): a row may then wait below a handler worker's mark.
     bool store(std::string_view subscription, std::string_view topic, int32_t partition,
                int64_t first, int64_t last);
+    // What store() would return for a batch starting at `first`, without recording it.
+    bool below(std::string_view subscription, std::string_view topic, int32_t partition,
+               int64_t first) const;
     void clear() { highest_.clear(); }
 
   private:

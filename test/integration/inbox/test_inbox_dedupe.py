@@ -66,3 +66,68 @@ def test_redelivered_messages_are_stored_exactly_once(ib_db, ib_topic, ib_produc
     assert after["duplicates"] - before["duplicates"] >= DUPLICATES, (
         "eventbox.workers.duplicates grew by %d, expected at least %d"
         % (after["duplicates"] - before["duplicates"], DUPLICATES))
+
+
+def test_batches_are_inserted_without_on_conflict_until_a_duplicate_comes(
+        ib_db, ib_topic, ib_producer, ib_subscriptions):
+    """After a batch without duplicates, the ingest worker inserts the next batch without ON
+    CONFLICT, in a subtransaction; a duplicate makes inbox_pkey refuse it, and the batch is
+    inserted again with ON CONFLICT (stored once, conflicts listed, offset advanced, no batch
+    error). The batch after one with duplicates goes straight to ON CONFLICT, and so does the
+    worker's first batch in a lane (it stores below what the worker stored there: nothing).
+
+    Which way a batch went shows in its rows' xmin: a subtransaction's rows have their own xid,
+    the offsets row written by the same batch has the top transaction's. One record per batch
+    (produced, then waited for), in one partition, so that every batch is one record."""
+    topic = ib_topic("dedupe_new", 1)
+    sub = ib_subscriptions(unique_name("dedupe_new"), [topic])
+    run = uuid.uuid4().hex[:8]
+    before = ib_db.counters()
+
+    def record(mid, n):
+        return {"key": b"k", "value": json_value({"id": mid, "n": n}),
+                "headers": [("message_id", mid.encode())]}
+
+    def send_one(rec):
+        produce(ib_producer, topic, [rec])
+        ib_db.wait_caught_up(sub, end_offsets(topic), timeout=60)
+
+    def own_xid(mid):
+        """Whether the row went in through a subtransaction (the insert without ON CONFLICT)."""
+        return ib_db.value(
+            "SELECT i.xmin::text <> o.xmin::text FROM eventbox.inbox i, eventbox.offsets o "
+            "WHERE i.subscription = %s AND i.message_id = %s AND o.subscription = i.subscription",
+            (sub, mid))
+
+    first, second = "%s-first" % run, "%s-second" % run
+    send_one(record(first, 1))
+    assert not own_xid(first), "the worker's first batch in a lane was not inserted with ON CONFLICT"
+    send_one(record(second, 2))
+    assert own_xid(second), "a batch after a batch without duplicates was not inserted plainly"
+
+    # A duplicate of a stored id with another payload: refused by inbox_pkey, then inserted with
+    # ON CONFLICT, which leaves the stored row and lists the conflict.
+    send_one(record(second, 99))
+    # The next batch goes to ON CONFLICT at once: an exact redelivery.
+    send_one(record(first, 1))
+    third, fourth = "%s-third" % run, "%s-fourth" % run
+    send_one(record(third, 3))
+    assert not own_xid(third), "the batch after one with duplicates was not inserted with ON CONFLICT"
+    send_one(record(fourth, 4))
+    assert own_xid(fourth), "a batch after a batch without duplicates was not inserted plainly"
+
+    rows = ib_db.rows("SELECT message_id, (payload->>'n')::int, \"offset\" FROM eventbox.inbox "
+                      "WHERE subscription = %s ORDER BY \"offset\"", (sub,))
+    assert rows == [(first, 1, 0), (second, 2, 1), (third, 3, 4), (fourth, 4, 5)], rows
+    conflicts = ib_db.rows("SELECT message_id, stored_offset, \"offset\" FROM eventbox.conflicts "
+                           "WHERE subscription = %s", (sub,))
+    assert conflicts == [(second, 1, 2)], conflicts
+    errors = ib_db.value("SELECT count(*) FROM eventbox.ingest_errors WHERE subscription = %s",
+                         (sub,))
+    after = ib_db.counters()
+    report("dedupe_new", rows=len(rows), conflicts=len(conflicts), errors=errors,
+           duplicates_counter=after["duplicates"] - before["duplicates"])
+    assert errors == 0
+    assert after["pid"] == before["pid"], "the ingest worker restarted during the test"
+    assert after["errors"] == before["errors"], (before, after)
+    assert after["duplicates"] - before["duplicates"] == 2, (before, after)
