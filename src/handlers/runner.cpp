@@ -1387,9 +1387,16 @@ bool walk_lanes(const char* subscription, const PassSetup& setup, int max,
         }
         found_any = true;
         walk.found(topic, partition);
-        // A lane a known walk took already in this pass.
+        // A worker's plain walk looks for lanes it does not know: the known walk serves the
+        // others (and took its lanes already). A known lane the known walk found empty may have
+        // been given rows since by an ingest batch that committed in between; taking them here
+        // would count as work in unknown lanes and turn the plain walk on at every pass, which
+        // walks the handled entries of every lane and leaves the marks behind.
         if (!known && own_transactions &&
-            call_cpp([&] { return state->has_lane(topic, partition); }))
+            call_cpp([&] {
+                return state->has_lane(topic, partition) ||
+                       marks->find(subscription, topic, partition) >= 0;
+            }))
             continue;
         std::size_t l = call_cpp([&] { return state->add_lane(topic, partition); });
         if (!try_lock_lane(subscription, topic, partition, own_transactions)) continue;

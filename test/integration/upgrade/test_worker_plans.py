@@ -293,5 +293,8 @@ def test_handler_worker_reads_are_bounded_by_their_batch(clusters, kafka, stats)
     assert len(bad) <= allowed, (
         "%d plan nodes of handler workers scan more than their batch (%d allowed):\n%s" % (
             len(bad), allowed, "\n".join(bad[:20])))
-    # The discovery walk stays occasional (the lanes come from eventbox.offsets).
-    assert len(discovery) < len(probes), (len(discovery), len(probes))
+    # The discovery walk stays occasional (the lanes come from eventbox.offsets): about once a
+    # second per worker while idle. It once took rows an ingest batch had just committed into a
+    # lane the known walk had found empty, counted them as work in unknown lanes, and then ran
+    # at every pass for seconds (288 discovery probes, 92 lane probes over the bound).
+    assert len(discovery) <= 20, (len(discovery), len(probes))
