@@ -719,9 +719,12 @@ std::size_t store_chunk(Subscription* sub, std::size_t from, std::size_t to) {
     uint64 conflicts = 0;
     if (count > 0) {
         Datum mode_values[13];
-        memcpy(mode_values, values, sizeof values);
-        mode_values[12] = sub->backfill ? modes.get() : (Datum)0;
-        Datum* args = sub->backfill ? mode_values : values;
+        Datum* args = values;
+        if (sub->backfill) {
+            memcpy(mode_values, values, sizeof values);
+            mode_values[12] = modes.get();
+            args = mode_values;
+        }
         // A batch below what this process stored in a lane (eventbox.replay(), a seek, the
         // first one after a start) goes straight to ON CONFLICT: it may hold only duplicates,
         // and a refused attempt would leave its rows' dead versions behind.
