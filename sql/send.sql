@@ -213,3 +213,30 @@ DROP TRIGGER send_audit ON eventbox.outbox;
 DROP FUNCTION public.send_audit();
 DROP TABLE public.send_audit;
 TRUNCATE eventbox.outbox;
+-- send() works out the outbox's indexes once and keeps that while they stay the same: an index
+-- created or dropped later in the session is taken in at the next call.
+SELECT eventbox.send('shape', '{}'::jsonb) IS NOT NULL AS sent;
+CREATE INDEX outbox_shape_test ON eventbox.outbox (topic) WHERE topic = 'shape2';
+SELECT eventbox.send('shape2', '{}'::jsonb) IS NOT NULL AS sent;
+SET enable_seqscan = off;
+SET enable_bitmapscan = off;
+EXPLAIN (COSTS OFF) SELECT count(*) FROM eventbox.outbox WHERE topic = 'shape2';
+SELECT count(*) AS in_new_index FROM eventbox.outbox WHERE topic = 'shape2';
+DROP INDEX eventbox.outbox_shape_test;
+SELECT eventbox.send('shape2', '{}'::jsonb) IS NOT NULL AS sent_after_drop;
+-- An expression index (the executor sets those up per statement): send() goes through SQL.
+CREATE INDEX outbox_shape_expr ON eventbox.outbox (lower(topic));
+SELECT eventbox.send('Shape3', '{}'::jsonb) IS NOT NULL AS sent;
+EXPLAIN (COSTS OFF) SELECT count(*) FROM eventbox.outbox WHERE lower(topic) = 'shape3';
+SELECT count(*) AS in_expression_index FROM eventbox.outbox WHERE lower(topic) = 'shape3';
+DROP INDEX eventbox.outbox_shape_expr;
+RESET enable_seqscan;
+RESET enable_bitmapscan;
+-- Nothing stays open between calls: the transaction that sent may still TRUNCATE the outbox.
+BEGIN;
+SELECT eventbox.send('shape', '{}'::jsonb) IS NOT NULL AS sent;
+TRUNCATE eventbox.outbox;
+SELECT eventbox.send('shape4', '{}'::jsonb) IS NOT NULL AS sent;
+COMMIT;
+SELECT topic FROM eventbox.outbox;
+TRUNCATE eventbox.outbox;

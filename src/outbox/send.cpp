@@ -4,15 +4,10 @@
 extern "C" {
 #include "postgres.h"
 
-#include "access/table.h"
-#include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/pg_class.h"
-#include "executor/executor.h"
-#include "utils/rel.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
-#include "commands/sequence.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "nodes/makefuncs.h"
@@ -34,6 +29,7 @@ extern "C" {
 #include "pg/guc.hpp"
 #include "inbox/message_rules.hpp"
 #include "outbox/lineage.hpp"
+#include "outbox/outbox_insert.hpp"
 #include "pg/boundary.hpp"
 #include "metrics/counters.hpp"
 #include "pg/shmem.hpp"
@@ -182,7 +178,7 @@ void leave_owner_context(const OwnerContext& c) {
     SetUserIdAndSecContext(c.saved_user, c.saved_context);
 }
 
-// The outbox row through SQL: what the direct path below falls back to. send() is SECURITY
+// The outbox row through SQL: what the direct path (outbox_insert.cpp) falls back to. send() is SECURITY
 // INVOKER (a definer's SET search_path cost every call a GUC nest level and two search path
 // recomputations): the INSERT, and the triggers someone gave the table, run in the owner's
 // context above.
@@ -208,93 +204,6 @@ void insert_with_spi(Oid owner, pg_uuid_t* message_id, text* topic, text* key, b
     if (rc != SPI_OK_INSERT) elog(ERROR, "outbox insert failed: %s", SPI_result_code_string(rc));
     SPI_finish();
     leave_owner_context(as_owner);
-}
-
-// The outbox id: publishes the writer's xid before drawing it (see eventbox_next_outbox_id).
-int64 next_outbox_id(bool check_permissions) {
-    shmem::publish_outbox_writer(GetTopTransactionId());
-    static Oid sequence = InvalidOid;
-    // Looked up again when the extension was re-created in this session.
-    if (!OidIsValid(sequence) || !SearchSysCacheExists1(RELOID, ObjectIdGetDatum(sequence)))
-        sequence = RangeVarGetRelid(makeRangeVar(const_cast<char*>("eventbox"),
-                                                 const_cast<char*>("outbox_id_seq"), -1),
-                                    NoLock, false);
-    return nextval_internal(sequence, check_permissions);
-}
-
-// Stores one outbox row the way the executor's INSERT would, without planning and starting an
-// executor per call (that was half of what send() cost a handler: setting up the statement and
-// parsing the table's CHECK constraints again for every row). The row is built here with the
-// columns' defaults, which satisfy those constraints by construction; the heap insert and the
-// index insertions (unique checks included: a duplicate message_id raises 23505 from its index
-// as before) are the executor's own functions. A table someone gave triggers or rules, or a
-// shape this code does not know, goes through SQL instead.
-void insert_outbox_row(pg_uuid_t* message_id, text* topic, text* key, bytea* payload,
-                       Jsonb* headers) {
-    RangeVar* rv = makeRangeVar(const_cast<char*>("eventbox"), const_cast<char*>("outbox"), -1);
-    Relation rel = table_openrv(rv, RowExclusiveLock);
-    TupleDesc desc = RelationGetDescr(rel);
-    // Columns by name: the shape of the installed schema, whatever the release.
-    static const char* const kNames[] = {"id",         "message_id", "topic",  "key",
-                                         "payload",    "headers",    "created_at", "status",
-                                         "attempts"};
-    constexpr int kColumns = sizeof kNames / sizeof kNames[0];
-    int attno[kColumns];
-    int found = 0;
-    for (int c = 0; c < kColumns; ++c) {
-        attno[c] = -1;
-        for (int a = 0; a < desc->natts; ++a) {
-            Form_pg_attribute att = TupleDescAttr(desc, a);
-            if (!att->attisdropped && strcmp(NameStr(att->attname), kNames[c]) == 0) {
-                attno[c] = a;
-                ++found;
-                break;
-            }
-        }
-    }
-    bool plain = rel->rd_rel->relkind == RELKIND_RELATION && rel->trigdesc == nullptr &&
-                 !rel->rd_rules && found == kColumns;
-    if (!plain) {
-        Oid owner = rel->rd_rel->relowner;
-        table_close(rel, RowExclusiveLock);
-        insert_with_spi(owner, message_id, topic, key, payload, headers);
-        return;
-    }
-    Datum* values = static_cast<Datum*>(palloc0(sizeof(Datum) * desc->natts));
-    bool* nulls = static_cast<bool*>(palloc(sizeof(bool) * desc->natts));
-    for (int a = 0; a < desc->natts; ++a) nulls[a] = true;
-    auto set = [&](int c, Datum v) {
-        values[attno[c]] = v;
-        nulls[attno[c]] = false;
-    };
-    // No privilege check on the sequence: EXECUTE on send(), granted by an administrator, is
-    // what allows a role to queue a message.
-    set(0, Int64GetDatum(next_outbox_id(false)));
-    set(1, UUIDPGetDatum(message_id));
-    set(2, PointerGetDatum(topic));
-    if (key) set(3, PointerGetDatum(key));
-    if (payload) set(4, PointerGetDatum(payload));
-    set(5, headers ? PointerGetDatum(headers)
-                   : DirectFunctionCall1(jsonb_in, CStringGetDatum("{}")));
-    set(6, TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()));  // now()
-    set(7, CStringGetTextDatum("pending"));
-    set(8, Int32GetDatum(0));
-
-    EState* estate = CreateExecutorState();
-    ResultRelInfo* info = makeNode(ResultRelInfo);
-    InitResultRelInfo(info, rel, 1, nullptr, 0);
-    ExecOpenIndices(info, false);
-    TupleTableSlot* slot = ExecInitExtraTupleSlot(estate, desc, &TTSOpsHeapTuple);
-    ExecStoreHeapTuple(heap_form_tuple(desc, values, nulls), slot, false);
-    table_tuple_insert(rel, slot, GetCurrentCommandId(true), 0, nullptr);
-    List* recheck = ExecInsertIndexTuples(info, slot, estate, false, false, nullptr, NIL);
-    list_free(recheck);
-    ExecCloseIndices(info);
-    ExecResetTupleTable(estate->es_tupleTable, false);
-    FreeExecutorState(estate);
-    table_close(rel, NoLock);  // the lock is held to the end of the transaction, as INSERT does
-    // What a statement does after an INSERT: later statements of the transaction see the row.
-    CommandCounterIncrement();
 }
 
 // What send() keeps instead of publishing, in a handler running in mode 'replay' or 'backfill':
@@ -385,7 +294,9 @@ Datum send_message(FunctionCallInfo fcinfo, bytea* payload, bool json, bool sixt
     }
 
     pg_guard([&] {
-        insert_outbox_row(message_id, topic, key, payload, headers);
+        Oid owner;
+        if (!outbox::insert_row(message_id, topic, key, payload, headers, &owner))
+            insert_with_spi(owner, message_id, topic, key, payload, headers);
         shmem::wake_relay_at_commit();
         metrics::outbox_added_at_commit(1);
     });
@@ -449,5 +360,5 @@ extern "C" Datum eventbox_send_bytea_in_replay(PG_FUNCTION_ARGS) {
 // writer before drawing the id, so the relay can tell when a gap below its cursor is settled.
 extern "C" Datum eventbox_next_outbox_id(PG_FUNCTION_ARGS) {
     (void)fcinfo;
-    PG_RETURN_INT64(eventbox::next_outbox_id(true));
+    PG_RETURN_INT64(eventbox::outbox::next_id(true));
 }

@@ -1,0 +1,232 @@
+// send()'s direct write of an outbox row. An INSERT statement works out at each start what the
+// table needs: it opens every index, builds its IndexInfo and prepares the predicates of the
+// partial ones (three of the outbox's five). Done per send(), that was about a quarter of the
+// call. Here it is worked out once and kept while the table's definition stays the same: a
+// relcache invalidation of the table or of one of its indexes (DDL, CREATE INDEX
+// CONCURRENTLY's steps, a cache reset) marks it stale, and the next call builds it again. Every
+// call still opens and locks the table and its indexes (no relcache reference outlives the
+// call, so TRUNCATE or ALTER later in the transaction are not refused as "in use"), and the
+// locks are held to the end of the transaction.
+//
+// PostgreSQL-side code: no C++ object lives on these frames.
+extern "C" {
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/index.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_class.h"
+#include "commands/sequence.h"
+#include "executor/executor.h"
+#include "nodes/makefuncs.h"
+#include "optimizer/optimizer.h"
+#include "utils/builtins.h"
+#include "utils/inval.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/relcache.h"
+#include "utils/syscache.h"
+#include "utils/timestamp.h"
+}
+
+#include "outbox/outbox_insert.hpp"
+#include "pg/shmem.hpp"
+
+namespace eventbox::outbox {
+
+namespace {
+
+// Columns by name: the shape of the installed schema, whatever the release.
+const char* const kNames[] = {"id",      "message_id", "topic",  "key",     "payload",
+                              "headers", "created_at", "status", "attempts"};
+constexpr int kColumns = sizeof kNames / sizeof kNames[0];
+
+// What the inserts need from the table's definition.
+struct Shape {
+    Oid relid;
+    Oid owner;
+    bool plain;  // false: a shape this code does not write; the caller uses SQL
+    int attno[kColumns];
+    int n_indexes;
+    Oid* index_oids;
+    ResultRelInfo* info;  // its index relations are opened by each call
+    EState* estate;       // for the predicates' evaluation (its per-tuple context)
+    TupleTableSlot* slot;
+    Datum empty_headers;  // '{}'
+};
+
+MemoryContext shape_context = nullptr;
+Shape* shape = nullptr;
+bool shape_stale = false;
+bool building = false;  // build_shape() runs (or failed)
+
+void on_relcache_invalidation(Datum, Oid relid) {
+    // Taking an index's lock while the shape is built may take in invalidations: what was
+    // read before them may be outdated, and their relation ids are not all known yet.
+    if (building) shape_stale = true;
+    if (shape == nullptr || shape_stale) return;
+    if (relid == InvalidOid || relid == shape->relid) {
+        shape_stale = true;
+        return;
+    }
+    for (int i = 0; i < shape->n_indexes; ++i)
+        if (shape->index_oids[i] == relid) shape_stale = true;
+}
+
+// Works out the shape of `rel` (eventbox.outbox, opened and locked) into shape_context.
+void build_shape(Relation rel) {
+    shape = nullptr;
+    building = true;
+    shape_stale = false;
+    if (shape_context == nullptr) {
+        shape_context =
+            AllocSetContextCreate(TopMemoryContext, "eventbox outbox insert", ALLOCSET_SMALL_SIZES);
+        CacheRegisterRelcacheCallback(on_relcache_invalidation, (Datum)0);
+    } else {
+        MemoryContextReset(shape_context);
+    }
+    MemoryContext old = MemoryContextSwitchTo(shape_context);
+    auto* s = static_cast<Shape*>(palloc0(sizeof(Shape)));
+    s->relid = RelationGetRelid(rel);
+    s->owner = rel->rd_rel->relowner;
+    TupleDesc desc = RelationGetDescr(rel);
+    int found = 0;
+    for (int c = 0; c < kColumns; ++c) {
+        s->attno[c] = -1;
+        for (int a = 0; a < desc->natts; ++a) {
+            Form_pg_attribute att = TupleDescAttr(desc, a);
+            if (!att->attisdropped && strcmp(NameStr(att->attname), kNames[c]) == 0) {
+                s->attno[c] = a;
+                ++found;
+                break;
+            }
+        }
+    }
+    s->plain = rel->rd_rel->relkind == RELKIND_RELATION && rel->trigdesc == nullptr &&
+               !rel->rd_rules && found == kColumns;
+    if (s->plain) {
+        List* indexes = RelationGetIndexList(rel);
+        s->n_indexes = list_length(indexes);
+        s->index_oids = static_cast<Oid*>(palloc(sizeof(Oid) * Max(s->n_indexes, 1)));
+        auto** infos = static_cast<IndexInfo**>(palloc(sizeof(IndexInfo*) * Max(s->n_indexes, 1)));
+        int i = 0;
+        ListCell* lc;
+        foreach (lc, indexes) {
+            Relation index = index_open(lfirst_oid(lc), RowExclusiveLock);
+            IndexInfo* ii = BuildIndexInfo(index);
+            // What the executor sets up per statement besides (expression indexes, exclusion
+            // constraints, deferred unique checks) is left to the SQL path.
+            if (ii->ii_Expressions != NIL || ii->ii_ExclusionOps != nullptr ||
+                (index->rd_index->indisunique && !index->rd_index->indimmediate))
+                s->plain = false;
+            // ExecPrepareQual(), kept here instead of in a statement's memory.
+            if (ii->ii_Predicate != NIL)
+                ii->ii_PredicateState =
+                    ExecInitQual(reinterpret_cast<List*>(
+                                     expression_planner(reinterpret_cast<Expr*>(ii->ii_Predicate))),
+                                 nullptr);
+            s->index_oids[i] = RelationGetRelid(index);
+            infos[i++] = ii;
+            index_close(index, NoLock);
+        }
+        s->info = makeNode(ResultRelInfo);
+        InitResultRelInfo(s->info, rel, 1, nullptr, 0);
+        s->info->ri_NumIndices = s->n_indexes;
+        s->info->ri_IndexRelationDescs =
+            static_cast<RelationPtr>(palloc0(sizeof(Relation) * Max(s->n_indexes, 1)));
+        s->info->ri_IndexRelationInfo = infos;
+        s->estate = CreateExecutorState();
+        s->slot = MakeSingleTupleTableSlot(CreateTupleDescCopy(desc), &TTSOpsHeapTuple);
+        s->empty_headers = DirectFunctionCall1(jsonb_in, CStringGetDatum("{}"));
+    }
+    MemoryContextSwitchTo(old);
+    shape = s;  // used by this call even when stale: the next one builds it again
+    building = false;
+}
+
+// eventbox.outbox opened with RowExclusiveLock, its shape up to date.
+Relation open_outbox() {
+    Relation rel = nullptr;
+    if (shape != nullptr && !shape_stale) rel = try_table_open(shape->relid, RowExclusiveLock);
+    // Invalidations are taken in when the lock is first acquired in a transaction.
+    if (rel != nullptr && shape_stale) {
+        table_close(rel, NoLock);
+        rel = nullptr;
+    }
+    if (rel == nullptr) {
+        rel = table_openrv(
+            makeRangeVar(const_cast<char*>("eventbox"), const_cast<char*>("outbox"), -1),
+            RowExclusiveLock);
+        build_shape(rel);
+    }
+    return rel;
+}
+
+}  // namespace
+
+int64 next_id(bool check_permissions) {
+    shmem::publish_outbox_writer(GetTopTransactionId());
+    static Oid sequence = InvalidOid;
+    // Looked up again when the extension was re-created in this session.
+    if (!OidIsValid(sequence) || !SearchSysCacheExists1(RELOID, ObjectIdGetDatum(sequence)))
+        sequence = RangeVarGetRelid(
+            makeRangeVar(const_cast<char*>("eventbox"), const_cast<char*>("outbox_id_seq"), -1),
+            NoLock, false);
+    return nextval_internal(sequence, check_permissions);
+}
+
+bool insert_row(pg_uuid_t* message_id, text* topic, text* key, bytea* payload, Jsonb* headers,
+                Oid* owner) {
+    Relation rel = open_outbox();
+    Shape* s = shape;
+    if (!s->plain) {
+        *owner = s->owner;
+        table_close(rel, RowExclusiveLock);
+        return false;
+    }
+    TupleDesc desc = RelationGetDescr(rel);
+    Datum* values = static_cast<Datum*>(palloc0(sizeof(Datum) * desc->natts));
+    bool* nulls = static_cast<bool*>(palloc(sizeof(bool) * desc->natts));
+    for (int a = 0; a < desc->natts; ++a) nulls[a] = true;
+    auto set = [&](int c, Datum v) {
+        values[s->attno[c]] = v;
+        nulls[s->attno[c]] = false;
+    };
+    // No privilege check on the sequence: EXECUTE on send(), granted by an administrator, is
+    // what allows a role to queue a message.
+    set(0, Int64GetDatum(next_id(false)));
+    set(1, UUIDPGetDatum(message_id));
+    set(2, PointerGetDatum(topic));
+    if (key) set(3, PointerGetDatum(key));
+    if (payload) set(4, PointerGetDatum(payload));
+    set(5, headers ? PointerGetDatum(headers) : s->empty_headers);
+    set(6, TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()));  // now()
+    set(7, CStringGetTextDatum("pending"));
+    set(8, Int32GetDatum(0));
+
+    // Locks held to the end of the transaction, as the table's (an INSERT releases its index
+    // locks at the statement's end; taking them again costs more than keeping them).
+    for (int i = 0; i < s->n_indexes; ++i)
+        s->info->ri_IndexRelationDescs[i] = index_open(s->index_oids[i], RowExclusiveLock);
+    s->info->ri_RelationDesc = rel;
+    ResetPerTupleExprContext(s->estate);
+    ExecStoreHeapTuple(heap_form_tuple(desc, values, nulls), s->slot, false);
+    table_tuple_insert(rel, s->slot, GetCurrentCommandId(true), 0, nullptr);
+    List* recheck = ExecInsertIndexTuples(s->info, s->slot, s->estate, false, false, nullptr, NIL);
+    list_free(recheck);
+    ExecClearTuple(s->slot);
+    for (int i = 0; i < s->n_indexes; ++i) {
+        index_close(s->info->ri_IndexRelationDescs[i], NoLock);
+        s->info->ri_IndexRelationDescs[i] = nullptr;
+    }
+    s->info->ri_RelationDesc = nullptr;
+    table_close(rel, NoLock);  // the lock is held to the end of the transaction, as INSERT does
+    // What a statement does after an INSERT: later statements of the transaction see the row.
+    CommandCounterIncrement();
+    return true;
+}
+
+}  // namespace eventbox::outbox
