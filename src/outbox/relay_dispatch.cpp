@@ -58,7 +58,7 @@ void Dispatcher::produce_now(const Row& row, const std::string& lane, uint64_t s
     switch (result) {
         case Produced::kQueued:
             ++lanes_[lane].in_flight;
-            in_flight_.emplace(row.id, Flight{lane, seq, row.attempts, row.created_ms});
+            in_flight_.emplace(row.id, Flight{lane, seq, row.attempts, row.created_ms, row.tid});
             return;
         case Produced::kBusy:
             // Local queue full: count nothing, try again after a backoff.
@@ -133,7 +133,7 @@ void Dispatcher::on_delivery(int64_t id, int err, bool permanent, bool counts, i
     --lane.in_flight;
 
     if (err == 0) {
-        acked_.push_back(Acked{id, partition, offset, flight.created_ms});
+        acked_.push_back(Acked{id, partition, offset, flight.created_ms, flight.tid});
     } else if (!counts) {
         wait_in_lane(flight.lane, flight.seq, id, now_ms);
     } else {

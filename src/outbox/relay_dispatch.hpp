@@ -35,6 +35,7 @@ struct Row {
     int32_t attempts = 0;       // delivery attempts recorded so far
     int64_t not_before_ms = 0;  // next_attempt_at in epoch ms; 0 when due now
     int64_t created_ms = 0;     // created_at in epoch ms (for the publish latency metric)
+    uint64_t tid = 0;           // where the row was read (block << 16 | offset); 0: unknown
 };
 
 // What handing a row to Kafka's client came to.
@@ -66,6 +67,7 @@ struct Acked {
     int32_t partition;
     int64_t offset;
     int64_t created_ms = 0;  // the row's created_at (epoch ms)
+    uint64_t tid = 0;        // Row::tid of the read that was produced
 };
 
 // A row whose delivery failed: write attempts + 1, last_error, next_attempt_at (or 'failed').
@@ -130,6 +132,7 @@ private:
         uint64_t seq;
         int32_t attempts;
         int64_t created_ms;
+        uint64_t tid;
     };
 
     static std::string lane_of(const Row& row);

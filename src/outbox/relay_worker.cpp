@@ -74,12 +74,12 @@ WaitEventSet* wait_set = nullptr;
 MemoryContext batch_context = nullptr;
 metrics::LocalHistogram* latency = nullptr;  // publish latencies of the outcomes being written
 
-SPIPlanPtr claim_plan, range_plan, refetch_plan, delete_plan, sent_plan, failed_plan, purge_plan,
-    purge_failed_plan;
+SPIPlanPtr claim_plan, range_plan, refetch_plan, delete_plan, tid_delete_plan, sent_plan,
+    failed_plan, purge_plan, purge_failed_plan;
 
 constexpr const char* kRowColumns =
-    "SELECT id, message_id, topic, key, payload, headers, attempts, next_attempt_at, created_at "
-    "FROM eventbox.outbox ";
+    "SELECT id, message_id, topic, key, payload, headers, attempts, next_attempt_at, created_at, "
+    "ctid FROM eventbox.outbox ";
 
 SPIPlanPtr prepare(const char* sql, int nargs, Oid* types) {
     return worker::prepare_kept("eventbox relay", sql, nargs, types);
@@ -100,7 +100,12 @@ void prepare_plans() {
     refetch_plan = prepare(
         psprintf("%s WHERE id = ANY($1) AND status = 'pending' ORDER BY id", kRowColumns), 1,
         ids_type);
-    // Acknowledged ids come mostly in runs: delete by ranges of consecutive acked ids.
+    // Acknowledged rows are deleted where they were read (a TID scan: no index descent per
+    // row); the ids deleted are checked by the caller.
+    Oid tids_type[1] = {TIDARRAYOID};
+    tid_delete_plan =
+        prepare("DELETE FROM eventbox.outbox WHERE ctid = ANY ($1) RETURNING id", 1, tids_type);
+    // What was not found there is deleted by ranges of consecutive acked ids.
     Oid range_pair_types[2] = {INT8ARRAYOID, INT8ARRAYOID};
     delete_plan = prepare(
         "DELETE FROM eventbox.outbox o USING unnest($1::int8[], $2::int8[]) AS r(lo, hi) "
@@ -304,36 +309,40 @@ int64 offer_result(int64* last_id, std::vector<int64_t>* ids) {
         XLogFlush(publish_lsn);
         publish_lsn = InvalidXLogRecPtr;
     }
+    // One pass over each tuple: SPI_getbinval() per column walked the row from its start for
+    // every column behind a variable-length one.
+    constexpr int kColumns = 10;
+    if (desc->natts != kColumns) elog(ERROR, "eventbox relay: unexpected row shape");
+    Datum v[kColumns];
+    bool null[kColumns];
     for (uint64 i = 0; i < SPI_processed; ++i) {
-        HeapTuple tuple = table->vals[i];
-        bool isnull;
+        heap_deform_tuple(table->vals[i], desc, v, null);
         relay::Row row;
-        row.id = DatumGetInt64(SPI_getbinval(tuple, desc, 1, &isnull));
+        row.id = DatumGetInt64(v[0]);
         char uuid_text[37];
-        format_uuid(DatumGetUUIDP(SPI_getbinval(tuple, desc, 2, &isnull)), uuid_text);
+        format_uuid(DatumGetUUIDP(v[1]), uuid_text);
         row.message_id = std::string_view(uuid_text, 36);
-        text* topic = DatumGetTextPP(SPI_getbinval(tuple, desc, 3, &isnull));
+        text* topic = DatumGetTextPP(v[2]);
         row.topic = std::string_view(VARDATA_ANY(topic), VARSIZE_ANY_EXHDR(topic));
-        Datum key = SPI_getbinval(tuple, desc, 4, &isnull);
-        if (!isnull) {
-            bytea* k = DatumGetByteaPP(key);
+        if (!null[3]) {
+            bytea* k = DatumGetByteaPP(v[3]);
             row.key = VARDATA_ANY(k);
             row.key_len = VARSIZE_ANY_EXHDR(k);
         }
-        Datum payload = SPI_getbinval(tuple, desc, 5, &isnull);
-        if (!isnull) {
-            bytea* p = DatumGetByteaPP(payload);
+        if (!null[4]) {
+            bytea* p = DatumGetByteaPP(v[4]);
             row.payload = VARDATA_ANY(p);
             row.payload_len = VARSIZE_ANY_EXHDR(p);
         }
         relay::Header* headers;
-        row.n_headers = read_headers(DatumGetJsonbP(SPI_getbinval(tuple, desc, 6, &isnull)),
-                                     &headers);
+        row.n_headers = read_headers(DatumGetJsonbP(v[5]), &headers);
         row.headers = headers;
-        row.attempts = DatumGetInt32(SPI_getbinval(tuple, desc, 7, &isnull));
-        Datum next = SPI_getbinval(tuple, desc, 8, &isnull);
-        row.not_before_ms = isnull ? 0 : DatumGetTimestampTz(next) / 1000;
-        row.created_ms = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 9, &isnull)) / 1000;
+        row.attempts = DatumGetInt32(v[6]);
+        row.not_before_ms = null[7] ? 0 : DatumGetTimestampTz(v[7]) / 1000;
+        row.created_ms = DatumGetTimestampTz(v[8]) / 1000;
+        auto* tid = reinterpret_cast<ItemPointer>(DatumGetPointer(v[9]));
+        row.tid = (static_cast<uint64>(ItemPointerGetBlockNumber(tid)) << 16) |
+                  ItemPointerGetOffsetNumber(tid);
         call_cpp([&] {
             dispatcher->offer(row, now);
             if (ids != nullptr) ids->push_back(row.id);
@@ -353,6 +362,118 @@ void exec(SPIPlanPtr plan, Datum* values, bool read_only, int expected) {
     worker::exec_kept("eventbox relay", plan, values, read_only, expected);
 }
 
+// Deletes the rows of the sorted ids by ranges of consecutive ids (every id of a range
+// acknowledged); returns how many it deleted.
+uint64 delete_id_ranges(const int64* ids, int n) {
+    if (n == 0) return 0;
+    int64* los = static_cast<int64*>(palloc(sizeof(int64) * n));
+    int64* his = static_cast<int64*>(palloc(sizeof(int64) * n));
+    int runs = 0;
+    for (int i = 0; i < n; ++i) {
+        if (runs > 0 && ids[i] <= his[runs - 1] + 1) {
+            his[runs - 1] = Max(his[runs - 1], ids[i]);
+        } else {
+            los[runs] = his[runs] = ids[i];
+            ++runs;
+        }
+    }
+    Datum values[2] = {PointerGetDatum(int8_array(los, runs)),
+                       PointerGetDatum(int8_array(his, runs))};
+    exec(delete_plan, values, false, SPI_OK_DELETE);
+    return SPI_processed;
+}
+
+struct AckedRow {
+    int64 id;
+    uint64 tid;
+};
+
+// Deletes acknowledged rows at the tids they were read from (rows sorted by id), in a
+// subtransaction; sets done[i] for each row deleted and returns their count. The acks of a
+// pass come from many partitions: their ids are rarely consecutive (about two per range over
+// 32 partitions), and a delete by id ranges descended the index and restarted a bitmap heap
+// scan per range. A row updated since it was read (a failed attempt is written as a new
+// version) is not found at its tid and is left to the caller. A tid that holds another row
+// now (the row was deleted by someone else, its space vacuumed and reused) would delete that
+// row: then the subtransaction is rolled back and every row is left to the caller.
+uint64 delete_at_tids(const AckedRow* rows, int n, bool* done) {
+    auto* tids = static_cast<ItemPointerData*>(palloc(sizeof(ItemPointerData) * n));
+    Datum* datums = static_cast<Datum*>(palloc(sizeof(Datum) * n));
+    int k = 0;
+    for (int i = 0; i < n; ++i) {
+        if (rows[i].tid == 0) continue;
+        ItemPointerSet(&tids[k], static_cast<BlockNumber>(rows[i].tid >> 16),
+                       static_cast<OffsetNumber>(rows[i].tid & 0xffff));
+        datums[k] = PointerGetDatum(&tids[k]);
+        ++k;
+    }
+    if (k == 0) return 0;
+    Datum values[1] = {PointerGetDatum(
+        construct_array(datums, k, TIDOID, sizeof(ItemPointerData), false, TYPALIGN_SHORT))};
+    MemoryContext context = CurrentMemoryContext;
+    ResourceOwner owner = CurrentResourceOwner;
+    volatile uint64 deleted = 0;
+    BeginInternalSubTransaction(nullptr);
+    MemoryContextSwitchTo(context);
+    PG_TRY();
+    {
+        worker::exec_kept("eventbox relay", tid_delete_plan, values, false,
+                          SPI_OK_DELETE_RETURNING, worker::Access::kTid);
+        uint64 found = 0;
+        bool foreign = false;
+        for (uint64 r = 0; r < SPI_processed && !foreign; ++r) {
+            bool isnull;
+            int64 id = DatumGetInt64(
+                SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull));
+            const AckedRow* hit = std::lower_bound(
+                rows, rows + n, id, [](const AckedRow& a, int64 v) { return a.id < v; });
+            if (hit == rows + n || hit->id != id || done[hit - rows]) {
+                foreign = true;
+            } else {
+                done[hit - rows] = true;
+                ++found;
+            }
+        }
+        if (foreign) {
+            RollbackAndReleaseCurrentSubTransaction();
+            memset(done, 0, sizeof(bool) * n);
+            ereport(LOG, (errmsg("eventbox relay: a row read for delivery was replaced at its "
+                                 "place in the table; the acknowledged rows are deleted by id")));
+        } else {
+            ReleaseCurrentSubTransaction();
+            deleted = found;
+        }
+        MemoryContextSwitchTo(context);
+        CurrentResourceOwner = owner;
+    }
+    PG_CATCH();
+    {
+        MemoryContextSwitchTo(context);
+        ErrorData* edata = CopyErrorData();
+        FlushErrorState();
+        RollbackAndReleaseCurrentSubTransaction();
+        MemoryContextSwitchTo(context);
+        CurrentResourceOwner = owner;
+        ReThrowError(edata);
+    }
+    PG_END_TRY();
+    return deleted;
+}
+
+// Deletes the acknowledged rows (eventbox.outbox_retention 0): at their tids, the rest by id.
+uint64 delete_acked(const relay::Acked* acked, int n) {
+    auto* rows = static_cast<AckedRow*>(palloc(sizeof(AckedRow) * n));
+    for (int i = 0; i < n; ++i) rows[i] = AckedRow{acked[i].id, acked[i].tid};
+    std::sort(rows, rows + n, [](const AckedRow& a, const AckedRow& b) { return a.id < b.id; });
+    bool* done = static_cast<bool*>(palloc0(sizeof(bool) * n));
+    uint64 deleted = delete_at_tids(rows, n, done);
+    int64* rest = static_cast<int64*>(palloc(sizeof(int64) * n));
+    int m = 0;
+    for (int i = 0; i < n; ++i)
+        if (!done[i]) rest[m++] = rows[i].id;
+    return deleted + delete_id_ranges(rest, m);
+}
+
 // Writes acknowledged and failed deliveries back to the outbox.
 // Rows the outcomes written in the current transaction took out of 'pending' (sent, deleted,
 // given up), for metrics::outbox_settled() once it committed.
@@ -368,33 +489,17 @@ void write_outcomes() {
         latency->clear();
         for (int i = 0; i < n; ++i)
             if (acked[i].created_ms != 0) latency->observe_us((now - acked[i].created_ms) * 1000);
-        int64* ids = static_cast<int64*>(palloc(sizeof(int64) * n));
-        Datum* partitions = static_cast<Datum*>(palloc(sizeof(Datum) * n));
-        int64* offsets = static_cast<int64*>(palloc(sizeof(int64) * n));
-        for (int i = 0; i < n; ++i) {
-            ids[i] = acked[i].id;
-            partitions[i] = Int32GetDatum(acked[i].partition);
-            offsets[i] = acked[i].offset;
-        }
         if (guc::outbox_retention_s == 0) {
-            // Runs of consecutive ids, every one of them acknowledged.
-            std::sort(ids, ids + n);
-            int64* los = static_cast<int64*>(palloc(sizeof(int64) * n));
-            int64* his = static_cast<int64*>(palloc(sizeof(int64) * n));
-            int runs = 0;
-            for (int i = 0; i < n; ++i) {
-                if (runs > 0 && ids[i] <= his[runs - 1] + 1) {
-                    his[runs - 1] = Max(his[runs - 1], ids[i]);
-                } else {
-                    los[runs] = his[runs] = ids[i];
-                    ++runs;
-                }
-            }
-            Datum values[2] = {PointerGetDatum(int8_array(los, runs)),
-                               PointerGetDatum(int8_array(his, runs))};
-            exec(delete_plan, values, false, SPI_OK_DELETE);
-            settled_in_transaction += SPI_processed;
+            settled_in_transaction += delete_acked(acked.data(), n);
         } else {
+            int64* ids = static_cast<int64*>(palloc(sizeof(int64) * n));
+            Datum* partitions = static_cast<Datum*>(palloc(sizeof(Datum) * n));
+            int64* offsets = static_cast<int64*>(palloc(sizeof(int64) * n));
+            for (int i = 0; i < n; ++i) {
+                ids[i] = acked[i].id;
+                partitions[i] = Int32GetDatum(acked[i].partition);
+                offsets[i] = acked[i].offset;
+            }
             Datum values[3] = {
                 PointerGetDatum(int8_array(ids, n)),
                 PointerGetDatum(construct_array(partitions, n, INT4OID, 4, true, TYPALIGN_INT)),

@@ -799,3 +799,39 @@ TEST(Dispatcher, RetryWaitsAtLeastTheGivenMinimum) {
 
 }  // namespace
 }  // namespace eventbox::relay
+
+namespace eventbox::relay {
+namespace {
+
+// The relay deletes an acknowledged row at the tid of the read it produced: after a failed
+// attempt (written as a new row version) the retry's read, with its new tid, is the one acked.
+TEST(Dispatcher, AckedRowCarriesTheTidOfTheReadThatWasProduced) {
+    FakeSink sink;
+    Dispatcher d(sink, small_limits(), 1);
+    TestRow keep = keyed(1, "k");
+    Row first = keep.row();
+    first.tid = (7u << 16) | 3;
+    d.offer(first, 0);
+    fail(d, 1, 10);
+    d.clear_outcomes(0, d.failed().size());
+    const std::vector<int64_t>& due = d.due_ids(5000, 10);
+    ASSERT_EQ(due, std::vector<int64_t>{1});
+    Row retry = keep.row();
+    retry.tid = (9u << 16) | 1;
+    retry.attempts = 1;
+    d.offer(retry, 5000);
+    d.refetch_done();
+    ack(d, 1, 5010);
+    ASSERT_EQ(d.acked().size(), 1u);
+    EXPECT_EQ(d.acked()[0].tid, (9u << 16) | 1);
+
+    // A row read without a tid (0) is acked with none: deleted by id.
+    TestRow other = keyed(2, "other");
+    d.offer(other.row(), 5020);
+    ack(d, 2, 5030);
+    ASSERT_EQ(d.acked().size(), 2u);
+    EXPECT_EQ(d.acked()[1].tid, 0u);
+}
+
+}  // namespace
+}  // namespace eventbox::relay
