@@ -9,19 +9,17 @@ namespace eventbox::relay {
 Dispatcher::Dispatcher(Sink& sink, Limits limits, uint64_t seed)
     : sink_(sink), limits_(limits), rng_(seed) {}
 
-std::string Dispatcher::lane_of(const Row& row) {
-    std::string lane;
+Dispatcher::LaneKey Dispatcher::lane_of(const Row& row) {
     if (row.key == nullptr) {
-        // Keyless rows have no order to keep: each is a lane of its own.
-        lane.assign("\x01");
-        lane.append(std::to_string(row.id));
-        return lane;
+        // Keyless rows have no order to keep: each is a lane of its own (splitmix64 of the id).
+        uint64_t z = static_cast<uint64_t>(row.id) + 0x9e3779b97f4a7c15ULL;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+        return z ^ (z >> 31);
     }
-    lane.reserve(row.topic.size() + 1 + row.key_len);
-    lane.append(row.topic);
-    lane.push_back('\0');
-    lane.append(row.key, row.key_len);
-    return lane;
+    uint64_t topic = std::hash<std::string_view>{}(row.topic);
+    uint64_t key = std::hash<std::string_view>{}(std::string_view(row.key, row.key_len));
+    return topic ^ (key + 0x9e3779b97f4a7c15ULL + (topic << 6) + (topic >> 2));
 }
 
 bool Dispatcher::knows(int64_t id) const {
@@ -44,14 +42,14 @@ int64_t Dispatcher::backoff_for(int32_t attempts) {
     return jitter(rng_);
 }
 
-void Dispatcher::wait_in_lane(const std::string& lane, uint64_t seq, int64_t id, int64_t due_ms) {
+void Dispatcher::wait_in_lane(LaneKey lane, uint64_t seq, int64_t id, int64_t due_ms) {
     lanes_[lane].waiting.emplace(seq, Wait{id, due_ms});
     blocked_.insert(lane);
     waiting_ids_[id] = {lane, seq};
     ++waiting_count_;
 }
 
-void Dispatcher::produce_now(const Row& row, const std::string& lane, uint64_t seq,
+void Dispatcher::produce_now(const Row& row, LaneKey lane, uint64_t seq,
                              int64_t now_ms) {
     std::string error;
     Produced result = sink_.produce(row, error);
@@ -72,7 +70,7 @@ void Dispatcher::produce_now(const Row& row, const std::string& lane, uint64_t s
     }
 }
 
-void Dispatcher::record_failure(int64_t id, const std::string& lane, uint64_t seq,
+void Dispatcher::record_failure(int64_t id, LaneKey lane, uint64_t seq,
                                 int32_t attempts, bool permanent, std::string_view error,
                                 int64_t now_ms, int64_t min_retry_ms) {
     bool give_up = permanent && attempts >= limits_.max_attempts;
@@ -88,7 +86,7 @@ void Dispatcher::offer(const Row& row, int64_t now_ms) {
         fetching_ids_.erase(fetched);
         auto w = waiting_ids_.find(row.id);
         if (w == waiting_ids_.end()) return;
-        std::string lane = w->second.first;
+        LaneKey lane = w->second.first;
         uint64_t seq = w->second.second;
         Lane& l = lanes_[lane];
         l.waiting.erase(seq);
@@ -101,7 +99,7 @@ void Dispatcher::offer(const Row& row, int64_t now_ms) {
     }
     if (knows(row.id)) return;
 
-    std::string lane = lane_of(row);
+    LaneKey lane = lane_of(row);
     uint64_t seq = next_seq_++;
     auto existing = lanes_.find(lane);
     bool lane_blocked = existing != lanes_.end() && !existing->second.waiting.empty();
@@ -115,7 +113,7 @@ void Dispatcher::offer(const Row& row, int64_t now_ms) {
     }
 }
 
-void Dispatcher::forget_lane_if_idle(const std::string& lane) {
+void Dispatcher::forget_lane_if_idle(LaneKey lane) {
     auto it = lanes_.find(lane);
     if (it != lanes_.end() && it->second.in_flight == 0 && it->second.waiting.empty() &&
         !it->second.fetching)
@@ -145,7 +143,7 @@ void Dispatcher::on_delivery(int64_t id, int err, bool permanent, bool counts, i
 
 const std::vector<int64_t>& Dispatcher::due_ids(int64_t now_ms, std::size_t max) {
     due_.clear();
-    for (const std::string& name : blocked_) {
+    for (LaneKey name : blocked_) {
         if (due_.size() >= max) break;
         Lane& lane = lanes_[name];
         // The head goes only when nothing of its lane is in flight, so order holds.
@@ -164,7 +162,7 @@ void Dispatcher::refetch_done() {
     for (int64_t id : fetching_ids_) {
         auto w = waiting_ids_.find(id);
         if (w == waiting_ids_.end()) continue;
-        std::string lane = w->second.first;
+        LaneKey lane = w->second.first;
         Lane& l = lanes_[lane];
         l.waiting.erase(w->second.second);
         l.fetching = false;
@@ -183,7 +181,7 @@ void Dispatcher::clear_outcomes(std::size_t n_acked, std::size_t n_failed) {
 
 int64_t Dispatcher::next_due_ms() const {
     int64_t next = std::numeric_limits<int64_t>::max();
-    for (const std::string& name : blocked_) {
+    for (LaneKey name : blocked_) {
         auto it = lanes_.find(name);
         if (it == lanes_.end() || it->second.in_flight != 0 || it->second.waiting.empty())
             continue;
