@@ -17,6 +17,7 @@ extern "C" {
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/index.h"
+#include "catalog/pg_am.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_class.h"
 #include "commands/sequence.h"
@@ -118,8 +119,11 @@ void build_shape(Relation rel) {
             Relation index = index_open(lfirst_oid(lc), RowExclusiveLock);
             IndexInfo* ii = BuildIndexInfo(index);
             // What the executor sets up per statement besides (expression indexes, exclusion
-            // constraints, deferred unique checks) is left to the SQL path.
-            if (ii->ii_Expressions != NIL || ii->ii_ExclusionOps != nullptr ||
+            // constraints, deferred unique checks) is left to the SQL path, and so are index
+            // types other than B-tree: some keep state between insertions (ii_AmCache) that
+            // points to the index relation of one statement.
+            if (index->rd_rel->relam != BTREE_AM_OID || ii->ii_Expressions != NIL ||
+                ii->ii_ExclusionOps != nullptr ||
                 (index->rd_index->indisunique && !index->rd_index->indimmediate))
                 s->plain = false;
             // ExecPrepareQual(), kept here instead of in a statement's memory.
