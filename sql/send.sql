@@ -238,6 +238,21 @@ SELECT count(*) AS in_hash_index FROM eventbox.outbox WHERE topic = 'shape5';
 DROP INDEX eventbox.outbox_shape_hash;
 RESET enable_seqscan;
 RESET enable_bitmapscan;
+-- An index whose creation is rolled back (whole transaction or savepoint) is forgotten again.
+BEGIN;
+CREATE INDEX outbox_shape_rb ON eventbox.outbox (topic);
+SELECT eventbox.send('shape6', '{}'::jsonb) IS NOT NULL AS sent;
+ROLLBACK;
+SELECT eventbox.send('shape6', '{}'::jsonb) IS NOT NULL AS sent_after_rollback;
+BEGIN;
+SAVEPOINT s;
+CREATE INDEX outbox_shape_rb ON eventbox.outbox (topic);
+SELECT eventbox.send('shape7', '{}'::jsonb) IS NOT NULL AS sent;
+ROLLBACK TO SAVEPOINT s;
+SELECT eventbox.send('shape7', '{}'::jsonb) IS NOT NULL AS sent_after_savepoint_rollback;
+COMMIT;
+SELECT topic, count(*) FROM eventbox.outbox WHERE topic IN ('shape6', 'shape7') GROUP BY topic
+ ORDER BY topic;
 -- Nothing stays open between calls: the transaction that sent may still TRUNCATE the outbox.
 BEGIN;
 SELECT eventbox.send('shape', '{}'::jsonb) IS NOT NULL AS sent;
