@@ -527,11 +527,8 @@ StringInfo dry_run_sends = nullptr;  // the JSON array elements of the current m
 
 // Runs the handlers of one message in a subtransaction; NULL on success, else the error text.
 char* run_message(Datum row, HandlerRef* const* handlers, int n) {
-    MemoryContext caller_context = CurrentMemoryContext;
-    ResourceOwner caller_owner = CurrentResourceOwner;
     char* volatile error = nullptr;
-    BeginInternalSubTransaction(nullptr);
-    MemoryContextSwitchTo(caller_context);
+    worker::Subtransaction sub = worker::begin_subtransaction();
     PG_TRY();
     {
         running_message = row;
@@ -570,22 +567,14 @@ char* run_message(Datum row, HandlerRef* const* handlers, int n) {
             SetUserIdAndSecContext(saved_user, saved_context);
         }
         running_message = (Datum)0;
-        if (dry_running) RollbackAndReleaseCurrentSubTransaction();
-        else ReleaseCurrentSubTransaction();
-        MemoryContextSwitchTo(caller_context);
-        CurrentResourceOwner = caller_owner;
+        worker::end_subtransaction(sub, !dry_running);
     }
     PG_CATCH();
     {
         // The subtransaction's abort also restores the user id and the settings.
         running_message = (Datum)0;
         disable_handler_timeouts();
-        MemoryContextSwitchTo(caller_context);
-        ErrorData* edata = CopyErrorData();
-        FlushErrorState();
-        RollbackAndReleaseCurrentSubTransaction();
-        MemoryContextSwitchTo(caller_context);
-        CurrentResourceOwner = caller_owner;
+        ErrorData* edata = worker::abort_subtransaction(sub);
         if (handler_timed_out && edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
             error = psprintf("57014: handler cancelled after eventbox.handler_timeout (%d ms)",
                              guc::handler_timeout_ms);

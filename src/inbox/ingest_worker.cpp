@@ -116,8 +116,8 @@ bool announced_idle = false;
 WaitEventSet* wait_set = nullptr;
 TimestampTz last_batch_at = 0;  // end of the last batch with messages
 MemoryContext batch_context = nullptr;
-SPIPlanPtr insert_plan, insert_modes_plan, insert_new_plan, insert_new_modes_plan, offsets_plan, stored_plan, error_set_plan, error_clear_plan,
-    errors_sync_plan, conflicts_plan;
+SPIPlanPtr insert_plan, insert_modes_plan, insert_new_plan, insert_new_modes_plan, offsets_plan,
+    stored_plan, error_set_plan, error_clear_plan, errors_sync_plan, conflicts_plan;
 // Lines about single subscriptions, at most 5 a minute of each kind: added, moved or recovered;
 // failing.
 worker::LogRate subscription_log_rate{5, 60000};
@@ -564,27 +564,17 @@ bool stores_below(const std::string& subscription, rd_kafka_message_t* const* me
 // process stored before: a run of duplicates from elsewhere pays one rolled-back attempt, not
 // one per batch.
 bool insert_new(SPIPlanPtr plan, Datum* values, uint64* inserted) {
-    MemoryContext context = CurrentMemoryContext;
-    ResourceOwner owner = CurrentResourceOwner;
     volatile bool ok = true;
-    BeginInternalSubTransaction(nullptr);
-    MemoryContextSwitchTo(context);
+    worker::Subtransaction sub = worker::begin_subtransaction();
     PG_TRY();
     {
         worker::exec_kept("eventbox ingest", plan, values, false, SPI_OK_INSERT);
         *inserted = SPI_processed;
-        ReleaseCurrentSubTransaction();
-        MemoryContextSwitchTo(context);
-        CurrentResourceOwner = owner;
+        worker::end_subtransaction(sub, true);
     }
     PG_CATCH();
     {
-        MemoryContextSwitchTo(context);
-        ErrorData* edata = CopyErrorData();
-        FlushErrorState();
-        RollbackAndReleaseCurrentSubTransaction();
-        MemoryContextSwitchTo(context);
-        CurrentResourceOwner = owner;
+        ErrorData* edata = worker::abort_subtransaction(sub);
         if (edata->sqlerrcode != ERRCODE_UNIQUE_VIOLATION) ReThrowError(edata);
         FreeErrorData(edata);
         ok = false;

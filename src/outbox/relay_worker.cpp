@@ -410,11 +410,8 @@ uint64 delete_at_tids(const AckedRow* rows, int n, bool* done) {
     if (k == 0) return 0;
     Datum values[1] = {PointerGetDatum(
         construct_array(datums, k, TIDOID, sizeof(ItemPointerData), false, TYPALIGN_SHORT))};
-    MemoryContext context = CurrentMemoryContext;
-    ResourceOwner owner = CurrentResourceOwner;
     volatile uint64 deleted = 0;
-    BeginInternalSubTransaction(nullptr);
-    MemoryContextSwitchTo(context);
+    worker::Subtransaction sub = worker::begin_subtransaction();
     PG_TRY();
     {
         worker::exec_kept("eventbox relay", tid_delete_plan, values, false,
@@ -434,27 +431,18 @@ uint64 delete_at_tids(const AckedRow* rows, int n, bool* done) {
                 ++found;
             }
         }
+        worker::end_subtransaction(sub, !foreign);
         if (foreign) {
-            RollbackAndReleaseCurrentSubTransaction();
             memset(done, 0, sizeof(bool) * n);
             ereport(LOG, (errmsg("eventbox relay: a row read for delivery was replaced at its "
                                  "place in the table; the acknowledged rows are deleted by id")));
         } else {
-            ReleaseCurrentSubTransaction();
             deleted = found;
         }
-        MemoryContextSwitchTo(context);
-        CurrentResourceOwner = owner;
     }
     PG_CATCH();
     {
-        MemoryContextSwitchTo(context);
-        ErrorData* edata = CopyErrorData();
-        FlushErrorState();
-        RollbackAndReleaseCurrentSubTransaction();
-        MemoryContextSwitchTo(context);
-        CurrentResourceOwner = owner;
-        ReThrowError(edata);
+        ReThrowError(worker::abort_subtransaction(sub));
     }
     PG_END_TRY();
     return deleted;

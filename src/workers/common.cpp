@@ -131,6 +131,28 @@ void recover_from_error(MemoryContext batch_context, void (*cleanup)(), int* bac
     CHECK_FOR_INTERRUPTS();
 }
 
+Subtransaction begin_subtransaction() {
+    Subtransaction sub{CurrentMemoryContext, CurrentResourceOwner};
+    BeginInternalSubTransaction(nullptr);
+    MemoryContextSwitchTo(sub.context);
+    return sub;
+}
+
+void end_subtransaction(const Subtransaction& sub, bool commit) {
+    if (commit) ReleaseCurrentSubTransaction();
+    else RollbackAndReleaseCurrentSubTransaction();
+    MemoryContextSwitchTo(sub.context);
+    CurrentResourceOwner = sub.owner;
+}
+
+ErrorData* abort_subtransaction(const Subtransaction& sub) {
+    MemoryContextSwitchTo(sub.context);
+    ErrorData* edata = CopyErrorData();
+    FlushErrorState();
+    end_subtransaction(sub, false);
+    return edata;
+}
+
 SPIPlanPtr prepare_kept(const char* who, const char* sql, int nargs, Oid* types) {
     SPIPlanPtr plan = SPI_prepare(sql, nargs, types);
     if (plan == nullptr)

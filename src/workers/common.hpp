@@ -7,6 +7,7 @@ extern "C" {
 
 #include "executor/spi.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
 }
 
 namespace eventbox::kafka {
@@ -29,6 +30,19 @@ void emit_kafka_logs(kafka::ClientEvents& client, const char* who);
 // transaction, runs `cleanup` (worker-specific state that must not outlive the error), resets
 // `batch_context` and waits a growing backoff (*backoff_ms: 1 s doubling to 30 s).
 void recover_from_error(MemoryContext batch_context, void (*cleanup)(), int* backoff_ms);
+
+// An internal subtransaction and what its caller had before it. begin_subtransaction() starts
+// one and stays in the caller's memory context; end_subtransaction() commits or rolls it back;
+// abort_subtransaction(), in the PG_CATCH block of an error inside it, rolls it back and returns
+// the error, copied into the caller's context (the error state is flushed). Both give the caller
+// its memory context and resource owner back.
+struct Subtransaction {
+    MemoryContext context;
+    ResourceOwner owner;
+};
+Subtransaction begin_subtransaction();
+void end_subtransaction(const Subtransaction& sub, bool commit);
+ErrorData* abort_subtransaction(const Subtransaction& sub);
 
 // SPI_prepare + SPI_keepplan, raising ERROR with `who` and the statement on failure.
 SPIPlanPtr prepare_kept(const char* who, const char* sql, int nargs, Oid* types);
