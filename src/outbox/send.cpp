@@ -178,10 +178,10 @@ void leave_owner_context(const OwnerContext& c) {
     SetUserIdAndSecContext(c.saved_user, c.saved_context);
 }
 
-// The outbox row through SQL: what the direct path (outbox_insert.cpp) falls back to. send() is SECURITY
-// INVOKER (a definer's SET search_path cost every call a GUC nest level and two search path
-// recomputations): the INSERT, and the triggers someone gave the table, run in the owner's
-// context above.
+// The outbox row through SQL: what the direct path (outbox_insert.cpp) falls back to. send()
+// is SECURITY INVOKER (a definer's SET search_path cost every call a GUC nest level and two
+// search path recomputations): the INSERT, and the triggers someone gave the table, run in the
+// owner's context above.
 void insert_with_spi(Oid owner, pg_uuid_t* message_id, text* topic, text* key, bytea* payload,
                      Jsonb* headers) {
     OwnerContext as_owner = enter_owner_context(owner);
