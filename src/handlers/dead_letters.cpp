@@ -99,8 +99,9 @@ void prepare_plans() {
         "SELECT " DLT_COLUMNS ", s.dead_letter_topic FROM d, s"
         " WHERE s.dead_letter_topic IS NOT NULL ORDER BY d.topic, d.\"partition\", d.\"offset\"",
         2, dead_types);
-    // Only rows this transaction inserted: a record stored again (a replay) finds its row
-    // there already and is not sent twice.
+    // Only rows the batch's insert wrote ($3, their xmin): a record stored again (a replay)
+    // finds its row there already and is not sent twice.
+    Oid unparsable_types[3] = {TEXTOID, TEXTARRAYOID, XIDOID};
     unparsable_plan = worker::prepare_kept(
         who,
         "INSERT INTO eventbox.outbox (message_id, key, payload, headers, topic) "
@@ -110,9 +111,9 @@ void prepare_plans() {
         EVENTBOX_INBOX_BY_ID("*, xmin AS inserted_by", "AND coalesce(x.status, '') = 'unparsable'")
         "       ) d"
         " WHERE s.name = $1 AND s.dead_letter_topic IS NOT NULL"
-        "   AND d.inserted_by = pg_current_xact_id()::xid"
+        "   AND d.inserted_by = $3"
         " ORDER BY d.topic, d.\"partition\", d.\"offset\"",
-        2, dead_types);
+        3, unparsable_types);
 }
 
 }  // namespace
@@ -170,10 +171,11 @@ void after_dead(Datum subscription, Datum ids) {
     }
 }
 
-void after_unparsable(Datum subscription, Datum ids) {
+void after_unparsable(Datum subscription, Datum ids, TransactionId writer) {
+    if (!TransactionIdIsValid(writer)) return;  // the insert wrote nothing
     prepare_plans();
     MemoryContext caller = CurrentMemoryContext;
-    Datum args[2] = {subscription, ids};
+    Datum args[3] = {subscription, ids, TransactionIdGetDatum(writer)};
     worker::exec_kept("eventbox dead letters", unparsable_plan, args, false, SPI_OK_INSERT);
     MemoryContextSwitchTo(caller);
     if (SPI_processed > 0) {

@@ -36,8 +36,11 @@ void add_blocked_keys(Datum subscription, Datum topic, int32 partition, Datum** 
 // are taken.
 void after_dead(Datum subscription, Datum ids);
 
-// Ingest: in the transaction that stored them, sends the rows of `ids` (text[]) that this
-// transaction inserted as 'unparsable' to the subscription's dead-letter topic, if it has one.
-void after_unparsable(Datum subscription, Datum ids);
+// Ingest: in the transaction that stored them, sends the rows of `ids` (text[]) that the
+// (sub)transaction `writer` inserted as 'unparsable' to the subscription's dead-letter topic, if
+// it has one. `writer` is the xid the rows carry as xmin: a batch inserted in a subtransaction
+// carries the subtransaction's, not the top-level one's. A row stored before (a replay) has an
+// older xmin and is not sent twice.
+void after_unparsable(Datum subscription, Datum ids, TransactionId writer);
 
 }  // namespace eventbox::handlers::dead_letters

@@ -555,7 +555,8 @@ bool stores_below(const std::string& subscription, rd_kafka_message_t* const* me
 
 // Inserts a batch with `plan` (the rows without ON CONFLICT) in a subtransaction; returns false,
 // with the subtransaction rolled back, when inbox_pkey refused a row (a duplicate: the caller
-// inserts the batch again with ON CONFLICT). Any other ERROR goes on up.
+// inserts the batch again with ON CONFLICT). Any other ERROR goes on up. `writer` gets the
+// subtransaction's xid, the xmin of the rows it inserted.
 //
 // Most batches hold only new messages: the stored offsets advance with the rows in one
 // transaction, so Kafka redelivers nothing stored. Duplicates come from a producer's retries or
@@ -563,13 +564,14 @@ bool stores_below(const std::string& subscription, rd_kafka_message_t* const* me
 // tried this way only after one without duplicates and when it stores no offset below what this
 // process stored before: a run of duplicates from elsewhere pays one rolled-back attempt, not
 // one per batch.
-bool insert_new(SPIPlanPtr plan, Datum* values, uint64* inserted) {
+bool insert_new(SPIPlanPtr plan, Datum* values, uint64* inserted, TransactionId* writer) {
     volatile bool ok = true;
     worker::Subtransaction sub = worker::begin_subtransaction();
     PG_TRY();
     {
         worker::exec_kept("eventbox ingest", plan, values, false, SPI_OK_INSERT);
         *inserted = SPI_processed;
+        *writer = GetCurrentTransactionIdIfAny();
         worker::end_subtransaction(sub, true);
     }
     PG_CATCH();
@@ -707,6 +709,7 @@ std::size_t store_chunk(Subscription* sub, std::size_t from, std::size_t to) {
                         raws.get(),     types.get(),   statuses.get(), notes.get()};
     uint64 inserted = 0;
     uint64 conflicts = 0;
+    TransactionId writer = InvalidTransactionId;  // the xmin of the rows inserted now
     if (count > 0) {
         Datum mode_values[13];
         Datum* args = values;
@@ -719,15 +722,18 @@ std::size_t store_chunk(Subscription* sub, std::size_t from, std::size_t to) {
         // first one after a start) goes straight to ON CONFLICT: it may hold only duplicates,
         // and a refused attempt would leave its rows' dead versions behind.
         if (!sub->expect_new || stores_below(sub->name, messages, count, false) ||
-            !insert_new(sub->backfill ? insert_new_modes_plan : insert_new_plan, args, &inserted)) {
+            !insert_new(sub->backfill ? insert_new_modes_plan : insert_new_plan, args, &inserted,
+                        &writer)) {
             worker::exec_kept("eventbox ingest", sub->backfill ? insert_modes_plan : insert_plan,
                               args, false, SPI_OK_INSERT);
             inserted = SPI_processed;
+            writer = GetCurrentTransactionIdIfAny();
         }
         sub->expect_new = inserted == static_cast<uint64>(count);
         // The subscription's dead-letter topic, if any, gets the unparsable rows stored now.
         if (unparsable_rows > 0 && inserted > 0)
-            handlers::dead_letters::after_unparsable(name, unparsable_ids.get(unparsable_rows));
+            handlers::dead_letters::after_unparsable(name, unparsable_ids.get(unparsable_rows),
+                                                     writer);
         // Only a batch with duplicates pays for comparing them with the stored rows.
         if (inserted < static_cast<uint64>(count)) {
             Datum conflict_values[7] = {name,      values[1], values[2], values[3],
