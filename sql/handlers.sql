@@ -70,12 +70,16 @@ CREATE TABLE regress_eventbox_fn.effects (
     search_path text
 );
 CREATE TABLE regress_eventbox_fn.failing (message_id text, handler text);
+-- Counts the calls of record(): a sequence is not rolled back with the call's effects.
+CREATE SEQUENCE regress_eventbox_fn.record_calls;
 GRANT SELECT, INSERT ON regress_eventbox_fn.effects TO regress_eventbox_runner;
 GRANT SELECT ON regress_eventbox_fn.failing TO regress_eventbox_runner;
+GRANT USAGE ON SEQUENCE regress_eventbox_fn.record_calls TO PUBLIC;
 
 CREATE FUNCTION regress_eventbox_fn.record(msg eventbox.inbox) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
+    PERFORM nextval('regress_eventbox_fn.record_calls');
     INSERT INTO regress_eventbox_fn.effects
         (message_id, topic, "partition", "offset", handler, run_as, attempts, search_path)
     VALUES (msg.message_id, msg.topic, msg."partition", msg."offset", 'record', current_user,
@@ -513,6 +517,24 @@ SELECT message_id, status, attempts, next, done, last_error FROM msgs
  WHERE sub = 'both' AND message_id IN ('orders/1/0', 'orders/2/0') ORDER BY message_id;
 SELECT message_id, handler, run_as, attempts FROM regress_eventbox_fn.effects
  ORDER BY message_id, n;
+-- The messages of a transaction run in one subtransaction until one fails: that one's error is
+-- kept (it is not run twice), the ones before it run again, each in a subtransaction of its
+-- own, and the ones after it run each in its own. Effects: exactly once for every message that
+-- succeeded, none for the failed one. Calls of record(): 3/0 twice, 4/0 and 5/0 once.
+TRUNCATE regress_eventbox_fn.effects, regress_eventbox_fn.failing;
+INSERT INTO regress_eventbox_fn.failing VALUES ('orders/4/0', 'also');
+SELECT pg_temp.put('both', 'orders', 3, 0, 'A'), pg_temp.put('both', 'orders', 4, 0, 'A'),
+       pg_temp.put('both', 'orders', 5, 0, 'A');
+SELECT setval('regress_eventbox_fn.record_calls', 1, false);
+SET ROLE regress_eventbox_owner;
+SELECT eventbox.process('both');
+RESET ROLE;
+SELECT nextval('regress_eventbox_fn.record_calls') - 1 AS record_calls;
+SELECT message_id, status, attempts, last_error FROM msgs
+ WHERE sub = 'both' AND message_id IN ('orders/3/0', 'orders/4/0', 'orders/5/0')
+ ORDER BY message_id;
+SELECT message_id, handler, count(*) FROM regress_eventbox_fn.effects
+ GROUP BY message_id, handler ORDER BY message_id, handler;
 TRUNCATE regress_eventbox_fn.failing;
 
 -- ---- process: retry with backoff, dead after exactly max_attempts --------------------------

@@ -525,65 +525,76 @@ Datum running_message = (Datum)0;
 bool dry_running = false;
 StringInfo dry_run_sends = nullptr;  // the JSON array elements of the current message's sends
 
+// Calls the handlers of one message (ERROR when one fails), each as its run_as role with the
+// pinned settings; the caller's subtransaction takes back what they did when one fails.
+void call_handlers(Datum row, HandlerRef* const* handlers, int n) {
+    running_message = row;
+    for (int i = 0; i < n; ++i) {
+        HandlerRef& h = *handlers[i];
+        // Once per run transaction (up to kMessagesPerTransaction messages): a REVOKE or DROP
+        // ROLE that commits meanwhile holds from the next transaction on, a few milliseconds
+        // later (the checks cost ~1.5 us per message and handler).
+        if (h.authorized_in != MyProc->lxid) {
+            check_authority(h);
+            h.authorized_in = MyProc->lxid;
+        }
+        const HandlerPlan& call = plan_for(h.fn);
+        Oid saved_user;
+        int saved_context;
+        GetUserIdAndSecContext(&saved_user, &saved_context);
+        SetUserIdAndSecContext(h.run_as, saved_context | SECURITY_LOCAL_USERID_CHANGE |
+                                             SECURITY_RESTRICTED_OPERATION);
+        int nest = NewGUCNestLevel();
+        enable_handler_timeouts();
+        call_handler(call, row);
+        disable_handler_timeouts();
+        // The timeout fired and the handler returned anyway (it caught the cancel, or it
+        // returned as the timeout fired): the attempt failed. Its pending cancel must not
+        // cancel what runs next; the error below rolls the handler's effects back.
+        if (handler_timed_out) {
+            QueryCancelPending = false;
+            ereport(ERROR, (errcode(ERRCODE_QUERY_CANCELED),
+                            errmsg("handler ran past eventbox.handler_timeout")));
+        }
+        // Whatever the handler changed goes back, even for the session (set_config(...,
+        // false)): the next handler, which may run as another role, and the caller of
+        // process() start from the pinned settings (as index_build does after running index
+        // expressions).
+        AtEOXact_GUC(false, nest);
+        SetUserIdAndSecContext(saved_user, saved_context);
+    }
+    running_message = (Datum)0;
+}
+
+// After an ERROR from call_handlers(): rolls the subtransaction back (which also restores the
+// user id and the settings) and returns the error's text.
+char* handlers_failed(const worker::Subtransaction& sub) {
+    running_message = (Datum)0;
+    disable_handler_timeouts();
+    ErrorData* edata = worker::abort_subtransaction(sub);
+    char* error;
+    if (handler_timed_out && edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
+        error = psprintf("57014: handler cancelled after eventbox.handler_timeout (%d ms)",
+                         guc::handler_timeout_ms);
+    else
+        error = psprintf("%s: %s%s%s", unpack_sql_state(edata->sqlerrcode), edata->message,
+                         edata->detail ? " DETAIL: " : "", edata->detail ? edata->detail : "");
+    handler_timed_out = false;
+    FreeErrorData(edata);
+    return error;
+}
+
 // Runs the handlers of one message in a subtransaction; NULL on success, else the error text.
 char* run_message(Datum row, HandlerRef* const* handlers, int n) {
     char* volatile error = nullptr;
     worker::Subtransaction sub = worker::begin_subtransaction();
     PG_TRY();
     {
-        running_message = row;
-        for (int i = 0; i < n; ++i) {
-            HandlerRef& h = *handlers[i];
-            // Once per run transaction (up to kMessagesPerTransaction messages): a REVOKE or
-            // DROP ROLE that commits meanwhile holds from the next transaction on, a few
-            // milliseconds later (the checks cost ~1.5 us per message and handler).
-            if (h.authorized_in != MyProc->lxid) {
-                check_authority(h);
-                h.authorized_in = MyProc->lxid;
-            }
-            const HandlerPlan& call = plan_for(h.fn);
-            Oid saved_user;
-            int saved_context;
-            GetUserIdAndSecContext(&saved_user, &saved_context);
-            SetUserIdAndSecContext(h.run_as, saved_context | SECURITY_LOCAL_USERID_CHANGE |
-                                                 SECURITY_RESTRICTED_OPERATION);
-            int nest = NewGUCNestLevel();
-            enable_handler_timeouts();
-            call_handler(call, row);
-            disable_handler_timeouts();
-            // The timeout fired and the handler returned anyway (it caught the cancel, or it
-            // returned as the timeout fired): the attempt failed. Its pending cancel must not
-            // cancel what runs next; the error below rolls the handler's effects back.
-            if (handler_timed_out) {
-                QueryCancelPending = false;
-                ereport(ERROR, (errcode(ERRCODE_QUERY_CANCELED),
-                                errmsg("handler ran past eventbox.handler_timeout")));
-            }
-            // Whatever the handler changed goes back, even for the session (set_config(...,
-            // false)): the next handler, which may run as another role, and the caller of
-            // process() start from the pinned settings (as index_build does after running
-            // index expressions).
-            AtEOXact_GUC(false, nest);
-            SetUserIdAndSecContext(saved_user, saved_context);
-        }
-        running_message = (Datum)0;
+        call_handlers(row, handlers, n);
         worker::end_subtransaction(sub, !dry_running);
     }
     PG_CATCH();
-    {
-        // The subtransaction's abort also restores the user id and the settings.
-        running_message = (Datum)0;
-        disable_handler_timeouts();
-        ErrorData* edata = worker::abort_subtransaction(sub);
-        if (handler_timed_out && edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
-            error = psprintf("57014: handler cancelled after eventbox.handler_timeout (%d ms)",
-                             guc::handler_timeout_ms);
-        else
-            error = psprintf("%s: %s%s%s", unpack_sql_state(edata->sqlerrcode), edata->message,
-                             edata->detail ? " DETAIL: " : "", edata->detail ? edata->detail : "");
-        handler_timed_out = false;
-        FreeErrorData(edata);
-    }
+    { error = handlers_failed(sub); }
     PG_END_TRY();
     return error;
 }
@@ -1495,28 +1506,50 @@ int ignore_unhandled(Datum name, int n_chosen, bool* to_run, int* n_to_run) {
     return n_unhandled;
 }
 
-// Runs chosen message `c`, whose row was fetched, unless a failure earlier in the pass holds it
-// back; adds its outcome to `out`. `matching` has room for every handler. Returns whether it was
-// handled (processed, ignored or failed).
-bool run_chosen(const PassSetup& setup, int c, Datum row, HandlerRef** matching, Outcomes* out,
-                int64 now, int64* next_due_ms) {
-    ChosenMessage m = call_cpp([&] { return state->chosen(c); });
-    Datum id = CStringGetTextDatum(m.id);
-    if (call_cpp([&] { return state->is_held_back(c, setup.options.ordering); }))
-        return false;  // stays as it was, to follow the retry
+// The handlers of chosen message `c` that take its event type, in `matching` (room for every
+// handler); -1 when a failure earlier in the pass holds the message back.
+int matching_handlers(const PassSetup& setup, int c, HandlerRef** matching) {
+    if (call_cpp([&] { return state->is_held_back(c, setup.options.ordering); })) return -1;
+    const char* event_type = call_cpp([&] { return state->chosen(c).event_type; });
     int n_matching = 0;
     for (int h = 0; h < setup.n_handlers; ++h)
-        if (type_matches(setup.handlers[h], m.event_type))
+        if (type_matches(setup.handlers[h], event_type))
             matching[n_matching++] = &setup.handlers[h];
+    return n_matching;
+}
+
+// How a message's handlers ran when run_together() ran them: error NULL when they succeeded.
+struct RanTogether {
+    char* error;
+    int64 duration_us;
+};
+
+// Runs chosen message `c`, whose row was fetched, unless a failure earlier in the pass holds it
+// back; adds its outcome to `out`. `matching` has room for every handler. With `ran`, its
+// handlers ran already (run_together()) and that outcome is recorded. Returns whether it was
+// handled (processed, ignored or failed).
+bool run_chosen(const PassSetup& setup, int c, Datum row, HandlerRef** matching, Outcomes* out,
+                int64 now, int64* next_due_ms, const RanTogether* ran) {
+    ChosenMessage m = call_cpp([&] { return state->chosen(c); });
+    Datum id = CStringGetTextDatum(m.id);
+    int n_matching = matching_handlers(setup, c, matching);
+    if (n_matching < 0) return false;  // stays as it was, to follow the retry
     if (n_matching == 0) {
         out->add_ignored(id);
         count_final(m);
         metrics::handler_ignored(1);
         return true;
     }
-    TimestampTz started = GetCurrentTimestamp();
-    char* error = run_message(row, matching, n_matching);
-    int64 duration_us = GetCurrentTimestamp() - started;
+    char* error;
+    int64 duration_us;
+    if (ran != nullptr) {
+        error = ran->error;
+        duration_us = ran->duration_us;
+    } else {
+        TimestampTz started = GetCurrentTimestamp();
+        error = run_message(row, matching, n_matching);
+        duration_us = GetCurrentTimestamp() - started;
+    }
     pfree(DatumGetPointer(row));
     if (error == nullptr) {
         out->add_processed(id, tid_datum(m.tid));
@@ -1539,10 +1572,47 @@ bool run_chosen(const PassSetup& setup, int c, Datum row, HandlerRef** matching,
     return true;
 }
 
+// Runs the handlers of the fetched messages from `from` up to `to` in one subtransaction, rather
+// than one each: a subtransaction per message (an xid with its lock and pg_subtrans entry, the
+// settings' and resource owners' bookkeeping at its end) cost 10-15% of the handler workers' CPU
+// per message with a trivial handler. Messages held back or without a handler are left to
+// run_chosen(). Returns `to` when every message's handlers succeeded (in ran[], the
+// subtransaction released). Otherwise returns the first message whose handlers failed, with its
+// error in ran[]: the subtransaction was rolled back with what the messages before it did, and
+// those run again, each in a subtransaction of its own (run_chosen()). The failed one is not run
+// twice: its attempt saw what they did, as it would have after them, and failed.
+int run_together(const PassSetup& setup, int from, int to, const Datum* rows,
+                 HandlerRef** matching, RanTogether* ran) {
+    volatile int at = from;
+    volatile TimestampTz started = 0;
+    worker::Subtransaction sub = worker::begin_subtransaction();
+    PG_TRY();
+    {
+        for (int c = from; c < to; at = ++c) {
+            if (rows[c] == (Datum)0) continue;
+            int n_matching = matching_handlers(setup, c, matching);
+            if (n_matching <= 0) continue;
+            started = GetCurrentTimestamp();
+            call_handlers(rows[c], matching, n_matching);
+            ran[c] = RanTogether{nullptr, GetCurrentTimestamp() - started};
+        }
+        worker::end_subtransaction(sub, true);
+    }
+    PG_CATCH();
+    {
+        char* error = handlers_failed(sub);
+        ran[at] = RanTogether{error, GetCurrentTimestamp() - started};
+    }
+    PG_END_TRY();
+    return at;
+}
+
 // Runs the chosen messages marked in to_run[], in lane order, fetching each transaction's rows
-// first; a failure holds back the rest of its lane (or key) in this pass. A worker records the
-// outcomes of each transaction's messages and commits it; process() records all of its own in
-// the caller's transaction. Returns how many messages it handled.
+// first; a failure holds back the rest of its lane (or key) in this pass. A transaction's
+// messages run together (run_together()) until one fails; a dry run runs each on its own (each
+// is rolled back). A worker records the outcomes of each transaction's messages and commits it;
+// process() records all of its own in the caller's transaction. Returns how many messages it
+// handled.
 int run_messages(const PassSetup& setup, int n_chosen, const bool* to_run, bool own_transactions,
                  int64 now, int64* next_due_ms) {
     int outcome_room = own_transactions ? Min(n_chosen, kMessagesPerTransaction) : n_chosen;
@@ -1550,10 +1620,13 @@ int run_messages(const PassSetup& setup, int n_chosen, const bool* to_run, bool 
     Datum* rows = static_cast<Datum*>(palloc0(sizeof(Datum) * n_chosen));
     HandlerRef** matching =
         static_cast<HandlerRef**>(palloc(sizeof(HandlerRef*) * Max(setup.n_handlers, 1)));
+    RanTogether* ran = static_cast<RanTogether*>(palloc0(sizeof(RanTogether) * n_chosen));
     int handled = 0;
     // The handlers' settings are pinned around their calls only (from each batch's fetch to its
     // end): eventbox's own statements run with the worker's (or _process()'s) search_path,
     // pg_catalog first.
+    int together_upto = 0;  // messages below it ran in run_together()
+    int failed_at = -1;     // the one whose handlers failed there
     for (int c = 0; c < n_chosen; ++c) {
         if (c % kMessagesPerTransaction == 0) {
             if (c > 0) unpin_handler_settings();
@@ -1563,11 +1636,18 @@ int run_messages(const PassSetup& setup, int n_chosen, const bool* to_run, bool 
                 start_run_transaction();
                 out = Outcomes(outcome_room);
             }
-            fetch_rows(setup.name, to_run, c, Min(n_chosen, c + kMessagesPerTransaction), rows);
+            int to = Min(n_chosen, c + kMessagesPerTransaction);
+            fetch_rows(setup.name, to_run, c, to, rows);
             pin_handler_settings();
+            if (!dry_running) {
+                together_upto = run_together(setup, c, to, rows, matching, ran);
+                failed_at = together_upto < to ? together_upto : -1;
+                if (failed_at >= 0) together_upto = c;  // those before it run again
+            }
         }
         if (rows[c] == (Datum)0) continue;  // handled meanwhile
-        if (run_chosen(setup, c, rows[c], matching, &out, now, next_due_ms)) ++handled;
+        const RanTogether* outcome = c < together_upto || c == failed_at ? &ran[c] : nullptr;
+        if (run_chosen(setup, c, rows[c], matching, &out, now, next_due_ms, outcome)) ++handled;
     }
     unpin_handler_settings();  // n_chosen > 0 here: the loop pinned them
     record_outcomes(setup.name, out);
