@@ -1518,8 +1518,10 @@ int matching_handlers(const PassSetup& setup, int c, HandlerRef** matching) {
     return n_matching;
 }
 
-// How a message's handlers ran when run_together() ran them: error NULL when they succeeded.
+// How a message's handlers ran in run_together(): `ran` false when they did not run there (or
+// their run was rolled back with a later message's failure); error NULL when they succeeded.
 struct RanTogether {
+    bool ran;
     char* error;
     int64 duration_us;
 };
@@ -1576,13 +1578,13 @@ bool run_chosen(const PassSetup& setup, int c, Datum row, HandlerRef** matching,
 // than one each: a subtransaction per message (an xid with its lock and pg_subtrans entry, the
 // settings' and resource owners' bookkeeping at its end) cost 5-19% of the handler workers' CPU
 // per message with a trivial handler (paired runs). Messages held back or without a handler are
-// left to run_chosen(). Returns `to` when every message's handlers succeeded (in ran[], the
-// subtransaction released). Otherwise returns the first message whose handlers failed, with its
-// error in ran[]: the subtransaction was rolled back with what the messages before it did, and
-// those run again, each in a subtransaction of its own (run_chosen()). The failed one is not run
-// twice: its attempt saw what they did, as it would have after them, and failed.
-int run_together(const PassSetup& setup, int from, int to, const Datum* rows,
-                 HandlerRef** matching, RanTogether* ran) {
+// left to run_chosen(). Each message run is recorded in ran[]; when every one succeeded, the
+// subtransaction is released. When one fails, the subtransaction is rolled back with what the
+// messages before it did: those are marked as not run (run_chosen() runs them again, each in a
+// subtransaction of its own, as it runs the ones after it), and the failed one keeps its error.
+// It is not run twice: its attempt saw what they did, as it would have after them, and failed.
+void run_together(const PassSetup& setup, int from, int to, const Datum* rows,
+                  HandlerRef** matching, RanTogether* ran) {
     volatile int at = from;
     volatile TimestampTz started = 0;
     worker::Subtransaction sub = worker::begin_subtransaction();
@@ -1594,17 +1596,19 @@ int run_together(const PassSetup& setup, int from, int to, const Datum* rows,
             if (n_matching <= 0) continue;
             started = GetCurrentTimestamp();
             call_handlers(rows[c], matching, n_matching);
-            ran[c] = RanTogether{nullptr, GetCurrentTimestamp() - started};
+            ran[c] = RanTogether{true, nullptr, GetCurrentTimestamp() - started};
         }
         worker::end_subtransaction(sub, true);
     }
     PG_CATCH();
     {
         char* error = handlers_failed(sub);
-        ran[at] = RanTogether{error, GetCurrentTimestamp() - started};
+        // Past the last message: releasing the subtransaction failed, not a handler.
+        if (at == to) elog(ERROR, "eventbox handlers: %s", error);
+        for (int c = from; c < at; ++c) ran[c].ran = false;
+        ran[at] = RanTogether{true, error, GetCurrentTimestamp() - started};
     }
     PG_END_TRY();
-    return at;
 }
 
 // Runs the chosen messages marked in to_run[], in lane order, fetching each transaction's rows
@@ -1625,8 +1629,6 @@ int run_messages(const PassSetup& setup, int n_chosen, const bool* to_run, bool 
     // The handlers' settings are pinned around their calls only (from each batch's fetch to its
     // end): eventbox's own statements run with the worker's (or _process()'s) search_path,
     // pg_catalog first.
-    int together_upto = 0;  // messages below it ran in run_together()
-    int failed_at = -1;     // the one whose handlers failed there
     for (int c = 0; c < n_chosen; ++c) {
         if (c % kMessagesPerTransaction == 0) {
             if (c > 0) unpin_handler_settings();
@@ -1639,14 +1641,10 @@ int run_messages(const PassSetup& setup, int n_chosen, const bool* to_run, bool 
             int to = Min(n_chosen, c + kMessagesPerTransaction);
             fetch_rows(setup.name, to_run, c, to, rows);
             pin_handler_settings();
-            if (!dry_running) {
-                together_upto = run_together(setup, c, to, rows, matching, ran);
-                failed_at = together_upto < to ? together_upto : -1;
-                if (failed_at >= 0) together_upto = c;  // those before it run again
-            }
+            if (!dry_running) run_together(setup, c, to, rows, matching, ran);
         }
         if (rows[c] == (Datum)0) continue;  // handled meanwhile
-        const RanTogether* outcome = c < together_upto || c == failed_at ? &ran[c] : nullptr;
+        const RanTogether* outcome = ran[c].ran ? &ran[c] : nullptr;
         if (run_chosen(setup, c, rows[c], matching, &out, now, next_due_ms, outcome)) ++handled;
     }
     unpin_handler_settings();  // n_chosen > 0 here: the loop pinned them
