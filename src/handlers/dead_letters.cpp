@@ -172,7 +172,6 @@ void after_dead(Datum subscription, Datum ids) {
 }
 
 void after_unparsable(Datum subscription, Datum ids, TransactionId writer) {
-    if (!TransactionIdIsValid(writer)) return;  // the insert wrote nothing
     prepare_plans();
     MemoryContext caller = CurrentMemoryContext;
     Datum args[3] = {subscription, ids, TransactionIdGetDatum(writer)};
