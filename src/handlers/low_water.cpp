@@ -64,6 +64,34 @@ void LaneMarks::raise(std::string_view subscription, std::size_t position, bool 
     mark = std::max(mark, offset);
 }
 
+void LaneMarks::begin_next(std::string_view subscription) {
+    auto it = lanes_.find(subscription);
+    if (it == lanes_.end()) return;
+    for (Lane& lane : it->second) lane.next = kNoMark;
+}
+
+long LaneMarks::set_next(std::string_view subscription, long hint, std::string_view topic,
+                         int32_t partition, int64_t next) {
+    auto it = lanes_.find(subscription);
+    if (it == lanes_.end()) return -1;
+    std::vector<Lane>& lanes = it->second;
+    long at = hint;
+    if (at < 0 || static_cast<std::size_t>(at) >= lanes.size() ||
+        lanes[static_cast<std::size_t>(at)].partition != partition ||
+        lanes[static_cast<std::size_t>(at)].topic != topic)
+        at = find(subscription, topic, partition);
+    if (at >= 0) lanes[static_cast<std::size_t>(at)].next = next;
+    return at;
+}
+
+bool LaneMarks::drained(std::string_view subscription, std::size_t position,
+                        int64_t live_mark) const {
+    const std::vector<Lane>* lanes = lanes_of(subscription);
+    if (lanes == nullptr || position >= lanes->size()) return false;
+    int64_t next = (*lanes)[position].next;
+    return live_mark != kNoMark && next != kNoMark && next <= live_mark;
+}
+
 void LaneMarks::set_unknown_work(std::string_view subscription, bool found) {
     auto it = unknown_work_.find(subscription);
     if (found && it == unknown_work_.end()) unknown_work_.emplace(subscription);

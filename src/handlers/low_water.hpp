@@ -66,6 +66,18 @@ class LaneMarks {
     // from the mark found its first row at `offset`).
     void raise(std::string_view subscription, std::size_t position, bool replay, int64_t offset);
 
+    // The next offsets the ingest stores at in the subscription's lanes (eventbox.offsets), as a
+    // pass read them: begin_next() forgets those of the previous pass, set_next() records one
+    // lane's and returns its position (-1 when the lane is not known), looking first at
+    // `hint` (the position that follows the lane recorded before: both are in index order).
+    void begin_next(std::string_view subscription);
+    long set_next(std::string_view subscription, long hint, std::string_view topic,
+                  int32_t partition, int64_t next);
+    // Whether the lane's live range has provably nothing to handle: its live mark `live_mark`
+    // (this worker's or a shared one) reached the next offset the pass read. Rows stored later
+    // raise the next offset; rows made to wait below the mark move the inbox generation.
+    bool drained(std::string_view subscription, std::size_t position, int64_t live_mark) const;
+
     // Whether the subscription's last walk over the lanes found by the plain probe took work in
     // lanes it does not know (rows without an eventbox.offsets row): then each pass looks again.
     // Forgotten with the lanes (drop_all()).
@@ -79,6 +91,7 @@ class LaneMarks {
         std::string topic;
         int32_t partition = 0;
         LaneMark mark;
+        int64_t next = kNoMark;  // eventbox.offsets.next_offset as this pass read it
     };
     std::map<std::string, std::vector<Lane>, std::less<>> lanes_;
     std::set<std::string, std::less<>> unknown_work_;

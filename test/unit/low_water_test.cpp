@@ -40,6 +40,33 @@ TEST(LaneMarks, LanesKeepTheOrderTheProbesFoundThemIn) {
     EXPECT_EQ(m.find("other", "b", 0), -1);
 }
 
+TEST(LaneMarks, ALaneIsDrainedWhenItsLiveMarkReachedTheNextOffsetThePassRead) {
+    LaneMarks m;
+    m.begin_load("s");
+    std::size_t a = m.learn("s", -1, "t", 0);
+    std::size_t b = m.learn("s", 0, "t", 1);
+    // Not read by this pass yet: never drained, whatever the mark.
+    EXPECT_FALSE(m.drained("s", a, 50));
+    m.begin_next("s");
+    // In index order, each found at the hint; a wrong hint still finds the lane.
+    EXPECT_EQ(m.set_next("s", 0, "t", 0, 50), 0);
+    EXPECT_EQ(m.set_next("s", 0, "t", 1, 9), 1);
+    EXPECT_EQ(m.set_next("s", 5, "t", 1, 10), 1);
+    // A lane the worker does not know (its offsets row is newer than the lanes it loaded).
+    EXPECT_EQ(m.set_next("s", 2, "t", 2, 3), -1);
+    EXPECT_EQ(m.set_next("other", 0, "t", 0, 3), -1);
+    EXPECT_TRUE(m.drained("s", a, 50));   // the mark reached the next offset
+    EXPECT_TRUE(m.drained("s", a, 70));   // a seek back below the mark: nothing above it yet
+    EXPECT_FALSE(m.drained("s", a, 49));  // a row at 49 may wait
+    EXPECT_FALSE(m.drained("s", b, kNoMark));  // no mark (dropped): probed
+    EXPECT_FALSE(m.drained("s", 7, 100));      // no such position
+    // The next pass reads again: a lane missing from its read is probed.
+    m.begin_next("s");
+    EXPECT_FALSE(m.drained("s", a, 50));
+    EXPECT_EQ(m.set_next("s", 0, "t", 0, 60), 0);
+    EXPECT_FALSE(m.drained("s", a, 50));  // stored since: 50..59 may wait
+}
+
 TEST(LaneMarks, MarksStartAtNoneRiseOnlyAndAreDroppedTogether) {
     LaneMarks m;
     std::size_t a = m.learn("s", -1, "t", 0);

@@ -7,6 +7,7 @@ there again and, at once, gives the lane later messages: the earlier message mus
 handled first (offset order), and not only after the workers' periodic drop of their marks.
 Without the invalidation each of these runs the later messages first."""
 
+import time
 import uuid
 
 from eventbox_fixtures import query, wait_until
@@ -149,3 +150,44 @@ def test_replay_stores_purged_records_again_below_the_mark_and_they_run(case):
     assert sorted(seqs[200:]) == list(range(10)) + [200], seqs[200:]
     assert seqs[-1] == 200, "the retry at offset 200 ran before the records stored again " \
                             "below it: %r" % (seqs[195:],)
+
+
+def offsets_index_scans(c):
+    """Index scans of eventbox.offsets so far (flushed by the workers at most once a second)."""
+    return query(c, "SELECT coalesce(idx_scan, 0) FROM pg_stat_all_tables "
+                    "WHERE relid = 'eventbox.offsets'::regclass")[0][0]
+
+
+def test_an_idle_subscriptions_lanes_are_not_probed_at_every_pass(case):
+    """A worker's loop runs a pass over every enabled subscription. An idle one's lanes whose
+    marks reached the next offset stored (eventbox.offsets, read once per pass) are passed over
+    without a probe each: before, every pass probed each of its lanes (one statement, with an
+    eventbox.offsets lookup, per lane), which cost the passes over a busy subscription ~7 us per
+    message per idle subscription of 128 lanes beside it. The idle one's messages stored later
+    are still handled."""
+    idle = case(64)
+    idle.setup(LEDGER_DDL)
+    produce(idle.topic, [Msg(str(uuid.uuid4()), p, "k", {"seq": p}, "Order") for p in range(64)])
+    wait_until(lambda: retry_conn(lambda c: len(ledger(idle)) == 64 or None), 120, 0.2,
+               "the idle subscription's 64 messages handled")
+    busy = case(1)
+    busy.setup(LEDGER_DDL)
+    n = 5000  # >= 20 passes of at most 256 messages: each worker loop visits `idle` too
+    time.sleep(1.5)  # the workers' statistics of the setup flushed
+    before = retry_conn(offsets_index_scans)
+    produce(busy.topic, orders(0, n))
+    wait_until(lambda: retry_conn(lambda c: len(ledger(busy)) == n or None), 180, 0.2,
+               "the busy subscription's %d messages handled" % n)
+    time.sleep(1.5)
+    scans = retry_conn(offsets_index_scans) - before
+    print("index scans of eventbox.offsets: %d" % scans)
+    # Probing the idle lanes at each pass: >= 20 x 64 = 1280. Passing over them: a read of the
+    # offsets per pass and subscription, the ingest's batches, and the probes after the marks'
+    # periodic drop (64 per worker every 10 s).
+    assert scans < 640, "%d index scans of eventbox.offsets while %d messages were handled" % (
+        scans, n)
+    # Still served: messages stored in its lanes now are handled.
+    produce(idle.topic, [Msg(str(uuid.uuid4()), p, "k", {"seq": 100 + p}, "Order")
+                         for p in range(0, 64, 8)])
+    wait_until(lambda: retry_conn(lambda c: len(ledger(idle)) == 72 or None), 60, 0.2,
+               "the idle subscription's 8 later messages handled")
