@@ -1443,6 +1443,9 @@ bool walk_lanes(const char* subscription, const PassSetup& setup, int max,
     return found_any;
 }
 
+// Whether the last pass found a lane with work (see last_pass_found_work()).
+bool pass_found_work = false;
+
 // Chooses up to `max` messages lane by lane, from the lane after the one this worker served
 // last in the subscription (a round robin), wrapping around at most once. Each lane it reads is
 // locked first, and a crashed pass's claim there settled. A worker walks the lanes it knows
@@ -1488,7 +1491,9 @@ int choose_messages(const char* subscription, const PassSetup& setup, int max,
         // It skips the lanes the known walk took: what it chose waits in lanes no worker knows.
         bool took = call_cpp([] { return state->chosen_count(); }) > chosen;
         call_cpp([&] { marks->set_unknown_work(subscription, took); });
+        found = found || took;
     }
+    pass_found_work = found || chosen > 0 || crash_dead > 0;
     return crash_dead;
 }
 
@@ -1682,6 +1687,7 @@ int run_messages(const PassSetup& setup, int n_chosen, const bool* to_run, bool 
 // run_pass(), inside its guard against nesting.
 int run_pass_body(const char* subscription, int max, bool own_transactions, int64* next_due_ms) {
     *next_due_ms = INT64_MAX;
+    pass_found_work = true;  // until choose_messages() says otherwise
     open_pass(own_transactions);
     PassSetup setup;
     load_setup(CStringGetTextDatum(subscription), &setup);
@@ -1736,6 +1742,8 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
 }
 
 }  // namespace
+
+bool last_pass_found_work() { return pass_found_work; }
 
 int run_pass(const char* subscription, int max, bool own_transactions, int64* next_due_ms) {
     // A handler calling eventbox.process() would run a pass inside a pass, over the same state.

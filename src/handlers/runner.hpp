@@ -25,6 +25,11 @@ constexpr int kMessagesPerTransaction = 64;
 // retry time of a message it saw waiting (INT64_MAX if none), on PostgreSQL's clock.
 int run_pass(const char* subscription, int max, bool own_transactions, int64* next_due_ms);
 
+// Whether the last run_pass() found a lane of its subscription with work at or above the
+// worker's marks (taken or not: locked by another worker, or waiting for a retry), or handled
+// something: false means the subscription had nothing to do (handlers/quiet.hpp).
+bool last_pass_found_work();
+
 // Releases every lane lock this session holds (after an error in a worker).
 void release_lane_locks();
 

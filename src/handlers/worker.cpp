@@ -21,7 +21,9 @@ extern "C" {
 
 #include <climits>
 
+#include "handlers/quiet.hpp"
 #include "handlers/runner.hpp"
+#include "pg/boundary.hpp"
 #include "pg/extension.hpp"
 #include "pg/shmem.hpp"
 #include "workers/common.hpp"
@@ -60,6 +62,14 @@ int enabled_subscriptions(char*** names) {
     return n;
 }
 
+// What may have given a subscription work since (handlers/quiet.hpp), read before its pass.
+eventbox::handlers::QuietKey quiet_key(const char* subscription) {
+    using namespace eventbox;
+    shmem::InboxGeneration g = shmem::inbox_generation();
+    return handlers::QuietKey{shmem::inbox_stored_count(subscription), g.generation,
+                              shmem::subscriptions_generation(), g.in_flight > 0};
+}
+
 }  // namespace
 
 extern "C" {
@@ -81,6 +91,8 @@ extern "C" void eventbox_handler_main(Datum arg) {
     shmem::set_state("running");
     MemoryContext pass_context =
         AllocSetContextCreate(TopMemoryContext, "eventbox handler pass", ALLOCSET_DEFAULT_SIZES);
+    static handlers::QuietSubscriptions* quiet =
+        pg::call_cpp([] { return new handlers::QuietSubscriptions(); });
 
     static int error_backoff_ms = 0;  // static: survives the longjmp back to sigsetjmp
     sigjmp_buf local_sigjmp_buf;
@@ -98,8 +110,19 @@ extern "C" void eventbox_handler_main(Datum arg) {
         int handled = 0;
         int64 next_due = INT64_MAX;
         for (int i = 0; i < n; ++i) {
+            // A subscription whose last pass found nothing to do is passed over until something
+            // may have given it work, or its recheck time comes.
+            handlers::QuietKey key = quiet_key(names[i]);
+            int64 now = worker::now_ms();
             int64 due;
-            handled += handlers::run_pass(names[i], kMessagesPerPass, true, &due);
+            if (pg::call_cpp([&] { return quiet->skip(names[i], key, now, &due); })) {
+                next_due = Min(next_due, due);
+                continue;
+            }
+            int n_handled = handlers::run_pass(names[i], kMessagesPerPass, true, &due);
+            handled += n_handled;
+            bool found_work = n_handled > 0 || handlers::last_pass_found_work();
+            pg::call_cpp([&] { quiet->after_pass(names[i], key, now, found_work, due); });
             next_due = Min(next_due, due);
             pgstat_report_stat(false);
             CHECK_FOR_INTERRUPTS();

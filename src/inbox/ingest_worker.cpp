@@ -782,6 +782,8 @@ std::size_t store_chunk(Subscription* sub, std::size_t from, std::size_t to) {
     metrics::ingested(sub->name.c_str(), n, n - inserted, static_cast<uint64>(transport_ids),
                       static_cast<uint64>(unparsable_rows));
     metrics::ingest_conflicts(sub->name.c_str(), conflicts);
+    // After the commit: a handler worker that saw the count before its pass saw these rows.
+    if (inserted > 0) shmem::inbox_stored(sub->name.c_str());
     shmem::wake_handlers();
     return n;
 }

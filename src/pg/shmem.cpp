@@ -55,6 +55,8 @@ struct WorkerSlot {
     char last_error[256];
 };
 
+constexpr int kStoredSlots = 1024;
+
 struct Shared {
     slock_t mutex;
     WorkerSlot slots[kSlots];
@@ -65,6 +67,7 @@ struct Shared {
     // after; `inbox_in_flight` counts the transactions between the two bumps.
     pg_atomic_uint64 inbox_generation;
     pg_atomic_uint32 inbox_in_flight;
+    pg_atomic_uint64 stored[kStoredSlots];  // see inbox_stored()
     int n_writers;
     pg_atomic_uint32 writers[FLEXIBLE_ARRAY_MEMBER];  // indexed by pgprocno
 };
@@ -119,6 +122,7 @@ void startup_hook() {
         pg_atomic_init_u64(&shared->schema_changes, 0);
         pg_atomic_init_u64(&shared->inbox_generation, 1);
         pg_atomic_init_u32(&shared->inbox_in_flight, 0);
+        for (int i = 0; i < kStoredSlots; ++i) pg_atomic_init_u64(&shared->stored[i], 0);
         shared->n_writers = writer_count();
         for (int i = 0; i < shared->n_writers; ++i) pg_atomic_init_u32(&shared->writers[i], 0);
     }
@@ -327,6 +331,26 @@ void inbox_requeued_at_commit() {
 
 void inbox_generation_bump() {
     if (shared != nullptr) pg_atomic_fetch_add_u64(&shared->inbox_generation, 1);
+}
+
+namespace {
+
+pg_atomic_uint64* stored_slot(const char* subscription) {
+    uint32 hash = hash_bytes(reinterpret_cast<const unsigned char*>(subscription),
+                             static_cast<int>(strlen(subscription))) ^
+                  (static_cast<uint32>(MyDatabaseId) * 2654435761u);
+    return &shared->stored[hash % kStoredSlots];
+}
+
+}  // namespace
+
+void inbox_stored(const char* subscription) {
+    if (shared != nullptr) pg_atomic_fetch_add_u64(stored_slot(subscription), 1);
+}
+
+uint64 inbox_stored_count(const char* subscription) {
+    // A full barrier: read before the pass takes its snapshot.
+    return shared ? pg_atomic_fetch_add_u64(stored_slot(subscription), 0) : 0;
 }
 
 namespace {

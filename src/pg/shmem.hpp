@@ -64,6 +64,13 @@ void inbox_requeued_at_commit();
 InboxGeneration inbox_generation();
 // Moves the generation without a change (the handler workers' periodic drop of their marks).
 void inbox_generation_bump();
+// Inbox rows stored for the handlers, by subscription: the ingest worker counts each batch that
+// stored some, after its commit (inbox_stored()); a handler worker whose pass found nothing to
+// do in a subscription passes over it while its count, the inbox generation and the
+// subscriptions' generation stay (handlers/quiet.hpp). The counts live in a fixed table by hash
+// of database and name: subscriptions that share a slot only make each other looked at.
+void inbox_stored(const char* subscription);
+uint64 inbox_stored_count(const char* subscription);
 // The handler workers' live-range marks, shared (a lane goes from worker to worker): each
 // holds for the generation it was derived under; share_lane_mark() raises a lane's mark of that
 // generation or replaces an older one; shared_lane_mark() returns -1 unless the lane has one
