@@ -8,7 +8,10 @@ namespace eventbox::handlers {
 
 void LaneMarks::drop_marks() {
     for (auto& [subscription, lanes] : lanes_)
-        for (Lane& lane : lanes) lane.mark = LaneMark{};
+        for (Lane& lane : lanes) {
+            lane.mark = LaneMark{};
+            lane.empty_next = kNoMark;
+        }
 }
 
 const std::vector<LaneMarks::Lane>* LaneMarks::lanes_of(std::string_view subscription) const {
@@ -84,12 +87,18 @@ long LaneMarks::set_next(std::string_view subscription, long hint, std::string_v
     return at;
 }
 
+void LaneMarks::probed_empty(std::string_view subscription, std::size_t position, int64_t next) {
+    auto it = lanes_.find(subscription);
+    if (it == lanes_.end() || position >= it->second.size()) return;
+    it->second[position].empty_next = next;
+}
+
 bool LaneMarks::drained(std::string_view subscription, std::size_t position,
                         int64_t live_mark) const {
     const std::vector<Lane>* lanes = lanes_of(subscription);
-    if (lanes == nullptr || position >= lanes->size()) return false;
-    int64_t next = (*lanes)[position].next;
-    return live_mark != kNoMark && next != kNoMark && next <= live_mark;
+    if (lanes == nullptr || position >= lanes->size() || live_mark == kNoMark) return false;
+    const Lane& lane = (*lanes)[position];
+    return lane.next != kNoMark && lane.next == lane.empty_next;
 }
 
 void LaneMarks::set_unknown_work(std::string_view subscription, bool found) {

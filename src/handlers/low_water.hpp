@@ -73,9 +73,15 @@ class LaneMarks {
     void begin_next(std::string_view subscription);
     long set_next(std::string_view subscription, long hint, std::string_view topic,
                   int32_t partition, int64_t next);
-    // Whether the lane's live range has provably nothing to handle: its live mark `live_mark`
-    // (this worker's or a shared one) reached the next offset the pass read. Rows stored later
-    // raise the next offset; rows made to wait below the mark move the inbox generation.
+    // Records that a probe of the lane's live range from its mark found nothing waiting, with
+    // `next` as the lane's next offset in the probe's snapshot. Forgotten with the marks.
+    void probed_empty(std::string_view subscription, std::size_t position, int64_t next);
+    // Whether the lane's live range has provably nothing to handle: with a live mark in use
+    // (`live_mark`, not kNoMark), the next offset this pass read is the one of the lane's last
+    // empty probe. Rows stored since move the next offset; what lowers it again (eventbox.replay)
+    // or makes rows wait below the mark moves the inbox generation, which drops the marks.
+    // (A next offset at or below the mark is not enough: after a replay lowered it, rows stored
+    // before still wait above it.)
     bool drained(std::string_view subscription, std::size_t position, int64_t live_mark) const;
 
     // Whether the subscription's last walk over the lanes found by the plain probe took work in
@@ -91,7 +97,8 @@ class LaneMarks {
         std::string topic;
         int32_t partition = 0;
         LaneMark mark;
-        int64_t next = kNoMark;  // eventbox.offsets.next_offset as this pass read it
+        int64_t next = kNoMark;        // eventbox.offsets.next_offset as this pass read it
+        int64_t empty_next = kNoMark;  // the next offset of the last empty probe (probed_empty())
     };
     std::map<std::string, std::vector<Lane>, std::less<>> lanes_;
     std::set<std::string, std::less<>> unknown_work_;

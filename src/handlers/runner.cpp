@@ -716,15 +716,17 @@ void raise_live_mark(const char* subscription, std::size_t position, int64 mark)
 // worker stores into has a row there, written with its first rows, and its first batch in a lane
 // drops the marks (StoredOffsets), which reloads the lanes.
 //
-// An idle subscription's lanes are then passed over without a probe each (their live marks
-// reached their next offsets): one statement per pass instead of one per lane, which cost the
+// An idle subscription's lanes are then passed over without a probe each (nothing was stored in
+// them since a probe found them empty: LaneMarks::drained()): one statement per pass instead of one per lane, which cost the
 // workers' passes over every busy subscription's messages ~20 us per message with three idle
 // subscriptions of 128 lanes each beside them.
 void read_lanes(Datum name, const char* subscription) {
     bool loaded = call_cpp([&] { return marks->loaded(subscription); });
     MemoryContext keep = CurrentMemoryContext;
     Datum args[1] = {name};
-    exec(lanes_plan, args, true, SPI_OK_SELECT);
+    // A snapshot of its own, taken after the pass read the inbox generation (begin_marks()):
+    // a lane whose first batch committed in between is seen, and the next offsets are fresh.
+    exec(lanes_plan, args, false, SPI_OK_SELECT);
     MemoryContextSwitchTo(keep);
     call_cpp([&] {
         if (loaded) marks->begin_next(subscription);
@@ -803,8 +805,13 @@ bool next_known_lane(Datum name, const char* subscription, const char* after_top
         // again by a change that moves the generation. Without this an idle worker would walk
         // the lane's handled entries at each probe once its marks were dropped.
         int64 next = DatumGetInt64(SPI_getbinval(row, SPI_tuptable->tupdesc, 2, &isnull));
-        if (!isnull && marks_on && position >= 0 && next > mark.live && marks_still_hold())
-            raise_live_mark(subscription, static_cast<std::size_t>(position), next);
+        if (!isnull && marks_on && position >= 0 && marks_still_hold()) {
+            if (next > mark.live) raise_live_mark(subscription, static_cast<std::size_t>(position), next);
+            // Until the next offset moves, later passes need not probe the lane again.
+            call_cpp([&] {
+                marks->probed_empty(subscription, static_cast<std::size_t>(position), next);
+            });
+        }
     }
     return false;
 }

@@ -769,6 +769,9 @@ std::size_t store_chunk(Subscription* sub, std::size_t from, std::size_t to) {
     PopActiveSnapshot();
     SPI_finish();
     CommitTransactionCommand();
+    // Right after the commit: a handler worker that read the count before its pass saw these
+    // rows (handlers/quiet.hpp).
+    if (inserted > 0) shmem::inbox_stored(sub->name.c_str());
     pgstat_report_stat(false);  // lets autovacuum and autoanalyze see the inbox
 
     call_cpp([&] { consumer->committed(sub->id); });
@@ -782,8 +785,6 @@ std::size_t store_chunk(Subscription* sub, std::size_t from, std::size_t to) {
     metrics::ingested(sub->name.c_str(), n, n - inserted, static_cast<uint64>(transport_ids),
                       static_cast<uint64>(unparsable_rows));
     metrics::ingest_conflicts(sub->name.c_str(), conflicts);
-    // After the commit: a handler worker that saw the count before its pass saw these rows.
-    if (inserted > 0) shmem::inbox_stored(sub->name.c_str());
     shmem::wake_handlers();
     return n;
 }
