@@ -93,10 +93,17 @@ void LaneMarks::probed_empty(std::string_view subscription, std::size_t position
     it->second[position].empty_next = next;
 }
 
-bool LaneMarks::drained(std::string_view subscription, std::size_t position,
-                        int64_t live_mark) const {
+bool LaneMarks::any_probed_empty(std::string_view subscription) const {
     const std::vector<Lane>* lanes = lanes_of(subscription);
-    if (lanes == nullptr || position >= lanes->size() || live_mark == kNoMark) return false;
+    if (lanes == nullptr) return false;
+    for (const Lane& lane : *lanes)
+        if (lane.empty_next != kNoMark) return true;
+    return false;
+}
+
+bool LaneMarks::drained(std::string_view subscription, std::size_t position) const {
+    const std::vector<Lane>* lanes = lanes_of(subscription);
+    if (lanes == nullptr || position >= lanes->size()) return false;
     const Lane& lane = (*lanes)[position];
     return lane.next != kNoMark && lane.next == lane.empty_next;
 }

@@ -76,13 +76,15 @@ class LaneMarks {
     // Records that a probe of the lane's live range from its mark found nothing waiting, with
     // `next` as the lane's next offset in the probe's snapshot. Forgotten with the marks.
     void probed_empty(std::string_view subscription, std::size_t position, int64_t next);
-    // Whether the lane's live range has provably nothing to handle: with a live mark in use
-    // (`live_mark`, not kNoMark), the next offset this pass read is the one of the lane's last
-    // empty probe. Rows stored since move the next offset; what lowers it again (eventbox.replay)
+    // Whether any lane of the subscription has an empty probe recorded: when none has, no lane
+    // can be drained and a pass need not read the next offsets.
+    bool any_probed_empty(std::string_view subscription) const;
+    // Whether the lane's live range has provably nothing to handle (the caller uses marks this
+    // pass): the next offset this pass read is the one of the lane's last empty probe. Rows stored since move the next offset; what lowers it again (eventbox.replay)
     // or makes rows wait below the mark moves the inbox generation, which drops the marks.
     // (A next offset at or below the mark is not enough: after a replay lowered it, rows stored
     // before still wait above it.)
-    bool drained(std::string_view subscription, std::size_t position, int64_t live_mark) const;
+    bool drained(std::string_view subscription, std::size_t position) const;
 
     // Whether the subscription's last walk over the lanes found by the plain probe took work in
     // lanes it does not know (rows without an eventbox.offsets row): then each pass looks again.

@@ -223,8 +223,8 @@ void prepare_plans() {
         "   WHERE o.subscription = $1 AND o.topic = $2 AND o.\"partition\" = $3)",
         6, known_types);
     // The lanes a worker knows: the subscription's stored offsets, in the index's order, with
-    // the next offset the ingest stores at in each (read at every pass: a lane whose live mark
-    // reached it is not probed).
+    // the next offset the ingest stores at in each (read at a pass when some lane was probed
+    // empty: one whose next offset did not move since is not probed).
     lanes_plan = prepare(
         "SELECT topic, \"partition\", next_offset FROM eventbox.offsets WHERE subscription = $1"
         " ORDER BY topic, \"partition\"",
@@ -722,6 +722,12 @@ void raise_live_mark(const char* subscription, std::size_t position, int64 mark)
 // subscriptions of 128 lanes each beside them.
 void read_lanes(Datum name, const char* subscription) {
     bool loaded = call_cpp([&] { return marks->loaded(subscription); });
+    // A busy subscription's lanes were not found empty: each is probed, and the read would be
+    // work on the hot path for nothing.
+    if (loaded && !call_cpp([&] { return marks->any_probed_empty(subscription); })) {
+        call_cpp([&] { marks->begin_next(subscription); });
+        return;
+    }
     MemoryContext keep = CurrentMemoryContext;
     Datum args[1] = {name};
     // A snapshot of its own, taken after the pass read the inbox generation (begin_marks()):
@@ -777,8 +783,8 @@ bool next_known_lane(Datum name, const char* subscription, const char* after_top
         });
         long position;
         LaneMark mark = lane_mark(subscription, k_topic, k_partition, &position);
-        if (!replays && position >= 0 && call_cpp([&] {
-                return marks->drained(subscription, static_cast<std::size_t>(position), mark.live);
+        if (!replays && marks_on && position >= 0 && call_cpp([&] {
+                return marks->drained(subscription, static_cast<std::size_t>(position));
             })) {
             pfree(k_topic);
             continue;

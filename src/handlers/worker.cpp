@@ -119,9 +119,8 @@ extern "C" void eventbox_handler_main(Datum arg) {
                 next_due = Min(next_due, due);
                 continue;
             }
-            int n_handled = handlers::run_pass(names[i], kMessagesPerPass, true, &due);
-            handled += n_handled;
-            bool found_work = n_handled > 0 || handlers::last_pass_found_work();
+            handled += handlers::run_pass(names[i], kMessagesPerPass, true, &due);
+            bool found_work = handlers::last_pass_found_work();  // also true when it handled any
             pg::call_cpp([&] { quiet->after_pass(names[i], key, now, found_work, due); });
             next_due = Min(next_due, due);
             pgstat_report_stat(false);

@@ -54,29 +54,32 @@ TEST(LaneMarks, ALaneIsDrainedWhileItsNextOffsetIsTheOneOfItsLastEmptyProbe) {
     EXPECT_EQ(m.set_next("s", 2, "t", 2, 3), -1);
     EXPECT_EQ(m.set_next("other", 0, "t", 0, 3), -1);
     // Never probed empty: probed, whatever the mark.
-    EXPECT_FALSE(m.drained("s", a, 50));
+    EXPECT_FALSE(m.drained("s", a));
+    EXPECT_FALSE(m.any_probed_empty("s"));  // a pass need not read the next offsets
     m.probed_empty("s", a, 50);
-    EXPECT_TRUE(m.drained("s", a, 50));
-    EXPECT_FALSE(m.drained("s", a, kNoMark));  // marks not in use this pass
-    EXPECT_FALSE(m.drained("s", b, 10));        // lane b never probed empty
-    EXPECT_FALSE(m.drained("s", 7, 100));       // no such position
+    EXPECT_TRUE(m.any_probed_empty("s"));
+    EXPECT_FALSE(m.any_probed_empty("other"));
+    EXPECT_TRUE(m.drained("s", a));
+    EXPECT_FALSE(m.drained("s", b));  // lane b never probed empty
+    EXPECT_FALSE(m.drained("s", 7));  // no such position
     // The next pass reads again: a lane missing from its read is probed.
     m.begin_next("s");
-    EXPECT_FALSE(m.drained("s", a, 50));
+    EXPECT_FALSE(m.drained("s", a));
     // Stored since the empty probe: probed.
     EXPECT_EQ(m.set_next("s", 0, "t", 0, 60), 0);
-    EXPECT_FALSE(m.drained("s", a, 50));
+    EXPECT_FALSE(m.drained("s", a));
     // eventbox.replay() lowered the next offset below the mark while rows stored before may
     // still wait above it: not drained (a next offset at or below the mark is not enough).
     m.begin_next("s");
     EXPECT_EQ(m.set_next("s", 0, "t", 0, 20), 0);
-    EXPECT_FALSE(m.drained("s", a, 60));
+    EXPECT_FALSE(m.drained("s", a));
     // The empty probe goes with the marks.
     m.begin_next("s");
     m.set_next("s", 0, "t", 0, 50);
-    EXPECT_TRUE(m.drained("s", a, 50));
+    EXPECT_TRUE(m.drained("s", a));
     m.drop_marks();
-    EXPECT_FALSE(m.drained("s", a, 50));
+    EXPECT_FALSE(m.drained("s", a));
+    EXPECT_FALSE(m.any_probed_empty("s"));
 }
 
 TEST(LaneMarks, MarksStartAtNoneRiseOnlyAndAreDroppedTogether) {
