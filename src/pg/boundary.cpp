@@ -14,6 +14,15 @@ void raise_report(const ErrorReport& report) {
     pg_unreachable();
 }
 
+void check_no_open_pg_try(sigjmp_buf* saved) {
+    if (PG_exception_stack == saved) return;
+    PG_exception_stack = saved;
+    ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+                    errmsg("a C++ exception left a PostgreSQL error handler open"),
+                    errhint("This is a bug in pg_eventbox: a PostgreSQL call that can raise an "
+                            "error must run through pg_guard().")));
+}
+
 ErrorData* run_guarded(void (*fn)(void*), void* arg) {
     MemoryContext caller_context = CurrentMemoryContext;
     ErrorData* volatile edata = nullptr;

@@ -1,4 +1,4 @@
-// The C++/PostgreSQL boundary (see STYLE.md):
+// The C++/PostgreSQL boundary (see CONTRIBUTING.md, "The boundary"):
 //  - call_cpp(): every entry from PostgreSQL into C++ (SQL functions, worker steps) runs its C++
 //    body inside a try block; an exception is captured as plain data and raised as a PostgreSQL
 //    ERROR with its SQLSTATE only after the C++ scope has closed.
@@ -27,10 +27,15 @@ namespace eventbox::pg {
 // Converts a copied PostgreSQL error into an eventbox::Error and throws it; frees `edata`.
 [[noreturn]] void throw_pg_error(ErrorData* edata);
 
+// Raises an internal ERROR when an exception unwound out of a PG_TRY block (which left
+// PG_exception_stack pointing into a dead frame); restores the handler `saved` first.
+void check_no_open_pg_try(sigjmp_buf* saved);
+
 template <typename F>
 auto call_cpp(F&& body) -> decltype(body()) {
     using R = decltype(body());
     ErrorReport report;
+    sigjmp_buf* saved = PG_exception_stack;
     try {
         if constexpr (std::is_void_v<R>) {
             body();
@@ -41,6 +46,7 @@ auto call_cpp(F&& body) -> decltype(body()) {
     } catch (...) {
         capture_current_exception(report);
     }
+    check_no_open_pg_try(saved);
     raise_report(report);
 }
 

@@ -13,11 +13,13 @@ extern "C" {
 #include "optimizer/cost.h"
 #include "utils/guc.h"
 #include "utils/plancache.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 }
 
 #include "kafka/client.hpp"
 #include "pg/boundary.hpp"
+#include "pg/extension.hpp"
 #include "pg/shmem.hpp"
 
 namespace eventbox::worker {
@@ -26,6 +28,75 @@ void setup_signals() {
     pqsignal(SIGTERM, die);
     pqsignal(SIGHUP, SignalHandlerForConfigReload);
     BackgroundWorkerUnblockSignals();
+}
+
+void begin_work(const char* who) {
+    SetCurrentStatementStartTimestamp();
+    StartTransactionCommand();
+    pg::lock_schema_or_exit();
+    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "%s: SPI_connect failed", who);
+    PushActiveSnapshot(GetTransactionSnapshot());
+}
+
+void end_work() {
+    PopActiveSnapshot();
+    SPI_finish();
+    CommitTransactionCommand();
+}
+
+namespace {
+
+void work_context_callback(void* arg) {
+    const auto* c = static_cast<const WorkContext*>(arg);
+    StringInfoData s;
+    initStringInfo(&s);
+    appendStringInfoString(&s, c->who ? c->who : "eventbox worker");
+    const char* sep = ": ";
+    if (c->subscription) {
+        appendStringInfo(&s, "%ssubscription \"%s\"", sep, c->subscription);
+        sep = ", ";
+    }
+    if (c->topic) {
+        appendStringInfo(&s, "%slane \"%s\"[%d]", sep, c->topic, c->partition);
+        sep = ", ";
+    }
+    if (c->batch >= 0) appendStringInfo(&s, "%sbatch " INT64_FORMAT, sep, c->batch);
+    errcontext("%s", s.data);
+}
+
+}  // namespace
+
+void push_work_context(WorkContext* context) {
+    context->callback.callback = work_context_callback;
+    context->callback.arg = context;
+    context->callback.previous = error_context_stack;
+    error_context_stack = &context->callback;
+}
+
+void pop_work_context(WorkContext* context) { error_context_stack = context->callback.previous; }
+
+void run_worker(Datum database, const WorkerMain& main) {
+    setup_signals();
+    BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(database), InvalidOid, 0);
+    apply_worker_settings(main.async_commit);
+    shmem::attach_worker(main.role, main.index);
+    MemoryContext turn_context =
+        AllocSetContextCreateInternal(TopMemoryContext, main.context_name, ALLOCSET_DEFAULT_SIZES);
+    main.start(turn_context);
+
+    static int error_backoff_ms = 0;  // static: survives the longjmp back to sigsetjmp
+    sigjmp_buf local_sigjmp_buf;
+    if (sigsetjmp(local_sigjmp_buf, 1) != 0)
+        recover_from_error(turn_context, main.after_error, &error_backoff_ms);
+    PG_exception_stack = &local_sigjmp_buf;
+
+    for (;;) {
+        MemoryContextSwitchTo(turn_context);
+        main.turn(turn_context);
+        error_backoff_ms = 0;
+        MemoryContextSwitchTo(TopMemoryContext);
+        MemoryContextReset(turn_context);
+    }
 }
 
 namespace {

@@ -10,6 +10,8 @@ extern "C" {
 #include "utils/resowner.h"
 }
 
+#include "pg/shmem.hpp"
+
 namespace eventbox::kafka {
 class ClientEvents;
 }
@@ -18,6 +20,44 @@ namespace eventbox::worker {
 
 // Installs SIGTERM/SIGHUP handlers and unblocks signals.
 void setup_signals();
+
+// Opens a worker transaction: the statement start time (now() of the transaction), the
+// transaction, the schema lock (the worker exits quietly when the extension was dropped or
+// re-created: pg::lock_schema_or_exit), SPI and an active snapshot. `who` names the worker in
+// the error raised when SPI cannot connect.
+void begin_work(const char* who);
+// Closes what begin_work() opened: pops the snapshot, finishes SPI and commits.
+void end_work();
+
+// What a worker is busy with, named in the CONTEXT line of every error raised while it is
+// pushed: "eventbox handler: subscription "s", lane "t"[2], batch 17". Fields left NULL / -1
+// are not named. Push it around a step; pop it in the same frame (an ERROR resets the stack
+// to nothing, see recover_from_error).
+struct WorkContext {
+    const char* who = nullptr;
+    const char* subscription = nullptr;
+    const char* topic = nullptr;
+    int32 partition = -1;
+    int64 batch = -1;
+    ErrorContextCallback callback{};
+};
+void push_work_context(WorkContext* context);
+void pop_work_context(WorkContext* context);
+
+// The skeleton every eventbox background worker's main runs: signals, the database connection,
+// the worker settings, its shared-memory slot, a memory context reset after every turn, and the
+// sigsetjmp that turns an ERROR into recover_from_error() and a backoff. The worker supplies the
+// steps; the backoff is cleared after a turn that completed.
+struct WorkerMain {
+    shmem::Role role;
+    int index;                                  // its slot among workers of that role
+    bool async_commit;                          // see apply_worker_settings()
+    const char* context_name;                   // of the per-turn context: a string literal
+    void (*start)(MemoryContext turn_context);  // once, after attaching: the worker's own state
+    void (*after_error)();                      // state that must not outlive an ERROR, or NULL
+    void (*turn)(MemoryContext turn_context);   // one turn: work, then wait for more
+};
+[[noreturn]] void run_worker(Datum database, const WorkerMain& main);
 // Applies the session settings workers run with.
 void apply_worker_settings(bool async_commit);
 // Reloads the configuration if SIGHUP arrived; returns true when it did.
