@@ -8,8 +8,13 @@ PURE_SRCS  = $(addprefix src/,$(shell awk '$$1 == "pure" { print $$2 }' src/sour
 PG_SRCS    = $(addprefix src/,$(shell awk '$$1 == "pg" { print $$2 }' src/sources.txt))
 OBJS       = $(PURE_SRCS:.cpp=.o) $(PG_SRCS:.cpp=.o)
 DATA       = $(wildcard extension/$(EXTENSION)--*.sql)
-REGRESS    = $(sort $(basename $(notdir $(wildcard sql/*.sql))))
+# Regress suites: sql/NAME.sql with expected/NAME.out, run by installcheck in the order of
+# sql/schedule (pg_regress --schedule; defined below, PGXS's own runs only REGRESS). REGRESS names
+# the suites the schedule lists (PGXS uses it for the test database and `make clean`).
+REGRESS_SCHEDULE = sql/schedule
+REGRESS   := $(shell sed -n 's/^test:[[:space:]]*//p' $(REGRESS_SCHEDULE))
 REGRESS_OPTS = --load-extension=$(EXTENSION)
+NO_INSTALLCHECK = 1
 SHLIB_LINK = -lrdkafka -lcurl -lcrypto -lstdc++
 EXTRA_CLEAN = tools/devbroker/eventbox-devbroker build $(OBJS:.o=.d)
 
@@ -24,6 +29,35 @@ include $(PGXS)
 
 # Header dependencies (-MMD): an object is rebuilt when a header it includes changes.
 -include $(OBJS:.o=.d)
+
+# installcheck runs the schedule, after checking that it lists every suite: a sql/*.sql left
+# out of it would never run. Also refused: a listed suite without its sql or expected file, a
+# suite listed twice, an expected output (NAME.out or the alternative NAME_N.out) of no suite.
+REGRESS_SUITES = $(sort $(basename $(notdir $(wildcard sql/*.sql))))
+
+.PHONY: regress-schedule-check
+regress-schedule-check:
+	@rc=0; \
+	for t in $(REGRESS_SUITES); do \
+	  case " $(REGRESS) " in *" $$t "*) ;; \
+	    *) echo "$(REGRESS_SCHEDULE) does not list the suite sql/$$t.sql" >&2; rc=1 ;; esac; \
+	done; \
+	for t in $(REGRESS); do \
+	  for f in sql/$$t.sql expected/$$t.out; do \
+	    [ -f "$$f" ] || { echo "$(REGRESS_SCHEDULE) lists $$t, but $$f is missing" >&2; rc=1; }; \
+	  done; \
+	done; \
+	[ $(words $(REGRESS)) -eq $(words $(sort $(REGRESS))) ] || \
+	  { echo "$(REGRESS_SCHEDULE) lists a suite twice" >&2; rc=1; }; \
+	for f in expected/*.out; do \
+	  b=$${f##*/}; b=$${b%.out}; \
+	  case " $(REGRESS) " in *" $$b "*|*" $${b%_[0-9]} "*) ;; \
+	    *) echo "$$f belongs to no suite of $(REGRESS_SCHEDULE)" >&2; rc=1 ;; esac; \
+	done; \
+	exit $$rc
+
+installcheck: regress-schedule-check
+	$(pg_regress_installcheck) $(REGRESS_OPTS) --schedule=$(srcdir)/$(REGRESS_SCHEDULE)
 
 DEVBROKER = tools/devbroker/eventbox-devbroker
 $(DEVBROKER): tools/devbroker/devbroker.cpp

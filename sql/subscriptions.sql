@@ -1,7 +1,8 @@
--- Subscriptions (DESIGN.md sections 2, 5 and 6): create_subscription, alter_subscription and
--- drop_subscription. Every bad input gets a clear ERROR with a SQLSTATE and a hint and leaves no
--- partial state; only members of a subscription's owner role may change it; the tables are
--- written only through the API. Needs no broker: nothing here waits for a message.
+-- Subscriptions (docs/reference/functions.md, docs/reference/bad-input.md and
+-- docs/guide/security.md): create_subscription, alter_subscription and drop_subscription. Every
+-- bad input gets a clear ERROR with a SQLSTATE and a hint and leaves no partial state; only
+-- members of a subscription's owner role may change it; the tables are written only through the
+-- API. Needs no broker: nothing here waits for a message.
 --
 -- The default verbosity shows the message, DETAIL and HINT. The SQLSTATE is printed by
 -- :after_error below rather than with VERBOSITY verbose, whose LOCATION lines carry source line
@@ -139,8 +140,8 @@ SELECT eventbox.create_subscription('billing', ARRAY['orders']);
 SELECT eventbox.create_subscription('billing', ARRAY['other'], start_from => 'latest');
 :after_error
 
--- Every refusal has a SQLSTATE and a hint (DESIGN.md section 5), and its message shows control
--- characters escaped, never raw.
+-- Every refusal has a SQLSTATE and a hint (docs/reference/bad-input.md), and its message shows
+-- control characters escaped, never raw.
 CREATE FUNCTION pg_temp.refusal(stmt text, OUT state text, OUT has_hint boolean,
                                 OUT printable_message boolean) LANGUAGE plpgsql AS $$
 DECLARE

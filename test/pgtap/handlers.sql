@@ -1,7 +1,7 @@
--- pgTAP: the handlers' objects (DESIGN.md sections 2, 4 and 6): table eventbox.handlers, the
--- inbox index handler passes read, the API functions and their internal bodies, pg_dump
--- registration and the handler settings. Everything happens in a transaction that is rolled
--- back.
+-- pgTAP: the handlers' objects (docs/reference/functions.md, docs/design/architecture.md and
+-- docs/guide/security.md): table eventbox.handlers, the inbox index handler passes read, the API
+-- functions and their internal bodies, pg_dump registration and the handler settings.
+-- Everything happens in a transaction that is rolled back.
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pg_eventbox;
 

@@ -1,6 +1,6 @@
--- pgTAP: the inbox part of what CREATE EXTENSION pg_eventbox installs (DESIGN.md sections 2 and
--- 6): the subscriptions, inbox and offsets tables, their views, the subscription API and its
--- internal functions, and who may use them.
+-- pgTAP: the inbox part of what CREATE EXTENSION pg_eventbox installs
+-- (docs/reference/functions.md, docs/guide/security.md): the subscriptions, inbox and offsets
+-- tables, their views, the subscription API and its internal functions, and who may use them.
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pg_eventbox;
 

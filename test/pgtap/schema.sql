@@ -1,4 +1,4 @@
--- pgTAP: the shape of what CREATE EXTENSION pg_eventbox installs (DESIGN.md section 2).
+-- pgTAP: the shape of what CREATE EXTENSION pg_eventbox installs (docs/reference/functions.md).
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pg_eventbox;
 

@@ -1,4 +1,4 @@
--- pgTAP: privileges and security (DESIGN.md section 6). Roles are created inside the
+-- pgTAP: privileges and security (docs/guide/security.md). Roles are created inside the
 -- transaction and vanish with the ROLLBACK.
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pg_eventbox;
