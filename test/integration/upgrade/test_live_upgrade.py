@@ -1,7 +1,9 @@
-"""Live upgrade: a 0.1.0 schema under the 0.2.0 library, filled with live state, then
+"""Live upgrade: a 0.1.0 schema under the current library, filled with live state, then
 ALTER EXTENSION pg_eventbox UPDATE while the supervisor waits. Nothing is lost or run twice."""
 
 import collections
+import pathlib
+import re
 import uuid
 
 import psycopg2
@@ -10,7 +12,12 @@ import pytest
 from upgrade_support import (HANDLER_DDL, Elapsed, duplicates, query, query_one, report,
                              wait_settled, wait_until, wait_workers, worker_counts)
 
-MISMATCH = (r'WARNING:  pg_eventbox library 0\.2\.0 does not match the schema version 0\.1\.0 '
+# The library's version is the control file's default_version.
+LIBRARY_VERSION = re.search(
+    r"^default_version = '([^']+)'",
+    (pathlib.Path(__file__).parents[3] / "pg_eventbox.control").read_text(), re.M).group(1)
+MISMATCH = (r'WARNING:  pg_eventbox library ' + re.escape(LIBRARY_VERSION) +
+            r' does not match the schema version 0\.1\.0 '
             r'installed in database "app"; its workers wait')
 
 # The lane of the `legacy` topic as a 0.1.0 install left it: inbox rows in every status (their
@@ -34,7 +41,7 @@ def test_alter_extension_update_while_workers_wait(clusters, kafka):
     hint = cluster.log_lines(r"HINT:  Run ALTER EXTENSION pg_eventbox UPDATE in that database\.")
     assert hint, "the mismatch WARNING has no hint"
 
-    # Live state, all of it made under the 0.2.0 library against the 0.1.0 schema.
+    # Live state, all of it made under the current library against the 0.1.0 schema.
     query(c, "CREATE ROLE app_handler NOLOGIN")
     query(c, HANDLER_DDL.replace("{out}", out).replace("{role}", "app_handler"))
     query(c, "SELECT eventbox.create_subscription('orders', ARRAY[%s, %s], backoff => '100 ms', "
@@ -96,8 +103,8 @@ def test_alter_extension_update_while_workers_wait(clusters, kafka):
     query(c, "ALTER EXTENSION pg_eventbox UPDATE")
     up_s = el()
     workers_s = wait_workers(cluster, timeout=15) + up_s
-    cluster.wait_log(r'pg_eventbox 0\.2\.0 found in database "app"; starting workers', 5,
-                     since_mark=True)
+    cluster.wait_log(r'pg_eventbox ' + re.escape(LIBRARY_VERSION) +
+                     r' found in database "app"; starting workers', 5, since_mark=True)
     assert query(c, "SELECT handler, run_as::text, pg_typeof(handler)::text FROM eventbox.handlers"
                  ) == [("shop.on_order(eventbox.inbox)", "app_handler", "text")]
 

@@ -1,4 +1,4 @@
-"""pg_upgrade of a cluster using pg_eventbox 0.2.0 (same binaries, initdb'ed target): --check
+"""pg_upgrade of a cluster using pg_eventbox at its current version (same binaries, initdb'ed target): --check
 passes, the upgrade runs, and the new cluster delivers and handles what the old one left
 waiting, from the stored offsets. A 0.1.0 install with a registered handler (a regprocedure
 column) is refused by pg_upgrade --check: why 0.2.0 stores handlers as text."""
