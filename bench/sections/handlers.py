@@ -22,23 +22,27 @@ def multi_row_insert(msgs):
                         for mid, _p, _o, _k, payload in msgs.items))
 
 
-def run_handlers(env, cur, msgs, sub, pg_groups):
-    """N inbox rows pre-loaded ('received', PARTITIONS lanes) for a disabled subscription with the
-    handler registered. Baselines first: the same INSERTs as one multi-row statement (the
-    figure's), then as one INSERT ... SELECT from the inbox (stricter: nothing to parse or send).
-    Then clock from enabling the subscription until no row is left to handle."""
+def load_backlog(env, cur, msgs, sub):
+    """msgs as inbox rows ('received', PARTITIONS lanes) of a new disabled subscription `sub` with
+    the handler registered, with their stored offsets."""
     cur.execute("TRUNCATE eventbox.inbox, public.bench_sink, public.bench_sink2")
     env.broker.create_topic(sub, PARTITIONS)
     create_disabled_subscription(cur, sub, sub, handler="public.bench_on_msg(eventbox.inbox)")
     copy_rows(cur, copy_buffer(sub, sub, msgs))
     # The stored offsets the ingest worker writes with its rows: the handler workers take their
-    # lanes from them (rows without are found by a slower plain walk, README "Low-water marks").
+    # lanes from them (rows without are found by a slower plain walk: docs/design/handlers.md).
     cur.execute("INSERT INTO eventbox.offsets (subscription, topic, \"partition\", next_offset) "
                 "SELECT subscription, topic, \"partition\", max(\"offset\") + 1 "
                 "FROM eventbox.inbox WHERE subscription = %s GROUP BY 1, 2, 3", (sub,))
     # No VACUUM, no ANALYZE: the workers meet the backlog as a user's would (whatever
     # autovacuum managed meanwhile); their plans must not depend on statistics.
     cur.execute("CHECKPOINT")
+
+
+def run_baselines(cur, msgs, sub):
+    """The same INSERTs as one multi-row statement (the figure's baseline), then as one
+    INSERT ... SELECT from the inbox (stricter: nothing to parse or send), then the handler
+    function per row (info); their rates."""
     values_sql = multi_row_insert(msgs)
     t0 = time.monotonic()
     cur.execute(values_sql)
@@ -84,6 +88,15 @@ def run_handlers(env, cur, msgs, sub, pg_groups):
     if q1(cur, "SELECT count(*) FROM public.bench_sink") != msgs.n:
         raise BenchError("handler function baselines did not insert %d rows" % msgs.n)
     cur.execute("TRUNCATE public.bench_sink")
+    return {"values_rate": msgs.n / values_elapsed, "select_rate": msgs.n / select_elapsed,
+            "fn_rate": msgs.n / fn_elapsed, "subxact_rate": msgs.n / subxact_elapsed}
+
+
+def run_handlers(env, cur, msgs, sub, pg_groups):
+    """The backlog loaded, the baselines run on it, then the clock from enabling the
+    subscription until no row is left to handle."""
+    load_backlog(env, cur, msgs, sub)
+    res = run_baselines(cur, msgs, sub)
     cur.execute("CHECKPOINT")
     time.sleep(0.3)
     handler_pids = worker_pids(cur, "handler")
@@ -124,11 +137,10 @@ def run_handlers(env, cur, msgs, sub, pg_groups):
                 "max(attempts), count(DISTINCT processed_at) "
                 "FROM eventbox.inbox WHERE subscription = %s", (db_t0, sub))
     first, span, max_attempts, passes = cur.fetchone()
-    return {"n": msgs.n, "elapsed": elapsed, "rate": msgs.n / elapsed, "cpu": cpu,
-            "values_rate": msgs.n / values_elapsed, "select_rate": msgs.n / select_elapsed,
-            "fn_rate": msgs.n / fn_elapsed, "subxact_rate": msgs.n / subxact_elapsed,
-            "first_s": float(first), "span_s": float(span), "max_attempts": max_attempts,
-            "passes": passes}
+    res.update({"n": msgs.n, "elapsed": elapsed, "rate": msgs.n / elapsed, "cpu": cpu,
+                "first_s": float(first), "span_s": float(span), "max_attempts": max_attempts,
+                "passes": passes})
+    return res
 
 
 def run(ctx):
