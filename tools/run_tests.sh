@@ -42,7 +42,7 @@ else
     case "$a" in
       lint | regress | pgtap | unit | devbroker | integration | fault | logscan) layers+=("$a") ;;
       log) layers+=(logscan) ;;
-      -h | --help) sed -n '2,23p' "$0"; exit 0 ;;
+      -h | --help) sed -n '2,22p' "$0"; exit 0 ;;
       *) echo "run_tests: unknown layer '$a' (known: ${ALL_LAYERS[*]})" >&2; exit 2 ;;
     esac
   done
