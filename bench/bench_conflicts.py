@@ -21,121 +21,86 @@ Knobs: BENCH_CONFLICT_MESSAGES (default 200000), BENCH_REPEAT (default 3),
 """
 import json
 import os
-import pathlib
 import subprocess
 import sys
 import tempfile
 import time
 
-import psycopg2
-from confluent_kafka import Producer
-
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "test" / "lib"))
-from devbroker import DevBroker  # noqa: E402
+from lib.cluster import Env, q1
+from lib.common import REPO, BenchError, log
+from lib.eventbox import create_disabled_subscription, offsets_sum, set_enabled
+from lib.kafka import produce
+from lib.proc import TICKS, proc_cpu
 
 PARTITIONS = 16
 N = int(os.environ.get("BENCH_CONFLICT_MESSAGES", "200000"))
 REPEAT = int(os.environ.get("BENCH_REPEAT", "3"))
 PORT = int(os.environ.get("BENCH_PORT", "54351"))
-
-
-def log(msg):
-    print("[%s] %s" % (time.strftime("%H:%M:%S"), msg), flush=True)
+CLUSTER_SH = os.path.join(REPO, "tools", "cluster.sh")
 
 
 class Side:
+    """One build: a cluster of its own with its dev broker (tools/cluster.sh), the extension
+    created, the two topics filled."""
+
     def __init__(self, label, pgbin, port):
-        self.label, self.pgbin, self.port = label, pgbin, port
+        self.label = label
         self.dir = tempfile.mkdtemp(prefix="eventbox-bench-conflicts-%s." % label)
         os.chmod(self.dir, 0o755)
-        subprocess.run([str(REPO / "tools" / "cluster.sh"), "start", self.dir, "--port",
-                        str(port), "--conf", "eventbox.handler_workers=0"],
+        subprocess.run([CLUSTER_SH, "start", self.dir, "--port", str(port),
+                        "--conf", "eventbox.handler_workers=0"],
                        check=True, env=dict(os.environ, EVENTBOX_PGBIN=pgbin),
                        stdout=subprocess.DEVNULL)
-        env = {}
-        for line in open(os.path.join(self.dir, "env")):
-            line = line.strip()
-            if line.startswith("export "):
-                line = line[len("export "):]
-            if "=" in line:
-                k, v = line.split("=", 1)
-                env[k] = v.strip("'\"")
-        self.env = env
-        self.conn = psycopg2.connect(host=env["PGHOST"], port=env["PGPORT"], user=env["PGUSER"],
-                                     dbname=env["PGDATABASE"])
-        self.conn.autocommit = True
-        self.q("CREATE EXTENSION pg_eventbox")
-        self.broker = DevBroker(env["EVENTBOX_CONTROL_HOST"] or "127.0.0.1",
-                                int(env["EVENTBOX_CONTROL_PORT"]))
-
-    def q(self, sql, args=None):
-        with self.conn.cursor() as cur:
-            cur.execute(sql, args)
-            return cur.fetchall() if cur.description else None
-
-    def offsets_sum(self, sub):
-        return self.q("SELECT coalesce(sum(next_offset), 0) FROM eventbox.offsets "
-                      "WHERE subscription = %s", (sub,))[0][0]
+        self.env = Env(self.dir)
+        self.conn = self.env.connect()
+        self.cur = self.conn.cursor()
+        self.cur.execute("CREATE EXTENSION pg_eventbox")
 
     def ingest_cpu_s(self):
-        pid = self.q("SELECT pid FROM pg_stat_activity WHERE backend_type = 'eventbox ingest'")[0][0]
-        with open("/proc/%d/stat" % pid) as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        pid = q1(self.cur, "SELECT pid FROM pg_stat_activity "
+                           "WHERE backend_type = 'eventbox ingest'")
+        return proc_cpu(pid) / TICKS
 
     def wait_offsets(self, sub, n, t0, timeout=600):
         while True:
-            if self.offsets_sum(sub) >= n:
+            if offsets_sum(self.cur, sub) >= n:
                 return time.monotonic() - t0
             if time.monotonic() - t0 > timeout:
-                raise RuntimeError("%s: offsets of %s did not reach %d" % (self.label, sub, n))
+                raise BenchError("%s: offsets of %s did not reach %d" % (self.label, sub, n))
             time.sleep(0.02)
 
     def stop(self):
         try:
             self.conn.close()
         finally:
-            subprocess.run([str(REPO / "tools" / "cluster.sh"), "stop", self.dir],
-                           stdout=subprocess.DEVNULL)
+            subprocess.run([CLUSTER_SH, "stop", self.dir], stdout=subprocess.DEVNULL)
 
 
-def produce(side, topic, records):
-    side.broker.create_topic(topic, PARTITIONS)
-    p = Producer({"bootstrap.servers": side.env["EVENTBOX_BOOTSTRAP"], "linger.ms": 20,
-                  "batch.num.messages": 10000, "queue.buffering.max.messages": 1000000})
-    for mid, part, payload in records:
-        while True:
-            try:
-                p.produce(topic, payload, key=mid, partition=part,
-                          headers=[("event_type", b"BenchEvent"), ("message_id", mid)])
-                break
-            except BufferError:
-                p.poll(0.01)
-        p.poll(0)
-    if p.flush(120) != 0:
-        raise RuntimeError("producing to %s failed" % topic)
+def produce_records(side, topic, records):
+    produce(side.env, topic, PARTITIONS,
+            ((payload, mid, part, [("event_type", b"BenchEvent"), ("message_id", mid)])
+             for mid, part, payload in records))
 
 
 def run(side, r):
     sub = "conflicts_%d" % r
-    side.q("BEGIN; SELECT eventbox.create_subscription(%s, ARRAY['bench-1'], "
-           "unhandled => 'keep'); SELECT eventbox.alter_subscription(%s, enabled => false); "
-           "COMMIT", (sub, sub))
+    cur = side.cur
+    create_disabled_subscription(cur, sub, "bench-1")
     cpu0 = side.ingest_cpu_s()
     t0 = time.monotonic()
-    side.q("SELECT eventbox.alter_subscription(%s, enabled => true)", (sub,))
+    set_enabled(cur, sub, True)
     fresh = side.wait_offsets(sub, N, t0)
     cpu1 = side.ingest_cpu_s()
     t0 = time.monotonic()
-    side.q("SELECT eventbox.alter_subscription(%s, topics => ARRAY['bench-1', 'bench-2'])", (sub,))
+    cur.execute("SELECT eventbox.alter_subscription(%s, topics => ARRAY['bench-1', 'bench-2'])",
+                (sub,))
     dups = side.wait_offsets(sub, 2 * N, t0)
     cpu2 = side.ingest_cpu_s()
-    rows = side.q("SELECT count(*) FROM eventbox.inbox WHERE subscription = %s", (sub,))[0][0]
+    rows = q1(cur, "SELECT count(*) FROM eventbox.inbox WHERE subscription = %s", (sub,))
     if rows != N:
-        raise RuntimeError("%s: %d inbox rows, expected %d" % (side.label, rows, N))
-    side.q("SELECT eventbox.drop_subscription(%s)", (sub,))
-    side.q("VACUUM eventbox.inbox")
+        raise BenchError("%s: %d inbox rows, expected %d" % (side.label, rows, N))
+    cur.execute("SELECT eventbox.drop_subscription(%s)", (sub,))
+    cur.execute("VACUUM eventbox.inbox")
     return N / fresh, N / dups, (cpu1 - cpu0) / N * 1e6, (cpu2 - cpu1) / N * 1e6
 
 
@@ -155,8 +120,8 @@ def main():
             log("starting %s (%s)" % (label, pgbin))
             side = Side(label, pgbin, port)
             sides.append(side)
-            produce(side, "bench-1", records)
-            produce(side, "bench-2", records)
+            produce_records(side, "bench-1", records)
+            produce_records(side, "bench-2", records)
         inf = float("inf")
         best = {s.label: [0.0, 0.0, inf, inf] for s in sides}
         for r in range(REPEAT):
@@ -183,4 +148,8 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except BenchError as e:
+        print("bench: FAILED: %s" % e, file=sys.stderr)
+        sys.exit(1)

@@ -3,7 +3,9 @@
 # environment (tools/cluster.sh), always stop it, then scan its server log.
 #
 # Usage: tools/run_tests.sh [LAYER ...]
-#   LAYER: regress pgtap unit devbroker integration fault logscan  (default: all, in that order)
+#   LAYER: lint regress pgtap unit devbroker integration fault logscan
+#          (default: all, in that order)
+#   lint checks the sources (pyflakes over bench/, tools/ and test/) and needs no cluster.
 #   Layers that need the cluster (regress pgtap integration fault) start it once;
 #   whenever the cluster was started, logscan runs at the end too.
 #   Every selected layer runs even after another failed; the exit status is
@@ -23,7 +25,7 @@ set -euo pipefail
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$SCRIPT_DIR/.." && pwd)
 PYTHON=/usr/bin/python3
-ALL_LAYERS=(regress pgtap unit devbroker integration fault logscan)
+ALL_LAYERS=(lint regress pgtap unit devbroker integration fault logscan)
 
 export PYTHONDONTWRITEBYTECODE=1
 export EVENTBOX_DEVBROKER=${EVENTBOX_DEVBROKER:-$REPO/tools/devbroker/eventbox-devbroker}
@@ -38,9 +40,9 @@ if (($# == 0)); then
 else
   for a in "$@"; do
     case "$a" in
-      regress | pgtap | unit | devbroker | integration | fault | logscan) layers+=("$a") ;;
+      lint | regress | pgtap | unit | devbroker | integration | fault | logscan) layers+=("$a") ;;
       log) layers+=(logscan) ;;
-      -h | --help) sed -n '2,21p' "$0"; exit 0 ;;
+      -h | --help) sed -n '2,22p' "$0"; exit 0 ;;
       *) echo "run_tests: unknown layer '$a' (known: ${ALL_LAYERS[*]})" >&2; exit 2 ;;
     esac
   done
@@ -126,6 +128,27 @@ need_cluster_ok() {
   ((cluster_ok)) && return 0
   echo "layer needs the test environment, which did not start" >&2
   return 1
+}
+
+# The lint layer runs every check of LINT_CHECKS (a function lint_<check> each), all of them
+# even after one failed.
+LINT_CHECKS=(pyflakes)
+
+lint_pyflakes() {
+  # python3-pyflakes: unused imports and variables, undefined names, redefinitions.
+  "$PYTHON" -m pyflakes bench tools test
+}
+
+layer_lint() {
+  local check failed=()
+  for check in "${LINT_CHECKS[@]}"; do
+    echo "lint: $check"
+    "lint_$check" || failed+=("$check")
+  done
+  if ((${#failed[@]})); then
+    echo "lint: failed: ${failed[*]}" >&2
+    return 1
+  fi
 }
 
 layer_regress() {

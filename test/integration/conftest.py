@@ -4,4 +4,6 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "lib"))
 
-from eventbox_fixtures import *  # noqa: E402,F401,F403
+import eventbox_fixtures  # noqa: E402
+
+eventbox_fixtures.bind_fixtures(globals())

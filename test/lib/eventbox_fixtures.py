@@ -7,8 +7,8 @@ EVENTBOX_CONTROL_HOST, EVENTBOX_CONTROL_PORT, EVENTBOX_DEVBROKER,
 EVENTBOX_KILLED_PIDS, ...
 
 Kafka is read with an independent client, kafka-python (confluent_kafka is
-used as a cross-check in one test). A conftest.py imports the fixtures with
-``from eventbox_fixtures import *`` after putting test/lib on sys.path.
+used as a cross-check in one test). A conftest.py binds the fixtures with
+``eventbox_fixtures.bind_fixtures(globals())`` after putting test/lib on sys.path.
 
 Everything here polls with a deadline; nothing asserts on a bare sleep.
 """
@@ -44,6 +44,14 @@ __all__ = [
     "eventbox_env", "extension", "conn", "broker", "new_topic", "settings",
     "log_watch", "restore_broker_state",
 ]
+
+
+def bind_fixtures(namespace):
+    """Binds the names of __all__ (the fixtures and the terminal-summary hook among them) into a
+    conftest's namespace, as ``from eventbox_fixtures import *`` would: pytest looks for
+    fixtures and hooks among a conftest's names, and pyflakes cannot check a * import."""
+    namespace.update((name, globals()[name]) for name in __all__)
+
 
 # ---------------------------------------------------------------------------
 # environment

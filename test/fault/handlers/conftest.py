@@ -8,5 +8,10 @@ for p in (HERE.parents[1] / "lib", HERE.parents[1] / "integration" / "handlers")
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from eventbox_fixtures import *  # noqa: E402,F401,F403
-from eventbox_handler_lib import case, handler_env  # noqa: E402,F401
+import eventbox_fixtures  # noqa: E402
+from eventbox_handler_lib import case, handler_env  # noqa: E402
+
+eventbox_fixtures.bind_fixtures(globals())
+
+# The fixtures of eventbox_handler_lib, for pytest.
+__all__ = ["case", "handler_env"]

@@ -7,7 +7,6 @@ server (crash recovery): the killed pid goes to $EVENTBOX_KILLED_PIDS first
 (eventbox_fixtures.sigkill) so that the run's log scan accepts the crash."""
 
 import collections
-import time
 import uuid
 
 from eventbox_fixtures import query, read_topic, report, sigkill, wait_until

@@ -5,8 +5,11 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "integration" / "inbox"))
 
-from inbox_support import (  # noqa: E402,F401
+from inbox_support import (  # noqa: E402
     ib_broker, ib_db, ib_env, ib_producer, ib_subscriptions, ib_topic, terminal_summary)
+
+# The fixtures, for pytest.
+__all__ = ["ib_broker", "ib_db", "ib_env", "ib_producer", "ib_subscriptions", "ib_topic"]
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

@@ -1,4 +1,4 @@
-"""SIGKILL of the ingest worker while a stream of messages is consumed (DESIGN.md section 3.2):
+"""SIGKILL of the ingest worker while a stream of messages is consumed (docs/design/guarantees.md):
 after every crash consumption resumes from the stored offsets; at the end every record is in
 the inbox exactly once and the stored offsets are the partitions' high watermarks.
 

@@ -9,8 +9,6 @@ Rows are aged with an UPDATE of processed_at / received_at instead of waiting.""
 import re
 import uuid
 
-import psycopg2
-
 from eventbox_fixtures import connect, query, query_one, report, wait_until
 from eventbox_handler_lib import Msg, produce, wait_settled
 

@@ -12,8 +12,8 @@ import uuid
 
 import pytest
 
-from eventbox_fixtures import (connect, query, query_one, wait_until, wait_outbox_drained,
-                               wait_for_ids, LogWatcher)
+from eventbox_fixtures import (query, query_one, wait_until, wait_outbox_drained, wait_for_ids,
+                               LogWatcher)
 from http_support import free_port
 
 

@@ -1,5 +1,5 @@
-"""Bad input gets a clear answer and nothing is lost (DESIGN.md section 5): a corpus of crafted
-records, each of which must end up as exactly one inbox row, without the ingest worker ever
+"""Bad input gets a clear answer and nothing is lost (docs/reference/bad-input.md): a corpus of
+crafted records, each of which must end up as exactly one inbox row, without the ingest worker ever
 failing a batch or crashing."""
 import json
 import random

@@ -1,5 +1,5 @@
 """Deduplication: every (subscription, message_id) is stored once, however often Kafka delivers
-it (DESIGN.md section 3.2)."""
+it (docs/design/guarantees.md)."""
 import random
 import uuid
 

@@ -1,4 +1,4 @@
-"""Message id, event type and headers of inbox rows (DESIGN.md sections 3.4 and 3.5):
+"""Message id, event type and headers of inbox rows (docs/design/guarantees.md):
   message id: header message_id, else CloudEvents ce_id, else the subscription's
               message_id_field (a top-level JSON string or integer), else the transport
               identity topic/partition/offset (counted in eventbox.workers.transport_ids);

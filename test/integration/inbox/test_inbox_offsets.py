@@ -1,5 +1,6 @@
 """eventbox.offsets: the next offset of every partition, written in the same transaction as the
-inbox rows it covers (DESIGN.md sections 2 and 3.2); eventbox.lag derived from it."""
+inbox rows it covers (docs/reference/functions.md, docs/design/guarantees.md); eventbox.lag
+derived from it."""
 import threading
 import time
 

@@ -1,6 +1,6 @@
 """start_from => 'latest': the history before the subscription is skipped, nothing produced
-after it is (DESIGN.md sections 2 and 3.2: after any restart consumption resumes from the
-stored offsets and skips nothing)."""
+after it is (docs/reference/functions.md; docs/design/guarantees.md: after any restart
+consumption resumes from the stored offsets and skips nothing)."""
 import time
 
 import pytest

@@ -1,6 +1,6 @@
-"""Subscriptions are picked up by the running ingest worker without a restart (DESIGN.md section
-2): a new one starts consuming, altering its topics keeps the stored offsets of the topics it
-already had, dropping it stops it and removes its rows and offsets."""
+"""Subscriptions are picked up by the running ingest worker without a restart
+(docs/reference/functions.md): a new one starts consuming, altering its topics keeps the stored
+offsets of the topics it already had, dropping it stops it and removes its rows and offsets."""
 import time
 
 import pytest

@@ -1,4 +1,4 @@
-"""Values that are not JSON jsonb can store are kept byte for byte (DESIGN.md section 5):
+"""Values that are not JSON jsonb can store are kept byte for byte (docs/reference/bad-input.md):
 status 'unparsable', payload NULL, raw_payload = the exact bytes, the reason in last_error.
 JSON that jsonb does accept must land in payload."""
 import re

@@ -8,7 +8,7 @@ import os
 import uuid
 
 from upgrade_support import (HANDLER_DDL, Elapsed, duplicates, query, query_one, report,
-                             wait_settled, wait_until, wait_workers)
+                             wait_settled, wait_workers)
 
 SNAPSHOTS = {
     "subscriptions": "SELECT name, topics, owner::text, start_from, ordering, max_attempts, "

@@ -36,7 +36,6 @@ def test_missing_database_warns_once_then_workers_start(clusters, kafka):
     assert worker_counts(cluster.connect("postgres")) == {}
 
     cluster.mark_log()
-    el = Elapsed()
     cluster.sql("CREATE DATABASE missing_app", dbname="postgres")
     cluster.sql("CREATE EXTENSION pg_eventbox", dbname="missing_app")
     # The launcher looks again after 1, 2, 4, ... up to 60 s.

@@ -11,7 +11,6 @@ Kafka is written and read with kafka-python, independent of the extension's libr
 Everything polls with a deadline; nothing asserts on a bare sleep.
 """
 
-import collections
 import json
 import os
 import pathlib

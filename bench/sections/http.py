@@ -1,4 +1,4 @@
-"""bench/bench_http.py — section `http` of bench.py (DESIGN.md section 7): HTTP delivery rate.
+"""Section http: HTTP delivery rate (bench/README.md, "Targets").
 
 N ~1 KiB JSON messages over 64 keys to a local nginx (`return 204`, one worker, keep-alive):
   - pg_eventbox: the rows are sent with eventbox.send() while the relay is idle (eventbox.brokers
@@ -19,12 +19,16 @@ import tempfile
 import time
 import uuid
 
-import bench
-from bench import BenchError, log, q1, relay_pid, set_brokers
+from lib.cluster import q1
+from lib.common import BenchError, log
+from lib.eventbox import relay_pid, set_brokers
+from lib.proc import TICKS, proc_cpu
+from lib.table import ROW, best
 
 KEYS = 64
 PARALLEL = 32
 BODY_BYTES = 1024
+NGINX_PORT = 54336
 
 
 def nginx_conf(dirname, port):
@@ -148,7 +152,7 @@ def run_relay(env, cur, nginx, topic, bodies, ids):
     insert_s = time.monotonic() - t0
     cur.execute("CHECKPOINT")
     pid = relay_pid(cur)
-    cpu0 = bench.proc_cpu(pid)
+    cpu0 = proc_cpu(pid)
     before = nginx.requests()
     t0 = time.monotonic()
     set_brokers(cur, env.bootstrap, None)
@@ -158,7 +162,7 @@ def run_relay(env, cur, nginx, topic, bodies, ids):
             raise BenchError("relay: outbox not drained to HTTP within an hour")
         time.sleep(0.02)
     elapsed = time.monotonic() - t0
-    cpu = (bench.proc_cpu(pid) - cpu0) / os.sysconf("SC_CLK_TCK")
+    cpu = (proc_cpu(pid) - cpu0) / TICKS
     done = nginx.requests() - before
     cur.execute("SELECT eventbox.drop_http_destination(%s)", (topic,))
     if done < n:
@@ -182,9 +186,10 @@ def run_wrk(nginx, body, seconds=5):
     raise BenchError("wrk: no Requests/sec in its output:\n" + out)
 
 
-def section(env, cur, args, res, tmpdir):
+def run(ctx):
+    env, cur, args, res, tmpdir = ctx.env, ctx.cur, ctx.args, ctx.res, ctx.tmpdir
     n = args.http_messages
-    nginx = Nginx(args.http_port)
+    nginx = Nginx(NGINX_PORT)
     try:
         log("http: generating %d bodies of ~%d B over %d keys" % (n, BODY_BYTES, KEYS))
         bodies = make_bodies(n, seed=16)
@@ -213,17 +218,17 @@ def section(env, cur, args, res, tmpdir):
         set_brokers(cur, env.bootstrap, "running")
 
 
-def table_rows(res, row):
+def table_rows(res):
     if "http" not in res:
         return []
     h = res["http"]
-    r = max(h["relay"], key=lambda x: x["rate"])
-    c = max(h["curl"], key=lambda x: x["rate"])
+    r = best(h["relay"])
+    c = best(h["curl"])
     ratio = r["rate"] / c["rate"]
     return [
-        row % ("http 1 KiB, 64 keys (msg/s)", "%.0f" % r["rate"], "curl -Z %.0f" % c["rate"],
+        ROW % ("http 1 KiB, 64 keys (msg/s)", "%.0f" % r["rate"], "curl -Z %.0f" % c["rate"],
                "%.2f" % ratio, ">= 0.5 " + ("ok" if ratio >= 0.5 else "BELOW")),
-        row % ("  wrk -c %d (req/s)" % PARALLEL, "-", "%.0f" % h["wrk"],
+        ROW % ("  wrk -c %d (req/s)" % PARALLEL, "-", "%.0f" % h["wrk"],
                "%.2f" % (r["rate"] / h["wrk"]), "info (server bound)"),
     ]
 

@@ -1,25 +1,22 @@
-"""Operations figures of pg_eventbox (section ops, run by bench.py): running it for months.
-
-Every figure is a ratio against a baseline measured in the same invocation; nothing is asserted
-on time. See bench/README.md.
+"""Section ops: running pg_eventbox for months. Every figure is a ratio against a baseline
+measured in the same invocation; nothing is asserted on time.
 
   metrics  relay and ingest throughput with GET /metrics scraped every second vs not scraped,
-           interleaved runs, best of --ops-repeat each (target >= 0.98x);
-  purge    ingest + handlers at full rate (--ops-purge-messages produced beforehand) while
-           --ops-purge-rows aged processed rows are purged, vs the same run without a purge
+           interleaved runs, best of BENCH_OPS_REPEAT each (target >= 0.98x);
+  purge    ingest + handlers at full rate (BENCH_OPS_PURGE_MESSAGES produced beforehand) while
+           BENCH_OPS_PURGE_ROWS aged processed rows are purged, vs the same run without a purge
            (target >= 0.9x); lock waits over 100 ms logged meanwhile (log_lock_waits,
            deadlock_timeout = 100ms; target 0 lines);
-  cycles   --ops-cycles cycles of ingest --ops-cycle-rows -> process -> age past retention ->
-           purge -> autovacuum; inbox heap + index size after the last cycle vs after the first
-           (target <= 1.5x).
+  cycles   BENCH_OPS_CYCLES cycles of ingest BENCH_OPS_CYCLE_ROWS -> process -> age past
+           retention -> purge -> autovacuum; inbox heap + index size after the last cycle vs after
+           the first (target <= 1.5x).
 
 The dev broker keeps at most ~5 MiB or 100k message sets per partition and drops the oldest
 beyond that (an earlier version of this bench produced 100000 records of ~300 B on the wire
 through the relay into an auto-created topic of 4 partitions: the broker dropped the first ~10k
 of two partitions and the ingest never reached 100000). Topics here are created with enough
 partitions for their size, and every produce is checked: low watermarks 0, high watermarks
-adding up to the count.
-"""
+adding up to the count."""
 
 import os
 import re
@@ -27,10 +24,14 @@ import threading
 import time
 import urllib.request
 
-from confluent_kafka import Consumer, Producer, TopicPartition
-
-import bench as B  # bench.py (registered under this name by its main())
-import bench_inbox as BI
+from lib.cluster import q1
+from lib.common import BenchError, log
+from lib.eventbox import (create_disabled_subscription, ingest_counters, relay_info, set_conf,
+                          set_enabled, setup_handler_objects, wait_offsets, worker_pids)
+from lib.kafka import check_topic, produce
+from lib.messages import DISTINCT_KEYS, Messages
+from lib.proc import CpuMeter
+from lib.table import ROW, mib, ok, per_msg_us
 
 HANDLER = "public.bench_on_msg(eventbox.inbox)"
 # Bytes on the wire per record are ~330 at 200 B payloads (key, headers message_id and
@@ -40,17 +41,8 @@ PER_PARTITION = 10000
 AGED_SUB = "ops_aged"
 HANDLED = "SELECT coalesce(sum(messages), 0)::int8 FROM eventbox.workers WHERE role = 'handler'"
 
-
 # Appended to topic names: a cluster kept from an earlier run (BENCH_KEEP) has the old ones.
 RUN = "%x" % int(time.time())
-
-
-def log(msg):
-    B.log("ops: " + msg)
-
-
-def q1(cur, sql, args=None):
-    return B.q1(cur, sql, args)
 
 
 def stat(cur, column):
@@ -73,66 +65,6 @@ def deleted_mark(cur):
 
 def partitions_for(n):
     return max(8, -(-n // PER_PARTITION))
-
-
-def set_conf(cur, name, value):
-    """ALTER SYSTEM SET name = value (None: RESET) and a reload; waits a moment for the workers."""
-    if value is None:
-        cur.execute("ALTER SYSTEM RESET %s" % name)
-    else:
-        cur.execute("ALTER SYSTEM SET %s = %%s" % name, (value,))
-    cur.execute("SELECT pg_reload_conf()")
-    time.sleep(0.5)
-
-
-def produce(env, topic, msgs, partitions):
-    """msgs (bench_inbox.Messages, made for bench_inbox.PARTITIONS) to a fresh topic of
-    `partitions` partitions, message i to partition i % partitions; checks that the broker holds
-    every one of them."""
-    env.broker.create_topic(topic, partitions)
-    p = Producer({"bootstrap.servers": env.bootstrap, "linger.ms": 20,
-                  "enable.idempotence": True, "batch.num.messages": 10000,
-                  "queue.buffering.max.messages": 1000000,
-                  "queue.buffering.max.kbytes": 1048576})
-    failed = []
-
-    def on_delivery(err, _msg):
-        if err is not None:
-            failed.append(err)
-
-    t0 = time.monotonic()
-    for i, (mid, _part, _off, key, payload) in enumerate(msgs.items):
-        while True:
-            try:
-                p.produce(topic, payload.encode(), key=key.encode(), partition=i % partitions,
-                          headers=[("event_type", BI.EVENT_TYPE), ("message_id", mid)],
-                          on_delivery=on_delivery)
-                break
-            except BufferError:
-                p.poll(0.01)
-        p.poll(0)
-    if p.flush(120) != 0 or failed:
-        raise B.BenchError("producing to %s: %d undelivered, %d failed"
-                           % (topic, len(p), len(failed)))
-    elapsed = time.monotonic() - t0
-    check_topic(env, topic, partitions, msgs.n)
-    return elapsed
-
-
-def check_topic(env, topic, partitions, n):
-    c = Consumer({"bootstrap.servers": env.bootstrap, "group.id": "eventbox-bench-wm"})
-    try:
-        lows = highs = 0
-        for part in range(partitions):
-            lo, hi = c.get_watermark_offsets(TopicPartition(topic, part), timeout=10)
-            lows += lo
-            highs += hi
-    finally:
-        c.close()
-    if lows != 0 or highs != n:
-        raise B.BenchError("topic %s holds offsets adding up to %d..%d, expected 0..%d: the dev "
-                           "broker dropped records (more partitions needed)"
-                           % (topic, lows, highs, n))
 
 
 class Scraper(threading.Thread):
@@ -179,34 +111,30 @@ def scraped(address, scrape, fn):
     return out, stats
 
 
-# ---------------------------------------------------------------------------------------------
-# 1. relay and ingest, /metrics scraped every second vs not
-
-
 def relay_run(env, cur, topic, n, partitions, pg_groups):
     """n rows sent by ONE transaction to a fresh topic, relay running; clock from its COMMIT to
     the relay's acknowledged counter grown by n; then the topic must hold n records."""
     env.broker.create_topic(topic, partitions)
     cur.execute("VACUUM eventbox.outbox")
     cur.execute("CHECKPOINT")
-    base = B.relay_info(cur)[2]
+    base = relay_info(cur)[2]
     cur.execute("BEGIN")
     cur.execute("SELECT count(eventbox.send(%s, jsonb_build_object('id', g, 'pad', "
                 "repeat('x', 150)), key => 'customer-' || (g %% 1000)::text)) "
                 "FROM generate_series(1, %s) g", (topic, n))
-    meter = B.CpuMeter(pg_groups)
+    meter = CpuMeter(pg_groups)
     meter.start()
     t0 = time.monotonic()
     cur.execute("COMMIT")
     deadline = t0 + max(300, n / 200)
     while True:
         time.sleep(0.02)
-        done = B.relay_info(cur)[2] - base
+        done = relay_info(cur)[2] - base
         if done >= n:
             break
         if time.monotonic() > deadline:
-            raise B.BenchError("relay: %d of %d acknowledged after %.0fs; relay: %r"
-                               % (done, n, deadline - t0, B.relay_info(cur)))
+            raise BenchError("relay: %d of %d acknowledged after %.0fs; relay: %r"
+                             % (done, n, deadline - t0, relay_info(cur)))
     elapsed = time.monotonic() - t0
     cpu = meter.stop()
     check_topic(env, topic, partitions, n)
@@ -217,19 +145,19 @@ def ingest_run(env, cur, topic, sub, n, pg_groups):
     """A disabled subscription (no handler, unhandled keep) on the pre-produced topic, emptied
     inbox; clock from enabling it to its stored offsets adding up to n."""
     cur.execute("TRUNCATE eventbox.inbox")
-    BI.create_disabled_subscription(cur, sub, topic)
+    create_disabled_subscription(cur, sub, topic)
     cur.execute("CHECKPOINT")
-    base = BI.ingest_counters(cur)[0]
-    meter = B.CpuMeter(pg_groups)
+    base = ingest_counters(cur)[0]
+    meter = CpuMeter(pg_groups)
     meter.start()
     t0 = time.monotonic()
-    BI.set_enabled(cur, sub, True)
-    elapsed, first, _ = BI.wait_offsets(cur, sub, n, t0, base, timeout=max(300, n / 200))
+    set_enabled(cur, sub, True)
+    elapsed, first, _ = wait_offsets(cur, sub, n, t0, base, timeout=max(300, n / 200))
     cpu = meter.stop()
-    BI.set_enabled(cur, sub, False)
+    set_enabled(cur, sub, False)
     stored = q1(cur, "SELECT count(*) FROM eventbox.inbox WHERE subscription = %s", (sub,))
     if stored != n:
-        raise B.BenchError("ingest %s: %d rows stored, expected %d" % (sub, stored, n))
+        raise BenchError("ingest %s: %d rows stored, expected %d" % (sub, stored, n))
     cur.execute("TRUNCATE eventbox.inbox")
     cur.execute("SELECT eventbox.drop_subscription(%s)", (sub,))
     return {"n": n, "elapsed": elapsed, "rate": n / elapsed, "first_s": first, "cpu": cpu}
@@ -240,7 +168,7 @@ def section_metrics(env, cur, args, pg_groups, out):
     parts = partitions_for(n)
     out["metrics"] = m = {"n": n, "partitions": parts, "relay": {False: [], True: []},
                           "ingest": {False: [], True: []}, "scrapers": []}
-    log("warm-up: relay, %d messages (not counted)" % (n // 10))
+    log("ops: warm-up: relay, %d messages (not counted)" % (n // 10))
     relay_run(env, cur, "ops_relay_warmup_" + RUN, n // 10, parts, pg_groups)
     for k in range(args.ops_repeat):
         # Alternate which side goes first, so that a drift of the box favours neither.
@@ -251,14 +179,14 @@ def section_metrics(env, cur, args, pg_groups, out):
             m["relay"][scrape].append(x)
             if st:
                 m["scrapers"].append(st)
-            log("relay, scraped=%s: %.0f msg/s%s" % (scrape, x["rate"],
-                                                     " (%d scrapes)" % st["scrapes"] if st else ""))
-    log("producing %d messages to ops_ingest_%s (%d partitions)" % (n, RUN, parts))
-    msgs = BI.Messages(n, 200, seed=0x0b5)
+            log("ops: relay, scraped=%s: %.0f msg/s%s"
+                % (scrape, x["rate"], " (%d scrapes)" % st["scrapes"] if st else ""))
+    log("ops: producing %d messages to ops_ingest_%s (%d partitions)" % (n, RUN, parts))
+    msgs = Messages(n, 200, seed=0x0b5)
     m["avg_payload"] = msgs.avg_payload
-    produce(env, "ops_ingest_" + RUN, msgs, parts)
+    produce(env, "ops_ingest_" + RUN, parts, msgs.records(parts))
     del msgs
-    log("warm-up: ingest (not counted)")
+    log("ops: warm-up: ingest (not counted)")
     ingest_run(env, cur, "ops_ingest_" + RUN, "ops_ingest_warmup", n, pg_groups)
     for k in range(args.ops_repeat):
         for scrape in ((False, True) if k % 2 == 0 else (True, False)):
@@ -268,12 +196,8 @@ def section_metrics(env, cur, args, pg_groups, out):
             m["ingest"][scrape].append(x)
             if st:
                 m["scrapers"].append(st)
-            log("ingest, scraped=%s: %.0f msg/s%s"
+            log("ops: ingest, scraped=%s: %.0f msg/s%s"
                 % (scrape, x["rate"], " (%d scrapes)" % st["scrapes"] if st else ""))
-
-
-# ---------------------------------------------------------------------------------------------
-# 2. ingest + handlers while aged rows are purged
 
 
 def lock_wait_lines(path, start, pids):
@@ -290,11 +214,6 @@ def lock_wait_lines(path, start, pids):
     return mine, other
 
 
-def worker_pids(cur):
-    cur.execute("SELECT pid FROM eventbox.workers WHERE role IN ('ingest', 'handler')")
-    return {r[0] for r in cur.fetchall()}
-
-
 def handled_run(env, cur, topic, sub, n, pg_groups, watch=None, before_clock=None):
     """Kafka -> inbox -> trivial INSERT handler: a disabled subscription with the handler on the
     pre-produced topic; clock from enabling it until the handler workers' counter grew by n.
@@ -303,18 +222,18 @@ def handled_run(env, cur, topic, sub, n, pg_groups, watch=None, before_clock=Non
     clock ran ("lock_waits") and the other processes' ("other_waits")."""
     logfile = os.path.join(env.dir, "postgres.log")
     cur.execute("TRUNCATE public.bench_sink")
-    BI.create_disabled_subscription(cur, sub, topic, handler=HANDLER)
+    create_disabled_subscription(cur, sub, topic, handler=HANDLER)
     cur.execute("CHECKPOINT")
     time.sleep(0.3)
     if before_clock:
         before_clock()
-    pids = worker_pids(cur)
+    pids = set(worker_pids(cur, "ingest", "handler"))
     mark = os.path.getsize(logfile)
     base = int(q1(cur, HANDLED))
-    meter = B.CpuMeter(pg_groups)
+    meter = CpuMeter(pg_groups)
     meter.start()
     t0 = time.monotonic()
-    BI.set_enabled(cur, sub, True)
+    set_enabled(cur, sub, True)
     deadline = t0 + max(300, n / 100)
     next_watch = t0
     while True:
@@ -326,19 +245,19 @@ def handled_run(env, cur, topic, sub, n, pg_groups, watch=None, before_clock=Non
             watch(now - t0)
             next_watch = now + 0.5
         if now > deadline:
-            raise B.BenchError("%s: %d of %d handled after %.0fs"
-                               % (sub, int(q1(cur, HANDLED)) - base, n, now - t0))
+            raise BenchError("%s: %d of %d handled after %.0fs"
+                             % (sub, int(q1(cur, HANDLED)) - base, n, now - t0))
     elapsed = time.monotonic() - t0
     cpu = meter.stop()
-    waits, other = lock_wait_lines(logfile, mark, pids | worker_pids(cur))
-    BI.set_enabled(cur, sub, False)
+    waits, other = lock_wait_lines(logfile, mark, pids | set(worker_pids(cur, "ingest", "handler")))
+    set_enabled(cur, sub, False)
     cur.execute("SELECT status, count(*) FROM eventbox.inbox WHERE subscription = %s "
                 "GROUP BY status", (sub,))
     statuses = dict(cur.fetchall())
     sunk = q1(cur, "SELECT count(*) FROM public.bench_sink")
     if statuses != {"processed": n} or sunk != n:
-        raise B.BenchError("%s: statuses %r, bench_sink %d rows, expected %d processed"
-                           % (sub, statuses, sunk, n))
+        raise BenchError("%s: statuses %r, bench_sink %d rows, expected %d processed"
+                         % (sub, statuses, sunk, n))
     return {"n": n, "elapsed": elapsed, "rate": n / elapsed, "cpu": cpu, "lock_waits": waits,
             "other_waits": other, "log_mark": mark, "pids": pids}
 
@@ -376,7 +295,7 @@ def purge_run(env, cur, topic, sub, n, rows, groups):
         deadline = time.monotonic() + 30
         while stat(cur, "n_tup_del") == seen["mark"]:
             if time.monotonic() > deadline:
-                raise B.BenchError("the retention purge did not start within 30 s")
+                raise BenchError("the retention purge did not start within 30 s")
             time.sleep(0.02)
         seen["at_start"] = stat(cur, "n_tup_del") - seen["mark"]
 
@@ -391,7 +310,7 @@ def purge_run(env, cur, topic, sub, n, rows, groups):
     t0 = time.monotonic()
     while stat(cur, "n_tup_del") - seen["mark"] < rows:
         if time.monotonic() - t0 > 600:
-            raise B.BenchError("the purge of %d aged rows did not finish" % rows)
+            raise BenchError("the purge of %d aged rows did not finish" % rows)
         time.sleep(0.2)
     x["purge_total_s"] = x["purge_done_s"] or x["elapsed"] + (time.monotonic() - t0)
     x["lock_waits_after"] = lock_wait_lines(os.path.join(env.dir, "postgres.log"),
@@ -399,7 +318,7 @@ def purge_run(env, cur, topic, sub, n, rows, groups):
     set_conf(cur, "eventbox.inbox_retention", "0")
     left = q1(cur, "SELECT count(*) FROM eventbox.inbox WHERE subscription = %s", (AGED_SUB,))
     if left != 0:
-        raise B.BenchError("%d aged rows left after the purge" % left)
+        raise BenchError("%d aged rows left after the purge" % left)
     return x
 
 
@@ -408,15 +327,18 @@ def section_purge(env, cur, args, pg_groups, out):
     parts = partitions_for(n)
     topic = "ops_purge_" + RUN
     out["purge"] = p = {"n": n, "rows": rows, "partitions": parts, "runs": []}
-    sup = lambda: [r for r in [q1(cur, "SELECT pid FROM pg_stat_activity "  # noqa: E731
-                                       "WHERE backend_type = 'eventbox supervisor'")] if r]
-    groups = dict(pg_groups, supervisor=sup)
+
+    def supervisor():
+        return [r for r in [q1(cur, "SELECT pid FROM pg_stat_activity "
+                                    "WHERE backend_type = 'eventbox supervisor'")] if r]
+
+    groups = dict(pg_groups, supervisor=supervisor)
     set_conf(cur, "eventbox.inbox_retention", "0")
-    log("producing %d messages to %s (%d partitions)" % (n, topic, parts))
-    msgs = BI.Messages(n, 200, seed=0x9e)
-    produce(env, topic, msgs, parts)
+    log("ops: producing %d messages to %s (%d partitions)" % (n, topic, parts))
+    msgs = Messages(n, 200, seed=0x9e)
+    produce(env, topic, parts, msgs.records(parts))
     del msgs
-    BI.create_disabled_subscription(cur, AGED_SUB, "ops_aged_none_" + RUN)
+    create_disabled_subscription(cur, AGED_SUB, "ops_aged_none_" + RUN)
     k = 0
     for pair in range(args.ops_purge_repeat):
         # Pairs alternate which run goes first. Every run starts from the same table: the aged
@@ -426,33 +348,29 @@ def section_purge(env, cur, args, pg_groups, out):
             k += 1
             if not q1(cur, "SELECT count(*) FROM eventbox.inbox WHERE subscription = %s",
                       (AGED_SUB,)):
-                log("inserting %d aged processed rows" % rows)
+                log("ops: inserting %d aged processed rows" % rows)
                 p["insert_s"] = insert_aged(cur, rows)
-                p["inbox_mib"] = q1(cur, "SELECT pg_total_relation_size('eventbox.inbox')"
-                                    ) / 2 ** 20
+                p["inbox_mib"] = mib(q1(cur, "SELECT pg_total_relation_size('eventbox.inbox')"))
             sub = "ops_h_%d" % k
             if purge:
-                log("ingest + handlers, %d messages, while %d aged rows are purged" % (n, rows))
+                log("ops: ingest + handlers, %d messages, while %d aged rows are purged"
+                    % (n, rows))
                 x = purge_run(env, cur, topic, sub, n, rows, groups)
-                log("  %.0f msg/s in %.1fs; purged %d rows before the clock, %d during the run%s;"
-                    " lock waits logged: %d" % (
+                log("ops:   %.0f msg/s in %.1fs; purged %d rows before the clock, %d during the "
+                    "run%s; lock waits logged: %d" % (
                         x["rate"], x["elapsed"], x["purged_before"], x["purged_in_run"],
                         ", purge finished at %.1fs" % x["purge_done_s"]
                         if x["purge_done_s"] is not None else "", len(x["lock_waits"])))
             else:
-                log("ingest + handlers, %d messages, no purge" % n)
+                log("ops: ingest + handlers, %d messages, no purge" % n)
                 x = handled_run(env, cur, topic, sub, n, groups)
-                log("  %.0f msg/s in %.1fs" % (x["rate"], x["elapsed"]))
+                log("ops:   %.0f msg/s in %.1fs" % (x["rate"], x["elapsed"]))
             x["purge"] = purge
             p["runs"].append(x)
             cur.execute("SELECT eventbox.drop_subscription(%s)", (sub,))
             cur.execute("VACUUM eventbox.inbox")
             cur.execute("CHECKPOINT")
     cur.execute("SELECT eventbox.drop_subscription(%s)", (AGED_SUB,))
-
-
-# ---------------------------------------------------------------------------------------------
-# 3. bounded size over ingest -> process -> age -> purge cycles
 
 
 def sizes(cur):
@@ -473,9 +391,9 @@ def section_cycles(env, cur, args, pg_groups, out):
     set_conf(cur, "eventbox.inbox_retention", "1d")
     # Autovacuum is what gives the purged space back; look for work every second, not minute.
     set_conf(cur, "autovacuum_naptime", "1s")
-    log("producing %d messages to ops_cycle_%s (%d partitions)" % (n, RUN, parts))
-    msgs = BI.Messages(n, 200, seed=0xc1)
-    produce(env, "ops_cycle_" + RUN, msgs, parts)
+    log("ops: producing %d messages to ops_cycle_%s (%d partitions)" % (n, RUN, parts))
+    msgs = Messages(n, 200, seed=0xc1)
+    produce(env, "ops_cycle_" + RUN, parts, msgs.records(parts))
     del msgs
     try:
         for k in range(1, cycles + 1):
@@ -490,14 +408,14 @@ def section_cycles(env, cur, args, pg_groups, out):
             set_conf(cur, "eventbox.inbox_retention", "1s")
             while stat(cur, "n_tup_del") - deleted0 < n:
                 if time.monotonic() - t0 > 600:
-                    raise B.BenchError("cycle %d: the purge's deletes did not reach the "
-                                       "statistics within 600 s" % k)
+                    raise BenchError("cycle %d: the purge's deletes did not reach the "
+                                     "statistics within 600 s" % k)
                 time.sleep(0.1)
             purge_s = time.monotonic() - t0
             set_conf(cur, "eventbox.inbox_retention", "1d")
             left = q1(cur, "SELECT count(*) FROM eventbox.inbox")
             if left != 0:
-                raise B.BenchError("cycle %d: %d rows left after the purge" % (k, left))
+                raise BenchError("cycle %d: %d rows left after the purge" % (k, left))
             # An autovacuum pass since the purge began that left fewer dead rows than trigger
             # the next one (autovacuum_vacuum_threshold, 50, on the emptied table): with every
             # delete in the statistics by now, that is the last one a user gets. (Requiring 0
@@ -509,35 +427,32 @@ def section_cycles(env, cur, args, pg_groups, out):
                 if count > av0 and dead < 50:
                     break
                 if time.monotonic() - t0 > 300:
-                    raise B.BenchError("cycle %d: no autovacuum of eventbox.inbox within 300 s "
-                                       "(n_dead_tup %d)" % (k, dead))
+                    raise BenchError("cycle %d: no autovacuum of eventbox.inbox within 300 s "
+                                     "(n_dead_tup %d)" % (k, dead))
                 time.sleep(0.5)
             vacuum_s = time.monotonic() - t0
             after = sizes(cur)
             cur.execute("SELECT eventbox.drop_subscription(%s)", (sub,))
             c["runs"].append({"rate": run["rate"], "peak": peak, "after": after,
                               "purge_s": purge_s, "vacuum_s": vacuum_s})
-            log("cycle %d: %.0f msg/s; inbox heap+indexes %.1f MiB processed, %.1f MiB after "
+            log("ops: cycle %d: %.0f msg/s; inbox heap+indexes %.1f MiB processed, %.1f MiB after "
                 "purge (%.1fs) and autovacuum (%.1fs)"
-                % (k, run["rate"], peak["total"] / 2 ** 20, after["total"] / 2 ** 20, purge_s,
+                % (k, run["rate"], mib(peak["total"]), mib(after["total"]), purge_s,
                    vacuum_s))
     finally:
         set_conf(cur, "autovacuum_naptime", None)
         set_conf(cur, "eventbox.inbox_retention", None)
 
 
-# ---------------------------------------------------------------------------------------------
-# section
-
-
-def section(env, cur, args, pg_groups, res):
+def run(ctx):
+    env, cur, args, pg_groups, res = ctx.env, ctx.cur, ctx.args, ctx.pg_groups, ctx.res
     address = q1(cur, "SHOW eventbox.metrics_address")
     if not address:
-        raise B.BenchError("section ops needs eventbox.metrics_address (bench/run.sh sets it)")
+        raise BenchError("section ops needs eventbox.metrics_address (bench/run.sh sets it)")
     for name, want in (("log_lock_waits", "on"), ("deadlock_timeout", "100ms")):
         if q1(cur, "SHOW %s" % name) != want:
-            raise B.BenchError("section ops needs %s = %s (bench/run.sh sets it)" % (name, want))
-    BI.setup_handler_objects(cur)
+            raise BenchError("section ops needs %s = %s (bench/run.sh sets it)" % (name, want))
+    setup_handler_objects(cur)
     cur.execute("TRUNCATE eventbox.inbox")
     out = res["ops"] = {"address": address,
                         "handler_workers": int(q1(cur, "SHOW eventbox.handler_workers"))}
@@ -552,17 +467,13 @@ def section(env, cur, args, pg_groups, res):
     out["cycles_s"] = time.monotonic() - t0
 
 
-def cpu_us(runs):
+def postgres_us(runs):
     """CPU of all PostgreSQL processes (workers, supervisor, the bench's session, autovacuum)
     per message over `runs`, in microseconds: what the other users of the box move least."""
-    return sum(x["cpu"]["postgres_s"] for x in runs) / sum(x["n"] for x in runs) * 1e6
+    return per_msg_us(runs, "postgres_s")
 
 
-def ok(cond, good="ok", bad="BELOW"):
-    return good if cond else bad
-
-
-def table_rows(res, ROW):
+def table_rows(res):
     o = res.get("ops")
     if not o:
         return []
@@ -574,17 +485,17 @@ def table_rows(res, ROW):
         rows.append(ROW % ("%s, /metrics every 1 s (msg/s)" % what, "%.0f" % w,
                            "not scraped %.0f" % b, "%.3f" % (w / b),
                            ">= 0.98 " + ok(w / b >= 0.98)))
-        cb, cw = cpu_us(m[what][False]), cpu_us(m[what][True])
+        cb, cw = postgres_us(m[what][False]), postgres_us(m[what][True])
         rows.append(ROW % ("  postgres CPU/msg, all runs (us)", "%.2f" % cw,
                            "not scraped %.2f" % cb, "%.3f" % (cw / cb), "info (less load-bound)"))
     p = o["purge"]
     base = max(x["rate"] for x in p["runs"] if not x["purge"])
-    best = max(x["rate"] for x in p["runs"] if x["purge"])
-    r = best / base
-    rows.append(ROW % ("ingest+handlers, purging (msg/s)", "%.0f" % best,
+    purging = max(x["rate"] for x in p["runs"] if x["purge"])
+    r = purging / base
+    rows.append(ROW % ("ingest+handlers, purging (msg/s)", "%.0f" % purging,
                        "no purge %.0f" % base, "%.3f" % r, ">= 0.9 " + ok(r >= 0.9)))
-    cb = cpu_us([x for x in p["runs"] if not x["purge"]])
-    cw = cpu_us([x for x in p["runs"] if x["purge"]])
+    cb = postgres_us([x for x in p["runs"] if not x["purge"]])
+    cw = postgres_us([x for x in p["runs"] if x["purge"]])
     rows.append(ROW % ("  postgres CPU/msg, all runs (us)", "%.2f" % cw, "no purge %.2f" % cb,
                        "%.3f" % (cw / cb), "info (incl. the purge)"))
     waits = sum(len(x["lock_waits"]) for x in p["runs"] if x["purge"])
@@ -599,13 +510,13 @@ def table_rows(res, ROW):
     first, last = c["runs"][0], c["runs"][-1]
     r = last["after"]["total"] / first["after"]["total"]
     rows.append(ROW % ("inbox heap+idx after cycle %d (MiB)" % len(c["runs"]),
-                       "%.1f" % (last["after"]["total"] / 2 ** 20),
-                       "cycle 1 %.1f" % (first["after"]["total"] / 2 ** 20), "%.2f" % r,
+                       "%.1f" % mib(last["after"]["total"]),
+                       "cycle 1 %.1f" % mib(first["after"]["total"]), "%.2f" % r,
                        "<= 1.5 " + ok(r <= 1.5, bad="ABOVE")))
     r = last["peak"]["total"] / first["peak"]["total"]
     rows.append(ROW % ("  same, processed, before purge",
-                       "%.1f" % (last["peak"]["total"] / 2 ** 20),
-                       "cycle 1 %.1f" % (first["peak"]["total"] / 2 ** 20), "%.2f" % r,
+                       "%.1f" % mib(last["peak"]["total"]),
+                       "cycle 1 %.1f" % mib(first["peak"]["total"]), "%.2f" % r,
                        "<= 1.5 " + ok(r <= 1.5, bad="ABOVE")))
     return rows
 
@@ -615,11 +526,10 @@ def notes(res, args):
     if not o:
         return []
     m, p, c = o["metrics"], o["purge"], o["cycles"]
-    mib = lambda b: b / 2 ** 20  # noqa: E731
     out = ["ops: %.0f s in all (metrics %.0f s, purge %.0f s, cycles %.0f s); payloads ~%.0f B "
            "JSON, %d keys; eventbox.handler_workers = %d"
            % (o["metrics_s"] + o["purge_s"] + o["cycles_s"], o["metrics_s"], o["purge_s"],
-              o["cycles_s"], m["avg_payload"], B.DISTINCT_KEYS, o["handler_workers"])]
+              o["cycles_s"], m["avg_payload"], DISTINCT_KEYS, o["handler_workers"])]
     out.append("ops metrics: %d messages per run, topics of %d partitions, %d runs per side "
                "(interleaved, alternating which goes first), best kept. relay: one transaction "
                "sends the rows (relay running), clock from its COMMIT to the relay's counter "

@@ -1,16 +1,12 @@
-"""End-to-end figures of pg_eventbox against the peer a user would write (section e2e_peer; run
-by bench.py, see bench/README.md).
-
-  Kafka (orders) -> inbox -> handler (INSERT a row + send one message) -> outbox -> Kafka,
-  clock until every outgoing message is acknowledged by the broker (the output topic's high
-  watermarks add up to N), against bench/peer.py (one process, two processes with the
-  partitions split, and the batch variant) on the same input topic.
+"""Section e2e_peer: Kafka (orders) -> inbox -> handler (INSERT a row + send one message) ->
+outbox -> Kafka, clock until every outgoing message is acknowledged by the broker (the output
+topic's high watermarks add up to N), against bench/peer.py (one process, two processes with
+the partitions split, and the batch variant) on the same input topic.
   Kill test: one SIGKILL in the middle of each side, lost and duplicated outgoing messages.
   Backlog scaling: the extension's rate with 10k, 100k (and 1M) orders queued in Kafka.
 
 The section runs on the cluster as it is (fresh from run.sh, stock settings): nothing here runs
-ANALYZE or VACUUM; tables are emptied with TRUNCATE between runs.
-"""
+ANALYZE or VACUUM; tables are emptied with TRUNCATE between runs."""
 
 import json
 import os
@@ -19,32 +15,25 @@ import subprocess
 import sys
 import time
 
-import psycopg2
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
-import bench as B  # bench.py (registered under this name by its main())
+from lib.cluster import q1
+from lib.common import REPO, BenchError, log
+from lib.eventbox import HANDLER_ROLE, create_disabled_subscription, create_handler_role
+from lib.kafka import Watermarks, produce, watermarks
+from lib.messages import make_payloads
+from lib.proc import TICKS, CpuMeter, proc_cpu
+from lib.table import ROW, best, per_msg_us, steady_rate
 
 PARTITIONS = 8             # input and output topics of the e2e figures
 BACKLOG_PARTITIONS = 128   # backlog runs: 1M orders must fit the mock's ~5 MiB per partition
-HANDLER_ROLE = "bench_handler"
-PEER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peer.py")
-
-
-def log(msg):
-    B.log(msg)
-
-
-def q1(cur, sql, args=None):
-    return B.q1(cur, sql, args)
-
-
-# ---------------------------------------------------------------------------------------------
-# setup, input and output
+PEER = os.path.join(REPO, "bench", "peer.py")
+PEERS = (("peer1", "row", 1, "peer, 1 process"), ("peer2", "row", 2, "peer, 2 processes"),
+         ("peerb", "batch", 1, "batch peer"))
 
 
 def setup(cur):
-    if not q1(cur, "SELECT 1 FROM pg_roles WHERE rolname = %s", (HANDLER_ROLE,)):
-        cur.execute("CREATE ROLE %s NOLOGIN" % HANDLER_ROLE)
+    create_handler_role(cur)
     cur.execute("GRANT USAGE ON SCHEMA eventbox TO %s" % HANDLER_ROLE)
     cur.execute("GRANT EXECUTE ON FUNCTION eventbox.send(text, jsonb, text, jsonb, uuid) TO %s"
                 % HANDLER_ROLE)
@@ -80,72 +69,21 @@ def handler_sql(fn, out_topic):
 
 
 def produce_orders(env, topic, n, partitions):
-    """n orders (the ~200 B JSON payloads of bench.py, "id" 1..n) to a fresh topic, order i in
-    partition i % partitions; checks the broker kept all of them."""
-    env.broker.create_topic(topic, partitions)
-    payloads = B.make_payloads(n, 200, seed=200)
-    p = Producer({"bootstrap.servers": env.bootstrap, "linger.ms": 20,
-                  "enable.idempotence": True, "batch.num.messages": 10000,
-                  "queue.buffering.max.messages": 1000000,
-                  "queue.buffering.max.kbytes": 1048576})
-    failed = []
-
-    def on_delivery(err, _msg):
-        if err is not None:
-            failed.append(err)
-
-    for i, (key, payload) in enumerate(payloads):
-        mid = "0000e2e0-%04x-7000-8000-%012x" % (partitions, i)
-        while True:
-            try:
-                p.produce(topic, payload.encode(), key=key.encode(), partition=i % partitions,
-                          headers=[("event_type", "OrderCreated"), ("message_id", mid)],
-                          on_delivery=on_delivery)
-                break
-            except BufferError:
-                p.poll(0.01)
-        p.poll(0)
-    if p.flush(120) != 0 or failed:
-        raise B.BenchError("producing to %s: %d undelivered, %d failed"
-                           % (topic, len(p), len(failed)))
-    lo, hi = watermarks(env, topic, partitions)
-    if lo != 0 or hi != n:
-        raise B.BenchError("topic %s holds offsets %d..%d, expected 0..%d: the mock broker "
-                           "dropped messages" % (topic, lo, hi, n))
-
-
-class Watermarks:
-    """Sum of the high watermarks of a topic's partitions (one consumer kept open)."""
-
-    def __init__(self, env, topic, partitions):
-        self.topic, self.partitions = topic, partitions
-        self.c = Consumer({"bootstrap.servers": env.bootstrap, "group.id": "bench-e2e-wm"})
-
-    def high(self):
-        return sum(self.c.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)[1]
-                   for p in range(self.partitions))
-
-    def close(self):
-        self.c.close()
-
-
-def watermarks(env, topic, partitions):
-    c = Consumer({"bootstrap.servers": env.bootstrap, "group.id": "bench-e2e-wm"})
-    try:
-        lo = hi = 0
-        for p in range(partitions):
-            a, b = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            lo, hi = lo + a, hi + b
-        return lo, hi
-    finally:
-        c.close()
+    """n orders (the ~200 B JSON payloads of lib/messages.py, "id" 1..n) to a fresh topic, order
+    i in partition i % partitions; checks the broker kept all of them."""
+    payloads = make_payloads(n, 200, seed=200)
+    produce(env, topic, partitions, (
+        (payload.encode(), key.encode(), i % partitions,
+         [("event_type", "OrderCreated"),
+          ("message_id", "0000e2e0-%04x-7000-8000-%012x" % (partitions, i))])
+        for i, (key, payload) in enumerate(payloads)))
 
 
 def read_back(env, topic, partitions, n):
     """Every outgoing message: counts per order id, and whether the copies of a duplicated order
     carry one message_id header. Returns {lost, dups, dup_orders, dup_same_id, total,
     foreign}."""
-    lo, hi = watermarks(env, topic, partitions)
+    _lo, hi = watermarks(env, topic, partitions)
     c = Consumer({"bootstrap.servers": env.bootstrap, "group.id": "bench-e2e-readback",
                   "enable.auto.commit": False, "enable.partition.eof": True})
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
@@ -165,32 +103,13 @@ def read_back(env, topic, partitions, n):
     finally:
         c.close()
     if got < hi:
-        raise B.BenchError("read back %d of %d messages of %s" % (got, hi, topic))
+        raise BenchError("read back %d of %d messages of %s" % (got, hi, topic))
     wanted = set(range(1, n + 1))
     dup_orders = {o: m for o, m in ids.items() if len(m) > 1}
     return {"total": got, "lost": len(wanted - set(ids)), "foreign": len(set(ids) - wanted),
             "dups": got - len(ids), "dup_orders": len(dup_orders),
             "dup_same_id": all(len(set(m)) == 1 and m[0] is not None
                                for m in dup_orders.values())}
-
-
-# ---------------------------------------------------------------------------------------------
-# the extension
-
-
-def connect(env, timeout=120):
-    """A connection, retried while the cluster restarts after a crash."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            conn = env.connect()
-            cur = conn.cursor()
-            cur.execute("SELECT 1")
-            return conn, cur
-        except psycopg2.Error:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
 
 
 def worker_pid(cur, role, timeout=60):
@@ -202,7 +121,7 @@ def worker_pid(cur, role, timeout=60):
         if row:
             return row[0]
         if time.monotonic() > deadline:
-            raise B.BenchError("no %s worker in eventbox.workers after %ds" % (role, timeout))
+            raise BenchError("no %s worker in eventbox.workers after %ds" % (role, timeout))
         time.sleep(0.1)
 
 
@@ -211,18 +130,13 @@ def run_ext(env, in_topic, n, partitions, tag, pg_groups, kill=None):
     enabling it until the output topic's high watermarks add up to n (every outgoing message
     acknowledged). kill='relay' | 'handler': SIGKILL that worker once half the messages are out,
     then wait for everything to be processed and the outbox empty."""
-    conn, cur = connect(env)
+    conn, cur = env.connect_retrying()
     out_topic, sub, fn = "bench_out_ext_" + tag, "bench_ext_" + tag, "bench_on_order_" + tag
     env.broker.create_topic(out_topic, partitions)
     cur.execute("TRUNCATE eventbox.inbox, public.bench_orders")
     cur.execute(handler_sql(fn, out_topic))
-    cur.execute("BEGIN; " + "; ".join([
-        cur.mogrify("SELECT eventbox.create_subscription(%s, ARRAY[%s])",
-                    (sub, in_topic)).decode(),
-        cur.mogrify("SELECT eventbox.alter_subscription(%s, enabled => false)", (sub,)).decode(),
-        cur.mogrify("SELECT eventbox.register_handler(%s, %s::regprocedure, run_as => %s)",
-                    (sub, "public.%s(eventbox.inbox)" % fn, HANDLER_ROLE)).decode()])
-        + "; COMMIT")
+    create_disabled_subscription(cur, sub, in_topic, unhandled=None,
+                                 handler="public.%s(eventbox.inbox)" % fn)
     time.sleep(0.3)
     wm = Watermarks(env, out_topic, partitions)
     killed = None
@@ -230,9 +144,9 @@ def run_ext(env, in_topic, n, partitions, tag, pg_groups, kill=None):
     cur.execute("SELECT role, array_agg(pid) FROM eventbox.workers GROUP BY role")
     for role, pids in cur.fetchall():
         roles[role] = list(pids)
-    meter = B.CpuMeter(dict(pg_groups, ingest=lambda: roles.get("ingest", []),
-                            handlers=lambda: roles.get("handler", []),
-                            relay=lambda: roles.get("relay", [])))
+    meter = CpuMeter(dict(pg_groups, ingest=lambda: roles.get("ingest", []),
+                          handlers=lambda: roles.get("handler", []),
+                          relay=lambda: roles.get("relay", [])))
     meter.start()
     t0 = time.monotonic()
     cur.execute("SELECT eventbox.alter_subscription(%s, enabled => true)", (sub,))
@@ -252,7 +166,7 @@ def run_ext(env, in_topic, n, partitions, tag, pg_groups, kill=None):
             log("  SIGKILL %s worker %d with %d of %d messages out" % (kill, killed, high, n))
             time.sleep(0.5)
             conn.close()
-            conn, cur = connect(env)
+            conn, cur = env.connect_retrying()
         if not kill and high >= n:
             break
         if kill and killed and high >= n:
@@ -264,8 +178,8 @@ def run_ext(env, in_topic, n, partitions, tag, pg_groups, kill=None):
             if done == n and empty:
                 break
         if now > deadline:
-            raise B.BenchError("e2e %s: %d of %d outgoing messages after %.0fs"
-                               % (sub, high, n, now - t0))
+            raise BenchError("e2e %s: %d of %d outgoing messages after %.0fs"
+                             % (sub, high, n, now - t0))
     elapsed = time.monotonic() - t0
     cpu = meter.stop()
     wm.close()
@@ -274,21 +188,11 @@ def run_ext(env, in_topic, n, partitions, tag, pg_groups, kill=None):
     conn.close()
     check = read_back(env, out_topic, partitions, n)
     if rows != n or check["lost"] or check["foreign"] or (not kill and check["dups"]):
-        raise B.BenchError("e2e %s: %d orders stored, output %r (expected %d, none lost)"
-                           % (sub, rows, check, n))
+        raise BenchError("e2e %s: %d orders stored, output %r (expected %d, none lost)"
+                         % (sub, rows, check, n))
     return {"n": n, "elapsed": elapsed, "rate": n / elapsed, "cpu": cpu, "first_s": first,
-            "steady_rate": B_steady(n, elapsed, first, first_count if first else 0),
+            "steady_rate": steady_rate(n, elapsed, first, first_count if first else 0),
             "check": check, "killed": killed}
-
-
-def B_steady(n, elapsed, first, first_count):
-    if first is None or elapsed <= first or first_count >= n:
-        return None
-    return (n - first_count) / (elapsed - first)
-
-
-# ---------------------------------------------------------------------------------------------
-# the peer
 
 
 def start_peer(env, in_topic, out_topic, parts, name, mode, linger, pause_at=0,
@@ -302,7 +206,7 @@ def start_peer(env, in_topic, out_topic, parts, name, mode, linger, pause_at=0,
     line = proc.stdout.readline().strip()
     if line != "ready":
         proc.kill()
-        raise B.BenchError("peer did not start: %r (rc %s)" % (line, proc.wait()))
+        raise BenchError("peer did not start: %r (rc %s)" % (line, proc.wait()))
     return proc
 
 
@@ -310,7 +214,7 @@ def finish_peer(proc):
     out = proc.stdout.read().strip()
     rc = proc.wait(60)
     if rc != 0 or not out.startswith("done"):
-        raise B.BenchError("peer exited with %d: %r" % (rc, out))
+        raise BenchError("peer exited with %d: %r" % (rc, out))
     return [int(x) for x in out.split()[1:]]
 
 
@@ -320,7 +224,7 @@ def run_peer(env, in_topic, n, partitions, tag, mode, procs, linger, pg_groups, 
     the clock; clock from telling them to go until the output topic's high watermarks add up
     to n. kill: one process, paused after the commit of the batch that brings it past n/2
     messages, SIGKILLed there, then a fresh process finishes the run."""
-    conn, cur = connect(env)
+    conn, cur = env.connect_retrying()
     out_topic, name = "bench_out_%s" % tag, "peer_" + tag
     env.broker.create_topic(out_topic, partitions)
     cur.execute("TRUNCATE public.peer_inbox, public.peer_orders, public.peer_offsets")
@@ -328,7 +232,7 @@ def run_peer(env, in_topic, n, partitions, tag, mode, procs, linger, pg_groups, 
     pause_file = os.path.join(tmpdir, "peer_paused_" + tag)
     splits = [[p for p in range(partitions) if p % procs == i] for i in range(procs)]
     pids = []
-    meter = B.CpuMeter(dict(pg_groups, peer=lambda: list(pids)))
+    meter = CpuMeter(dict(pg_groups, peer=lambda: list(pids)))
     ps = [start_peer(env, in_topic, out_topic, s, name, mode, linger,
                      pause_at=n // 2 if kill else 0, pause_file=pause_file) for s in splits]
     pids.extend(p.pid for p in ps)
@@ -345,7 +249,7 @@ def run_peer(env, in_topic, n, partitions, tag, mode, procs, linger, pg_groups, 
     while True:
         time.sleep(0.05)
         for p in ps:  # a process' CPU is gone from /proc once reaped: keep its last sample
-            t = B.proc_cpu(p.pid)
+            t = proc_cpu(p.pid)
             if t is not None:
                 last_cpu[p.pid] = t
         high = wm.high()
@@ -369,36 +273,30 @@ def run_peer(env, in_topic, n, partitions, tag, mode, procs, linger, pg_groups, 
         if kill and paused and ps[0].poll() is not None:
             break  # the restarted peer finished: what is missing stays missing
         if any(p.poll() not in (None, 0) for p in ps):
-            raise B.BenchError("peer %s exited with %s" % (tag, [p.poll() for p in ps]))
+            raise BenchError("peer %s exited with %s" % (tag, [p.poll() for p in ps]))
         if now > deadline:
-            raise B.BenchError("peer %s: %d of %d outgoing messages after %.0fs"
-                               % (tag, high, n, now - t0))
+            raise BenchError("peer %s: %d of %d outgoing messages after %.0fs"
+                             % (tag, high, n, now - t0))
     elapsed = time.monotonic() - t0
     cpu = meter.stop()
-    cpu["peer_s"] = sum(last_cpu.values()) / B.TICKS
+    cpu["peer_s"] = sum(last_cpu.values()) / TICKS
     wm.close()
     stats = [finish_peer(p) for p in ps]
     rows = q1(cur, "SELECT count(*) FROM public.peer_orders")
     conn.close()
     check = read_back(env, out_topic, partitions, n)
     if rows != n or check["foreign"] or (not kill and (check["lost"] or check["dups"])):
-        raise B.BenchError("peer %s: %d orders stored, output %r (expected %d)"
-                           % (tag, rows, check, n))
+        raise BenchError("peer %s: %d orders stored, output %r (expected %d)"
+                         % (tag, rows, check, n))
     return {"n": n, "elapsed": elapsed, "rate": n / elapsed, "cpu": cpu, "first_s": first,
-            "steady_rate": B_steady(n, elapsed, first, first_count if first else 0),
+            "steady_rate": steady_rate(n, elapsed, first, first_count if first else 0),
             "check": check, "paused": paused, "batches": sum(s[2] for s in stats)}
 
 
-# ---------------------------------------------------------------------------------------------
-# section
-
-
-PEERS = (("peer1", "row", 1, "peer, 1 process"), ("peer2", "row", 2, "peer, 2 processes"),
-         ("peerb", "batch", 1, "batch peer"))
-
-
-def section(env, args, pg_groups, res, tmpdir):
-    conn, cur = connect(env)
+def run(ctx):
+    env, args, pg_groups, res, tmpdir = ctx.env, ctx.args, ctx.pg_groups, ctx.res, ctx.tmpdir
+    ctx.conn.close()  # the kill test restarts every backend
+    conn, cur = env.connect_retrying()
     setup(cur)
     linger = int(q1(cur, "SHOW eventbox.relay_linger").rstrip("ms") or 5)
     stats = q1(cur, "SELECT count(*) FROM pg_stats WHERE schemaname = 'eventbox'")
@@ -447,21 +345,13 @@ def section(env, args, pg_groups, res, tmpdir):
         out["backlog"].append(x)
         log("  %.0f msg/s in %.2fs; after the first outgoing message %.0f msg/s"
             % (x["rate"], x["elapsed"], x["steady_rate"] or 0))
-    conn, cur = connect(env)
+    conn, cur = env.connect_retrying()
     cur.execute("TRUNCATE eventbox.inbox, public.bench_orders, public.peer_inbox, "
                 "public.peer_orders, public.peer_offsets")
     conn.close()
 
 
-def best(runs, key="rate"):
-    return max(runs, key=lambda r: r[key] or 0)
-
-
-def us(x):
-    return x["cpu"]["box_s"] / x["n"] * 1e6
-
-
-def table_rows(res, ROW):
+def table_rows(res):
     e = res.get("e2e_peer")
     if not e:
         return []
@@ -475,14 +365,14 @@ def table_rows(res, ROW):
         rows.append(ROW % ("e2e orders vs %s (msg/s)" % label, "%.0f" % ext["rate"],
                            "%s %.0f" % (label, b["rate"]), "%.2f" % r,
                            ">= %g %s" % (target, "ok" if r >= target else "BELOW")))
-    e_us = sum(us(x) for x in runs["ext"]) / len(runs["ext"])
-    p_us = sum(us(x) for x in runs["peer1"]) / len(runs["peer1"])
+    e_us = sum(box_us(x) for x in runs["ext"]) / len(runs["ext"])
+    p_us = sum(box_us(x) for x in runs["peer1"]) / len(runs["peer1"])
     rows.append(ROW % ("  cpu/msg whole box (us)", "%.1f" % e_us, "peer 1 proc %.1f" % p_us,
                        "%.2f" % (e_us / p_us),
                        "<= 1 " + ("ok" if e_us <= p_us else "ABOVE")))
     rows.append(ROW % ("  cpu/msg box, other peers (us)", "-", "2 procs %.1f, batch %.1f" % (
-        sum(us(x) for x in runs["peer2"]) / len(runs["peer2"]),
-        sum(us(x) for x in runs["peerb"]) / len(runs["peerb"])), "-", "info"))
+        sum(box_us(x) for x in runs["peer2"]) / len(runs["peer2"]),
+        sum(box_us(x) for x in runs["peerb"]) / len(runs["peerb"])), "-", "info"))
     ke, kp = e.get("kill_ext"), e.get("kill_peer")
     if ke and kp:
         c, d = ke["check"], kp["check"]
@@ -497,11 +387,11 @@ def table_rows(res, ROW):
         rs, rl = small["steady_rate"] or small["rate"], large["steady_rate"] or large["rate"]
         r = rl / rs
         rows.append(ROW % ("e2e rate %dk vs %dk queued (msg/s)" % (large["n"] // 1000,
-                                                                  small["n"] // 1000),
+                                                                   small["n"] // 1000),
                            "%.0f" % rl, "%dk %.0f" % (small["n"] // 1000, rs), "%.2f" % r,
                            ">= 0.9 " + ("ok" if r >= 0.9 else "BELOW")))
         rows.append(ROW % ("  cpu/msg box per backlog (us)",
-                           "/".join("%.1f" % us(x) for x in bl),
+                           "/".join("%.1f" % box_us(x) for x in bl),
                            "/".join("%dk" % (x["n"] // 1000) for x in bl), "-", "info"))
     return rows
 
@@ -532,7 +422,7 @@ def notes(res, args):
     for name, runs in e["runs"].items():
         out.append("e2e_peer %s runs: %s" % (name, "; ".join(
             "%.0f msg/s, %.2fs, first out after %.2fs, box %.1f us/msg%s" % (
-                x["rate"], x["elapsed"], x["first_s"] or -1, us(x),
+                x["rate"], x["elapsed"], x["first_s"] or -1, box_us(x),
                 (", peer processes %.1f us/msg, %d batches" % (
                     x["cpu"]["peer_s"] / x["n"] * 1e6, x["batches"])) if "batches" in x else
                 (", postgres %.1f us/msg (ingest %.1f, handlers %.1f, relay %.1f)" % tuple(
@@ -560,9 +450,14 @@ def notes(res, args):
                    "(consumer start left out): %s" % (BACKLOG_PARTITIONS, "; ".join(
                        "%d: %.0f msg/s (whole run %.0f msg/s, %.2fs; CPU us/msg: box %.1f, "
                        "ingest %.1f, handlers %.1f, relay %.1f)" % (
-                           x["n"], x["steady_rate"] or 0, x["rate"], x["elapsed"], us(x),
+                           x["n"], x["steady_rate"] or 0, x["rate"], x["elapsed"], box_us(x),
                            x["cpu"]["ingest_s"] / x["n"] * 1e6,
                            x["cpu"]["handlers_s"] / x["n"] * 1e6,
                            x["cpu"]["relay_s"] / x["n"] * 1e6)
                        for x in e["backlog"])))
     return out
+
+
+def box_us(x):
+    """Whole-box CPU per message of one run, in microseconds."""
+    return per_msg_us([x], "box_s")
