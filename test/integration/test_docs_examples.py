@@ -224,6 +224,8 @@ def baseline(extension):
 def test_every_guide_page_exists_and_has_examples():
     pages = sorted(p.name for p in GUIDE.glob("*.md"))
     assert pages == sorted(p + ".md" for p in GUIDE_PAGES), pages
+    for path in [README] + PAGES + NOT_RUN:
+        blocks(path)  # every fence has a known language
     for path in [README] + sorted(GUIDE.glob("*.md")) + MUST_SHOW:
         runnable = sql_blocks(path)
         if path.name in NO_EXAMPLES:
