@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Prints the ingest worker's fds, threads and memory with N subscriptions (README, Inbox).
+"""Prints the ingest worker's fds, threads and memory with N subscriptions (docs/design/ingest.md).
 
 Usage (against an environment of tools/cluster.sh, as root or the server's user):
     set -a; . DIR/env; set +a

@@ -74,7 +74,7 @@ SELECT throws_ok($$SELECT eventbox.send('t', '\x00'::bytea)$$, '42501', 'permiss
                  'send(bytea) with schema USAGE only: permission denied for function send');
 RESET ROLE;
 
--- The README's writer grants.
+-- The writer grants of docs/guide/security.md.
 CREATE ROLE regress_eventbox_writer;
 GRANT USAGE ON SCHEMA eventbox TO regress_eventbox_writer;
 GRANT EXECUTE ON FUNCTION eventbox.send(text, jsonb, text, jsonb, uuid),

@@ -1,4 +1,4 @@
-"""The handler workers' low-water marks (README, "Low-water marks"; issue 14): a worker reads a
+"""The handler workers' low-water marks (docs/design/handlers.md; issue 14): a worker reads a
 lane from the offset below which it saw no message waiting, so that its reads do not walk the
 index entries of the messages handled before. Whatever makes a message wait again below that
 offset must drop the marks when it commits, or the message is left behind while later ones of

@@ -567,7 +567,7 @@ def footprint(pid):
             "anon_kb": int(status["RssAnon"].split()[0])}
 
 
-# The grants of the README's admin role (section Grants).
+# The admin role's grants of docs/guide/security.md that the inbox tests need.
 ADMIN_GRANTS = """
 GRANT USAGE ON SCHEMA eventbox TO {role};
 GRANT EXECUTE ON FUNCTION
@@ -587,7 +587,7 @@ GRANT EXECUTE ON FUNCTION eventbox.workers() TO {role};
 
 
 def admin_role(db, role):
-    """Creates (once) a LOGIN role that is no superuser, with the README's admin grants."""
+    """Creates (once) a LOGIN role that is no superuser, with the admin grants above."""
     assert re.fullmatch(r"[a-z_0-9]+", role), role
     if not db.value("SELECT count(*) FROM pg_roles WHERE rolname = %s", (role,)):
         db.rows("CREATE ROLE %s LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE" % role)

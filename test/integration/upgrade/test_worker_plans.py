@@ -197,7 +197,7 @@ def test_relay_and_ingest_plans_are_bounded_by_their_batch(clusters, kafka):
 # The handler workers over a backlog whose handled messages leave their todo index entries
 # behind (autovacuum off: none is ever vacuumed away). A read that started at a lane's first
 # offset, or a probe that landed at a lane's start, walked every message handled before in that
-# lane: tens of thousands of entries by the end. With the workers' low-water marks (README,
+# lane: tens of thousands of entries by the end. With low-water marks (docs/design/handlers.md,
 # "Low-water marks") a lane read starts past them and a lane probe is one descent.
 HANDLER_RECORDS = 150000
 HANDLER_PARTITIONS = 3
