@@ -27,8 +27,11 @@ PG_CXXFLAGS = -std=c++17 -fPIC -Wall -Wextra -Werror -Wno-missing-field-initiali
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-# Header dependencies (-MMD): an object is rebuilt when a header it includes changes.
+# Header dependencies (-MMD): an object is rebuilt when a header it includes changes. The
+# version is compiled in (-DEVENTBOX_VERSION): every object is rebuilt when the control file
+# changes, or a library built before a release bump would report the old version.
 -include $(OBJS:.o=.d)
+$(OBJS): $(EXTENSION).control
 
 # installcheck runs the schedule, after checking that it lists every suite: a sql/*.sql left
 # out of it would never run. Also refused: a listed suite without its sql or expected file, a
