@@ -28,13 +28,13 @@ from lib.cluster import Env
 from lib.common import BenchError, Context
 from lib.eventbox import relay_pid, set_brokers
 from lib.table import ROW
-from sections import e2e, e2e_peer, handlers, http, ingest, ops, relay
+from sections import e2e, e2e_peer, handlers, http, ingest, ops, relay, topics
 
 # Run in this order (e2e_peer last: its kill test restarts every backend) ...
-RUN_ORDER = (relay, ingest, handlers, e2e, ops, http, e2e_peer)
+RUN_ORDER = (relay, ingest, handlers, e2e, ops, http, topics, e2e_peer)
 # ... and printed in this one.
-PRINT_ORDER = (relay, ingest, handlers, e2e, e2e_peer, ops, http)
-SECTIONS = "relay,ingest,handlers,e2e,ops,e2e_peer,http"
+PRINT_ORDER = (relay, ingest, handlers, e2e, e2e_peer, ops, http, topics)
+SECTIONS = "relay,ingest,handlers,e2e,ops,e2e_peer,http,topics"
 
 
 def section_name(module):
@@ -89,7 +89,8 @@ KNOBS = [
          "INSERT), e2e (Kafka -> handler commit latency @1k msg/s), ops (running for months: "
          "/metrics scraped, retention purging, inbox size over cycles; ~10 min), e2e_peer (Kafka "
          "-> handler -> Kafka vs bench/peer.py, kill test, backlog scaling; wants a fresh "
-         "cluster: run it alone), http (outbox -> HTTP to a local nginx vs curl --parallel)"),
+         "cluster: run it alone), http (outbox -> HTTP to a local nginx vs curl --parallel), "
+         "topics (subscriptions on as many topics: time to store, fds, idle CPU, exit)"),
     Knob("BENCH_MESSAGES", "300000", "positive", "messages per relay throughput run"),
     Knob("BENCH_REPEAT", "3", "positive",
          "runs per side and payload size, best kept (relay, ingest, handlers)"),
@@ -127,6 +128,9 @@ KNOBS = [
     Knob("BENCH_HTTP_MESSAGES", "100000", "positive",
          "http: messages per run, ~1 KiB JSON over 64 keys"),
     Knob("BENCH_HTTP_REPEAT", "1", "positive", "http: runs per side, best kept"),
+    Knob("BENCH_TOPICS_SIZES", "1,100,1000,5000", "list",
+         "topics: subscriptions (each on a topic of its own) per run; the first is the "
+         "baseline"),
 ]
 
 
