@@ -1,4 +1,4 @@
-"""Fixtures of the upgrade tests: see upgrade_support.py. Each test starts its own clusters
+"""Fixtures of the upgrade tests: see clusters.py. Each test starts its own clusters
 (`clusters` stops every one of them, whatever happens); one dev broker serves the folder."""
 import pathlib
 import shutil
@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from upgrade_support import Cluster, Kafka  # noqa: E402
+from clusters import Cluster, Kafka  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ import collections
 import os
 import uuid
 
-from upgrade_support import (HANDLER_DDL, Elapsed, duplicates, query, query_one, report,
+from clusters import (HANDLER_DDL, Elapsed, duplicates, query, query_one, report,
                              wait_settled, wait_workers)
 
 SNAPSHOTS = {

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from upgrade_support import (HANDLER_DDL, WORKER_TYPES, Elapsed, duplicates, query, query_one,
+from clusters import (HANDLER_DDL, WORKER_TYPES, Elapsed, duplicates, query, query_one,
                              report, wait_settled, wait_until, wait_workers, worker_counts)
 
 MISSING = r'eventbox launcher WARNING:  eventbox\.database "missing_app" does not exist'

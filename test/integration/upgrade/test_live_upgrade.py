@@ -9,7 +9,7 @@ import uuid
 import psycopg2
 import pytest
 
-from upgrade_support import (HANDLER_DDL, Elapsed, duplicates, query, query_one, report,
+from clusters import (HANDLER_DDL, Elapsed, duplicates, query, query_one, report,
                              wait_settled, wait_until, wait_workers, worker_counts)
 
 # The library's version is the control file's default_version.

@@ -8,7 +8,7 @@ import os
 import re
 import uuid
 
-from upgrade_support import (HANDLER_DDL, PGBIN, Elapsed, as_postgres, duplicates, query,
+from clusters import (HANDLER_DDL, PGBIN, Elapsed, as_postgres, duplicates, query,
                              query_one, report, wait_settled, wait_until, wait_workers)
 
 SNAPSHOTS = {

@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from upgrade_support import query, query_one, wait_until
+from clusters import query, query_one, wait_until
 
 BACKLOG = 200000
 KAFKA_RECORDS = 20000

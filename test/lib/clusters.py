@@ -1,6 +1,8 @@
-"""Helpers of the upgrade, dump/restore and lifecycle tests (test/integration/upgrade).
+"""Clusters of a test's own, for the tests that need more than the run's shared cluster: the
+upgrade, dump/restore and lifecycle tests (test/integration/upgrade) and the failover test
+(test/fault/test_fault_failover.py).
 
-Unlike the other integration tests these do not use the run's shared cluster: each test starts
+Unlike the other tests these do not use the run's shared cluster: each test starts
 the clusters it needs with tools/cluster.sh (or, for pg_upgrade's target, initdb) in fresh
 directories under /tmp, on ports 54462-54479, and always stops them. Every PostgreSQL binary
 comes from $EVENTBOX_PGBIN. One dev broker is started for the whole folder and all clusters
@@ -26,7 +28,7 @@ import uuid
 import psycopg2
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parents[3]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 if str(REPO / "test" / "lib") not in sys.path:
     sys.path.insert(0, str(REPO / "test" / "lib"))
 
