@@ -8,7 +8,7 @@
 #include <unordered_map>
 
 #include "inbox/fingerprint.hpp"
-#include "inbox/json_scan.hpp"
+#include "messages/json_scan.hpp"
 
 namespace eventbox::inbox {
 

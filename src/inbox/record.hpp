@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "inbox/json_scan.hpp"
+#include "messages/json_scan.hpp"
 
 namespace eventbox::inbox {
 

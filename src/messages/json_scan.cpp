@@ -1,10 +1,10 @@
-// One-pass JSON check and top-level field reader (see inbox/json_scan.hpp).
-#include "inbox/json_scan.hpp"
+// One-pass JSON check and top-level field reader (see messages/json_scan.hpp).
+#include "messages/json_scan.hpp"
 
 #include <cstdint>
 #include <cstring>
 
-namespace eventbox::inbox {
+namespace eventbox {
 
 namespace {
 
@@ -332,4 +332,4 @@ void append_utf8(std::string& out, uint32_t cp) {
     }
 }
 
-}  // namespace eventbox::inbox
+}  // namespace eventbox
