@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 namespace eventbox {
 
@@ -155,163 +156,206 @@ private:
     const char* end_;
 };
 
+// One scan: the states of a pushdown automaton over the text, one method per state. With
+// tokens, strings are unescaped into the token text (and copied from there when they are wanted
+// as fields).
+class Scan {
+public:
+    Scan(std::string_view text, const std::vector<std::string_view>& fields, JsonTokens* tokens)
+        : s_(text), fields_(fields), tokens_(tokens) {
+        result_.fields.resize(fields.size());
+        if (tokens_ != nullptr) {
+            tokens_->tokens.clear();
+            tokens_->text.clear();
+            tokens_->depth = 0;
+        }
+    }
+
+    JsonScan run() {
+        for (;;) {
+            s_.skip_ws();
+            bool ok = true;
+            switch (state_) {
+                case State::kArrayFirst:
+                    if (close_empty(']', JsonTokens::kEndArray)) break;
+                    [[fallthrough]];
+                case State::kValue:
+                    ok = value();
+                    break;
+                case State::kObjectFirst:
+                    if (close_empty('}', JsonTokens::kEndObject)) break;
+                    [[fallthrough]];
+                case State::kKey:
+                    ok = key();
+                    break;
+                case State::kColon:
+                    ok = s_.consume(':') || error("expected ':'");
+                    state_ = State::kValue;
+                    break;
+                case State::kAfterValue:
+                    if (stack_.empty()) return end();
+                    ok = after_value();
+                    break;
+            }
+            if (!ok) return fail();
+        }
+    }
+
+private:
+    enum class State { kValue, kArrayFirst, kObjectFirst, kKey, kColon, kAfterValue };
+
+    bool error(const char* why) {
+        result_.error = why;
+        return false;
+    }
+    JsonScan fail() {
+        if (tokens_ != nullptr) {
+            tokens_->tokens.clear();
+            tokens_->text.clear();
+        }
+        return std::move(result_);
+    }
+    JsonScan end() {
+        if (!s_.at_end()) {
+            error("unexpected text after the value");
+            return fail();
+        }
+        result_.valid = true;
+        return std::move(result_);
+    }
+
+    void add_token(JsonTokens::Kind kind, std::size_t offset) {
+        tokens_->text.push_back('\0');
+        tokens_->tokens.push_back(
+            JsonTokens::Token{kind, offset, tokens_->text.size() - 1 - offset});
+    }
+    void add_mark(JsonTokens::Kind kind) {
+        if (tokens_ != nullptr) tokens_->tokens.push_back(JsonTokens::Token{kind});
+    }
+
+    // An empty container's closing character right after its opening one.
+    bool close_empty(char c, JsonTokens::Kind kind) {
+        if (!s_.consume(c)) return false;
+        stack_.pop_back();
+        add_mark(kind);
+        state_ = State::kAfterValue;
+        return true;
+    }
+
+    // A value; a requested top-level field's scalar is kept in result_.fields.
+    bool value() {
+        bool top_field = stack_.size() == 1 && field_ >= 0;
+        scalar_.clear();
+        std::string* out = top_field ? &scalar_ : nullptr;
+        char c = s_.peek();
+        if (s_.at_end()) return error("unexpected end of input");
+        if (c == '{' || c == '[') {
+            open(c);
+        } else if (c == '"') {
+            if (!string_value(out)) return false;
+        } else if (c == '-' || (c >= '0' && c <= '9')) {
+            if (!number_value(&out)) return false;
+        } else if (c == 't' || c == 'f' || c == 'n') {
+            if (!s_.literal(c == 't' ? "true" : c == 'f' ? "false" : "null", result_.error))
+                return false;
+            add_mark(c == 't'   ? JsonTokens::kTrue
+                     : c == 'f' ? JsonTokens::kFalse
+                                : JsonTokens::kNull);
+            out = nullptr;
+        } else {
+            return error("invalid token");
+        }
+        if (top_field) {
+            if (out)
+                result_.fields[field_] = scalar_;
+            else
+                result_.fields[field_].reset();
+        }
+        field_ = -1;
+        if (c != '{' && c != '[') state_ = State::kAfterValue;
+        return true;
+    }
+
+    void open(char c) {
+        s_.consume(c);
+        stack_.push_back(c);
+        if (tokens_ != nullptr && stack_.size() > tokens_->depth) tokens_->depth = stack_.size();
+        add_mark(c == '{' ? JsonTokens::kBeginObject : JsonTokens::kBeginArray);
+        state_ = c == '{' ? State::kObjectFirst : State::kArrayFirst;
+    }
+
+    bool string_value(std::string* out) {
+        std::size_t offset = tokens_ ? tokens_->text.size() : 0;
+        if (!s_.string(tokens_ ? &tokens_->text : out, result_.error)) return false;
+        if (tokens_ != nullptr) {
+            if (out) out->assign(tokens_->text, offset, std::string::npos);
+            add_token(JsonTokens::kString, offset);
+        }
+        return true;
+    }
+
+    // A number; *out is cleared when it is not an integer (only integers are kept as fields).
+    bool number_value(std::string** out) {
+        std::size_t offset = tokens_ ? tokens_->text.size() : 0;
+        const char* start = s_.pos();
+        if (!s_.number(*out, result_.error)) return false;
+        if (*out && scalar_.empty()) *out = nullptr;  // not an integer
+        if (tokens_ != nullptr) {
+            tokens_->text.append(start, s_.pos());
+            add_token(JsonTokens::kNumber, offset);
+        }
+        return true;
+    }
+
+    // An object key; a top-level one names the field whose value comes next, if requested.
+    bool key() {
+        if (s_.peek() != '"' || s_.at_end()) return error("expected an object key");
+        bool top = stack_.size() == 1;
+        key_.clear();
+        std::size_t offset = tokens_ ? tokens_->text.size() : 0;
+        if (!s_.string(tokens_ ? &tokens_->text : top ? &key_ : nullptr, result_.error))
+            return false;
+        std::string_view name = key_;
+        if (tokens_ != nullptr) {
+            add_token(JsonTokens::kKey, offset);
+            name = std::string_view(tokens_->text.data() + offset, tokens_->tokens.back().len);
+        }
+        field_ = -1;
+        if (top)
+            for (std::size_t i = 0; i < fields_.size(); ++i)
+                if (fields_[i] == name) field_ = static_cast<int>(i);
+        state_ = State::kColon;
+        return true;
+    }
+
+    // After a value inside a container: a comma, or the container's end.
+    bool after_value() {
+        if (s_.consume(',')) {
+            state_ = stack_.back() == '{' ? State::kKey : State::kValue;
+        } else if (s_.consume(stack_.back() == '{' ? '}' : ']')) {
+            add_mark(stack_.back() == '{' ? JsonTokens::kEndObject : JsonTokens::kEndArray);
+            stack_.pop_back();
+        } else {
+            return error("expected ',' or the end of the container");
+        }
+        return true;
+    }
+
+    Scanner s_;
+    const std::vector<std::string_view>& fields_;
+    JsonTokens* tokens_;
+    JsonScan result_;
+    std::vector<char> stack_;  // open containers: '{' or '['
+    State state_ = State::kValue;
+    int field_ = -1;  // requested field whose top-level value comes next
+    std::string key_, scalar_;
+};
+
 }  // namespace
 
 JsonScan scan_json(std::string_view text, const std::vector<std::string_view>& fields,
                    JsonTokens* tokens) {
-    JsonScan result;
-    result.fields.resize(fields.size());
-    if (tokens != nullptr) {
-        tokens->tokens.clear();
-        tokens->text.clear();
-        tokens->depth = 0;
-    }
-    Scanner s(text);
-    std::vector<char> stack;  // open containers: '{' or '['
-    enum class State { kValue, kArrayFirst, kObjectFirst, kKey, kColon, kAfterValue };
-    State state = State::kValue;
-    int field = -1;  // requested field whose top-level value comes next
-    std::string key, scalar;
-
-    // With tokens, strings are unescaped into the token text (and copied from there when they
-    // are wanted as fields).
-    auto add_token = [&](JsonTokens::Kind kind, std::size_t offset) {
-        tokens->text.push_back('\0');
-        tokens->tokens.push_back(
-            JsonTokens::Token{kind, offset, tokens->text.size() - 1 - offset});
-    };
-    auto add_mark = [&](JsonTokens::Kind kind) {
-        if (tokens != nullptr) tokens->tokens.push_back(JsonTokens::Token{kind});
-    };
-    auto fail = [&]() {
-        if (tokens != nullptr) {
-            tokens->tokens.clear();
-            tokens->text.clear();
-        }
-        return result;
-    };
-
-    for (;;) {
-        s.skip_ws();
-        switch (state) {
-            case State::kArrayFirst:
-                if (s.consume(']')) {
-                    stack.pop_back();
-                    add_mark(JsonTokens::kEndArray);
-                    state = State::kAfterValue;
-                    break;
-                }
-                [[fallthrough]];
-            case State::kValue: {
-                bool top_field = stack.size() == 1 && field >= 0;
-                scalar.clear();
-                std::string* out = top_field ? &scalar : nullptr;
-                bool is_scalar = true;
-                char c = s.peek();
-                std::size_t offset = tokens ? tokens->text.size() : 0;
-                if (s.at_end()) {
-                    result.error = "unexpected end of input";
-                    return fail();
-                } else if (c == '{' || c == '[') {
-                    s.consume(c);
-                    stack.push_back(c);
-                    if (tokens != nullptr && stack.size() > tokens->depth)
-                        tokens->depth = stack.size();
-                    add_mark(c == '{' ? JsonTokens::kBeginObject : JsonTokens::kBeginArray);
-                    state = c == '{' ? State::kObjectFirst : State::kArrayFirst;
-                    is_scalar = false;
-                } else if (c == '"') {
-                    if (!s.string(tokens ? &tokens->text : out, result.error)) return fail();
-                    if (tokens != nullptr) {
-                        if (out) out->assign(tokens->text, offset, std::string::npos);
-                        add_token(JsonTokens::kString, offset);
-                    }
-                } else if (c == '-' || (c >= '0' && c <= '9')) {
-                    const char* start = s.pos();
-                    if (!s.number(out, result.error)) return fail();
-                    if (out && scalar.empty()) out = nullptr;  // not an integer
-                    if (tokens != nullptr) {
-                        tokens->text.append(start, s.pos());
-                        add_token(JsonTokens::kNumber, offset);
-                    }
-                } else if (c == 't' || c == 'f' || c == 'n') {
-                    if (!s.literal(c == 't' ? "true" : c == 'f' ? "false" : "null", result.error))
-                        return fail();
-                    add_mark(c == 't'   ? JsonTokens::kTrue
-                             : c == 'f' ? JsonTokens::kFalse
-                                        : JsonTokens::kNull);
-                    out = nullptr;
-                } else {
-                    result.error = "invalid token";
-                    return fail();
-                }
-                if (top_field) {
-                    if (out) result.fields[field] = scalar;
-                    else result.fields[field].reset();
-                }
-                field = -1;
-                if (is_scalar) state = State::kAfterValue;
-                break;
-            }
-            case State::kObjectFirst:
-                if (s.consume('}')) {
-                    stack.pop_back();
-                    add_mark(JsonTokens::kEndObject);
-                    state = State::kAfterValue;
-                    break;
-                }
-                [[fallthrough]];
-            case State::kKey: {
-                if (s.peek() != '"' || s.at_end()) {
-                    result.error = "expected an object key";
-                    return fail();
-                }
-                bool top = stack.size() == 1;
-                key.clear();
-                std::size_t offset = tokens ? tokens->text.size() : 0;
-                if (!s.string(tokens ? &tokens->text : top ? &key : nullptr, result.error))
-                    return fail();
-                std::string_view name = key;
-                if (tokens != nullptr) {
-                    add_token(JsonTokens::kKey, offset);
-                    name = std::string_view(tokens->text.data() + offset,
-                                            tokens->tokens.back().len);
-                }
-                field = -1;
-                if (top)
-                    for (std::size_t i = 0; i < fields.size(); ++i)
-                        if (fields[i] == name) field = static_cast<int>(i);
-                state = State::kColon;
-                break;
-            }
-            case State::kColon:
-                if (!s.consume(':')) {
-                    result.error = "expected ':'";
-                    return fail();
-                }
-                state = State::kValue;
-                break;
-            case State::kAfterValue:
-                if (stack.empty()) {
-                    if (!s.at_end()) {
-                        result.error = "unexpected text after the value";
-                        return fail();
-                    }
-                    result.valid = true;
-                    return result;
-                }
-                if (s.consume(',')) {
-                    state = stack.back() == '{' ? State::kKey : State::kValue;
-                } else if (s.consume(stack.back() == '{' ? '}' : ']')) {
-                    add_mark(stack.back() == '{' ? JsonTokens::kEndObject : JsonTokens::kEndArray);
-                    stack.pop_back();
-                } else {
-                    result.error = "expected ',' or the end of the container";
-                    return fail();
-                }
-                break;
-        }
-    }
+    return Scan(text, fields, tokens).run();
 }
 
 void append_utf8(std::string& out, uint32_t cp) {
