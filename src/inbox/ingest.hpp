@@ -41,6 +41,7 @@ extern "C" {
 
 #include "inbox/record.hpp"
 #include "kafka/consumer.hpp"
+#include "pg/arrays.hpp"
 #include "workers/common.hpp"
 
 namespace eventbox::handlers {
@@ -170,7 +171,7 @@ class IngestState {
     // Subscriptions with a row in eventbox.ingest_errors.
     int count_recorded() const noexcept;
 
-    // ---- storing (ingest_store.cpp)
+    // ---- storing (ingest_store.cpp; classify() and backfill_until() in ingest_columns.cpp)
     std::size_t batch_size(const Subscription* sub) const noexcept {
         return consumer_->batch(sub->id).size();
     }
@@ -215,6 +216,23 @@ class IngestState {
 };
 
 extern IngestState state;
+
+// A batch's rows as the insert's array parameters, in message id order (sub->order); palloc'd
+// (ingest_columns.cpp).
+struct Columns {
+    explicit Columns(int n);
+    int count;
+    pg::ArrayColumn ids, topics, partitions, offsets, keys, headers, payloads, raws, types,
+        statuses, notes, modes;
+    pg::ArrayColumn unparsable_ids;  // for the dead-letter topic
+    int transport_ids = 0;
+    int unparsable_rows = 0;
+};
+
+// Converts the batch's classified rows into `columns`. `context` names the lane of each record
+// while it is converted, then the batch's lane if it has only one (ingest_columns.cpp).
+void build_columns(Subscription* sub, rd_kafka_message_t* const* messages, Columns* columns,
+                   worker::WorkContext* context);
 
 // The worker's plain state (ingest_main.cpp).
 extern int member;                // this worker's index among the ingest workers
