@@ -1,5 +1,6 @@
 // The ingest worker's internal header: what its loop (ingest_main.cpp), reload
-// (ingest_reload.cpp), store (ingest_store.cpp) and error bookkeeping (ingest_errors.cpp) share.
+// (ingest_reload.cpp), store (ingest_store.cpp, the rows in ingest_columns.cpp) and error
+// bookkeeping (ingest_errors.cpp) share, and the facade of its C++ state (ingest_state.cpp).
 //
 // An ingest background worker (eventbox.ingest_workers of them, each consuming its share of
 // every subscription's partitions) has one librdkafka consumer for all of its subscriptions (see
