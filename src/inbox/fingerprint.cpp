@@ -1,6 +1,6 @@
 // RFC 8785 canonical JSON and record fingerprints (see inbox/fingerprint.hpp).
 #include "inbox/fingerprint.hpp"
-#include "inbox/json_scan.hpp"
+#include "messages/json_scan.hpp"
 
 #include <openssl/evp.h>
 

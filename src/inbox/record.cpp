@@ -8,7 +8,7 @@
 #include <unordered_map>
 
 #include "inbox/fingerprint.hpp"
-#include "inbox/json_scan.hpp"
+#include "messages/json_scan.hpp"
 
 namespace eventbox::inbox {
 
@@ -152,13 +152,16 @@ Classified classify(const Record& r, const Options& options) {
     return out;
 }
 
-void classify(const Record& r, const Options& options, Classified& out) {
+namespace {
+
+// Clears `out` for the next record. Kept buffers are for the usual record: those a large one
+// grew are given back.
+void reset(Classified& out) {
     out.transport_id = false;
     out.parsable = false;
     out.raw_len = 0;
     out.raw_null = false;
     out.note.clear();
-    // Kept buffers are for the usual record: those a large one grew are given back.
     if (out.payload.text.capacity() > kKeptBufferBytes) std::string().swap(out.payload.text);
     if (out.payload.tokens.capacity() * sizeof(JsonTokens::Token) > kKeptBufferBytes)
         std::vector<JsonTokens::Token>().swap(out.payload.tokens);
@@ -167,14 +170,12 @@ void classify(const Record& r, const Options& options, Classified& out) {
     out.payload.depth = 0;
     if (out.headers.capacity() * sizeof(HeaderField) > kKeptBufferBytes)
         std::vector<HeaderField>().swap(out.headers);
-    header_fields(r, out.headers);
+}
 
-    // The value: JSON that jsonb accepts, or raw bytes with a note. Whether numeric can hold
-    // every number is left to jsonb_in, whose refusal the ingest worker also records this way.
-    std::optional<std::string_view> id_header = id_candidate(r, "message_id");
-    std::optional<std::string_view> ce_id = id_candidate(r, "ce_id");
-    std::optional<std::string_view> type_header = header_text(r, "event_type");
-    std::optional<std::string_view> ce_type = header_text(r, "ce_type");
+// The value: JSON that jsonb accepts, or raw bytes with a note. Whether numeric can hold every
+// number is left to jsonb_in, whose refusal the ingest worker also records this way. Returns the
+// scan, whose fields are the configured message id field (if any) and "type" when it is valid.
+JsonScan classify_value(const Record& r, const Options& options, Classified& out) {
     JsonScan scan;
     if (r.value == nullptr) {
         out.raw_null = true;
@@ -202,43 +203,47 @@ void classify(const Record& r, const Options& options, Classified& out) {
             out.note = "value is not valid JSON: " + scan.error;
         }
     }
-    const std::optional<std::string>* id_field = nullptr;
-    const std::optional<std::string>* type_field = nullptr;
-    if (scan.valid) {
-        if (!options.message_id_field.empty()) id_field = &scan.fields[0];
-        type_field = &scan.fields.back();
-    }
+    return scan;
+}
 
-    // Headers the client could not read: the record's identity and type are unknown. It is kept
-    // as unparsable (no handler can take it by a type it may not have), with the value's bytes
-    // and a note, under its transport identity: never silently routed or deduplicated as if
-    // it had no headers.
-    if (r.headers_unreadable) {
-        if (out.parsable) {
-            out.parsable = false;
-            out.payload.tokens.clear();
-            out.payload.text.clear();
-            out.raw_len = std::min(r.value_len, options.max_message_bytes);
-        }
-        // Under message_id_rule 'fingerprint' the id does not depend on the headers.
-        bool by_content = options.fingerprint_ids && fingerprint_id(r, &out.message_id);
-        std::string why = "headers could not be read (" + std::string(r.headers_error) +
-                          (by_content ? "): event_type unknown"
-                                      : "): message_id and event_type unknown; stored by its "
-                                        "transport id");
-        out.note = out.note.empty() ? why : why + "; " + out.note;
-        if (!by_content) {
-            out.transport_id = true;
-            out.message_id.assign(r.topic);
-            out.message_id += "/" + std::to_string(r.partition) + "/" + std::to_string(r.offset);
-        }
-        out.event_type.reset();
-        return;
-    }
+// The record's transport identity as its message id: topic/partition/offset.
+void transport_id(const Record& r, Classified& out) {
+    out.transport_id = true;
+    out.message_id.assign(r.topic);
+    out.message_id += "/" + std::to_string(r.partition) + "/" + std::to_string(r.offset);
+}
 
-    // Message id: the fingerprint under message_id_rule 'fingerprint' (the value's own; headers
-    // and fields do not count); else header message_id, CloudEvents ce_id, the configured field;
-    // else the transport identity.
+// Headers the client could not read: the record's identity and type are unknown. It is kept as
+// unparsable (no handler can take it by a type it may not have), with the value's bytes and a
+// note, under its transport identity: never silently routed or deduplicated as if it had no
+// headers.
+void classify_unreadable(const Record& r, const Options& options, Classified& out) {
+    if (out.parsable) {
+        out.parsable = false;
+        out.payload.tokens.clear();
+        out.payload.text.clear();
+        out.raw_len = std::min(r.value_len, options.max_message_bytes);
+    }
+    // Under message_id_rule 'fingerprint' the id does not depend on the headers.
+    bool by_content = options.fingerprint_ids && fingerprint_id(r, &out.message_id);
+    std::string why = "headers could not be read (" + std::string(r.headers_error) +
+                      (by_content ? "): event_type unknown"
+                                  : "): message_id and event_type unknown; stored by its "
+                                    "transport id");
+    out.note = out.note.empty() ? why : why + "; " + out.note;
+    if (!by_content) transport_id(r, out);
+    out.event_type.reset();
+}
+
+// Message id: the fingerprint under message_id_rule 'fingerprint' (the value's own; headers and
+// fields do not count); else header message_id, CloudEvents ce_id, the configured field; else the
+// transport identity.
+void choose_message_id(const Record& r, const Options& options, const JsonScan& scan,
+                       Classified& out) {
+    std::optional<std::string_view> id_header = id_candidate(r, "message_id");
+    std::optional<std::string_view> ce_id = id_candidate(r, "ce_id");
+    const std::optional<std::string>* id_field =
+        scan.valid && !options.message_id_field.empty() ? &scan.fields[0] : nullptr;
     if (options.fingerprint_ids && fingerprint_id(r, &out.message_id)) {
         // out.message_id holds the fingerprint
     } else if (id_header) {
@@ -248,17 +253,34 @@ void classify(const Record& r, const Options& options, Classified& out) {
     } else if (id_field && *id_field && usable_id(**id_field)) {
         out.message_id.assign(**id_field);
     } else {
-        out.transport_id = true;
-        out.message_id.assign(r.topic);
-        out.message_id += "/" + std::to_string(r.partition) + "/" + std::to_string(r.offset);
+        transport_id(r, out);
     }
+}
 
-    // Event type: header event_type, CloudEvents ce_type, JSON field "type", else none.
+// Event type: header event_type, CloudEvents ce_type, JSON field "type", else none.
+void choose_event_type(const Record& r, const JsonScan& scan, Classified& out) {
+    std::optional<std::string_view> type_header = header_text(r, "event_type");
+    std::optional<std::string_view> ce_type = header_text(r, "ce_type");
+    const std::optional<std::string>* type_field = scan.valid ? &scan.fields.back() : nullptr;
     if (type_header) set(out.event_type, *type_header);
     else if (ce_type) set(out.event_type, *ce_type);
     else if (type_field && *type_field) set(out.event_type, **type_field);
     else out.event_type.reset();
     if (out.event_type && out.event_type->empty()) out.event_type.reset();
+}
+
+}  // namespace
+
+void classify(const Record& r, const Options& options, Classified& out) {
+    reset(out);
+    header_fields(r, out.headers);
+    JsonScan scan = classify_value(r, options, out);
+    if (r.headers_unreadable) {
+        classify_unreadable(r, options, out);
+        return;
+    }
+    choose_message_id(r, options, scan, out);
+    choose_event_type(r, scan, out);
 }
 
 std::string headers_json(const Classified& c) {

@@ -1,6 +1,6 @@
-// What the ingest worker stores for one Kafka record: the message id and event type (DESIGN.md
-// section 3), the headers as a JSON object, and whether the value can be kept as jsonb or goes
-// to raw_payload as 'unparsable' (section 5). Pure C++.
+// What the ingest worker stores for one Kafka record: the message id and event type
+// (docs/design/guarantees.md), the headers as a JSON object, and whether the value can be kept
+// as jsonb or goes to raw_payload as 'unparsable' (docs/reference/bad-input.md). Pure C++.
 #pragma once
 
 #include <cstddef>
@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "inbox/json_scan.hpp"
+#include "messages/json_scan.hpp"
 
 namespace eventbox::inbox {
 

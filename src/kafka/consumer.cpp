@@ -165,7 +165,7 @@ void Consumer::resume(int id) {
 
 bool Consumer::paused(int id) const { return sub(id).paused; }
 
-const std::vector<rd_kafka_message_t*>& Consumer::batch(int id) const {
+const std::vector<rd_kafka_message_t*>& Consumer::batch(int id) const noexcept {
     auto it = subs_.find(id);
     return it == subs_.end() ? empty_ : it->second->batch;
 }
@@ -175,7 +175,7 @@ bool Consumer::has_positions_to_store(int id) const {
     return !s.paused && (!s.initial.empty() || !s.skipped.empty());
 }
 
-const std::string& Consumer::problem(int id) const {
+const std::string& Consumer::problem(int id) const noexcept {
     auto it = subs_.find(id);
     return it == subs_.end() ? no_problem_ : it->second->problem;
 }
@@ -588,7 +588,7 @@ void Consumer::committed(int id) {
     s.skipped.clear();
 }
 
-void Consumer::release() {
+void Consumer::release() noexcept {
     for (rd_kafka_message_t* msg : messages_) rd_kafka_message_destroy(msg);
     messages_.clear();
     for (auto& [id, s] : subs_) s->batch.clear();

@@ -75,7 +75,7 @@ public:
     Consumer(const Consumer&) = delete;
     Consumer& operator=(const Consumer&) = delete;
 
-    int event_fd() const { return pipe_[0]; }
+    int event_fd() const noexcept { return pipe_[0]; }
 
     // Adds a subscription, paused: give it its stored offsets, then resume(). Returns its id.
     int add_subscription(const SubscriptionConfig& config);
@@ -106,7 +106,7 @@ public:
     // were read. They stay valid until release().
     std::size_t poll(std::size_t max);
     // The records of the last poll() for a subscription, in the order read.
-    const std::vector<rd_kafka_message_t*>& batch(int id) const;
+    const std::vector<rd_kafka_message_t*>& batch(int id) const noexcept;
     // Whether the subscription must store offsets even without records: partitions started at a
     // position resolved from start_from 'latest' (stored at once, so a restart starts there
     // too), or older records skipped for it. Cleared by committed().
@@ -117,10 +117,10 @@ public:
     // Those records are in the database: remember their offsets (committed to Kafka later).
     void committed(int id);
     // Frees the records of the last poll().
-    void release();
+    void release() noexcept;
 
     // Why the subscription cannot read (some of) its partitions; empty when it can.
-    const std::string& problem(int id) const;
+    const std::string& problem(int id) const noexcept;
 
     std::size_t assigned_partitions() const { return partitions_.size(); }
     std::size_t subscriptions() const { return subs_.size(); }

@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "core/error.hpp"
-#include "inbox/message_rules.hpp"
+#include "messages/message_rules.hpp"
 
 namespace eventbox::kafka {
 

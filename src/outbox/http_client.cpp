@@ -12,8 +12,8 @@
 #include <ctime>
 
 #include "core/error.hpp"
-#include "inbox/json_scan.hpp"
-#include "inbox/message_rules.hpp"
+#include "messages/json_scan.hpp"
+#include "messages/message_rules.hpp"
 
 namespace eventbox::http {
 

@@ -27,7 +27,7 @@ extern "C" {
 
 #include "handlers/runner.hpp"
 #include "pg/guc.hpp"
-#include "inbox/message_rules.hpp"
+#include "messages/message_rules.hpp"
 #include "outbox/lineage.hpp"
 #include "outbox/outbox_insert.hpp"
 #include "pg/boundary.hpp"

@@ -20,7 +20,7 @@ extern "C" {
 
 #include <string_view>
 
-#include "inbox/message_rules.hpp"
+#include "messages/message_rules.hpp"
 #include "pg/boundary.hpp"
 #include "pg/shmem.hpp"
 

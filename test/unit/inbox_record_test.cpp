@@ -1,5 +1,6 @@
 // Classification of Kafka records for the inbox (src/inbox/record.cpp): message id and event type
-// rules (DESIGN.md section 3), the headers object, and what is stored as unparsable (section 5).
+// rules (docs/design/guarantees.md), the headers object, and what is stored as unparsable
+// (docs/reference/bad-input.md).
 #include "inbox/record.hpp"
 
 #include "inbox/fingerprint.hpp"

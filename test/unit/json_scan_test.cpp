@@ -1,13 +1,13 @@
-// The JSON scanner's token stream (src/inbox/json_scan.cpp), from which the ingest worker builds
+// The JSON scanner's token stream (src/messages/json_scan.cpp), from which the ingest worker builds
 // payload jsonb with the calls jsonb_in makes: tokens, unescaped strings, numbers as written.
-#include "inbox/json_scan.hpp"
+#include "messages/json_scan.hpp"
 
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-namespace eventbox::inbox {
+namespace eventbox {
 namespace {
 
 // The tokens of `text` as one line: {  }  [  ]  k:<key>  s:<string>  n:<number>  t  f  null.
@@ -132,4 +132,4 @@ TEST(JsonTokens, ReusedTokensStartEmpty) {
 }
 
 }  // namespace
-}  // namespace eventbox::inbox
+}  // namespace eventbox

@@ -1,5 +1,5 @@
-// Call-time validation of topics, headers and sizes (src/inbox/message_rules.cpp).
-#include "inbox/message_rules.hpp"
+// Call-time validation of topics, headers and sizes (src/messages/message_rules.cpp).
+#include "messages/message_rules.hpp"
 
 #include <gtest/gtest.h>
 

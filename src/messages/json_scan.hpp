@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-namespace eventbox::inbox {
+namespace eventbox {
 
 struct JsonScan {
     bool valid = false;
@@ -51,4 +51,9 @@ JsonScan scan_json(std::string_view text, const std::vector<std::string_view>& f
 // Appends code point `cp` to `out` in UTF-8 (the JSON scanners' \u escapes).
 void append_utf8(std::string& out, uint32_t cp);
 
-}  // namespace eventbox::inbox
+// The name outbox/http_client.cpp calls it by, from when this file was in inbox/.
+namespace inbox {
+using eventbox::scan_json;
+}
+
+}  // namespace eventbox

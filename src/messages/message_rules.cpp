@@ -1,5 +1,5 @@
-// Validation rules for outgoing messages (see inbox/message_rules.hpp).
-#include "inbox/message_rules.hpp"
+// Validation rules for outgoing messages (see messages/message_rules.hpp).
+#include "messages/message_rules.hpp"
 
 #include <string>
 

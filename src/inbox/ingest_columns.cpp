@@ -1,0 +1,197 @@
+// The ingest worker's rows: a batch's records classified in C++ (inbox/record.hpp), then turned
+// into the array parameters of the insert (see inbox/ingest.hpp).
+#include "inbox/ingest.hpp"
+
+extern "C" {
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+}
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "inbox/jsonb.hpp"
+#include "pg/boundary.hpp"
+
+namespace eventbox::ingest {
+
+using pg::call_cpp;
+
+// ---- the records, classified in C++ ---------------------------------------------------------
+
+void IngestState::classify(Subscription* sub, std::size_t from, std::size_t to) {
+    call_cpp([&] {
+        std::size_t n = to - from;
+        // The rows of earlier batches are reused: their strings keep their buffers.
+        if (sub->rows.size() < n) sub->rows.resize(n);
+        std::vector<inbox::KafkaHeader> headers;
+        const std::vector<rd_kafka_message_t*>& batch = consumer_->batch(sub->id);
+        for (std::size_t i = 0; i < n; ++i) {
+            rd_kafka_message_t* msg = batch[from + i];
+            headers.clear();
+            rd_kafka_headers_t* hdrs = nullptr;
+            rd_kafka_resp_err_t herr = rd_kafka_message_headers(msg, &hdrs);
+            if (herr == RD_KAFKA_RESP_ERR_NO_ERROR) {
+                const char* name;
+                const void* value;
+                size_t size;
+                for (size_t idx = 0; rd_kafka_header_get_all(hdrs, idx, &name, &value, &size) ==
+                                     RD_KAFKA_RESP_ERR_NO_ERROR;
+                     ++idx)
+                    headers.push_back(
+                        inbox::KafkaHeader{name, static_cast<const char*>(value), size});
+            }
+            inbox::Record record;
+            record.topic = rd_kafka_topic_name(msg->rkt);
+            record.partition = msg->partition;
+            record.offset = msg->offset;
+            record.value = static_cast<const char*>(msg->payload);
+            record.value_len = msg->len;
+            record.headers = headers.data();
+            record.n_headers = headers.size();
+            // NOENT: the record has no headers. Anything else: it has some we cannot read.
+            if (herr != RD_KAFKA_RESP_ERR_NO_ERROR && herr != RD_KAFKA_RESP_ERR__NOENT) {
+                record.headers_unreadable = true;
+                record.headers_error = rd_kafka_err2str(herr);
+            }
+            inbox::classify(record, sub->options, sub->rows[i]);
+        }
+        // Rows go in by message id: ingest workers inserting the same ids at once (a message
+        // republished to partitions of two workers; a partition read by its old and new owner
+        // while eventbox.ingest_workers changes) then wait for each other in one order, never
+        // in a cycle. Every worker sorts, whatever it believes the worker count is.
+        sub->order.resize(n);
+        for (std::size_t k = 0; k < n; ++k) sub->order[k] = static_cast<int>(k);
+        std::stable_sort(sub->order.begin(), sub->order.end(), [&](int a, int b) {
+            return sub->rows[a].message_id < sub->rows[b].message_id;
+        });
+    });
+}
+
+int64 IngestState::backfill_until(const Subscription* sub, const rd_kafka_message_t* msg) const {
+    return call_cpp([&] {
+        return consumer_->backfill_until(sub->id, rd_kafka_topic_name(msg->rkt), msg->partition);
+    });
+}
+
+// ---- the columns ----------------------------------------------------------------------------
+
+Columns::Columns(int n)
+    : count(n),
+      ids(n, TEXTOID),
+      topics(n, TEXTOID),
+      partitions(n, INT4OID),
+      offsets(n, INT8OID),
+      keys(n, BYTEAOID),
+      headers(n, JSONBOID),
+      payloads(n, JSONBOID),
+      raws(n, BYTEAOID),
+      types(n, TEXTOID),
+      statuses(n, TEXTOID),
+      notes(n, TEXTOID),
+      modes(n, TEXTOID),
+      unparsable_ids(n, TEXTOID) {}
+
+namespace {
+
+bytea* to_bytea(const void* data, std::size_t len) {
+    auto* b = static_cast<bytea*>(palloc(VARHDRSZ + len));
+    SET_VARSIZE(b, VARHDRSZ + len);
+    if (len > 0) memcpy(VARDATA(b), data, len);
+    return b;
+}
+
+// Fills Columns row by row. Values most rows share are made once (the arrays copy them).
+class ColumnBuilder {
+  public:
+    ColumnBuilder(const Subscription* sub, Columns* columns)
+        : sub_(sub),
+          c_(columns),
+          received_(CStringGetTextDatum("received")),
+          unparsable_(CStringGetTextDatum("unparsable")),
+          live_(CStringGetTextDatum("live")),
+          backfill_(CStringGetTextDatum("backfill")) {}
+
+    // Row i of the columns: `msg`, classified as `row`.
+    void add(int i, rd_kafka_message_t* msg, inbox::Classified& row) {
+        c_->ids.set(i, PointerGetDatum(
+                           cstring_to_text_with_len(row.message_id.data(), row.message_id.size())));
+        c_->transport_ids += row.transport_id ? 1 : 0;
+        c_->topics.set(i, topic(msg));
+        c_->partitions.set(i, Int32GetDatum(msg->partition));
+        c_->offsets.set(i, Int64GetDatum(msg->offset));
+        if (msg->key != nullptr) c_->keys.set(i, PointerGetDatum(to_bytea(msg->key, msg->key_len)));
+        c_->headers.set(i, inbox::headers_jsonb(row));
+        payload(i, msg, row);
+        if (row.event_type) c_->types.set(i, event_type(*row.event_type));
+        c_->statuses.set(i, row.parsable ? received_ : unparsable_);
+        if (sub_->backfill) {
+            // Below the partition's boundary: in the partition when the subscription was created.
+            c_->modes.set(i, msg->offset < state.backfill_until(sub_, msg) ? backfill_ : live_);
+        }
+        if (!row.parsable) c_->unparsable_ids.set(c_->unparsable_rows++, c_->ids.value(i));
+    }
+
+  private:
+    Datum topic(rd_kafka_message_t* msg) {
+        if (msg->rkt != topic_of_) {
+            topic_of_ = msg->rkt;
+            topic_ = CStringGetTextDatum(rd_kafka_topic_name(msg->rkt));
+        }
+        return topic_;
+    }
+
+    Datum event_type(const std::string& type) {
+        if (type_of_ == nullptr || *type_of_ != type) {
+            type_of_ = &type;
+            type_ = PointerGetDatum(cstring_to_text_with_len(type.data(), type.size()));
+        }
+        return type_;
+    }
+
+    // The value as jsonb, or else as raw bytes with the reason it is unparsable.
+    void payload(int i, rd_kafka_message_t* msg, inbox::Classified& row) {
+        Datum payload;
+        if (row.parsable && inbox::payload_jsonb(row, static_cast<const char*>(msg->payload),
+                                                 msg->len, &payload, &row.note)) {
+            c_->payloads.set(i, payload);
+            return;
+        }
+        if (row.parsable) row.raw_len = msg->len;  // jsonb refused what looked like JSON
+        row.parsable = false;
+        if (!row.raw_null) c_->raws.set(i, PointerGetDatum(to_bytea(msg->payload, row.raw_len)));
+        c_->notes.set(i, CStringGetTextDatum(row.note.c_str()));
+    }
+
+    const Subscription* sub_;
+    Columns* c_;
+    Datum received_, unparsable_, live_, backfill_;
+    rd_kafka_topic_t* topic_of_ = nullptr;
+    Datum topic_ = 0;
+    const std::string* type_of_ = nullptr;
+    Datum type_ = 0;
+};
+
+}  // namespace
+
+void build_columns(Subscription* sub, rd_kafka_message_t* const* messages, Columns* columns,
+                   worker::WorkContext* context) {
+    ColumnBuilder builder(sub, columns);
+    bool one_lane = true;
+    for (int i = 0; i < columns->count; ++i) {
+        int k = sub->order[i];
+        rd_kafka_message_t* msg = messages[k];
+        one_lane =
+            one_lane && msg->rkt == messages[0]->rkt && msg->partition == messages[0]->partition;
+        context->topic = rd_kafka_topic_name(msg->rkt);
+        context->partition = msg->partition;
+        builder.add(i, msg, sub->rows[k]);
+    }
+    if (!one_lane) {
+        context->topic = nullptr;
+        context->partition = -1;
+    }
+}
+
+}  // namespace eventbox::ingest
