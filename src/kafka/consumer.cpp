@@ -2,6 +2,7 @@
 #include "kafka/consumer.hpp"
 
 #include <algorithm>
+#include <string_view>
 
 #include "core/error.hpp"
 
@@ -13,6 +14,10 @@ using Clock = std::chrono::steady_clock;
 
 constexpr auto kRefreshInterval = std::chrono::seconds(10);  // new partitions of known topics
 constexpr auto kMaintainInterval = std::chrono::seconds(1);
+// How long one metadata request may block the worker's loop (a broker away makes it time out).
+constexpr int kMetadataTimeoutMs = 500;
+// Lines logged for topics without partitions per refresh; the rest are counted in one line.
+constexpr int kMissingTopicLogs = 5;
 constexpr auto kCommitInterval = std::chrono::seconds(5);    // Kafka commits, per subscription
 constexpr int kMaxBackoffMs = 60000;
 constexpr std::size_t kCommitsPerPoll = 20;
@@ -243,39 +248,57 @@ int64_t Consumer::offset_for_time(const char* topic, int32_t partition, int64_t 
     return found;
 }
 
-void Consumer::refresh_topic(const std::string& name, Topic& topic) {
-    rd_kafka_topic_t* rkt = rd_kafka_topic_new(rk_, name.c_str(), nullptr);
+void Consumer::refresh_topics(const std::vector<std::string>& due) {
+    // One request for the whole cluster's topics, whatever their number: a request per topic
+    // waits behind the consumer's fetch long-poll on the same connection (~100 ms each), which
+    // made 1,000 topics take 100 s to refresh (and the worker deaf to shutdown meanwhile).
     const rd_kafka_metadata_t* md = nullptr;
-    rd_kafka_resp_err_t err =
-        rkt ? rd_kafka_metadata(rk_, 0, rkt, &md, 1000) : RD_KAFKA_RESP_ERR__INVALID_ARG;
-    if (err == RD_KAFKA_RESP_ERR_NO_ERROR && md->topic_cnt == 1 && md->topics[0].err == 0) {
-        std::vector<int32_t> owned;
-        for (int i = 0; i < md->topics[0].partition_cnt; ++i) {
-            int32_t partition = md->topics[0].partitions[i].id;
-            if (owns(name, partition)) owned.push_back(partition);
-        }
-        std::sort(owned.begin(), owned.end());
-        if (!topic.known || owned != topic.partitions) changed_ = true;
-        topic.partitions = std::move(owned);
-        topic.known = true;
-        if (!topic.error.empty()) changed_ = true;
-        topic.error.clear();
-        topic.backoff_ms = 0;
-        topic.next_refresh = Clock::now() + kRefreshInterval;
-    } else {
+    ++metadata_requests_;
+    rd_kafka_resp_err_t err = rd_kafka_metadata(rk_, 1, nullptr, &md, kMetadataTimeoutMs);
+    std::map<std::string_view, const rd_kafka_metadata_topic_t*> found;
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+        for (int i = 0; i < md->topic_cnt; ++i) found[md->topics[i].topic] = &md->topics[i];
+    for (const std::string& name : due) {
+        auto it = found.find(name);
         rd_kafka_resp_err_t why = err != RD_KAFKA_RESP_ERR_NO_ERROR ? err
-                                  : md && md->topic_cnt == 1 ? md->topics[0].err
-                                                             : RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
-        // A topic read before keeps its partitions (the broker may be away for a while); one
-        // never seen is a problem of the subscriptions that name it.
-        if (!topic.known) topic.error = "topic " + name + ": " + rd_kafka_err2str(why);
-        topic.backoff_ms = next_backoff(topic.backoff_ms);
-        topic.next_refresh = Clock::now() + std::chrono::milliseconds(topic.backoff_ms);
-        logs_.push_back(LogLine{topic.known ? 6 : 4, "no partitions for topic " + name +
-                                                         " yet: " + rd_kafka_err2str(why)});
+                                  : it == found.end()               ? RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC
+                                                                    : it->second->err;
+        if (why == RD_KAFKA_RESP_ERR_NO_ERROR)
+            topic_found(name, *it->second);
+        else
+            topic_missing(name, why);
     }
     if (md != nullptr) rd_kafka_metadata_destroy(md);
-    if (rkt != nullptr) rd_kafka_topic_destroy(rkt);
+}
+
+void Consumer::topic_found(const std::string& name, const rd_kafka_metadata_topic_t& md) {
+    Topic& topic = topics_[name];
+    std::vector<int32_t> owned;
+    for (int i = 0; i < md.partition_cnt; ++i) {
+        int32_t partition = md.partitions[i].id;
+        if (owns(name, partition)) owned.push_back(partition);
+    }
+    std::sort(owned.begin(), owned.end());
+    if (!topic.known || owned != topic.partitions) changed_ = true;
+    topic.partitions = std::move(owned);
+    topic.known = true;
+    if (!topic.error.empty()) changed_ = true;
+    topic.error.clear();
+    topic.backoff_ms = 0;
+    topic.next_refresh = Clock::now() + kRefreshInterval;
+}
+
+void Consumer::topic_missing(const std::string& name, rd_kafka_resp_err_t why) {
+    Topic& topic = topics_[name];
+    // A topic read before keeps its partitions (the broker may be away for a while); one never
+    // seen is a problem of the subscriptions that name it.
+    if (!topic.known) topic.error = "topic " + name + ": " + rd_kafka_err2str(why);
+    topic.backoff_ms = next_backoff(topic.backoff_ms);
+    topic.next_refresh = Clock::now() + std::chrono::milliseconds(topic.backoff_ms);
+    ++missing_in_refresh_;
+    if (missing_in_refresh_ <= kMissingTopicLogs)
+        logs_.push_back(LogLine{topic.known ? 6 : 4,
+                                "no partitions for topic " + name + " yet: " + rd_kafka_err2str(why)});
 }
 
 void Consumer::maintain() {
@@ -290,9 +313,22 @@ void Consumer::maintain() {
     for (auto& [id, s] : subs_) wanted.insert(s->config.topics.begin(), s->config.topics.end());
     for (auto it = topics_.begin(); it != topics_.end();)
         it = wanted.count(it->first) ? std::next(it) : topics_.erase(it);
-    for (const std::string& name : wanted) {
-        Topic& topic = topics_[name];
-        if (now >= topic.next_refresh) refresh_topic(name, topic);
+    // Every due topic in one metadata request; the others that are known ride along, so that
+    // topics refresh together (one request per interval) instead of one after another.
+    std::vector<std::string> due;
+    for (const std::string& name : wanted)
+        if (now >= topics_[name].next_refresh) due.push_back(name);
+    if (!due.empty()) {
+        for (const std::string& name : wanted) {
+            const Topic& topic = topics_[name];
+            if (now < topic.next_refresh && topic.known && topic.error.empty())
+                due.push_back(name);
+        }
+        missing_in_refresh_ = 0;
+        refresh_topics(due);
+        if (missing_in_refresh_ > kMissingTopicLogs)
+            logs_.push_back(LogLine{4, "and " + std::to_string(missing_in_refresh_ - kMissingTopicLogs) +
+                                           " more topics without partitions yet"});
     }
 
     // Positions of the partitions the subscriptions do not read yet: the stored offset, else the

@@ -122,7 +122,9 @@ public:
     // Why the subscription cannot read (some of) its partitions; empty when it can.
     const std::string& problem(int id) const noexcept;
 
-    std::size_t assigned_partitions() const { return partitions_.size(); }
+    std::size_t assigned_partitions() const noexcept { return partitions_.size(); }
+    // Metadata requests made so far (one per refresh, whatever the number of topics).
+    std::size_t metadata_requests() const noexcept { return metadata_requests_; }
     std::size_t subscriptions() const { return subs_.size(); }
     // Whether this worker consumes the partition (see partition_owner()).
     bool owns(const std::string& topic, int32_t partition) const {
@@ -176,7 +178,10 @@ private:
     // growing backoff), resolves missing start positions and brings the assignment, the readers
     // and the fetch positions in line.
     void maintain();
-    void refresh_topic(const std::string& name, Topic& topic);
+    // Reads the metadata of the `due` topics in one request and records what it found.
+    void refresh_topics(const std::vector<std::string>& due);
+    void topic_found(const std::string& name, const rd_kafka_metadata_topic_t& md);
+    void topic_missing(const std::string& name, rd_kafka_resp_err_t why);
     // Where a partition with nothing stored starts; false when it cannot be resolved now.
     bool start_position(Sub& s, const std::string& topic, int32_t partition, Position* position);
     // The first offset at or after time `ms` (Unix epoch), -1 when there is none, -2 on error.
@@ -193,6 +198,8 @@ private:
     int members_ = 1;
     int next_id_ = 1;
     bool changed_ = true;  // subscriptions or positions changed: maintain() at the next poll
+    int missing_in_refresh_ = 0;  // topics the current refresh found without partitions
+    std::size_t metadata_requests_ = 0;
     std::chrono::steady_clock::time_point next_maintain_{};
     std::map<int, std::unique_ptr<Sub>> subs_;
     std::map<std::string, Topic> topics_;
