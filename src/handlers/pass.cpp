@@ -36,6 +36,7 @@ struct Passes {
     MemoryContext memory = nullptr;
     bool in_pass = false;     // a pass or a dry run is in progress
     bool found_work = false;  // see last_pass_found_work()
+    int64 count = 0;          // passes begun: the batch a worker's errors name
 };
 Passes passes;
 
@@ -79,14 +80,15 @@ void end_runs(Pass& p) {
     }
 }
 
-// run_pass(), inside its guard against nesting.
-int run_pass_body(const char* subscription, int max, bool own_transactions, int64* next_due_ms) {
+// run_pass(), inside its guard against nesting; `context` names the pass in a worker's errors.
+int run_pass_body(const char* subscription, int max, bool own_transactions, int64* next_due_ms,
+                  worker::WorkContext* context) {
     *next_due_ms = INT64_MAX;
     passes.found_work = true;  // until the choice says otherwise
     MemoryContext memory;
     PassState* state = open_pass(own_transactions, &memory);
     Pass p{subscription, max, own_transactions, next_due_ms, memory, PassWork(state), PassSetup{},
-           0, nullptr};
+           0, context};
     load_setup(CStringGetTextDatum(subscription), memory, &p.setup);
     p.now = worker::now_ms();
     int crash_dead = choose_messages(p, &passes.found_work);
@@ -153,12 +155,22 @@ bool last_pass_found_work() { return passes.found_work; }
 
 int run_pass(const char* subscription, int max, bool own_transactions, int64* next_due_ms) {
     enter_pass("eventbox.process()");
+    // A worker's errors name the subscription, the pass and the lane it works on.
+    worker::WorkContext context;
+    context.who = "eventbox handler";
+    context.subscription = subscription;
+    context.batch = ++passes.count;
+    if (own_transactions) worker::push_work_context(&context);
     int handled = 0;
     PG_TRY();
-    { handled = run_pass_body(subscription, max, own_transactions, next_due_ms); }
+    {
+        handled = run_pass_body(subscription, max, own_transactions, next_due_ms,
+                                own_transactions ? &context : nullptr);
+    }
     PG_FINALLY();
     { leave_pass(); }
     PG_END_TRY();
+    if (own_transactions) worker::pop_work_context(&context);
     return handled;
 }
 

@@ -23,7 +23,9 @@ constexpr int kMessagesPerTransaction = 64;
 // kMessagesPerTransaction each, which commit with their outcomes, and lane locks are session
 // locks; otherwise (eventbox.process) all of it belongs to the caller's transaction. Returns how
 // many messages were handled (processed, ignored, failed or dead); `*next_due_ms` gets the earliest
-// retry time of a message it saw waiting (INT64_MAX if none), on PostgreSQL's clock.
+// retry time of a message it saw waiting (INT64_MAX if none), on PostgreSQL's clock. A worker's
+// errors (outside its handlers) carry a CONTEXT line naming the subscription, the lane and the
+// pass (worker::WorkContext).
 int run_pass(const char* subscription, int max, bool own_transactions, int64* next_due_ms);
 
 // Whether the last run_pass() found a lane of its subscription with work at or above the
