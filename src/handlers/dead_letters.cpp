@@ -1,4 +1,5 @@
-// The failure workflow of a subscription (see handlers/dead_letters.hpp).
+// The failure workflow of a subscription (see handlers/dead_letters.hpp). Each statement is
+// prepared the first time it runs (handlers/kept.hpp).
 extern "C" {
 #include "postgres.h"
 
@@ -13,6 +14,7 @@ extern "C" {
 
 #include "handlers/dead_letters.hpp"
 #include "handlers/dead_policy.hpp"
+#include "handlers/kept.hpp"
 #include "metrics/counters.hpp"
 #include "pg/shmem.hpp"
 #include "workers/common.hpp"
@@ -21,7 +23,7 @@ namespace eventbox::handlers::dead_letters {
 
 namespace {
 
-SPIPlanPtr policy_plan, blocked_plan, dead_plan, unparsable_plan;
+const char* const kWho = "eventbox dead letters";
 Policy current{false, false, ""};
 
 // The record a dead-letter topic receives for inbox row `d`: its key, its value bytes (the raw
@@ -53,75 +55,67 @@ Policy current{false, false, ""};
 // status is tested as coalesce(status, '') so that the planner cannot add a partial index of
 // the inbox (inbox_dead_idx holds every dead and unparsable row of the table) to a BitmapAnd
 // with the primary key probes, which would walk that index whole.
-void prepare_plans() {
-    if (policy_plan != nullptr) return;
-    const char* who = "eventbox dead letters";
-    Oid text1[1] = {TEXTOID};
-    policy_plan = worker::prepare_kept(
-        who,
-        "SELECT on_dead = 'block_key', dead_letter_topic IS NOT NULL, "
-        "array_to_string(non_retryable, ',') FROM eventbox.subscriptions WHERE name = $1",
-        1, text1);
-    // Blocks whose message is no longer dead or waiting (processed, skipped, deleted) are
-    // dropped; the others hold their key back unless their message is due to run now.
-    Oid lane_types[3] = {TEXTOID, TEXTOID, INT4OID};
-    blocked_plan = worker::prepare_kept(
-        who,
-        "WITH released AS ("
-        "  DELETE FROM eventbox.key_blocks b"
-        "   WHERE b.subscription = $1 AND b.topic = $2 AND b.\"partition\" = $3"
-        "     AND (SELECT 1 FROM eventbox.inbox i"
-        "           WHERE i.subscription = $1 AND i.message_id = b.message_id"
-        "             AND coalesce(i.status, '') IN ('dead', 'received', 'retry') LIMIT 1)"
-        "         IS NULL)"
-        "SELECT b.key FROM eventbox.key_blocks b"
-        " WHERE b.subscription = $1 AND b.topic = $2 AND b.\"partition\" = $3"
-        "   AND (SELECT coalesce(i.status, '') = 'dead'"
-        "            OR (coalesce(i.status, '') IN ('received', 'retry')"
-        "                AND i.next_attempt_at > clock_timestamp())"
-        "          FROM eventbox.inbox i"
-        "         WHERE i.subscription = $1 AND i.message_id = b.message_id LIMIT 1)",
-        3, lane_types);
-    Oid dead_types[2] = {TEXTOID, TEXTARRAYOID};
-    dead_plan = worker::prepare_kept(
-        who,
-        "WITH d AS (SELECT x.* FROM unnest($2::text[]) AS u(id)"
-        EVENTBOX_INBOX_BY_ID("*", "AND coalesce(x.status, '') = 'dead'") "),"
-        " s AS (SELECT on_dead, dead_letter_topic FROM eventbox.subscriptions WHERE name = $1),"
-        " blocks AS ("
-        "  INSERT INTO eventbox.key_blocks (subscription, topic, \"partition\", key, message_id,"
-        "                                   \"offset\")"
-        "  SELECT d.subscription, d.topic, d.\"partition\", d.key, d.message_id, d.\"offset\""
-        "    FROM d, s WHERE s.on_dead = 'block_key' AND d.key IS NOT NULL"
-        "   ORDER BY d.\"offset\""
-        "  ON CONFLICT DO NOTHING) "
-        "INSERT INTO eventbox.outbox (message_id, key, payload, headers, topic) "
-        "SELECT " DLT_COLUMNS ", s.dead_letter_topic FROM d, s"
-        " WHERE s.dead_letter_topic IS NOT NULL ORDER BY d.topic, d.\"partition\", d.\"offset\"",
-        2, dead_types);
-    // Only rows the batch's insert wrote ($3, their xmin): a record stored again (a replay)
-    // finds its row there already and is not sent twice.
-    Oid unparsable_types[3] = {TEXTOID, TEXTARRAYOID, XIDOID};
-    unparsable_plan = worker::prepare_kept(
-        who,
-        "INSERT INTO eventbox.outbox (message_id, key, payload, headers, topic) "
-        "SELECT " DLT_COLUMNS ", s.dead_letter_topic"
-        "  FROM eventbox.subscriptions s,"
-        "       (SELECT x.* FROM unnest($2::text[]) AS u(id)"
-        EVENTBOX_INBOX_BY_ID("*, xmin AS inserted_by", "AND coalesce(x.status, '') = 'unparsable'")
-        "       ) d"
-        " WHERE s.name = $1 AND s.dead_letter_topic IS NOT NULL"
-        "   AND d.inserted_by = $3"
-        " ORDER BY d.topic, d.\"partition\", d.\"offset\"",
-        3, unparsable_types);
-}
+
+// The subscription's failure options, by its primary key.
+KeptStatement policy_statement{
+    "SELECT on_dead = 'block_key', dead_letter_topic IS NOT NULL, "
+    "array_to_string(non_retryable, ',') FROM eventbox.subscriptions WHERE name = $1",
+    1, {TEXTOID}, nullptr};
+
+// Blocks whose message is no longer dead or waiting (processed, skipped, deleted) are
+// dropped; the others hold their key back unless their message is due to run now.
+KeptStatement blocked_statement{
+    "WITH released AS ("
+    "  DELETE FROM eventbox.key_blocks b"
+    "   WHERE b.subscription = $1 AND b.topic = $2 AND b.\"partition\" = $3"
+    "     AND (SELECT 1 FROM eventbox.inbox i"
+    "           WHERE i.subscription = $1 AND i.message_id = b.message_id"
+    "             AND coalesce(i.status, '') IN ('dead', 'received', 'retry') LIMIT 1)"
+    "         IS NULL)"
+    "SELECT b.key FROM eventbox.key_blocks b"
+    " WHERE b.subscription = $1 AND b.topic = $2 AND b.\"partition\" = $3"
+    "   AND (SELECT coalesce(i.status, '') = 'dead'"
+    "            OR (coalesce(i.status, '') IN ('received', 'retry')"
+    "                AND i.next_attempt_at > clock_timestamp())"
+    "          FROM eventbox.inbox i"
+    "         WHERE i.subscription = $1 AND i.message_id = b.message_id LIMIT 1)",
+    3, {TEXTOID, TEXTOID, INT4OID}, nullptr};
+
+KeptStatement dead_statement{
+    "WITH d AS (SELECT x.* FROM unnest($2::text[]) AS u(id)"
+    EVENTBOX_INBOX_BY_ID("*", "AND coalesce(x.status, '') = 'dead'") "),"
+    " s AS (SELECT on_dead, dead_letter_topic FROM eventbox.subscriptions WHERE name = $1),"
+    " blocks AS ("
+    "  INSERT INTO eventbox.key_blocks (subscription, topic, \"partition\", key, message_id,"
+    "                                   \"offset\")"
+    "  SELECT d.subscription, d.topic, d.\"partition\", d.key, d.message_id, d.\"offset\""
+    "    FROM d, s WHERE s.on_dead = 'block_key' AND d.key IS NOT NULL"
+    "   ORDER BY d.\"offset\""
+    "  ON CONFLICT DO NOTHING) "
+    "INSERT INTO eventbox.outbox (message_id, key, payload, headers, topic) "
+    "SELECT " DLT_COLUMNS ", s.dead_letter_topic FROM d, s"
+    " WHERE s.dead_letter_topic IS NOT NULL ORDER BY d.topic, d.\"partition\", d.\"offset\"",
+    2, {TEXTOID, TEXTARRAYOID}, nullptr};
+
+// Only rows the batch's insert wrote ($3, their xmin): a record stored again (a replay)
+// finds its row there already and is not sent twice.
+KeptStatement unparsable_statement{
+    "INSERT INTO eventbox.outbox (message_id, key, payload, headers, topic) "
+    "SELECT " DLT_COLUMNS ", s.dead_letter_topic"
+    "  FROM eventbox.subscriptions s,"
+    "       (SELECT x.* FROM unnest($2::text[]) AS u(id)"
+    EVENTBOX_INBOX_BY_ID("*, xmin AS inserted_by", "AND coalesce(x.status, '') = 'unparsable'")
+    "       ) d"
+    " WHERE s.name = $1 AND s.dead_letter_topic IS NOT NULL"
+    "   AND d.inserted_by = $3"
+    " ORDER BY d.topic, d.\"partition\", d.\"offset\"",
+    3, {TEXTOID, TEXTARRAYOID, XIDOID}, nullptr};
 
 }  // namespace
 
 void load(Datum subscription, MemoryContext keep, Policy* policy) {
-    prepare_plans();
     Datum args[1] = {subscription};
-    worker::exec_kept("eventbox dead letters", policy_plan, args, true, SPI_OK_SELECT);
+    exec_kept(kWho, policy_statement, args, true, SPI_OK_SELECT);
     MemoryContext old = MemoryContextSwitchTo(keep);
     *policy = Policy{false, false, ""};
     if (SPI_processed == 1) {
@@ -142,10 +136,9 @@ bool refuses(const Policy& policy, const char* error) {
 }
 
 void add_blocked_keys(Datum subscription, Datum topic, int32 partition, Datum** keys, int* n) {
-    prepare_plans();
     MemoryContext caller = CurrentMemoryContext;
     Datum args[3] = {subscription, topic, Int32GetDatum(partition)};
-    worker::exec_kept("eventbox dead letters", blocked_plan, args, false, SPI_OK_SELECT);
+    exec_kept(kWho, blocked_statement, args, false, SPI_OK_SELECT);
     MemoryContextSwitchTo(caller);
     if (SPI_processed == 0) return;
     Datum* all = static_cast<Datum*>(palloc(sizeof(Datum) * (*n + SPI_processed)));
@@ -160,10 +153,9 @@ void add_blocked_keys(Datum subscription, Datum topic, int32 partition, Datum** 
 
 void after_dead(Datum subscription, Datum ids) {
     if (!current.block_key && !current.has_topic) return;
-    prepare_plans();
     MemoryContext caller = CurrentMemoryContext;
     Datum args[2] = {subscription, ids};
-    worker::exec_kept("eventbox dead letters", dead_plan, args, false, SPI_OK_INSERT);
+    exec_kept(kWho, dead_statement, args, false, SPI_OK_INSERT);
     MemoryContextSwitchTo(caller);
     if (SPI_processed > 0) {
         shmem::wake_relay_at_commit();
@@ -172,10 +164,9 @@ void after_dead(Datum subscription, Datum ids) {
 }
 
 void after_unparsable(Datum subscription, Datum ids, TransactionId writer) {
-    prepare_plans();
     MemoryContext caller = CurrentMemoryContext;
     Datum args[3] = {subscription, ids, TransactionIdGetDatum(writer)};
-    worker::exec_kept("eventbox dead letters", unparsable_plan, args, false, SPI_OK_INSERT);
+    exec_kept(kWho, unparsable_statement, args, false, SPI_OK_INSERT);
     MemoryContextSwitchTo(caller);
     if (SPI_processed > 0) {
         shmem::wake_relay_at_commit();

@@ -1,4 +1,4 @@
-// The failure workflow of a subscription (README "Dead letters"): errors that are not retried
+// The failure workflow of a subscription (docs/design/handlers.md): errors that are not retried
 // (non_retryable), dead messages that hold back the later messages of their key (on_dead
 // 'block_key'), and the dead-letter topic that dead and unparsable messages are sent to
 // through the outbox, in the transaction that marks them. PostgreSQL side; its statements are

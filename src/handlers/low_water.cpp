@@ -6,7 +6,7 @@
 
 namespace eventbox::handlers {
 
-void LaneMarks::drop_marks() {
+void LaneMarks::drop_marks() noexcept {
     for (auto& [subscription, lanes] : lanes_)
         for (Lane& lane : lanes) {
             lane.mark = LaneMark{};
@@ -14,13 +14,14 @@ void LaneMarks::drop_marks() {
         }
 }
 
-const std::vector<LaneMarks::Lane>* LaneMarks::lanes_of(std::string_view subscription) const {
+const std::vector<LaneMarks::Lane>* LaneMarks::lanes_of(
+    std::string_view subscription) const noexcept {
     auto it = lanes_.find(subscription);
     return it == lanes_.end() ? nullptr : &it->second;
 }
 
 long LaneMarks::find(std::string_view subscription, std::string_view topic,
-                     int32_t partition) const {
+                     int32_t partition) const noexcept {
     const std::vector<Lane>* lanes = lanes_of(subscription);
     if (lanes == nullptr) return -1;
     for (std::size_t i = 0; i < lanes->size(); ++i)
@@ -29,21 +30,32 @@ long LaneMarks::find(std::string_view subscription, std::string_view topic,
     return -1;
 }
 
-std::size_t LaneMarks::count(std::string_view subscription) const {
+std::size_t LaneMarks::count(std::string_view subscription) const noexcept {
     const std::vector<Lane>* lanes = lanes_of(subscription);
     return lanes == nullptr ? 0 : lanes->size();
 }
 
-const std::string& LaneMarks::topic(std::string_view subscription, std::size_t position) const {
-    return lanes_of(subscription)->at(position).topic;
+const LaneMarks::Lane* LaneMarks::lane_at(std::string_view subscription,
+                                           std::size_t position) const noexcept {
+    const std::vector<Lane>* lanes = lanes_of(subscription);
+    return lanes == nullptr || position >= lanes->size() ? nullptr : &(*lanes)[position];
 }
 
-int32_t LaneMarks::partition(std::string_view subscription, std::size_t position) const {
-    return lanes_of(subscription)->at(position).partition;
+const std::string& LaneMarks::topic(std::string_view subscription,
+                                    std::size_t position) const noexcept {
+    static const std::string none;
+    const Lane* lane = lane_at(subscription, position);
+    return lane == nullptr ? none : lane->topic;
 }
 
-LaneMark LaneMarks::mark(std::string_view subscription, std::size_t position) const {
-    return lanes_of(subscription)->at(position).mark;
+int32_t LaneMarks::partition(std::string_view subscription, std::size_t position) const noexcept {
+    const Lane* lane = lane_at(subscription, position);
+    return lane == nullptr ? -1 : lane->partition;
+}
+
+LaneMark LaneMarks::mark(std::string_view subscription, std::size_t position) const noexcept {
+    const Lane* lane = lane_at(subscription, position);
+    return lane == nullptr ? LaneMark{} : lane->mark;
 }
 
 std::size_t LaneMarks::learn(std::string_view subscription, long after, std::string_view topic,
@@ -51,7 +63,8 @@ std::size_t LaneMarks::learn(std::string_view subscription, long after, std::str
     long known = find(subscription, topic, partition);
     if (known >= 0) return static_cast<std::size_t>(known);
     auto it = lanes_.find(subscription);
-    if (it == lanes_.end()) it = lanes_.emplace(std::string(subscription), std::vector<Lane>{}).first;
+    if (it == lanes_.end())
+        it = lanes_.emplace(std::string(subscription), std::vector<Lane>{}).first;
     std::vector<Lane>& lanes = it->second;
     std::size_t at = std::min(static_cast<std::size_t>(std::max(after + 1, 0L)), lanes.size());
     lanes.insert(lanes.begin() + static_cast<std::ptrdiff_t>(at),
@@ -60,21 +73,21 @@ std::size_t LaneMarks::learn(std::string_view subscription, long after, std::str
 }
 
 void LaneMarks::raise(std::string_view subscription, std::size_t position, bool replay,
-                      int64_t offset) {
+                      int64_t offset) noexcept {
     auto it = lanes_.find(subscription);
     if (it == lanes_.end() || position >= it->second.size()) return;
     int64_t& mark = replay ? it->second[position].mark.replay : it->second[position].mark.live;
     mark = std::max(mark, offset);
 }
 
-void LaneMarks::begin_next(std::string_view subscription) {
+void LaneMarks::begin_next(std::string_view subscription) noexcept {
     auto it = lanes_.find(subscription);
     if (it == lanes_.end()) return;
     for (Lane& lane : it->second) lane.next = kNoMark;
 }
 
 long LaneMarks::set_next(std::string_view subscription, long hint, std::string_view topic,
-                         int32_t partition, int64_t next) {
+                         int32_t partition, int64_t next) noexcept {
     auto it = lanes_.find(subscription);
     if (it == lanes_.end()) return -1;
     std::vector<Lane>& lanes = it->second;
@@ -87,13 +100,14 @@ long LaneMarks::set_next(std::string_view subscription, long hint, std::string_v
     return at;
 }
 
-void LaneMarks::probed_empty(std::string_view subscription, std::size_t position, int64_t next) {
+void LaneMarks::probed_empty(std::string_view subscription, std::size_t position,
+                             int64_t next) noexcept {
     auto it = lanes_.find(subscription);
     if (it == lanes_.end() || position >= it->second.size()) return;
     it->second[position].empty_next = next;
 }
 
-bool LaneMarks::any_probed_empty(std::string_view subscription) const {
+bool LaneMarks::any_probed_empty(std::string_view subscription) const noexcept {
     const std::vector<Lane>* lanes = lanes_of(subscription);
     if (lanes == nullptr) return false;
     for (const Lane& lane : *lanes)
@@ -101,7 +115,7 @@ bool LaneMarks::any_probed_empty(std::string_view subscription) const {
     return false;
 }
 
-bool LaneMarks::drained(std::string_view subscription, std::size_t position) const {
+bool LaneMarks::drained(std::string_view subscription, std::size_t position) const noexcept {
     const std::vector<Lane>* lanes = lanes_of(subscription);
     if (lanes == nullptr || position >= lanes->size()) return false;
     const Lane& lane = (*lanes)[position];
@@ -129,7 +143,8 @@ bool StoredOffsets::store(std::string_view subscription, std::string_view topic,
 
 bool StoredOffsets::below(std::string_view subscription, std::string_view topic,
                           int32_t partition, int64_t first) const {
-    auto it = highest_.find(std::make_tuple(std::string(subscription), std::string(topic), partition));
+    auto it =
+        highest_.find(std::make_tuple(std::string(subscription), std::string(topic), partition));
     return it == highest_.end() || first <= it->second;
 }
 

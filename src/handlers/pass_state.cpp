@@ -3,7 +3,7 @@
 
 namespace eventbox::handlers {
 
-void PassState::begin_pass() {
+void PassState::begin_pass() noexcept {
     lanes_.clear();
     chosen_.clear();
     picks_.clear();
@@ -11,7 +11,7 @@ void PassState::begin_pass() {
 }
 
 bool PassState::find_cursor(std::string_view subscription, const char** topic,
-                            int32_t* partition) const {
+                            int32_t* partition) const noexcept {
     auto it = cursors_.find(subscription);
     if (it == cursors_.end()) return false;
     *topic = it->second.topic.c_str();
@@ -50,14 +50,14 @@ void PassState::add_message(std::size_t l, const MessageRow& row) {
     lane.candidates.push_back(c);
 }
 
-void PassState::seal_lane(std::size_t l) {
+void PassState::seal_lane(std::size_t l) noexcept {
     // The keys' strings move while the lane grows: views into them are taken only now.
     Lane& lane = lanes_[l];
     for (std::size_t i = 0; i < lane.candidates.size(); ++i) lane.candidates[i].key = lane.keys[i];
 }
 
 void PassState::mark_handled(std::size_t l, const char* const* handler_types,
-                             std::size_t n_handlers) {
+                             std::size_t n_handlers) noexcept {
     Lane& lane = lanes_[l];
     for (std::size_t i = 0; i < lane.candidates.size(); ++i) {
         const char* type = lane.has_type[i] ? lane.event_types[i].c_str() : nullptr;
@@ -68,7 +68,7 @@ void PassState::mark_handled(std::size_t l, const char* const* handler_types,
     }
 }
 
-bool PassState::lane_has_chosen(std::size_t l) const {
+bool PassState::lane_has_chosen(std::size_t l) const noexcept {
     for (const Chosen& c : chosen_)
         if (c.lane == l) return true;
     return false;
@@ -95,7 +95,7 @@ void PassState::choose_alone(std::size_t l, std::size_t index) {
     chosen_.push_back({l, index});
 }
 
-ChosenMessage PassState::chosen(std::size_t c) const {
+ChosenMessage PassState::chosen(std::size_t c) const noexcept {
     const Chosen& ch = chosen_[c];
     const Lane& lane = lanes_[ch.lane];
     return ChosenMessage{ch.lane,
@@ -107,7 +107,7 @@ ChosenMessage PassState::chosen(std::size_t c) const {
                          ch.index};
 }
 
-bool PassState::chosen_has_id(std::size_t c, std::string_view id) const {
+bool PassState::chosen_has_id(std::size_t c, std::string_view id) const noexcept {
     const Chosen& ch = chosen_[c];
     return lanes_[ch.lane].ids[ch.index] == id;
 }
@@ -116,7 +116,7 @@ void PassState::mark_failed(std::size_t c) {
     failed_.push_back(c);
 }
 
-bool PassState::is_held_back(std::size_t c, Ordering ordering) const {
+bool PassState::is_held_back(std::size_t c, Ordering ordering) const noexcept {
     const Chosen& ch = chosen_[c];
     const Lane& lane = lanes_[ch.lane];
     for (std::size_t f : failed_) {

@@ -1,8 +1,9 @@
-// The working set of a handler pass (src/handlers/runner.cpp): the lanes it read, the messages it
-// chose from them, the failures that hold later messages back, and each subscription's round-robin
-// cursor, which outlives the pass. Pure C++: the PostgreSQL side calls its operations through
-// pg::call_cpp() and gets plain values back (the types below that it keeps on its own frames are
-// trivially destructible).
+// The working set of a handler pass (src/handlers/pass_internal.hpp): the lanes it read, the
+// messages it chose from them, the failures that hold later messages back, and each
+// subscription's round-robin cursor, which outlives the pass. Pure C++. What cannot allocate is
+// noexcept, and the PostgreSQL side calls it directly; it calls the rest through its facade
+// (PassWork in handlers/pass_internal.hpp), which guards them. It gets plain values back (the
+// types below that it keeps on its own frames are trivially destructible).
 #pragma once
 
 #include <cstddef>
@@ -110,44 +111,48 @@ class PassState {
     PassState& operator=(const PassState&) = delete;
 
     // Forgets the previous pass's lanes, choices and failures; cursors stay.
-    void begin_pass();
+    void begin_pass() noexcept;
 
     // ---- round robin, by subscription
     // The lane `subscription` was served from last: false when none; `*topic` stays valid
     // until the next set_cursor().
-    bool find_cursor(std::string_view subscription, const char** topic, int32_t* partition) const;
+    bool find_cursor(std::string_view subscription, const char** topic,
+                     int32_t* partition) const noexcept;
     void set_cursor(std::string_view subscription, std::string_view topic, int32_t partition);
 
     // ---- lanes, numbered from 0 in the order they are added
     std::size_t add_lane(std::string_view topic, int32_t partition);
-    std::size_t lane_count() const { return lanes_.size(); }
+    std::size_t lane_count() const noexcept { return lanes_.size(); }
     // Whether the pass added the lane already.
-    bool has_lane(std::string_view topic, int32_t partition) const {
+    bool has_lane(std::string_view topic, int32_t partition) const noexcept {
         for (const Lane& lane : lanes_)
             if (lane.partition == partition && lane.topic == topic) return true;
         return false;
     }
-    LaneId lane_id(std::size_t lane) const {
+    LaneId lane_id(std::size_t lane) const noexcept {
         return LaneId{lanes_[lane].topic.c_str(), lanes_[lane].partition};
     }
-    std::size_t lane_size(std::size_t lane) const { return lanes_[lane].candidates.size(); }
+    std::size_t lane_size(std::size_t lane) const noexcept {
+        return lanes_[lane].candidates.size();
+    }
     // The pass holds the lane's lock.
-    void set_locked(std::size_t lane) { lanes_[lane].locked = true; }
-    bool is_locked(std::size_t lane) const { return lanes_[lane].locked; }
+    void set_locked(std::size_t lane) noexcept { lanes_[lane].locked = true; }
+    bool is_locked(std::size_t lane) const noexcept { return lanes_[lane].locked; }
     // A crashed pass's claim on the lane was settled in this pass.
-    void set_had_claim(std::size_t lane) { lanes_[lane].had_claim = true; }
-    bool had_claim(std::size_t lane) const { return lanes_[lane].had_claim; }
+    void set_had_claim(std::size_t lane) noexcept { lanes_[lane].had_claim = true; }
+    bool had_claim(std::size_t lane) const noexcept { return lanes_[lane].had_claim; }
     // Appends a message (in offset order); seal_lane() once the lane's last one is in.
     void add_message(std::size_t lane, const MessageRow& row);
-    void seal_lane(std::size_t lane);
+    void seal_lane(std::size_t lane) noexcept;
     // Marks which messages of the lane some handler takes: handler_types[h] is handler h's
     // event type (nullptr: every type).
-    void mark_handled(std::size_t lane, const char* const* handler_types, std::size_t n_handlers);
+    void mark_handled(std::size_t lane, const char* const* handler_types,
+                      std::size_t n_handlers) noexcept;
     // Whether some chosen message is in the lane.
-    bool lane_has_chosen(std::size_t lane) const;
+    bool lane_has_chosen(std::size_t lane) const noexcept;
     // Whether the pass needs the lane's lock until it commits: a message chosen in it, or a
     // crashed claim settled.
-    bool lane_in_use(std::size_t lane) const {
+    bool lane_in_use(std::size_t lane) const noexcept {
         return lanes_[lane].had_claim || lane_has_chosen(lane);
     }
 
@@ -161,19 +166,19 @@ class PassState {
     void choose_picks(std::size_t lane, std::size_t before = SIZE_MAX);
     // Chooses one message of the lane alone (a suspect).
     void choose_alone(std::size_t lane, std::size_t index);
-    std::size_t chosen_count() const { return chosen_.size(); }
-    std::size_t lane_of_chosen(std::size_t c) const { return chosen_[c].lane; }
-    ChosenMessage chosen(std::size_t c) const;
+    std::size_t chosen_count() const noexcept { return chosen_.size(); }
+    std::size_t lane_of_chosen(std::size_t c) const noexcept { return chosen_[c].lane; }
+    ChosenMessage chosen(std::size_t c) const noexcept;
     // Whether chosen message `c` has the id `id`.
-    bool chosen_has_id(std::size_t c, std::string_view id) const;
+    bool chosen_has_id(std::size_t c, std::string_view id) const noexcept;
 
     // ---- running
     // Chosen message `c` failed: it holds back later messages of its lane (held_back_by()).
     void mark_failed(std::size_t c);
-    bool is_held_back(std::size_t c, Ordering ordering) const;
-    std::size_t failed_count() const { return failed_.size(); }
+    bool is_held_back(std::size_t c, Ordering ordering) const noexcept;
+    std::size_t failed_count() const noexcept { return failed_.size(); }
     // A uniform jitter in [0, 1) for retry_delay_ms().
-    double next_jitter() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
+    double next_jitter() noexcept { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
 
   private:
     // Messages of one partition that still need handling, in offset order.

@@ -6,7 +6,7 @@
 
 namespace eventbox::handlers {
 
-Ordering ordering_from(std::string_view name) {
+Ordering ordering_from(std::string_view name) noexcept {
     if (name == "key") return Ordering::kKey;
     if (name == "none") return Ordering::kNone;
     return Ordering::kPartition;
@@ -43,7 +43,7 @@ long plan_lane(const std::vector<Candidate>& lane, Ordering ordering, bool unhan
     return -1;
 }
 
-bool held_back_by(const Candidate& failed, const Candidate& later, Ordering ordering) {
+bool held_back_by(const Candidate& failed, const Candidate& later, Ordering ordering) noexcept {
     switch (ordering) {
         case Ordering::kPartition:
             return true;
@@ -55,7 +55,8 @@ bool held_back_by(const Candidate& failed, const Candidate& later, Ordering orde
     return true;
 }
 
-int64_t retry_delay_ms(int32_t attempts, int64_t backoff_ms, int64_t backoff_max_ms, double unit) {
+int64_t retry_delay_ms(int32_t attempts, int64_t backoff_ms, int64_t backoff_max_ms,
+                       double unit) noexcept {
     int64_t cap = std::max(backoff_max_ms, backoff_ms);
     int64_t delay = std::max<int64_t>(backoff_ms, 1);
     for (int32_t i = 1; i < attempts && delay < cap; ++i)

@@ -1,6 +1,7 @@
-// Which inbox messages a handler pass takes, lane by lane (DESIGN.md section 3): messages of a
-// lane are handled in offset order, and one that waits for a retry holds back the later messages
-// of its lane (ordering 'partition': the whole partition; 'key': the same key; 'none': nothing).
+// Which inbox messages a handler pass takes, lane by lane (docs/design/guarantees.md): messages
+// of a lane are handled in offset order, and one that waits for a retry holds back the later
+// messages of its lane (ordering 'partition': the whole partition; 'key': the same key; 'none':
+// nothing).
 // Pure C++.
 #pragma once
 
@@ -14,7 +15,7 @@ namespace eventbox::handlers {
 enum class Ordering { kPartition, kKey, kNone };
 
 // Ordering from its SQL name ('partition', 'key', 'none'); kPartition for anything else.
-Ordering ordering_from(std::string_view name);
+Ordering ordering_from(std::string_view name) noexcept;
 
 // One due-or-waiting message of a lane, in offset order.
 struct Candidate {
@@ -36,10 +37,11 @@ long plan_lane(const std::vector<Candidate>& lane, Ordering ordering, bool unhan
 
 // Whether, after the message at `failed` of a lane failed in this pass, the later message at
 // `later` must not run in it (it stays where it was, to follow the retry).
-bool held_back_by(const Candidate& failed, const Candidate& later, Ordering ordering);
+bool held_back_by(const Candidate& failed, const Candidate& later, Ordering ordering) noexcept;
 
 // Backoff before the next attempt after `attempts` failures: backoff * 2^(attempts-1), capped at
 // backoff_max, then a uniform jitter in [delay/2, delay] from `unit` in [0, 1).
-int64_t retry_delay_ms(int32_t attempts, int64_t backoff_ms, int64_t backoff_max_ms, double unit);
+int64_t retry_delay_ms(int32_t attempts, int64_t backoff_ms, int64_t backoff_max_ms,
+                       double unit) noexcept;
 
 }  // namespace eventbox::handlers

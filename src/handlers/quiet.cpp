@@ -6,7 +6,7 @@
 namespace eventbox::handlers {
 
 bool QuietSubscriptions::skip(std::string_view subscription, const QuietKey& key, int64_t now_ms,
-                              int64_t* recheck_ms) const {
+                              int64_t* recheck_ms) const noexcept {
     auto it = quiet_.find(subscription);
     if (it == quiet_.end() || key.in_flight) return false;
     const Quiet& q = it->second;

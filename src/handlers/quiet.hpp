@@ -9,7 +9,7 @@
 //   - or its recheck time came: at most kQuietRecheckMs later, earlier when a retry of it falls
 //     due (rows written into eventbox.inbox directly are picked up that way).
 //
-// Pure C++.
+// Pure C++: skip() cannot allocate (noexcept), after_pass() can.
 #pragma once
 
 #include <cstdint>
@@ -34,13 +34,13 @@ class QuietSubscriptions {
     // Whether the subscription's pass can be passed over at `now_ms` with the state `key`; if
     // so, `*recheck_ms` gets the time its pass is due anyway.
     bool skip(std::string_view subscription, const QuietKey& key, int64_t now_ms,
-              int64_t* recheck_ms) const;
+              int64_t* recheck_ms) const noexcept;
     // After a pass that began with `key` at `now_ms`: `found_work` false when no lane of the
     // subscription had work (none taken, none locked by another worker, no retry waiting);
     // `due_ms` the earliest retry time it saw (INT64_MAX if none).
     void after_pass(std::string_view subscription, const QuietKey& key, int64_t now_ms,
                     bool found_work, int64_t due_ms);
-    std::size_t size() const { return quiet_.size(); }
+    std::size_t size() const noexcept { return quiet_.size(); }
 
   private:
     struct Quiet {

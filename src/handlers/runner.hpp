@@ -1,5 +1,6 @@
 // One handler pass for one subscription: the code path shared by the handler workers and
-// eventbox.process() (DESIGN.md sections 3 and 4).
+// eventbox.process() (docs/design/guarantees.md, docs/design/architecture.md; how a pass goes:
+// docs/design/handlers.md). Its files are listed in handlers/pass_internal.hpp.
 #pragma once
 
 extern "C" {
@@ -16,13 +17,15 @@ namespace eventbox::handlers {
 constexpr int kMessagesPerTransaction = 64;
 
 // Chooses up to `max` messages lane by lane (taking each lane's advisory lock), counts their
-// attempts, runs their handlers one subtransaction each as the registered role, and records what
+// attempts, runs their handlers in subtransactions as the registered roles, and records what
 // happened. With `own_transactions` (the workers) the attempt count commits (synchronously)
 // before any handler runs, the messages then run in transactions of at most
 // kMessagesPerTransaction each, which commit with their outcomes, and lane locks are session
-// locks; otherwise (eventbox.process) all of it belongs to the caller's transaction. Returns how many
-// messages were handled (processed, ignored, failed or dead); `*next_due_ms` gets the earliest
-// retry time of a message it saw waiting (INT64_MAX if none), on PostgreSQL's clock.
+// locks; otherwise (eventbox.process) all of it belongs to the caller's transaction. Returns how
+// many messages were handled (processed, ignored, failed or dead); `*next_due_ms` gets the earliest
+// retry time of a message it saw waiting (INT64_MAX if none), on PostgreSQL's clock. A worker's
+// errors (outside its handlers) carry a CONTEXT line naming the subscription, the lane and the
+// pass (worker::WorkContext).
 int run_pass(const char* subscription, int max, bool own_transactions, int64* next_due_ms);
 
 // Whether the last run_pass() found a lane of its subscription with work at or above the

@@ -14,7 +14,8 @@ namespace {
 
 std::vector<std::pair<std::string, int32_t>> lanes(const LaneMarks& m, const char* sub) {
     std::vector<std::pair<std::string, int32_t>> out;
-    for (std::size_t i = 0; i < m.count(sub); ++i) out.emplace_back(m.topic(sub, i), m.partition(sub, i));
+    for (std::size_t i = 0; i < m.count(sub); ++i)
+        out.emplace_back(m.topic(sub, i), m.partition(sub, i));
     return out;
 }
 
@@ -168,6 +169,32 @@ TEST(StoredOffsets, BelowWhatWasStoredBeforeOrFirstTimeInALane) {
     EXPECT_TRUE(s.store("x", "t", 0, 500, 510));
     s.clear();
     EXPECT_TRUE(s.store("s", "t", 0, 1000, 1001));
+}
+
+// The PostgreSQL side calls the reads and the updates that cannot allocate without a guard
+// (handlers/marks.cpp): they are noexcept, and a position past the known lanes reads as no lane.
+static_assert(noexcept(std::declval<const LaneMarks&>().find("s", "t", 0)));
+static_assert(noexcept(std::declval<const LaneMarks&>().topic("s", 0)));
+static_assert(noexcept(std::declval<const LaneMarks&>().mark("s", 0)));
+static_assert(noexcept(std::declval<const LaneMarks&>().drained("s", 0)));
+static_assert(noexcept(std::declval<LaneMarks&>().raise("s", 0, false, 1)));
+static_assert(noexcept(std::declval<LaneMarks&>().set_next("s", 0, "t", 0, 1)));
+static_assert(noexcept(std::declval<LaneMarks&>().drop_marks()));
+
+TEST(LaneMarks, APositionPastTheKnownLanesReadsAsNoLane) {
+    LaneMarks m;
+    EXPECT_EQ(m.topic("s", 0), "");
+    EXPECT_EQ(m.partition("s", 0), -1);
+    EXPECT_EQ(m.mark("s", 0).live, kNoMark);
+    m.learn("s", -1, "t", 3);
+    m.raise("s", 0, false, 40);
+    EXPECT_EQ(m.topic("s", 0), "t");
+    EXPECT_EQ(m.partition("s", 0), 3);
+    EXPECT_EQ(m.mark("s", 0).live, 40);
+    EXPECT_EQ(m.topic("s", 1), "");
+    EXPECT_EQ(m.partition("s", 1), -1);
+    EXPECT_EQ(m.mark("s", 1).live, kNoMark);
+    EXPECT_EQ(m.mark("s", 1).replay, kNoMark);
 }
 
 }  // namespace

@@ -571,5 +571,20 @@ TEST(PassStateJitter, UniformInUnitIntervalAndSeeded) {
     EXPECT_NEAR(sum / 10000, 0.5, 0.02);
 }
 
+// ---- the boundary ----------------------------------------------------------------------------
+
+// The PostgreSQL side calls these without a guard (PassWork in handlers/pass_internal.hpp): they
+// must not throw. The operations that allocate are not noexcept and go through the guard.
+static_assert(noexcept(std::declval<const PassState&>().lane_count()));
+static_assert(noexcept(std::declval<const PassState&>().lane_id(0)));
+static_assert(noexcept(std::declval<const PassState&>().chosen(0)));
+static_assert(noexcept(std::declval<const PassState&>().is_held_back(0, Ordering::kKey)));
+static_assert(noexcept(std::declval<const PassState&>().find_cursor("s", nullptr, nullptr)));
+static_assert(noexcept(std::declval<PassState&>().begin_pass()));
+static_assert(noexcept(std::declval<PassState&>().seal_lane(0)));
+static_assert(noexcept(std::declval<PassState&>().next_jitter()));
+static_assert(!noexcept(std::declval<PassState&>().add_lane("t", 0)));
+static_assert(!noexcept(std::declval<PassState&>().choose_picks(0)));
+
 }  // namespace
 }  // namespace eventbox::handlers

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <climits>
+#include <utility>
 
 namespace eventbox::handlers {
 namespace {
@@ -66,6 +67,12 @@ TEST(QuietSubscriptions, ANewSubscriptionsGenerationForgetsTheOthers) {
     q.after_pass("a", QuietKey{1, 1, 2, false}, 0, false, kNever);  // "b" may be dropped
     EXPECT_EQ(q.size(), 1u);
 }
+
+// The handler worker asks skip() without a guard, after_pass() through one (handlers/worker.cpp).
+static_assert(
+    noexcept(std::declval<const QuietSubscriptions&>().skip("s", QuietKey{}, 0, nullptr)));
+static_assert(
+    !noexcept(std::declval<QuietSubscriptions&>().after_pass("s", QuietKey{}, 0, false, 0)));
 
 }  // namespace
 }  // namespace eventbox::handlers

@@ -73,7 +73,7 @@ def check_pass(c, state):
         "%s: a %s%s touched %d buffers (backlog of %d): %s" % (
             state, worst[1], " using " + worst[2] if worst[2] else "", worst[3], BACKLOG,
             worst[0][:300]))
-    # The rows to run are read by their ctid without a statement (handlers/runner.cpp,
+    # The rows to run are read by their ctid without a statement (handlers/run.cpp,
     # fetch_rows); the processed mark finds them the same way, with a TID scan.
     mark = [s for s in scans if "status = 'processed'" in s[0] and "ctid" in s[0]]
     assert mark and all(s[1] == "Tid Scan" for s in mark), "%s: mark plans %s" % (state, mark)

@@ -1,0 +1,208 @@
+// What a pass holds in a lane: its advisory lock (a worker's, a session lock until the pass ends)
+// and its claim, the messages a worker's pass took there, committed with their attempts before
+// any of them runs; a later pass that finds a claim still waiting settles it (the attempt a crash
+// cut short counts). PostgreSQL side (see handlers/pass_internal.hpp).
+extern "C" {
+#include "postgres.h"
+
+#include "common/hashfn.h"
+#include "miscadmin.h"
+#include "storage/lock.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+}
+
+#include <cstring>
+
+#include "handlers/pass_internal.hpp"
+#include "handlers/runner.hpp"
+
+namespace eventbox::handlers {
+
+namespace {
+
+// The advisory lock of a lane, in a field4 of our own so it never meets users' advisory locks.
+LOCKTAG lane_tag(const char* subscription, const char* topic, int32 partition) {
+    LOCKTAG tag;
+    uint32 key1 = hash_bytes(reinterpret_cast<const unsigned char*>(subscription),
+                             static_cast<int>(strlen(subscription)));
+    uint32 key2 = hash_bytes(reinterpret_cast<const unsigned char*>(topic),
+                             static_cast<int>(strlen(topic))) ^
+                  static_cast<uint32>(partition) * 2654435761u;
+    SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, key1, key2, 0x4542);
+    return tag;
+}
+
+// Held session lane locks, to release after the pass (or after an error).
+constexpr int kMaxHeld = 1024;
+struct HeldLocks {
+    LOCKTAG tags[kMaxHeld];
+    int n = 0;
+};
+HeldLocks held;
+
+// A lane's claim: what the last worker pass in it took (empty once their outcomes committed).
+// By the primary key of eventbox.handler_claims, as the other claim statements.
+KeptStatement claim_read_statement{
+    "SELECT message_ids, attempts FROM eventbox.handler_claims"
+    " WHERE subscription = $1 AND topic = $2 AND \"partition\" = $3",
+    3, {TEXTOID, TEXTOID, INT4OID}, nullptr};
+
+// Messages of a claim left by a crashed pass that still wait with the attempts they had then
+// (no outcome committed): their attempt never finished and counts; dead when that was the
+// last one ($3 = max_attempts). The others run alone next. (The status test is on
+// coalesce(): a plain one implies inbox_todo_idx's predicate, and the planner could walk
+// that whole index instead of probing the ids.)
+KeptStatement crash_statement{
+    "UPDATE eventbox.inbox i SET attempts = i.attempts + 1, next_attempt_at = NULL, "
+    "status = CASE WHEN i.attempts + 1 >= $3 THEN 'dead' ELSE i.status END, "
+    "last_error = CASE WHEN i.attempts + 1 >= $3 THEN format('attempt %s never finished: the "
+    "backend running it crashed or was killed', i.attempts + 1) ELSE i.last_error END "
+    "FROM unnest($2::text[], $4::int4[]) AS u(id, attempts) "
+    EVENTBOX_INBOX_BY_ID("x.ctid AS t", "")
+    "WHERE i.ctid = x.t AND i.attempts = u.attempts "
+    "  AND coalesce(i.status, '') IN ('received', 'retry') "
+    "RETURNING i.status = 'dead', i.message_id",
+    4, {TEXTOID, TEXTARRAYOID, INT4OID, INT4ARRAYOID}, nullptr};
+
+KeptStatement claim_write_statement{
+    "INSERT INTO eventbox.handler_claims (subscription, topic, \"partition\", message_ids, "
+    "attempts) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (subscription, topic, \"partition\") "
+    "DO UPDATE SET message_ids = EXCLUDED.message_ids, attempts = EXCLUDED.attempts",
+    5, {TEXTOID, TEXTOID, INT4OID, TEXTARRAYOID, INT4ARRAYOID}, nullptr};
+
+KeptStatement claim_clear_statement{
+    "UPDATE eventbox.handler_claims c SET message_ids = '{}', attempts = '{}' "
+    "FROM unnest($2::text[], $3::int4[]) AS u(topic, p) "
+    "WHERE c.subscription = $1 AND c.topic = u.topic AND c.\"partition\" = u.p"
+    "  AND c.message_ids <> '{}'",
+    3, {TEXTOID, TEXTARRAYOID, INT4ARRAYOID}, nullptr};
+
+// The messages of the crash statement's result (SPI_tuptable) that went dead: their keys
+// blocked and their dead letters sent. Returns how many.
+int crashed_dead(Datum name) {
+    bool isnull;
+    pg::ArrayColumn dead_ids(static_cast<int>(Max(SPI_processed, 1)), TEXTOID);
+    int dead = 0;
+    for (uint64 r = 0; r < SPI_processed; ++r)
+        if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull)))
+            dead_ids.set(dead++, SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2,
+                                               &isnull));
+    if (dead > 0) dead_letters::after_dead(name, dead_ids.get(dead));
+    return dead;
+}
+
+// How many chosen messages of lane l run (to_run[]), in a worker's pass; none in process().
+int runs_in_lane(const Pass& p, std::size_t l, const bool* to_run, int n_chosen) {
+    int n = 0;
+    for (int c = 0; p.own_transactions && c < n_chosen; ++c)
+        if (to_run[c] && p.work.lane_of_chosen(c) == l) ++n;
+    return n;
+}
+
+}  // namespace
+
+bool try_lock_lane(const char* subscription, const char* topic, int32 partition, bool session) {
+    LOCKTAG tag = lane_tag(subscription, topic, partition);
+    if (session && held.n >= kMaxHeld) return false;
+    LockAcquireResult r = LockAcquire(&tag, ExclusiveLock, session, true);
+    if (r == LOCKACQUIRE_NOT_AVAIL) return false;
+    if (session) held.tags[held.n++] = tag;
+    return true;
+}
+
+// A message whose attempt a crash cut short runs alone, and one such message at a time in the
+// database: a crash it causes again then cuts short no other one's attempt (a parallel pass
+// runs only messages that have not crashed).
+bool try_lock_suspects(bool session) {
+    if (session && held.n >= kMaxHeld) return false;
+    LOCKTAG tag;
+    SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, 0, 0x4543);
+    if (LockAcquire(&tag, ExclusiveLock, session, true) == LOCKACQUIRE_NOT_AVAIL) return false;
+    if (session) held.tags[held.n++] = tag;
+    return true;
+}
+
+void release_lane_locks() {
+    for (int i = 0; i < held.n; ++i) LockRelease(&held.tags[i], ExclusiveLock, true);
+    held.n = 0;
+}
+
+// Those with no message chosen and no claim settled (which stays locked until it commits).
+void release_unused_lanes(const Pass& p) {
+    std::size_t n_lanes = p.work.lane_count();
+    for (std::size_t l = 0; l < n_lanes; ++l) {
+        if (!p.work.is_locked(l) || p.work.lane_in_use(l)) continue;
+        LaneId lane = p.work.lane_id(l);
+        LOCKTAG tag = lane_tag(p.subscription, lane.topic, lane.partition);
+        LockRelease(&tag, ExclusiveLock, true);
+        for (int i = 0; i < held.n; ++i)
+            if (memcmp(&held.tags[i], &tag, sizeof tag) == 0) {
+                held.tags[i] = held.tags[--held.n];
+                break;
+            }
+    }
+}
+
+// The claimed messages that still wait have their attempt counted (dead when it was the last).
+int settle_claim(Pass& p, std::size_t l) {
+    LaneId lane = p.work.lane_id(l);
+    Datum args[3] = {p.setup.name, CStringGetTextDatum(lane.topic), Int32GetDatum(lane.partition)};
+    exec(claim_read_statement, args, false, SPI_OK_SELECT);
+    if (SPI_processed == 0) return 0;
+    bool isnull;
+    Datum ids = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+    Datum attempts = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+    ArrayType* id_array = DatumGetArrayTypeP(ids);
+    if (ArrayGetNItems(ARR_NDIM(id_array), ARR_DIMS(id_array)) == 0) return 0;
+    p.work.set_had_claim(l);
+    Datum crash_args[4] = {p.setup.name, ids, Int32GetDatum(p.setup.options.max_attempts),
+                           attempts};
+    exec(crash_statement, crash_args, false, SPI_OK_UPDATE_RETURNING);
+    return crashed_dead(p.setup.name);
+}
+
+// A worker's pass claims the messages it runs (`own_transactions`); a claim it settled is then
+// emptied, or replaced.
+void write_claims(Pass& p, const bool* to_run) {
+    std::size_t n_lanes = p.work.lane_count();
+    int n_chosen = static_cast<int>(p.work.chosen_count());
+    for (std::size_t l = 0; l < n_lanes; ++l) {
+        if (!p.work.is_locked(l)) continue;
+        int n = runs_in_lane(p, l, to_run, n_chosen);
+        if (n == 0 && !p.work.had_claim(l)) continue;
+        pg::ArrayColumn ids(n, TEXTOID), attempts(n, INT4OID);
+        n = 0;
+        for (int c = 0; p.own_transactions && c < n_chosen; ++c) {
+            if (!to_run[c]) continue;
+            ChosenMessage m = p.work.chosen(c);
+            if (m.lane != l) continue;
+            ids.set(n, CStringGetTextDatum(m.id));
+            attempts.set(n, Int32GetDatum(m.attempts));
+            ++n;
+        }
+        LaneId lane = p.work.lane_id(l);
+        name_lane(p, lane.topic, lane.partition);
+        Datum args[5] = {p.setup.name, CStringGetTextDatum(lane.topic),
+                         Int32GetDatum(lane.partition), ids.get(), attempts.get()};
+        exec(claim_write_statement, args, false, SPI_OK_INSERT);
+    }
+    name_lane(p, nullptr, -1);
+}
+
+// With the last outcomes of a worker's pass.
+void clear_claims(Pass& p) {
+    std::size_t n_lanes = p.work.lane_count();
+    pg::ArrayColumn topics(static_cast<int>(Max(n_lanes, 1)), TEXTOID),
+        partitions(static_cast<int>(Max(n_lanes, 1)), INT4OID);
+    for (std::size_t l = 0; l < n_lanes; ++l) {
+        if (!p.work.lane_has_chosen(l)) continue;
+        LaneId lane = p.work.lane_id(l);
+        topics.set(static_cast<int>(l), CStringGetTextDatum(lane.topic));
+        partitions.set(static_cast<int>(l), Int32GetDatum(lane.partition));
+    }
+    Datum args[3] = {p.setup.name, topics.get(), partitions.get()};
+    exec(claim_clear_statement, args, false, SPI_OK_UPDATE);
+}
+
+}  // namespace eventbox::handlers
