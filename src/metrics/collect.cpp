@@ -19,6 +19,7 @@ extern "C" {
 #include "metrics/exposition.hpp"
 #include "outbox/http_relay.hpp"
 #include "pg/boundary.hpp"
+#include "pg/sql_function.hpp"
 #include "workers/common.hpp"
 
 namespace eventbox::metrics {
@@ -285,13 +286,8 @@ char* render(const Counters& counters, const Gauges* gauges, size_t* len) {
 
 }  // namespace eventbox::metrics
 
-extern "C" {
-PG_FUNCTION_INFO_V1(eventbox_metrics);
-PG_FUNCTION_INFO_V1(eventbox_metric_samples);
-}
-
 // eventbox.metrics(): the Prometheus text exposition (format 0.0.4).
-extern "C" Datum eventbox_metrics(PG_FUNCTION_ARGS) {
+EVENTBOX_SQL_FUNCTION(eventbox_metrics) {
     (void)fcinfo;
     using namespace eventbox::metrics;
     Counters counters;
@@ -315,7 +311,7 @@ struct Row {
 
 // eventbox.metric_samples(): every sample as (name, labels jsonb, value); the view
 // eventbox.metrics selects it.
-extern "C" Datum eventbox_metric_samples(PG_FUNCTION_ARGS) {
+EVENTBOX_SQL_FUNCTION(eventbox_metric_samples) {
     using namespace eventbox::metrics;
     ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
     InitMaterializedSRF(fcinfo, 0);

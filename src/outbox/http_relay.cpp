@@ -14,7 +14,6 @@ extern "C" {
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
-#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 }
 
@@ -24,7 +23,6 @@ extern "C" {
 #include "metrics/counters.hpp"
 #include "outbox/http_relay.hpp"
 #include "pg/boundary.hpp"
-#include "pg/extension.hpp"
 #include "pg/shmem.hpp"
 #include "workers/common.hpp"
 
@@ -155,11 +153,7 @@ http::Client* load_client(std::size_t queue_limit, uint64* loaded) {
     // The rows outlive SPI_finish(); this context goes at the end of the load.
     MemoryContext load_context =
         AllocSetContextCreate(TopMemoryContext, "eventbox http destinations", ALLOCSET_SMALL_SIZES);
-    SetCurrentStatementStartTimestamp();
-    StartTransactionCommand();
-    pg::lock_schema_or_exit();
-    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "eventbox relay: SPI_connect failed");
-    PushActiveSnapshot(GetTransactionSnapshot());
+    worker::begin_work("eventbox relay");
     // Absent before the extension's 0.2.0 (the relay of an older schema has no destinations).
     int rc =
         SPI_execute("SELECT to_regclass('eventbox.http_destination_config') IS NOT NULL", true, 1);
@@ -208,9 +202,7 @@ http::Client* load_client(std::size_t queue_limit, uint64* loaded) {
         r.max_in_flight = DatumGetInt32(SPI_getbinval(tuple, desc, 6, &isnull));
     }
     MemoryContextSwitchTo(spi_context);
-    PopActiveSnapshot();
-    SPI_finish();
-    CommitTransactionCommand();
+    worker::end_work();
     MemoryContext after = MemoryContextSwitchTo(load_context);
     if (n == 0) {
         MemoryContextSwitchTo(after);
@@ -312,34 +304,12 @@ void add_families(metrics::Exposition& e) {
     }
 }
 
-}  // namespace eventbox::http_relay
-
-extern "C" {
-PG_FUNCTION_INFO_V1(eventbox_http_destinations_changed);
-PG_FUNCTION_INFO_V1(eventbox_http_error);
-}
-
-// eventbox._http_error(code, message, hint): the HTTP destination API's errors, raised without
-// the "STATEMENT:" line PostgreSQL would log (the statement may carry header values).
-extern "C" Datum eventbox_http_error(PG_FUNCTION_ARGS) {
-    char* code = text_to_cstring(PG_GETARG_TEXT_PP(0));
-    char* message = text_to_cstring(PG_GETARG_TEXT_PP(1));
-    char* hint = text_to_cstring(PG_GETARG_TEXT_PP(2));
-    if (strlen(code) != 5) code = pstrdup("XX000");
-    ereport(ERROR, (errcode(MAKE_SQLSTATE(code[0], code[1], code[2], code[3], code[4])),
-                    errmsg_internal("%s", message), errhint("%s", hint), errhidestmt(true)));
-    PG_RETURN_VOID();
-}
-
-// eventbox._http_destinations_changed(): the relay reloads its destinations once this
-// transaction commits.
-extern "C" Datum eventbox_http_destinations_changed(PG_FUNCTION_ARGS) {
-    (void)fcinfo;
-    using namespace eventbox::http_relay;
+void destinations_changed_at_commit() {
     if (!bump_registered) {
         RegisterXactCallback(on_xact_event, nullptr);
         bump_registered = true;
     }
     bump_pending = true;
-    PG_RETURN_VOID();
 }
+
+}  // namespace eventbox::http_relay
