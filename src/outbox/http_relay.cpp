@@ -147,13 +147,10 @@ uint64 generation() {
     return shared ? pg_atomic_read_u64(&shared->generation) : 0;
 }
 
-http::Client* load_client(std::size_t queue_limit, uint64* loaded) {
-    *loaded = generation();
-    pg_memory_barrier();
-    // The rows outlive SPI_finish(); this context goes at the end of the load.
-    MemoryContext load_context =
-        AllocSetContextCreate(TopMemoryContext, "eventbox http destinations", ALLOCSET_SMALL_SIZES);
-    worker::begin_work("eventbox relay");
+namespace {
+
+// Runs the statement reading the destinations (none before the extension's 0.2.0).
+void query_destinations() {
     // Absent before the extension's 0.2.0 (the relay of an older schema has no destinations).
     int rc =
         SPI_execute("SELECT to_regclass('eventbox.http_destination_config') IS NOT NULL", true, 1);
@@ -171,48 +168,42 @@ http::Client* load_client(std::size_t queue_limit, uint64* loaded) {
     } else {
         SPI_processed = 0;
     }
-    int n = static_cast<int>(SPI_processed);
-    MemoryContext spi_context = MemoryContextSwitchTo(load_context);
-    LoadedRow* rows = static_cast<LoadedRow*>(palloc0(sizeof(LoadedRow) * Max(n, 1)));
-    for (int i = 0; i < n; ++i) {
-        HeapTuple tuple = SPI_tuptable->vals[i];
-        TupleDesc desc = SPI_tuptable->tupdesc;
-        LoadedRow& r = rows[i];
-        r.topic = TextDatumGetCString(SPI_getbinval(tuple, desc, 1, &isnull));
-        r.url = TextDatumGetCString(SPI_getbinval(tuple, desc, 2, &isnull));
-        r.method = TextDatumGetCString(SPI_getbinval(tuple, desc, 3, &isnull));
-        Jsonb* headers = DatumGetJsonbP(SPI_getbinval(tuple, desc, 4, &isnull));
-        int count = JB_ROOT_IS_OBJECT(headers) ? JB_ROOT_COUNT(headers) : 0;
-        r.header_names = static_cast<char**>(palloc0(sizeof(char*) * Max(count, 1)));
-        r.header_values = static_cast<char**>(palloc0(sizeof(char*) * Max(count, 1)));
-        if (count > 0) {
-            JsonbIterator* it = JsonbIteratorInit(&headers->root);
-            JsonbValue key, value;
-            JsonbIteratorToken token;
-            while ((token = JsonbIteratorNext(&it, &key, true)) != WJB_DONE) {
-                if (token != WJB_KEY) continue;
-                JsonbIteratorNext(&it, &value, true);
-                if (value.type != jbvString || r.n_headers >= count) continue;
-                r.header_names[r.n_headers] = pnstrdup(key.val.string.val, key.val.string.len);
-                r.header_values[r.n_headers] = pnstrdup(value.val.string.val, value.val.string.len);
-                ++r.n_headers;
-            }
-        }
-        r.timeout_ms = DatumGetInt64(SPI_getbinval(tuple, desc, 5, &isnull));
-        r.max_in_flight = DatumGetInt32(SPI_getbinval(tuple, desc, 6, &isnull));
-    }
-    MemoryContextSwitchTo(spi_context);
-    worker::end_work();
-    MemoryContext after = MemoryContextSwitchTo(load_context);
-    if (n == 0) {
-        MemoryContextSwitchTo(after);
-        MemoryContextDelete(load_context);
-        return nullptr;
-    }
+}
 
+// Copies row `i` of the last SPI result into `r` (in the current memory context).
+void copy_destination(int i, LoadedRow& r) {
+    HeapTuple tuple = SPI_tuptable->vals[i];
+    TupleDesc desc = SPI_tuptable->tupdesc;
+    bool isnull;
+    r.topic = TextDatumGetCString(SPI_getbinval(tuple, desc, 1, &isnull));
+    r.url = TextDatumGetCString(SPI_getbinval(tuple, desc, 2, &isnull));
+    r.method = TextDatumGetCString(SPI_getbinval(tuple, desc, 3, &isnull));
+    Jsonb* headers = DatumGetJsonbP(SPI_getbinval(tuple, desc, 4, &isnull));
+    int count = JB_ROOT_IS_OBJECT(headers) ? JB_ROOT_COUNT(headers) : 0;
+    r.header_names = static_cast<char**>(palloc0(sizeof(char*) * Max(count, 1)));
+    r.header_values = static_cast<char**>(palloc0(sizeof(char*) * Max(count, 1)));
+    if (count > 0) {
+        JsonbIterator* it = JsonbIteratorInit(&headers->root);
+        JsonbValue key, value;
+        JsonbIteratorToken token;
+        while ((token = JsonbIteratorNext(&it, &key, true)) != WJB_DONE) {
+            if (token != WJB_KEY) continue;
+            JsonbIteratorNext(&it, &value, true);
+            if (value.type != jbvString || r.n_headers >= count) continue;
+            r.header_names[r.n_headers] = pnstrdup(key.val.string.val, key.val.string.len);
+            r.header_values[r.n_headers] = pnstrdup(value.val.string.val, value.val.string.len);
+            ++r.n_headers;
+        }
+    }
+    r.timeout_ms = DatumGetInt64(SPI_getbinval(tuple, desc, 5, &isnull));
+    r.max_in_flight = DatumGetInt32(SPI_getbinval(tuple, desc, 6, &isnull));
+}
+
+// A client for the `n` destinations `rows`.
+http::Client* build_client(const LoadedRow* rows, int n, std::size_t queue_limit) {
     int* slots = static_cast<int*>(palloc(sizeof(int) * n));
     for (int i = 0; i < n; ++i) slots[i] = slot_of(rows[i].topic);
-    http::Client* client = pg::call_cpp([&] {
+    return pg::call_cpp([&] {
         std::vector<http::Destination> destinations;
         for (int i = 0; i < n; ++i) {
             http::Destination d;
@@ -228,6 +219,31 @@ http::Client* load_client(std::size_t queue_limit, uint64* loaded) {
         }
         return new http::Client(std::move(destinations), queue_limit);
     });
+}
+
+}  // namespace
+
+http::Client* load_client(std::size_t queue_limit, uint64* loaded) {
+    *loaded = generation();
+    pg_memory_barrier();
+    // The rows outlive SPI_finish(); this context goes at the end of the load.
+    MemoryContext load_context =
+        AllocSetContextCreate(TopMemoryContext, "eventbox http destinations", ALLOCSET_SMALL_SIZES);
+    worker::begin_work("eventbox relay");
+    query_destinations();
+    int n = static_cast<int>(SPI_processed);
+    MemoryContext spi_context = MemoryContextSwitchTo(load_context);
+    LoadedRow* rows = static_cast<LoadedRow*>(palloc0(sizeof(LoadedRow) * Max(n, 1)));
+    for (int i = 0; i < n; ++i) copy_destination(i, rows[i]);
+    MemoryContextSwitchTo(spi_context);
+    worker::end_work();
+    MemoryContext after = MemoryContextSwitchTo(load_context);
+    if (n == 0) {
+        MemoryContextSwitchTo(after);
+        MemoryContextDelete(load_context);
+        return nullptr;
+    }
+    http::Client* client = build_client(rows, n, queue_limit);
     MemoryContextSwitchTo(after);
     MemoryContextDelete(load_context);
     ereport(LOG, (errmsg("eventbox relay: delivering %d topic(s) to HTTP destinations", n)));
