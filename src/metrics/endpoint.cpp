@@ -138,8 +138,8 @@ HttpServer::Watch* endpoint_watches(int* n) {
     call_cpp([&] {
         std::vector<HttpServer::Watch> w = http->watches();
         *n = static_cast<int>(w.size());
-        watch = static_cast<HttpServer::Watch*>(pg::pg_guard(
-            [&] { return palloc(sizeof(HttpServer::Watch) * (w.size() + 1)); }));
+        watch = static_cast<HttpServer::Watch*>(
+            pg::pg_guard([&] { return palloc(sizeof(HttpServer::Watch) * (w.size() + 1)); }));
         std::copy(w.begin(), w.end(), watch);
     });
     return watch;
@@ -149,8 +149,8 @@ HttpServer::Watch* endpoint_watches(int* n) {
 
 void start() {
     before_shmem_exit(close_http, 0);
-    gauge_context = AllocSetContextCreate(TopMemoryContext, "eventbox metrics gauges",
-                                          ALLOCSET_SMALL_SIZES);
+    gauge_context =
+        AllocSetContextCreate(TopMemoryContext, "eventbox metrics gauges", ALLOCSET_SMALL_SIZES);
 }
 
 void open_listener() {
@@ -168,8 +168,8 @@ void open_listener() {
         }
     });
     if (http == nullptr) {
-        ereport(WARNING, (errmsg("eventbox supervisor: %s", error),
-                          errdetail("Trying again in 60 s.")));
+        ereport(WARNING,
+                (errmsg("eventbox supervisor: %s", error), errdetail("Trying again in 60 s.")));
         next_listen_attempt = TimestampTzPlusMilliseconds(now, 60000);
     } else {
         ereport(LOG, (errmsg("eventbox supervisor serving metrics on http://%s/metrics",

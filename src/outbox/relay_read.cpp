@@ -35,9 +35,8 @@ void prepare_read_plans() {
     if (claim_plan != nullptr) return;
     Oid claim_types[2] = {INT8OID, INT4OID};
     claim_plan = worker::prepare_kept(
-        kWho,
-        psprintf("%s WHERE status = 'pending' AND id > $1 ORDER BY id LIMIT $2", kRowColumns), 2,
-        claim_types);
+        kWho, psprintf("%s WHERE status = 'pending' AND id > $1 ORDER BY id LIMIT $2", kRowColumns),
+        2, claim_types);
     Oid range_types[3] = {INT8OID, INT8OID, INT4OID};
     range_plan = worker::prepare_kept(kWho,
                                       psprintf("%s WHERE status = 'pending' AND id >= $1 AND "

@@ -50,7 +50,9 @@ void PgHttpClient::load(std::size_t queue_limit) {
     client_ = http_relay::load_client(queue_limit, &generation_);
 }
 
-bool PgHttpClient::changed() const { return http_relay::generation() != generation_; }
+bool PgHttpClient::changed() const {
+    return http_relay::generation() != generation_;
+}
 
 void PgDispatcher::create(PgProducer& producer, PgHttpClient& http) {
     call_cpp([&] {
@@ -62,8 +64,7 @@ void PgDispatcher::create(PgProducer& producer, PgHttpClient& http) {
         limits.max_attempts = guc::relay_max_attempts;
         if (http.client_ != nullptr) router_ = new http::Router(*producer.producer_, *http.client_);
         dispatcher_ = new relay::Dispatcher(
-            router_ != nullptr ? static_cast<relay::Sink&>(*router_) : *producer.producer_,
-            limits);
+            router_ != nullptr ? static_cast<relay::Sink&>(*router_) : *producer.producer_, limits);
     });
 }
 

@@ -38,9 +38,9 @@ char* current_fingerprint() {
     return MemoryContextStrdup(
         TopMemoryContext,
         psprintf("%s|%d|%d|%d|%d|%d|%d|%d|%d", guc::brokers, guc::max_message_bytes,
-                 guc::relay_max_in_flight,
-                 guc::relay_message_timeout_ms, guc::relay_linger_ms, guc::relay_retry_backoff_ms,
-                 guc::relay_retry_backoff_max_ms, guc::relay_max_attempts, guc::relay_batch_size));
+                 guc::relay_max_in_flight, guc::relay_message_timeout_ms, guc::relay_linger_ms,
+                 guc::relay_retry_backoff_ms, guc::relay_retry_backoff_max_ms,
+                 guc::relay_max_attempts, guc::relay_batch_size));
 }
 
 void rebuild_wait_set() {
@@ -54,7 +54,9 @@ void rebuild_wait_set() {
         AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, http_client.event_fd(), nullptr, nullptr);
 }
 
-void shutdown_relay(int, Datum) { destroy_state(); }
+void shutdown_relay(int, Datum) {
+    destroy_state();
+}
 
 // (Re)creates the producer and dispatcher for the current settings; leaves the relay idle when
 // eventbox.brokers is empty.
@@ -186,7 +188,9 @@ void relay_start(MemoryContext) {
 }
 
 // An ERROR in a pass: start over from the outbox after the backoff.
-void relay_after_error() { needs_reset = true; }
+void relay_after_error() {
+    needs_reset = true;
+}
 
 void relay_turn(MemoryContext) {
     if (needs_reset) {

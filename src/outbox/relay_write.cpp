@@ -143,8 +143,8 @@ uint64 delete_at_tids(const AckedRow* rows, int n, bool* done) {
     worker::Subtransaction sub = worker::begin_subtransaction();
     PG_TRY();
     {
-        worker::exec_kept("eventbox relay", tid_delete_plan, values, false,
-                          SPI_OK_DELETE_RETURNING, worker::Access::kTid);
+        worker::exec_kept("eventbox relay", tid_delete_plan, values, false, SPI_OK_DELETE_RETURNING,
+                          worker::Access::kTid);
         uint64 found = 0;
         bool foreign = false;
         for (uint64 r = 0; r < SPI_processed && !foreign; ++r) {
@@ -170,9 +170,7 @@ uint64 delete_at_tids(const AckedRow* rows, int n, bool* done) {
         }
     }
     PG_CATCH();
-    {
-        ReThrowError(worker::abort_subtransaction(sub));
-    }
+    { ReThrowError(worker::abort_subtransaction(sub)); }
     PG_END_TRY();
     return deleted;
 }

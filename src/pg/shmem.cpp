@@ -282,7 +282,7 @@ void on_xact_event(XactEvent event, void*) {
     }
     // Ends the bracket whatever happens next (an abort after PRE_COMMIT too). A PREPAREd
     // transaction commits later in another session, unseen: the workers' periodic drop of their
-    // marks covers it (README, "Low-water marks").
+    // marks covers it (docs/design/handlers.md, "Low-water marks").
     inbox_bump_after_commit();
     inbox_at_commit = false;
     if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT) {

@@ -54,8 +54,8 @@ struct Managed {
     int backoff_ms;
 };
 
-Managed supervisor_worker = {"eventbox_supervisor_main", "eventbox supervisor", 0, nullptr, nullptr,
-                             0, 0, 1000};
+Managed supervisor_worker = {
+    "eventbox_supervisor_main", "eventbox supervisor", 0, nullptr, nullptr, 0, 0, 1000};
 Managed relay = {"eventbox_relay_main", "eventbox relay", 0, nullptr, nullptr, 0, 0, 1000};
 Managed ingest_workers[shmem::kMaxIngestWorkers];
 Managed handler_workers[shmem::kMaxHandlerWorkers];
@@ -143,9 +143,8 @@ void start(Managed& w) {
         w.handle = nullptr;
         w.backoff_ms = Min(w.backoff_ms * 2, kMaxBackoffMs);
         w.next_start = TimestampTzPlusMilliseconds(w.started_at, w.backoff_ms);
-        ereport(WARNING,
-                (errmsg("could not start %s: no free background worker slot", w.type),
-                 errhint("Raise max_worker_processes.")));
+        ereport(WARNING, (errmsg("could not start %s: no free background worker slot", w.type),
+                          errhint("Raise max_worker_processes.")));
     }
 }
 
@@ -179,7 +178,6 @@ long supervise(Managed& w) {
     start(w);
     return w.handle ? LONG_MAX : w.backoff_ms;
 }
-
 
 }  // namespace
 
@@ -246,8 +244,10 @@ long serve_extension(const pg::ExtensionState& ext) {
     // eventbox.ingest_workers follows reloads: the ones beyond it are stopped (the others take
     // their partitions over at the stored offsets).
     for (int i = 0; i < shmem::kMaxIngestWorkers; ++i) {
-        if (i < guc::ingest_workers) timeout_ms = Min(timeout_ms, supervise(ingest_workers[i]));
-        else stop(ingest_workers[i]);
+        if (i < guc::ingest_workers)
+            timeout_ms = Min(timeout_ms, supervise(ingest_workers[i]));
+        else
+            stop(ingest_workers[i]);
     }
     for (int i = 0; i < guc::handler_workers; ++i)
         timeout_ms = Min(timeout_ms, supervise(handler_workers[i]));
@@ -260,11 +260,10 @@ long serve_extension(const pg::ExtensionState& ext) {
 // WARNING per version seen, then wait for ALTER EXTENSION ... UPDATE.
 void wait_for_update(const pg::ExtensionState& ext) {
     if (strcmp(announced_version, ext.version) != 0)
-        ereport(WARNING,
-                (errmsg("pg_eventbox library %s does not match the schema version %s "
-                        "installed in database \"%s\"; its workers wait",
-                        pg::kLibraryVersion, ext.version, guc::database),
-                 errhint("Run ALTER EXTENSION pg_eventbox UPDATE in that database.")));
+        ereport(WARNING, (errmsg("pg_eventbox library %s does not match the schema version %s "
+                                 "installed in database \"%s\"; its workers wait",
+                                 pg::kLibraryVersion, ext.version, guc::database),
+                          errhint("Run ALTER EXTENSION pg_eventbox UPDATE in that database.")));
     strlcpy(announced_version, ext.version, sizeof announced_version);
     stop_all_workers();
     shmem::set_state("waiting for ALTER EXTENSION UPDATE");
@@ -286,11 +285,11 @@ void supervisor_start(MemoryContext) {
     pgstat_report_activity(STATE_IDLE, nullptr);
     metrics::endpoint::start();
     for (int i = 0; i < shmem::kMaxIngestWorkers; ++i)
-        ingest_workers[i] = {"eventbox_ingest_main", "eventbox ingest", i, nullptr, nullptr, 0, 0,
-                             1000};
+        ingest_workers[i] = {
+            "eventbox_ingest_main", "eventbox ingest", i, nullptr, nullptr, 0, 0, 1000};
     for (int i = 0; i < shmem::kMaxHandlerWorkers; ++i)
-        handler_workers[i] = {"eventbox_handler_main", "eventbox handler", i, nullptr, nullptr, 0,
-                              0, 1000};
+        handler_workers[i] = {
+            "eventbox_handler_main", "eventbox handler", i, nullptr, nullptr, 0, 0, 1000};
 }
 
 // One look at the extension, what follows from it, and a wait.
@@ -375,7 +374,7 @@ extern "C" void eventbox_launcher_main(Datum) {
 // Planner settings of the workers (async commit on) for the purge and the gauge queries.
 extern "C" void eventbox_supervisor_main(Datum arg) {
     using namespace eventbox;
-    worker::run_worker(arg, worker::WorkerMain{shmem::Role::kLauncher, 0, true,
-                                               "eventbox supervisor", supervisor_start, nullptr,
-                                               supervisor_turn});
+    worker::run_worker(arg,
+                       worker::WorkerMain{shmem::Role::kLauncher, 0, true, "eventbox supervisor",
+                                          supervisor_start, nullptr, supervisor_turn});
 }

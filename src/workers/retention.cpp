@@ -57,8 +57,8 @@ void purge_batch(void* arg) {
             "RETURNING processed_at",
             3, types);
         if (plan == nullptr) elog(ERROR, "could not prepare the inbox purge");
-        Datum values[3] = {TimestampTzGetDatum(purge_cursor),
-                           Int32GetDatum(guc::inbox_retention_s), Int32GetDatum(kPurgeBatch)};
+        Datum values[3] = {TimestampTzGetDatum(purge_cursor), Int32GetDatum(guc::inbox_retention_s),
+                           Int32GetDatum(kPurgeBatch)};
         worker::exec_kept("eventbox supervisor", plan, values, false, SPI_OK_DELETE_RETURNING);
         batch->inbox_deleted = SPI_processed;
         for (uint64 i = 0; i < SPI_processed; ++i) {
@@ -126,8 +126,8 @@ long retention_step() {
         purge_cursor = batch.last_processed_at;
     else
         purge_cursor = DT_NOBEGIN;
-    long wait = purge_pacing.after_batch(started / 1000, ended / 1000, ok, full,
-                                         shmem::inflow_messages());
+    long wait =
+        purge_pacing.after_batch(started / 1000, ended / 1000, ok, full, shmem::inflow_messages());
     next_purge = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), wait);
     return wait;
 }
