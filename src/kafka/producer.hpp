@@ -51,11 +51,11 @@ public:
 
     // File descriptor that becomes readable when librdkafka queues an event on an empty queue:
     // call poll() once after creating the producer, then after each wake-up.
-    int event_fd() const { return pipe_[0]; }
+    int event_fd() const noexcept { return pipe_[0]; }
     // Drains the wake-up pipe and serves all queued callbacks.
     void poll();
 
-    std::vector<Delivery>& deliveries() { return deliveries_; }
+    std::vector<Delivery>& deliveries() noexcept { return deliveries_; }
     // Stops waiting for queued and in-flight messages (they are reported as purged).
     void purge();
 

@@ -19,6 +19,7 @@ extern "C" {
 #include "metrics/exposition.hpp"
 #include "outbox/http_relay.hpp"
 #include "pg/boundary.hpp"
+#include "pg/sql_function.hpp"
 #include "workers/common.hpp"
 
 namespace eventbox::metrics {
@@ -82,9 +83,10 @@ std::vector<double> bounds() {
 
 std::vector<uint64_t> counts(const uint64* c) { return std::vector<uint64_t>(c, c + kBounds + 1); }
 
-// Builds the families (pure C++: only reads the plain data it is given).
-void build(const Counters& s, const Gauges* g, Exposition& e) {
-    using T = Type;
+using T = Type;
+
+// The relay's families and the outbox gauges.
+void build_relay(const Counters& s, const Gauges* g, Exposition& e) {
     Family& published = e.family("eventbox_relay_published_total",
                                  "Outbox rows the broker acknowledged.", T::kCounter);
     e.add(published, {}, static_cast<double>(s.published));
@@ -107,7 +109,10 @@ void build(const Counters& s, const Gauges* g, Exposition& e) {
                                "Age of the oldest outbox row waiting (0 when none).", T::kGauge);
         e.add(age, {}, g->outbox_oldest_age_s);
     }
+}
 
+// The ingest and handler counters, per subscription.
+void build_subscriptions(const Counters& s, Exposition& e) {
     struct Counter {
         const char* name;
         const char* help;
@@ -149,43 +154,49 @@ void build(const Counters& s, const Gauges* g, Exposition& e) {
         e.add_histogram(duration, sub_label(s.subscriptions[i].name), bounds(),
                         counts(s.subscriptions[i].duration_counts),
                         static_cast<double>(s.subscriptions[i].duration_sum_us) / 1e6);
-    if (g != nullptr && g->valid) {
-        Family& pending = e.family("eventbox_inbox_pending",
-                                   "Inbox messages waiting to be handled (received or retry).",
-                                   T::kGauge);
-        Family& age = e.family("eventbox_inbox_oldest_pending_age_seconds",
-                               "Age (since received) of the oldest inbox message waiting.",
+}
+
+// The inbox gauges (read from the tables), per subscription and per partition.
+void build_inbox_gauges(const Gauges& g, Exposition& e) {
+    Family& pending = e.family("eventbox_inbox_pending",
+                               "Inbox messages waiting to be handled (received or retry).",
                                T::kGauge);
-        for (int i = 0; i < g->n_inbox; ++i) {
-            e.add(pending, sub_label(g->inbox[i].subscription),
-                  static_cast<double>(g->inbox[i].pending));
-            e.add(age, sub_label(g->inbox[i].subscription), g->inbox[i].oldest_age_s);
-        }
-        Family& blocked = e.family("eventbox_blocked_keys",
-                                   "Keys whose later messages a dead message holds back "
-                                   "(on_dead 'block_key'), until it is processed or skipped.",
-                                   T::kGauge);
-        Family& held = e.family("eventbox_held_messages",
-                                "Messages waiting behind a dead message of their key "
-                                "(on_dead 'block_key').",
-                                T::kGauge);
-        for (int i = 0; i < g->n_inbox; ++i) {
-            e.add(blocked, sub_label(g->inbox[i].subscription),
-                  static_cast<double>(g->inbox[i].blocked_keys));
-            e.add(held, sub_label(g->inbox[i].subscription),
-                  static_cast<double>(g->inbox[i].held));
-        }
-        Family& lag = e.family("eventbox_ingest_lag",
-                               "Broker high watermark minus the stored next offset, per partition "
-                               "(as last seen by the ingest workers).",
-                               T::kGauge);
-        for (int i = 0; i < g->n_lag; ++i)
-            e.add(lag,
-                  Labels{{"subscription", g->lag[i].subscription},
-                         {"topic", g->lag[i].topic},
-                         {"partition", std::to_string(g->lag[i].partition)}},
-                  static_cast<double>(g->lag[i].lag));
+    Family& age = e.family("eventbox_inbox_oldest_pending_age_seconds",
+                           "Age (since received) of the oldest inbox message waiting.",
+                           T::kGauge);
+    for (int i = 0; i < g.n_inbox; ++i) {
+        e.add(pending, sub_label(g.inbox[i].subscription),
+              static_cast<double>(g.inbox[i].pending));
+        e.add(age, sub_label(g.inbox[i].subscription), g.inbox[i].oldest_age_s);
     }
+    Family& blocked = e.family("eventbox_blocked_keys",
+                               "Keys whose later messages a dead message holds back "
+                               "(on_dead 'block_key'), until it is processed or skipped.",
+                               T::kGauge);
+    Family& held = e.family("eventbox_held_messages",
+                            "Messages waiting behind a dead message of their key "
+                            "(on_dead 'block_key').",
+                            T::kGauge);
+    for (int i = 0; i < g.n_inbox; ++i) {
+        e.add(blocked, sub_label(g.inbox[i].subscription),
+              static_cast<double>(g.inbox[i].blocked_keys));
+        e.add(held, sub_label(g.inbox[i].subscription),
+              static_cast<double>(g.inbox[i].held));
+    }
+    Family& lag = e.family("eventbox_ingest_lag",
+                           "Broker high watermark minus the stored next offset, per partition "
+                           "(as last seen by the ingest workers).",
+                           T::kGauge);
+    for (int i = 0; i < g.n_lag; ++i)
+        e.add(lag,
+              Labels{{"subscription", g.lag[i].subscription},
+                     {"topic", g.lag[i].topic},
+                     {"partition", std::to_string(g.lag[i].partition)}},
+              static_cast<double>(g.lag[i].lag));
+}
+
+// The endpoint's own counts, the workers' restarts, retention and the counters' overflow.
+void build_upkeep(const Counters& s, const Gauges* g, Exposition& e) {
     if (g != nullptr && g->valid && g->counts > 0) {
         Family& counts = e.family(
             "eventbox_metrics_pending_counts_total",
@@ -215,6 +226,14 @@ void build(const Counters& s, const Gauges* g, Exposition& e) {
         "per-subscription counters was full.",
         T::kCounter);
     e.add(overflow, {}, static_cast<double>(s.overflowed));
+}
+
+// Builds the families (pure C++: only reads the plain data it is given).
+void build(const Counters& s, const Gauges* g, Exposition& e) {
+    build_relay(s, g, e);
+    build_subscriptions(s, e);
+    if (g != nullptr && g->valid) build_inbox_gauges(*g, e);
+    build_upkeep(s, g, e);
     http_relay::add_families(e);
 }
 
@@ -285,13 +304,8 @@ char* render(const Counters& counters, const Gauges* gauges, size_t* len) {
 
 }  // namespace eventbox::metrics
 
-extern "C" {
-PG_FUNCTION_INFO_V1(eventbox_metrics);
-PG_FUNCTION_INFO_V1(eventbox_metric_samples);
-}
-
 // eventbox.metrics(): the Prometheus text exposition (format 0.0.4).
-extern "C" Datum eventbox_metrics(PG_FUNCTION_ARGS) {
+EVENTBOX_SQL_FUNCTION(eventbox_metrics) {
     (void)fcinfo;
     using namespace eventbox::metrics;
     Counters counters;
@@ -315,7 +329,7 @@ struct Row {
 
 // eventbox.metric_samples(): every sample as (name, labels jsonb, value); the view
 // eventbox.metrics selects it.
-extern "C" Datum eventbox_metric_samples(PG_FUNCTION_ARGS) {
+EVENTBOX_SQL_FUNCTION(eventbox_metric_samples) {
     using namespace eventbox::metrics;
     ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
     InitMaterializedSRF(fcinfo, 0);

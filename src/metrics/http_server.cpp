@@ -119,13 +119,13 @@ std::vector<HttpServer::Watch> HttpServer::watches() const {
     return out;
 }
 
-int64_t HttpServer::next_deadline_ms() const {
+int64_t HttpServer::next_deadline_ms() const noexcept {
     int64_t next = INT64_MAX;
     for (const Conn& c : conns_) next = std::min(next, c.deadline_ms);
     return next;
 }
 
-std::size_t HttpServer::pending() const {
+std::size_t HttpServer::pending() const noexcept {
     std::size_t n = 0;
     for (const Conn& c : conns_) n += c.waiting ? 1 : 0;
     return n;

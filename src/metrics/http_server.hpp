@@ -37,27 +37,27 @@ public:
     HttpServer(const HttpServer&) = delete;
     HttpServer& operator=(const HttpServer&) = delete;
 
-    int listen_fd() const { return listen_fd_; }
+    int listen_fd() const noexcept { return listen_fd_; }
     // Whether another connection may be accepted now (else leave listen_fd() out of the wait).
-    bool accepting() const { return conns_.size() < limits_.max_connections; }
+    bool accepting() const noexcept { return conns_.size() < limits_.max_connections; }
     struct Watch {
         int fd;
         bool write;  // wait for writability (a response is being sent), else readability
     };
     std::vector<Watch> watches() const;
     // Earliest connection deadline (INT64_MAX when none), on the caller's clock.
-    int64_t next_deadline_ms() const;
+    int64_t next_deadline_ms() const noexcept;
 
     // Accepts, reads, writes and closes what it can without blocking; drops connections past
     // their deadline.
     void step(int64_t now_ms);
     // Connections with a complete GET /metrics request waiting for the body.
-    std::size_t pending() const;
+    std::size_t pending() const noexcept;
     // Sends `body` (text format 0.0.4) to every pending connection, or `status` (e.g. "503
     // Service Unavailable") with a short text body when it is not 200.
     void respond(std::string_view body, int64_t now_ms, std::string_view status = "200 OK");
 
-    uint64_t requests() const { return requests_; }
+    uint64_t requests() const noexcept { return requests_; }
 
 private:
     struct Conn {

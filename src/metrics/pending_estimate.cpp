@@ -54,7 +54,7 @@ int64_t PendingEstimate::total(
     return n;
 }
 
-int64_t PendingEstimate::outbox(int64_t balance) const {
+int64_t PendingEstimate::outbox(int64_t balance) const noexcept {
     return estimate(outbox_.pending, outbox_.balance, balance);
 }
 

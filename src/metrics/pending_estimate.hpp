@@ -40,12 +40,12 @@ public:
 
     // The estimates from the balances now; false when the subscription was not counted (a new
     // one: count again).
-    int64_t outbox(int64_t balance) const;
+    int64_t outbox(int64_t balance) const noexcept;
     bool inbox(const std::string& subscription, int64_t balance, int64_t* pending) const;
 
     // Exact counts ended so far, and how long the last one took.
-    int64_t counts() const { return counts_; }
-    int64_t took_ms() const { return took_ms_; }
+    int64_t counts() const noexcept { return counts_; }
+    int64_t took_ms() const noexcept { return took_ms_; }
 
 private:
     struct Base {

@@ -233,7 +233,7 @@ int Client::destination_of(std::string_view topic) const {
     return it == by_topic_.end() ? -1 : static_cast<int>(it->second);
 }
 
-std::size_t Client::open_requests() const {
+std::size_t Client::open_requests() const noexcept {
     return open_.size();
 }
 
@@ -462,7 +462,7 @@ void Client::poll(int64_t now_ms) {
     }
 }
 
-long Client::timeout_ms(int64_t now_ms) const {
+long Client::timeout_ms(int64_t now_ms) const noexcept {
     (void)now_ms;
     if (timer_due_ms_ < 0) return -1;
     return static_cast<long>(std::max<int64_t>(timer_due_ms_ - steady_ms(), 0));

@@ -80,14 +80,14 @@ class Client final : public relay::Sink {
     relay::Produced produce(const relay::Row& row, std::string& error) override;
 
     // The epoll fd to wait on (readable when a socket is ready).
-    int event_fd() const { return epoll_fd_; }
+    int event_fd() const noexcept { return epoll_fd_; }
     // Milliseconds until curl's next timeout (-1: none).
-    long timeout_ms(int64_t now_ms) const;
+    long timeout_ms(int64_t now_ms) const noexcept;
     // Serves ready sockets and due timeouts, starts queued requests, collects finished ones.
     void poll(int64_t now_ms);
-    std::vector<Outcome>& outcomes() { return outcomes_; }
-    const std::vector<Destination>& destinations() const { return destinations_; }
-    std::size_t open_requests() const;
+    std::vector<Outcome>& outcomes() noexcept { return outcomes_; }
+    const std::vector<Destination>& destinations() const noexcept { return destinations_; }
+    std::size_t open_requests() const noexcept;
 
   private:
     struct Request;

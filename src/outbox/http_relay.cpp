@@ -14,7 +14,6 @@ extern "C" {
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
-#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 }
 
@@ -24,7 +23,6 @@ extern "C" {
 #include "metrics/counters.hpp"
 #include "outbox/http_relay.hpp"
 #include "pg/boundary.hpp"
-#include "pg/extension.hpp"
 #include "pg/shmem.hpp"
 #include "workers/common.hpp"
 
@@ -149,17 +147,10 @@ uint64 generation() {
     return shared ? pg_atomic_read_u64(&shared->generation) : 0;
 }
 
-http::Client* load_client(std::size_t queue_limit, uint64* loaded) {
-    *loaded = generation();
-    pg_memory_barrier();
-    // The rows outlive SPI_finish(); this context goes at the end of the load.
-    MemoryContext load_context =
-        AllocSetContextCreate(TopMemoryContext, "eventbox http destinations", ALLOCSET_SMALL_SIZES);
-    SetCurrentStatementStartTimestamp();
-    StartTransactionCommand();
-    pg::lock_schema_or_exit();
-    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "eventbox relay: SPI_connect failed");
-    PushActiveSnapshot(GetTransactionSnapshot());
+namespace {
+
+// Runs the statement reading the destinations (none before the extension's 0.2.0).
+void query_destinations() {
     // Absent before the extension's 0.2.0 (the relay of an older schema has no destinations).
     int rc =
         SPI_execute("SELECT to_regclass('eventbox.http_destination_config') IS NOT NULL", true, 1);
@@ -177,50 +168,42 @@ http::Client* load_client(std::size_t queue_limit, uint64* loaded) {
     } else {
         SPI_processed = 0;
     }
-    int n = static_cast<int>(SPI_processed);
-    MemoryContext spi_context = MemoryContextSwitchTo(load_context);
-    LoadedRow* rows = static_cast<LoadedRow*>(palloc0(sizeof(LoadedRow) * Max(n, 1)));
-    for (int i = 0; i < n; ++i) {
-        HeapTuple tuple = SPI_tuptable->vals[i];
-        TupleDesc desc = SPI_tuptable->tupdesc;
-        LoadedRow& r = rows[i];
-        r.topic = TextDatumGetCString(SPI_getbinval(tuple, desc, 1, &isnull));
-        r.url = TextDatumGetCString(SPI_getbinval(tuple, desc, 2, &isnull));
-        r.method = TextDatumGetCString(SPI_getbinval(tuple, desc, 3, &isnull));
-        Jsonb* headers = DatumGetJsonbP(SPI_getbinval(tuple, desc, 4, &isnull));
-        int count = JB_ROOT_IS_OBJECT(headers) ? JB_ROOT_COUNT(headers) : 0;
-        r.header_names = static_cast<char**>(palloc0(sizeof(char*) * Max(count, 1)));
-        r.header_values = static_cast<char**>(palloc0(sizeof(char*) * Max(count, 1)));
-        if (count > 0) {
-            JsonbIterator* it = JsonbIteratorInit(&headers->root);
-            JsonbValue key, value;
-            JsonbIteratorToken token;
-            while ((token = JsonbIteratorNext(&it, &key, true)) != WJB_DONE) {
-                if (token != WJB_KEY) continue;
-                JsonbIteratorNext(&it, &value, true);
-                if (value.type != jbvString || r.n_headers >= count) continue;
-                r.header_names[r.n_headers] = pnstrdup(key.val.string.val, key.val.string.len);
-                r.header_values[r.n_headers] = pnstrdup(value.val.string.val, value.val.string.len);
-                ++r.n_headers;
-            }
-        }
-        r.timeout_ms = DatumGetInt64(SPI_getbinval(tuple, desc, 5, &isnull));
-        r.max_in_flight = DatumGetInt32(SPI_getbinval(tuple, desc, 6, &isnull));
-    }
-    MemoryContextSwitchTo(spi_context);
-    PopActiveSnapshot();
-    SPI_finish();
-    CommitTransactionCommand();
-    MemoryContext after = MemoryContextSwitchTo(load_context);
-    if (n == 0) {
-        MemoryContextSwitchTo(after);
-        MemoryContextDelete(load_context);
-        return nullptr;
-    }
+}
 
+// Copies row `i` of the last SPI result into `r` (in the current memory context).
+void copy_destination(int i, LoadedRow& r) {
+    HeapTuple tuple = SPI_tuptable->vals[i];
+    TupleDesc desc = SPI_tuptable->tupdesc;
+    bool isnull;
+    r.topic = TextDatumGetCString(SPI_getbinval(tuple, desc, 1, &isnull));
+    r.url = TextDatumGetCString(SPI_getbinval(tuple, desc, 2, &isnull));
+    r.method = TextDatumGetCString(SPI_getbinval(tuple, desc, 3, &isnull));
+    Jsonb* headers = DatumGetJsonbP(SPI_getbinval(tuple, desc, 4, &isnull));
+    int count = JB_ROOT_IS_OBJECT(headers) ? JB_ROOT_COUNT(headers) : 0;
+    r.header_names = static_cast<char**>(palloc0(sizeof(char*) * Max(count, 1)));
+    r.header_values = static_cast<char**>(palloc0(sizeof(char*) * Max(count, 1)));
+    if (count > 0) {
+        JsonbIterator* it = JsonbIteratorInit(&headers->root);
+        JsonbValue key, value;
+        JsonbIteratorToken token;
+        while ((token = JsonbIteratorNext(&it, &key, true)) != WJB_DONE) {
+            if (token != WJB_KEY) continue;
+            JsonbIteratorNext(&it, &value, true);
+            if (value.type != jbvString || r.n_headers >= count) continue;
+            r.header_names[r.n_headers] = pnstrdup(key.val.string.val, key.val.string.len);
+            r.header_values[r.n_headers] = pnstrdup(value.val.string.val, value.val.string.len);
+            ++r.n_headers;
+        }
+    }
+    r.timeout_ms = DatumGetInt64(SPI_getbinval(tuple, desc, 5, &isnull));
+    r.max_in_flight = DatumGetInt32(SPI_getbinval(tuple, desc, 6, &isnull));
+}
+
+// A client for the `n` destinations `rows`.
+http::Client* build_client(const LoadedRow* rows, int n, std::size_t queue_limit) {
     int* slots = static_cast<int*>(palloc(sizeof(int) * n));
     for (int i = 0; i < n; ++i) slots[i] = slot_of(rows[i].topic);
-    http::Client* client = pg::call_cpp([&] {
+    return pg::call_cpp([&] {
         std::vector<http::Destination> destinations;
         for (int i = 0; i < n; ++i) {
             http::Destination d;
@@ -236,6 +219,31 @@ http::Client* load_client(std::size_t queue_limit, uint64* loaded) {
         }
         return new http::Client(std::move(destinations), queue_limit);
     });
+}
+
+}  // namespace
+
+http::Client* load_client(std::size_t queue_limit, uint64* loaded) {
+    *loaded = generation();
+    pg_memory_barrier();
+    // The rows outlive SPI_finish(); this context goes at the end of the load.
+    MemoryContext load_context =
+        AllocSetContextCreate(TopMemoryContext, "eventbox http destinations", ALLOCSET_SMALL_SIZES);
+    worker::begin_work("eventbox relay");
+    query_destinations();
+    int n = static_cast<int>(SPI_processed);
+    MemoryContext spi_context = MemoryContextSwitchTo(load_context);
+    LoadedRow* rows = static_cast<LoadedRow*>(palloc0(sizeof(LoadedRow) * Max(n, 1)));
+    for (int i = 0; i < n; ++i) copy_destination(i, rows[i]);
+    MemoryContextSwitchTo(spi_context);
+    worker::end_work();
+    MemoryContext after = MemoryContextSwitchTo(load_context);
+    if (n == 0) {
+        MemoryContextSwitchTo(after);
+        MemoryContextDelete(load_context);
+        return nullptr;
+    }
+    http::Client* client = build_client(rows, n, queue_limit);
     MemoryContextSwitchTo(after);
     MemoryContextDelete(load_context);
     ereport(LOG, (errmsg("eventbox relay: delivering %d topic(s) to HTTP destinations", n)));
@@ -312,34 +320,12 @@ void add_families(metrics::Exposition& e) {
     }
 }
 
-}  // namespace eventbox::http_relay
-
-extern "C" {
-PG_FUNCTION_INFO_V1(eventbox_http_destinations_changed);
-PG_FUNCTION_INFO_V1(eventbox_http_error);
-}
-
-// eventbox._http_error(code, message, hint): the HTTP destination API's errors, raised without
-// the "STATEMENT:" line PostgreSQL would log (the statement may carry header values).
-extern "C" Datum eventbox_http_error(PG_FUNCTION_ARGS) {
-    char* code = text_to_cstring(PG_GETARG_TEXT_PP(0));
-    char* message = text_to_cstring(PG_GETARG_TEXT_PP(1));
-    char* hint = text_to_cstring(PG_GETARG_TEXT_PP(2));
-    if (strlen(code) != 5) code = pstrdup("XX000");
-    ereport(ERROR, (errcode(MAKE_SQLSTATE(code[0], code[1], code[2], code[3], code[4])),
-                    errmsg_internal("%s", message), errhint("%s", hint), errhidestmt(true)));
-    PG_RETURN_VOID();
-}
-
-// eventbox._http_destinations_changed(): the relay reloads its destinations once this
-// transaction commits.
-extern "C" Datum eventbox_http_destinations_changed(PG_FUNCTION_ARGS) {
-    (void)fcinfo;
-    using namespace eventbox::http_relay;
+void destinations_changed_at_commit() {
     if (!bump_registered) {
         RegisterXactCallback(on_xact_event, nullptr);
         bump_registered = true;
     }
     bump_pending = true;
-    PG_RETURN_VOID();
 }
+
+}  // namespace eventbox::http_relay

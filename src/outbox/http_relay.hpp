@@ -28,5 +28,7 @@ http::Client* load_client(std::size_t queue_limit, uint64* loaded);
 void take_outcomes(http::Client& client, relay::Dispatcher& dispatcher);
 // Adds the eventbox_http_* families (reads shared memory only).
 void add_families(metrics::Exposition& e);
+// The relay reloads its destinations once the current transaction commits.
+void destinations_changed_at_commit();
 
 }  // namespace eventbox::http_relay

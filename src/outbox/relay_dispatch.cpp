@@ -22,11 +22,11 @@ Dispatcher::LaneKey Dispatcher::lane_of(const Row& row) {
     return topic ^ (key + 0x9e3779b97f4a7c15ULL + (topic << 6) + (topic >> 2));
 }
 
-bool Dispatcher::knows(int64_t id) const {
+bool Dispatcher::knows(int64_t id) const noexcept {
     return in_flight_.count(id) != 0 || waiting_ids_.count(id) != 0;
 }
 
-std::size_t Dispatcher::capacity() const {
+std::size_t Dispatcher::capacity() const noexcept {
     if (in_flight_.size() >= limits_.max_in_flight || waiting_count_ >= limits_.max_waiting)
         return 0;
     return std::min(limits_.max_in_flight - in_flight_.size(),
@@ -179,7 +179,7 @@ void Dispatcher::clear_outcomes(std::size_t n_acked, std::size_t n_failed) {
     failed_.erase(failed_.begin(), failed_.begin() + std::min(n_failed, failed_.size()));
 }
 
-int64_t Dispatcher::next_due_ms() const {
+int64_t Dispatcher::next_due_ms() const noexcept {
     int64_t next = std::numeric_limits<int64_t>::max();
     for (LaneKey name : blocked_) {
         auto it = lanes_.find(name);

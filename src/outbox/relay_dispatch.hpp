@@ -101,17 +101,17 @@ public:
     // Outcomes to write back, oldest first. After the transaction that wrote the first n_acked
     // and n_failed of them committed, forget those: outcomes recorded meanwhile (a row refused
     // while that transaction offered rows) stay for the next write.
-    const std::vector<Acked>& acked() const { return acked_; }
-    const std::vector<Failed>& failed() const { return failed_; }
+    const std::vector<Acked>& acked() const noexcept { return acked_; }
+    const std::vector<Failed>& failed() const noexcept { return failed_; }
     void clear_outcomes(std::size_t n_acked, std::size_t n_failed);
 
-    std::size_t in_flight() const { return in_flight_.size(); }
-    std::size_t waiting() const { return waiting_count_; }
+    std::size_t in_flight() const noexcept { return in_flight_.size(); }
+    std::size_t waiting() const noexcept { return waiting_count_; }
     // How many more rows a claim may read now.
-    std::size_t capacity() const;
+    std::size_t capacity() const noexcept;
     // Earliest time a waiting row becomes due (INT64_MAX when none).
-    int64_t next_due_ms() const;
-    bool knows(int64_t id) const;
+    int64_t next_due_ms() const noexcept;
+    bool knows(int64_t id) const noexcept;
 
     // Backoff for the n-th failed attempt (1-based), with jitter in [delay/2, delay].
     int64_t backoff_for(int32_t attempts);

@@ -36,9 +36,9 @@ public:
     // forgets the last-time ranges among them.
     void end_pass(std::size_t fully_read);
 
-    bool empty() const { return pending_.empty(); }
-    std::size_t size() const { return pending_.size(); }
-    void clear() { pending_.clear(); }
+    bool empty() const noexcept { return pending_.empty(); }
+    std::size_t size() const noexcept { return pending_.size(); }
+    void clear() noexcept { pending_.clear(); }
 
 private:
     struct Pending {

@@ -1,6 +1,8 @@
 // eventbox.send(): validate a message at call time, store it in the outbox in the caller's
-// transaction, and wake the relay when that transaction commits. Also eventbox.next_outbox_id(),
-// the outbox id default, which publishes the writer's xid before drawing an id.
+// transaction, and wake the relay when that transaction commits (see outbox/send.hpp; its SQL
+// entry points are in outbox/sql_api.cpp).
+#include "outbox/send.hpp"
+
 extern "C" {
 #include "postgres.h"
 
@@ -250,9 +252,9 @@ void insert_suppressed(Datum handled, const char* mode, pg_uuid_t* message_id, t
     leave_owner_context(as_owner);
 }
 
-// The part of send() common to both payload types; `payload` may be NULL (a tombstone).
-// `sixth`: the overloads taking publish_in_replay as their sixth argument.
-Datum send_message(FunctionCallInfo fcinfo, bytea* payload, bool json, bool sixth) {
+}  // namespace
+
+Datum outbox::send_message(FunctionCallInfo fcinfo, bytea* payload, bool json, bool sixth) {
     bool publish_in_replay = sixth && !PG_ARGISNULL(5) && PG_GETARG_BOOL(5);
     if (PG_ARGISNULL(0))
         throw Error("22004", "topic must not be NULL", {}, "Pass the Kafka topic to publish to.");
@@ -303,62 +305,4 @@ Datum send_message(FunctionCallInfo fcinfo, bytea* payload, bool json, bool sixt
     PG_RETURN_UUID_P(message_id);
 }
 
-}  // namespace
-
 }  // namespace eventbox
-
-extern "C" {
-PG_FUNCTION_INFO_V1(eventbox_send_jsonb);
-PG_FUNCTION_INFO_V1(eventbox_send_bytea);
-PG_FUNCTION_INFO_V1(eventbox_send_jsonb_in_replay);
-PG_FUNCTION_INFO_V1(eventbox_send_bytea_in_replay);
-PG_FUNCTION_INFO_V1(eventbox_next_outbox_id);
-}
-
-namespace {
-
-// The payload argument of send(topic, payload jsonb, ...) as the bytes stored: its JSON text.
-bytea* json_payload(FunctionCallInfo fcinfo) {
-    if (PG_ARGISNULL(1)) return nullptr;
-    return eventbox::pg::pg_guard([&] {
-        Jsonb* json = PG_GETARG_JSONB_P(1);
-        char* text = JsonbToCString(nullptr, &json->root, VARSIZE(json));
-        return reinterpret_cast<bytea*>(cstring_to_text(text));
-    });
-}
-
-// The payload argument of send(topic, payload bytea, ...): raw bytes, published as they are.
-bytea* raw_payload(FunctionCallInfo fcinfo) {
-    if (PG_ARGISNULL(1)) return nullptr;
-    return eventbox::pg::pg_guard([&] { return PG_GETARG_BYTEA_PP(1); });
-}
-
-}  // namespace
-
-extern "C" Datum eventbox_send_jsonb(PG_FUNCTION_ARGS) {
-    return eventbox::pg::call_cpp(
-        [&] { return eventbox::send_message(fcinfo, json_payload(fcinfo), true, false); });
-}
-
-extern "C" Datum eventbox_send_bytea(PG_FUNCTION_ARGS) {
-    return eventbox::pg::call_cpp(
-        [&] { return eventbox::send_message(fcinfo, raw_payload(fcinfo), false, false); });
-}
-
-// send(topic, payload, key, headers, message_id, publish_in_replay), jsonb and bytea.
-extern "C" Datum eventbox_send_jsonb_in_replay(PG_FUNCTION_ARGS) {
-    return eventbox::pg::call_cpp(
-        [&] { return eventbox::send_message(fcinfo, json_payload(fcinfo), true, true); });
-}
-
-extern "C" Datum eventbox_send_bytea_in_replay(PG_FUNCTION_ARGS) {
-    return eventbox::pg::call_cpp(
-        [&] { return eventbox::send_message(fcinfo, raw_payload(fcinfo), false, true); });
-}
-
-// Default of eventbox.outbox.id: assigns the transaction's xid and publishes it as an outbox
-// writer before drawing the id, so the relay can tell when a gap below its cursor is settled.
-extern "C" Datum eventbox_next_outbox_id(PG_FUNCTION_ARGS) {
-    (void)fcinfo;
-    PG_RETURN_INT64(eventbox::outbox::next_id(true));
-}

@@ -104,9 +104,8 @@ bool check_metrics_address(char** newval, void**, GucSource) {
     return ok;
 }
 
-}  // namespace
-
-void define() {
+// Where the workers connect and what send() and the relay's outbox accept and keep.
+void define_connection_and_outbox() {
     DefineCustomStringVariable(
         "eventbox.database", "Database whose outbox and inbox the eventbox workers serve.",
         nullptr, &database, "postgres", PGC_POSTMASTER, 0, check_database, nullptr, nullptr);
@@ -130,6 +129,10 @@ void define() {
         "eventbox.outbox_retention", "How long acknowledged outbox rows are kept as sent.",
         "0 deletes a row as soon as the broker acknowledges it.", &outbox_retention_s, 0, 0,
         INT_MAX / 1000, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr, nullptr);
+}
+
+// The relay's batches, limits, timing and retries.
+void define_relay() {
     DefineCustomIntVariable("eventbox.relay_batch_size",
                             "Outbox rows the relay reads per claim query.", nullptr,
                             &relay_batch_size, 1000, 1, 100000, PGC_SIGHUP, 0, nullptr, nullptr,
@@ -171,6 +174,10 @@ void define() {
         "How often the relay re-reads all pending rows as a safety net (e.g. two-phase commits).",
         nullptr, &relay_sweep_interval_s, 60, 1, 24 * 3600, PGC_SIGHUP, GUC_UNIT_S, nullptr,
         nullptr, nullptr);
+}
+
+// The ingest and handler workers, retention and the metrics endpoint.
+void define_workers() {
     DefineCustomIntVariable(
         "eventbox.ingest_workers", "Background workers that consume Kafka into the inbox.",
         "Each takes its share of every subscription's partitions; a reload that changes the "
@@ -209,6 +216,14 @@ void define() {
         "Address (host:port) on which the supervisor serves GET /metrics; empty = off.",
         "Prometheus text format; serve it on a loopback or otherwise protected address.",
         &metrics_address, "", PGC_POSTMASTER, 0, check_metrics_address, nullptr, nullptr);
+}
+
+}  // namespace
+
+void define() {
+    define_connection_and_outbox();
+    define_relay();
+    define_workers();
     MarkGUCPrefixReserved("eventbox");
 }
 

@@ -1,11 +1,10 @@
-// Shared memory of the eventbox workers (see pg/shmem.hpp) and the eventbox.workers() function.
+// Shared memory of the eventbox workers (see pg/shmem.hpp).
 #include "pg/shmem.hpp"
 
 extern "C" {
 #include "access/twophase.h"
 #include "common/hashfn.h"
 #include "access/xact.h"
-#include "funcapi.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "storage/ipc.h"
@@ -13,7 +12,6 @@ extern "C" {
 #include "storage/proc.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
-#include "utils/builtins.h"
 #include "utils/timestamp.h"
 }
 
@@ -284,7 +282,7 @@ void on_xact_event(XactEvent event, void*) {
     }
     // Ends the bracket whatever happens next (an abort after PRE_COMMIT too). A PREPAREd
     // transaction commits later in another session, unseen: the workers' periodic drop of their
-    // marks covers it (README, "Low-water marks").
+    // marks covers it (docs/design/handlers.md, "Low-water marks").
     inbox_bump_after_commit();
     inbox_at_commit = false;
     if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT) {
@@ -454,38 +452,26 @@ void outbox_writers(std::vector<uint32_t>& out) {
     }
 }
 
+int worker_slots() { return kSlots; }
+
+bool read_worker(int slot, WorkerInfo* out) {
+    if (shared == nullptr) return false;
+    WorkerSlot copy;
+    SpinLockAcquire(&shared->mutex);
+    copy = shared->slots[slot];
+    SpinLockRelease(&shared->mutex);
+    if (copy.pid == 0) return false;
+    out->pid = copy.pid;
+    out->role = kRoleNames[copy.role];
+    memcpy(out->state, copy.state, sizeof out->state);
+    out->last_activity = copy.last_activity;
+    out->started_at = copy.started_at;
+    out->messages = copy.messages;
+    out->errors = copy.errors;
+    memcpy(out->last_error, copy.last_error, sizeof out->last_error);
+    out->duplicates = copy.duplicates;
+    out->transport_ids = copy.transport_ids;
+    return true;
+}
+
 }  // namespace eventbox::shmem
-
-extern "C" {
-PG_FUNCTION_INFO_V1(eventbox_workers);
-}
-
-// eventbox.workers(): one row per running worker.
-extern "C" Datum eventbox_workers(PG_FUNCTION_ARGS) {
-    using namespace eventbox::shmem;
-    ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
-    InitMaterializedSRF(fcinfo, 0);
-    if (shared == nullptr) return (Datum)0;
-    for (int i = 0; i < kSlots; ++i) {
-        WorkerSlot copy;
-        SpinLockAcquire(&shared->mutex);
-        copy = shared->slots[i];
-        SpinLockRelease(&shared->mutex);
-        if (copy.pid == 0) continue;
-        Datum values[10];
-        bool nulls[10] = {false, false, false, false, false, false, false,
-                          copy.last_error[0] == 0, false, false};
-        values[0] = Int32GetDatum(copy.pid);
-        values[1] = CStringGetTextDatum(kRoleNames[copy.role]);
-        values[2] = CStringGetTextDatum(copy.state);
-        values[3] = TimestampTzGetDatum(copy.last_activity);
-        values[4] = TimestampTzGetDatum(copy.started_at);
-        values[5] = Int64GetDatum(static_cast<int64>(copy.messages));
-        values[6] = Int64GetDatum(static_cast<int64>(copy.errors));
-        values[7] = copy.last_error[0] ? CStringGetTextDatum(copy.last_error) : (Datum)0;
-        values[8] = Int64GetDatum(static_cast<int64>(copy.duplicates));
-        values[9] = Int64GetDatum(static_cast<int64>(copy.transport_ids));
-        tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-    }
-    return (Datum)0;
-}

@@ -5,6 +5,8 @@
 
 extern "C" {
 #include "postgres.h"
+
+#include "datatype/timestamp.h"
 }
 
 #include <cstdint>
@@ -83,6 +85,24 @@ int64 shared_lane_mark(const char* subscription, const char* topic, int32 partit
 // Sets the launcher's latch when the current transaction commits (an extension was created,
 // updated or dropped).
 void wake_launcher_at_commit();
+
+// A worker's slot as eventbox.workers() shows it.
+struct WorkerInfo {
+    pid_t pid;
+    const char* role;  // "launcher" (the supervisor), "relay", "ingest" or "handler"
+    char state[32];
+    TimestampTz last_activity;
+    TimestampTz started_at;
+    uint64 messages;
+    uint64 errors;
+    char last_error[256];  // "" when none
+    uint64 duplicates;
+    uint64 transport_ids;
+};
+// The number of worker slots, and a copy of slot `slot` (0 <= slot < worker_slots()); false
+// when no worker holds it.
+int worker_slots();
+bool read_worker(int slot, WorkerInfo* out);
 
 // Publishes the current top-level xid as an outbox writer (before an outbox id is drawn).
 void publish_outbox_writer(TransactionId xid);

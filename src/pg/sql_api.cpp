@@ -1,7 +1,7 @@
 // The SQL API's plumbing: eventbox_api_call runs eventbox._<name>(calling role, args...) as the
 // extension owner, so the config tables are writable only through the API while every function
-// still knows who called it (the pattern pg_cron uses for cron.job). Also the internal helpers
-// _check_topic() and _notify_ingest().
+// still knows who called it (the pattern pg_cron uses for cron.job). Also eventbox.workers() and
+// the internal helpers _check_topic(), _notify_ingest() and _quote().
 extern "C" {
 #include "postgres.h"
 
@@ -12,6 +12,7 @@ extern "C" {
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
@@ -23,6 +24,7 @@ extern "C" {
 #include "messages/message_rules.hpp"
 #include "pg/boundary.hpp"
 #include "pg/shmem.hpp"
+#include "pg/sql_function.hpp"
 
 namespace {
 
@@ -38,15 +40,8 @@ Oid extension_owner() {
 
 }  // namespace
 
-extern "C" {
-PG_FUNCTION_INFO_V1(eventbox_api_call);
-PG_FUNCTION_INFO_V1(eventbox_check_topic);
-PG_FUNCTION_INFO_V1(eventbox_notify_ingest);
-PG_FUNCTION_INFO_V1(eventbox_quote);
-}
-
 // eventbox._quote(value): 'value' with control characters and malformed bytes as \xHH.
-extern "C" Datum eventbox_quote(PG_FUNCTION_ARGS) {
+EVENTBOX_SQL_FUNCTION(eventbox_quote) {
     text* value = PG_GETARG_TEXT_PP(0);
     std::string_view view(VARDATA_ANY(value), VARSIZE_ANY_EXHDR(value));
     char* quoted = eventbox::pg::call_cpp([&] {
@@ -56,7 +51,7 @@ extern "C" Datum eventbox_quote(PG_FUNCTION_ARGS) {
     PG_RETURN_TEXT_P(cstring_to_text(quoted));
 }
 
-extern "C" Datum eventbox_api_call(PG_FUNCTION_ARGS) {
+EVENTBOX_SQL_FUNCTION(eventbox_api_call) {
     Oid caller = GetUserId();
     HeapTuple proc = SearchSysCache1(PROCOID, ObjectIdGetDatum(fcinfo->flinfo->fn_oid));
     if (!HeapTupleIsValid(proc)) elog(ERROR, "cache lookup failed for function %u",
@@ -112,7 +107,7 @@ extern "C" Datum eventbox_api_call(PG_FUNCTION_ARGS) {
 }
 
 // eventbox._check_topic(topic): the same rule send() applies.
-extern "C" Datum eventbox_check_topic(PG_FUNCTION_ARGS) {
+EVENTBOX_SQL_FUNCTION(eventbox_check_topic) {
     text* topic = PG_GETARG_TEXT_PP(0);
     std::string_view view(VARDATA_ANY(topic), VARSIZE_ANY_EXHDR(topic));
     eventbox::pg::call_cpp([&] { eventbox::validate_topic(view); });
@@ -120,8 +115,34 @@ extern "C" Datum eventbox_check_topic(PG_FUNCTION_ARGS) {
 }
 
 // eventbox._notify_ingest(): wake the ingest worker when this transaction commits.
-extern "C" Datum eventbox_notify_ingest(PG_FUNCTION_ARGS) {
+EVENTBOX_SQL_FUNCTION(eventbox_notify_ingest) {
     (void)fcinfo;
     eventbox::shmem::subscriptions_changed_at_commit();
     PG_RETURN_VOID();
+}
+
+// eventbox.workers(): one row per running worker.
+EVENTBOX_SQL_FUNCTION(eventbox_workers) {
+    using namespace eventbox::shmem;
+    ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
+    InitMaterializedSRF(fcinfo, 0);
+    for (int i = 0; i < worker_slots(); ++i) {
+        WorkerInfo w;
+        if (!read_worker(i, &w)) continue;
+        Datum values[10];
+        bool nulls[10] = {false, false, false, false, false, false, false,
+                          w.last_error[0] == 0, false, false};
+        values[0] = Int32GetDatum(w.pid);
+        values[1] = CStringGetTextDatum(w.role);
+        values[2] = CStringGetTextDatum(w.state);
+        values[3] = TimestampTzGetDatum(w.last_activity);
+        values[4] = TimestampTzGetDatum(w.started_at);
+        values[5] = Int64GetDatum(static_cast<int64>(w.messages));
+        values[6] = Int64GetDatum(static_cast<int64>(w.errors));
+        values[7] = w.last_error[0] ? CStringGetTextDatum(w.last_error) : (Datum)0;
+        values[8] = Int64GetDatum(static_cast<int64>(w.duplicates));
+        values[9] = Int64GetDatum(static_cast<int64>(w.transport_ids));
+        tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+    }
+    return (Datum)0;
 }

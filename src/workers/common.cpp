@@ -30,12 +30,32 @@ void setup_signals() {
     BackgroundWorkerUnblockSignals();
 }
 
+namespace {
+
+// What begin_work() opens after the schema lock.
+void connect_spi(const char* who) {
+    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "%s: SPI_connect failed", who);
+    PushActiveSnapshot(GetTransactionSnapshot());
+}
+
+}  // namespace
+
 void begin_work(const char* who) {
     SetCurrentStatementStartTimestamp();
     StartTransactionCommand();
     pg::lock_schema_or_exit();
-    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "%s: SPI_connect failed", who);
-    PushActiveSnapshot(GetTransactionSnapshot());
+    connect_spi(who);
+}
+
+bool try_begin_work(const char* who) {
+    SetCurrentStatementStartTimestamp();
+    StartTransactionCommand();
+    if (!pg::lock_schema_for_work()) {
+        CommitTransactionCommand();
+        return false;
+    }
+    connect_spi(who);
+    return true;
 }
 
 void end_work() {

@@ -26,6 +26,10 @@ void setup_signals();
 // re-created: pg::lock_schema_or_exit), SPI and an active snapshot. `who` names the worker in
 // the error raised when SPI cannot connect.
 void begin_work(const char* who);
+// begin_work() for a process that outlives the install it works on (the supervisor): when the
+// extension was dropped or re-created while it waited for the schema lock, commits the empty
+// transaction and returns false instead of exiting; else returns true with everything open.
+bool try_begin_work(const char* who);
 // Closes what begin_work() opened: pops the snapshot, finishes SPI and commits.
 void end_work();
 

@@ -1,8 +1,8 @@
-// When the supervisor's retention purge runs its next batch (README, "Retention"): 10 ms after a
-// full batch, a second after a round ends, 10 s after a failed batch; and while the ingest or
-// handler workers work, long enough after a full batch that the batches fill at most a tenth of
-// the time, except after a minute of full batches under load (the purge must not fall behind a
-// sustained inflow for long).
+// When the supervisor's retention purge runs its next batch (docs/guide/retention.md, "How the
+// inbox is purged"): 10 ms after a full batch, a second after a round ends, 10 s after a failed
+// batch; and while the ingest or handler workers work, long enough after a full batch that the
+// batches fill at most a tenth of the time, except after a minute of full batches under load (the
+// purge must not fall behind a sustained inflow for long).
 //
 // Pure C++: times are milliseconds on any monotonic clock.
 #pragma once

@@ -16,12 +16,18 @@
 #include <chrono>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "outbox/relay_dispatch.hpp"
 
 namespace eventbox::http {
 namespace {
+
+// The relay's PostgreSQL side calls these without a guard (outbox/relay_worker.hpp): they must
+// not throw.
+static_assert(noexcept(std::declval<const Client&>().event_fd()));
+static_assert(noexcept(std::declval<const Client&>().timeout_ms(0)));
 
 TEST(HttpClassify, StatusClasses) {
     EXPECT_EQ(classify(200), Verdict::kDelivered);

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/error.hpp"
@@ -15,6 +16,11 @@
 
 namespace eventbox::kafka {
 namespace {
+
+// The relay's PostgreSQL side calls these without a guard (outbox/relay_worker.hpp): they must
+// not throw.
+static_assert(noexcept(std::declval<const Producer&>().event_fd()));
+static_assert(noexcept(std::declval<Producer&>().deliveries()));
 
 using test::all_text;
 

@@ -1,9 +1,17 @@
 // The endpoint's pending gauges between exact counts: last count plus the workers' balance.
 #include <gtest/gtest.h>
 
+#include <utility>
+
 #include "metrics/pending_estimate.hpp"
 
 using eventbox::metrics::PendingEstimate;
+
+// The supervisor's endpoint calls these without a guard (metrics/endpoint.cpp): they must not
+// throw.
+static_assert(noexcept(std::declval<const PendingEstimate&>().outbox(0)));
+static_assert(noexcept(std::declval<const PendingEstimate&>().counts()));
+static_assert(noexcept(std::declval<const PendingEstimate&>().took_ms()));
 
 TEST(PendingEstimate, CountsFirstAndEverySecondWhileCheap) {
     PendingEstimate p;

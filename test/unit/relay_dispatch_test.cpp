@@ -10,10 +10,18 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace eventbox::relay {
 namespace {
+
+// The relay's PostgreSQL side calls these without a guard (outbox/relay_worker.hpp): they must
+// not throw.
+static_assert(noexcept(std::declval<const Dispatcher&>().acked()));
+static_assert(noexcept(std::declval<const Dispatcher&>().failed()));
+static_assert(noexcept(std::declval<const Dispatcher&>().capacity()));
+static_assert(noexcept(std::declval<const Dispatcher&>().next_due_ms()));
 
 constexpr int kErrTimedOut = -192;    // RD_KAFKA_RESP_ERR__MSG_TIMED_OUT
 constexpr int kErrPurgeQueue = -152;  // RD_KAFKA_RESP_ERR__PURGE_QUEUE

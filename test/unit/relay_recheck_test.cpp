@@ -7,6 +7,7 @@
 #include <functional>
 #include <ostream>
 #include <set>
+#include <utility>
 #include <vector>
 
 namespace eventbox::relay {
@@ -20,6 +21,10 @@ void PrintTo(const IdRange& r, std::ostream* os) {
 }
 
 namespace {
+
+// The relay's PostgreSQL side calls this without a guard (outbox/relay_worker.hpp): it must not
+// throw.
+static_assert(noexcept(std::declval<const Rechecks&>().empty()));
 
 bool is_empty(const IdRange& r) {
     return r.lo > r.hi;

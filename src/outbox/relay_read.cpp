@@ -1,0 +1,237 @@
+// The relay's reads (see outbox/relay_worker.hpp): outbox rows due again, rows of late commits
+// below the cursor, and new rows above it, each offered to the dispatcher as it is read. Nothing
+// is offered before the WAL that made it visible is flushed.
+#include "outbox/relay_worker.hpp"
+
+extern "C" {
+#include "access/xlog.h"
+#include "access/xlog_internal.h"
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/uuid.h"
+}
+
+#include <string_view>
+
+#include "pg/guc.hpp"
+#include "workers/common.hpp"
+
+namespace eventbox::relay_worker {
+
+int64 cursor = 0;
+
+namespace {
+
+SPIPlanPtr claim_plan, range_plan, refetch_plan;
+
+constexpr const char* kRowColumns =
+    "SELECT id, message_id, topic, key, payload, headers, attempts, next_attempt_at, created_at, "
+    "ctid FROM eventbox.outbox ";
+
+}  // namespace
+
+void prepare_read_plans() {
+    if (claim_plan != nullptr) return;
+    Oid claim_types[2] = {INT8OID, INT4OID};
+    claim_plan = worker::prepare_kept(
+        kWho, psprintf("%s WHERE status = 'pending' AND id > $1 ORDER BY id LIMIT $2", kRowColumns),
+        2, claim_types);
+    Oid range_types[3] = {INT8OID, INT8OID, INT4OID};
+    range_plan = worker::prepare_kept(kWho,
+                                      psprintf("%s WHERE status = 'pending' AND id >= $1 AND "
+                                               "id <= $2 ORDER BY id LIMIT $3",
+                                               kRowColumns),
+                                      3, range_types);
+    Oid ids_type[1] = {INT8ARRAYOID};
+    refetch_plan = worker::prepare_kept(
+        kWho, psprintf("%s WHERE id = ANY($1) AND status = 'pending' ORDER BY id", kRowColumns), 1,
+        ids_type);
+}
+
+void exec(SPIPlanPtr plan, Datum* values, bool read_only, int expected) {
+    worker::exec_kept(kWho, plan, values, read_only, expected);
+}
+
+ArrayType* int8_array(const int64* values, int n) {
+    Datum* datums = static_cast<Datum*>(palloc(sizeof(Datum) * Max(n, 1)));
+    for (int i = 0; i < n; ++i) datums[i] = Int64GetDatum(values[i]);
+    return construct_array(datums, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE);
+}
+
+namespace {
+
+// Canonical text of a uuid, written into `out` (37 bytes).
+void format_uuid(const pg_uuid_t* uuid, char* out) {
+    static const char hex[] = "0123456789abcdef";
+    char* p = out;
+    for (int i = 0; i < UUID_LEN; ++i) {
+        if (i == 4 || i == 6 || i == 8 || i == 10) *p++ = '-';
+        *p++ = hex[uuid->data[i] >> 4];
+        *p++ = hex[uuid->data[i] & 15];
+    }
+    *p = '\0';
+}
+
+// Reads the headers of a row into a palloc'd array; returns the count.
+std::size_t read_headers(Jsonb* jb, relay::Header** out) {
+    *out = nullptr;
+    uint32 count = JB_ROOT_COUNT(jb);
+    if (count == 0 || !JB_ROOT_IS_OBJECT(jb)) return 0;
+    auto* headers = static_cast<relay::Header*>(palloc(sizeof(relay::Header) * count));
+    std::size_t n = 0;
+    JsonbIterator* it = JsonbIteratorInit(&jb->root);
+    JsonbValue key, value;
+    JsonbIteratorToken token;
+    while ((token = JsonbIteratorNext(&it, &key, true)) != WJB_DONE) {
+        if (token != WJB_KEY) continue;
+        JsonbIteratorNext(&it, &value, true);
+        if (value.type != jbvString || n >= count) continue;
+        headers[n].name = std::string_view(key.val.string.val, key.val.string.len);
+        headers[n].value = std::string_view(value.val.string.val, value.val.string.len);
+        ++n;
+    }
+    *out = headers;
+    return n;
+}
+
+// Nothing is published before it is durable: a row committed asynchronously (a handler's
+// send, a session with synchronous_commit off) could otherwise reach Kafka and then vanish in a
+// crash. Every commit the pass's snapshot sees lies before publish_lsn (the WAL's insert
+// position right after the snapshot was taken); the WAL is flushed up to it once, before the
+// first row of the pass is offered (a pass with nothing to send flushes nothing).
+XLogRecPtr publish_lsn = InvalidXLogRecPtr;
+
+// The end of the WAL inserted so far, as a position XLogFlush() accepts. GetXLogInsertRecPtr()
+// is where the next record will start: right after a page boundary that lies past the page
+// header, which is not written yet, and flushing to it fails ("xlog flush request ... is not
+// satisfied"): the relay's pass failed, and kept failing until other WAL was written, and rows
+// it had in flight were published again.
+XLogRecPtr inserted_wal_end() {
+    XLogRecPtr next = GetXLogInsertRecPtr();
+    if (XLogSegmentOffset(next, wal_segment_size) == SizeOfXLogLongPHD)
+        return next - SizeOfXLogLongPHD;
+    if (next % XLOG_BLCKSZ == SizeOfXLogShortPHD) return next - SizeOfXLogShortPHD;
+    return next;
+}
+
+// Offers every row of the last SPI result to the dispatcher (and, for the claim scan `scan`,
+// records its id); *last_id gets the last row's id. Returns the rows read.
+int64 offer_result(int64* last_id, bool scan) {
+    SPITupleTable* table = SPI_tuptable;
+    TupleDesc desc = table->tupdesc;
+    int64 now = worker::now_ms();
+    if (SPI_processed > 0 && publish_lsn != InvalidXLogRecPtr) {
+        XLogFlush(publish_lsn);
+        publish_lsn = InvalidXLogRecPtr;
+    }
+    // One pass over each tuple: SPI_getbinval() per column walked the row from its start for
+    // every column behind a variable-length one.
+    constexpr int kColumns = 10;
+    if (desc->natts != kColumns) elog(ERROR, "eventbox relay: unexpected row shape");
+    Datum v[kColumns];
+    bool null[kColumns];
+    for (uint64 i = 0; i < SPI_processed; ++i) {
+        heap_deform_tuple(table->vals[i], desc, v, null);
+        relay::Row row;
+        row.id = DatumGetInt64(v[0]);
+        char uuid_text[37];
+        format_uuid(DatumGetUUIDP(v[1]), uuid_text);
+        row.message_id = std::string_view(uuid_text, 36);
+        text* topic = DatumGetTextPP(v[2]);
+        row.topic = std::string_view(VARDATA_ANY(topic), VARSIZE_ANY_EXHDR(topic));
+        if (!null[3]) {
+            bytea* k = DatumGetByteaPP(v[3]);
+            row.key = VARDATA_ANY(k);
+            row.key_len = VARSIZE_ANY_EXHDR(k);
+        }
+        if (!null[4]) {
+            bytea* p = DatumGetByteaPP(v[4]);
+            row.payload = VARDATA_ANY(p);
+            row.payload_len = VARSIZE_ANY_EXHDR(p);
+        }
+        relay::Header* headers;
+        row.n_headers = read_headers(DatumGetJsonbP(v[5]), &headers);
+        row.headers = headers;
+        row.attempts = DatumGetInt32(v[6]);
+        row.not_before_ms = null[7] ? 0 : DatumGetTimestampTz(v[7]) / 1000;
+        row.created_ms = DatumGetTimestampTz(v[8]) / 1000;
+        auto* tid = reinterpret_cast<ItemPointer>(DatumGetPointer(v[9]));
+        row.tid = (static_cast<uint64>(ItemPointerGetBlockNumber(tid)) << 16) |
+                  ItemPointerGetOffsetNumber(tid);
+        dispatcher.offer(row, now);
+        if (scan) rechecks.scanned(row.id);
+        *last_id = row.id;
+    }
+    return static_cast<int64>(SPI_processed);
+}
+
+// How many rows a read may ask for now: what the dispatcher has room for, at most a batch.
+int read_limit(std::size_t room) {
+    return static_cast<int>(Min(room, static_cast<std::size_t>(guc::relay_batch_size)));
+}
+
+// Rows whose retry or turn has come.
+void refetch_due() {
+    int n = 0;
+    int64* ids =
+        dispatcher.due_ids(worker::now_ms(), static_cast<std::size_t>(guc::relay_batch_size), &n);
+    if (n == 0) return;
+    Datum values[1] = {PointerGetDatum(int8_array(ids, n))};
+    exec(refetch_plan, values, true, SPI_OK_SELECT);
+    int64 last = 0;
+    offer_result(&last, false);
+    dispatcher.refetch_done();
+}
+
+// Re-reads pending rows in [lo, hi] (late commits, sweeps). Returns false when the dispatcher
+// ran out of room before the whole range was read.
+bool read_range(int64 lo, int64 hi) {
+    while (lo <= hi) {
+        std::size_t room = dispatcher.capacity();
+        if (room == 0) return false;
+        int limit = read_limit(room);
+        Datum values[3] = {Int64GetDatum(lo), Int64GetDatum(hi), Int32GetDatum(limit)};
+        exec(range_plan, values, true, SPI_OK_SELECT);
+        int64 last = lo;
+        int64 n = offer_result(&last, false);
+        if (n < limit) return true;
+        lo = last + 1;
+    }
+    return true;
+}
+
+// New rows above the cursor, when the dispatcher has room; the gaps the scan saw are recorded
+// for the next passes. Returns true when it filled its batch.
+bool claim_new() {
+    std::size_t room = dispatcher.capacity();
+    if (room == 0) return false;
+    int limit = read_limit(room);
+    Datum values[2] = {Int64GetDatum(cursor), Int32GetDatum(limit)};
+    exec(claim_plan, values, true, SPI_OK_SELECT);
+    int64 last = cursor;
+    rechecks.start_scan();
+    int64 claimed = offer_result(&last, true);
+    rechecks.end_scan(cursor);
+    cursor = last;
+    return claimed == limit;
+}
+
+}  // namespace
+
+bool read_rows(const relay::IdRange* ranges, int n_ranges) {
+    publish_lsn = inserted_wal_end();
+    // Writers read after the snapshot: any id this scan cannot see yet belongs to one of them.
+    rechecks.read_writers();
+    refetch_due();
+    // Gaps first, then new rows, in one snapshot: a row that committed late is offered before
+    // any row of its key that committed after it.
+    int fully_read = 0;
+    while (fully_read < n_ranges && read_range(ranges[fully_read].lo, ranges[fully_read].hi))
+        ++fully_read;
+    rechecks.end_pass(fully_read);
+    // New rows above the cursor, only when every gap was read whole in this snapshot.
+    return fully_read == n_ranges && claim_new();
+}
+
+}  // namespace eventbox::relay_worker

@@ -1,0 +1,172 @@
+// The relay worker's parts and the state they share (PostgreSQL side, internal to the relay):
+//  - relay_worker.cpp: the worker's main and loop, its resets when settings change, the pass;
+//  - relay_read.cpp:   reading due, late and new outbox rows and offering them to the dispatcher;
+//  - relay_write.cpp:  writing delivery outcomes back to the outbox, and its retention purge;
+//  - relay_state.cpp:  the C++ objects, behind the PostgreSQL-side facades declared here.
+//
+// The facades are how PostgreSQL-side code reaches the relay's C++ objects: each owns its
+// object on the heap (built by the relay's reset, destroyed by destroy_state(), never by a
+// static destructor: the facades have none). Their methods that can throw or allocate run the
+// object inside pg::call_cpp() (an exception becomes a PostgreSQL ERROR after the C++ scope has
+// closed); the noexcept ones are plain reads, called without a guard.
+#pragma once
+
+extern "C" {
+#include "postgres.h"
+
+#include "executor/spi.h"
+#include "utils/array.h"
+#include "utils/timestamp.h"
+}
+
+#include <cstddef>
+#include <vector>
+
+#include "kafka/producer.hpp"
+#include "outbox/http_client.hpp"
+#include "outbox/relay_dispatch.hpp"
+#include "outbox/relay_recheck.hpp"
+
+namespace eventbox::relay_worker {
+
+// Names the relay in its errors and log lines.
+inline constexpr const char* kWho = "eventbox relay";
+
+// The Kafka producer (kafka::Producer).
+class PgProducer {
+  public:
+    // Builds the producer for the current settings (eventbox.brokers, kafka_options, relay_*).
+    void create();
+    bool active() const noexcept { return producer_ != nullptr; }
+    int event_fd() const noexcept { return producer_->event_fd(); }
+    // Serves librdkafka's queued callbacks (delivery reports, logs, errors) on this thread.
+    void poll();
+    // Whether librdkafka raised a fatal error: the producer must be recreated.
+    bool fatal() const;
+    // What worker::emit_kafka_logs() reads (it guards its own calls).
+    kafka::Producer& events() noexcept { return *producer_; }
+
+  private:
+    friend class PgDispatcher;
+    friend void destroy_state();
+    kafka::Producer* producer_ = nullptr;
+};
+
+// The HTTP destinations' client (http::Client); inactive when there are none.
+class PgHttpClient {
+  public:
+    // Loads the destinations (a transaction of its own: call outside one); `queue_limit` is the
+    // rows they may hold together.
+    void load(std::size_t queue_limit);
+    bool active() const noexcept { return client_ != nullptr; }
+    // Whether the destinations changed since they were loaded (read it after the snapshot).
+    bool changed() const;
+    int event_fd() const noexcept { return client_->event_fd(); }
+    // Milliseconds until the client's next timeout (-1: none).
+    long timeout_ms(int64 now) const noexcept { return client_->timeout_ms(now); }
+
+  private:
+    friend class PgDispatcher;
+    friend void destroy_state();
+    http::Client* client_ = nullptr;
+    uint64 generation_ = 0;  // of the destinations client_ was built with
+};
+
+// The dispatcher (relay::Dispatcher), and the router in front of it when HTTP destinations exist.
+class PgDispatcher {
+  public:
+    // Builds the dispatcher for the current settings, sending to `producer` and, when active,
+    // to `http` by topic.
+    void create(PgProducer& producer, PgHttpClient& http);
+    // Outcomes waiting to be written back, oldest first.
+    const std::vector<relay::Acked>& acked() const noexcept { return dispatcher_->acked(); }
+    const std::vector<relay::Failed>& failed() const noexcept { return dispatcher_->failed(); }
+    // How many more rows a read may offer now.
+    std::size_t capacity() const noexcept { return dispatcher_->capacity(); }
+    // Earliest time a waiting row becomes due (INT64_MAX when none).
+    int64 next_due_ms() const noexcept { return dispatcher_->next_due_ms(); }
+    // Hands a row just read to the dispatcher.
+    void offer(const relay::Row& row, int64 now);
+    // Feeds the producer's delivery reports, and the HTTP client's finished requests, to it.
+    void take_deliveries(PgProducer& producer);
+    void take_http_outcomes(PgHttpClient& http);
+    // The ids of waiting rows whose turn has come (at most `max`), palloc'd; *n gets their
+    // count. After they were read and offered, refetch_done().
+    int64* due_ids(int64 now, std::size_t max, int* n);
+    void refetch_done();
+    // Forgets the first outcomes, written by a transaction that committed.
+    void clear_outcomes(std::size_t n_acked, std::size_t n_failed);
+
+  private:
+    friend void destroy_state();
+    relay::Dispatcher* dispatcher_ = nullptr;
+    http::Router* router_ = nullptr;
+};
+
+// The late-commit rechecks (relay::Rechecks), with the outbox writers and the ids of the claim
+// scan they are computed from.
+class PgRechecks {
+  public:
+    void create();
+    bool empty() const noexcept { return rechecks_->empty(); }
+    // Adds [1, cursor] for the periodic sweep.
+    void add_sweep(int64 cursor);
+    // Starts a pass (before its snapshot): the ranges to read, palloc'd; *n gets their count.
+    relay::IdRange* begin_pass(int* n);
+    // Ends the pass in which the first `fully_read` ranges were read whole.
+    void end_pass(int fully_read);
+    // Reads the outbox writers running now (after the pass's snapshot).
+    void read_writers();
+    // The claim scan: its ids in order, then the gaps it left above `cursor` recorded with the
+    // writers read.
+    void start_scan() noexcept { scan_ids_->clear(); }
+    void scanned(int64 id);
+    void end_scan(int64 cursor);
+
+  private:
+    friend void destroy_state();
+    relay::Rechecks* rechecks_ = nullptr;
+    std::vector<uint32_t>* writers_ = nullptr;
+    std::vector<int64_t>* scan_ids_ = nullptr;
+};
+
+extern PgProducer producer;
+extern PgHttpClient http_client;
+extern PgDispatcher dispatcher;
+extern PgRechecks rechecks;
+
+// Drops all in-memory state; every pending row is read again from the outbox.
+void destroy_state();
+
+// ---- Reading (relay_read.cpp) ----
+
+// Executes a kept relay statement (worker::exec_kept()).
+void exec(SPIPlanPtr plan, Datum* values, bool read_only, int expected);
+// An int8[] of `n` values, palloc'd.
+ArrayType* int8_array(const int64* values, int n);
+
+// Highest id read by a claim scan (0 after a reset: every pending row is read again).
+extern int64 cursor;
+// Prepares the read statements once per process.
+void prepare_read_plans();
+// The reads of a pass, in its snapshot: rows due again, the ranges of late commits (`ranges`,
+// from PgRechecks::begin_pass()), then new rows above the cursor when every range was read
+// whole. Returns true when the claim filled its batch (more rows wait).
+bool read_rows(const relay::IdRange* ranges, int n_ranges);
+
+// ---- Writing (relay_write.cpp) ----
+
+// Once, at start.
+void init_write_state();
+// Prepares the write statements once per process.
+void prepare_write_plans();
+// Writes the dispatcher's acknowledged and failed deliveries back to the outbox.
+void write_outcomes();
+// After the transaction that wrote the first `acked` and `failed` outcomes committed: forgets
+// them and counts them (worker slot, metrics).
+void settle_outcomes(std::size_t acked, std::size_t failed);
+// Deletes sent and failed rows past their retention, at most once a second (`now`) unless the
+// last purge was full. Returns true when it was full (more rows to purge).
+bool purge_outbox(TimestampTz now);
+
+}  // namespace eventbox::relay_worker
