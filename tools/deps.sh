@@ -18,7 +18,7 @@ PACKAGES=(
   postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl
   kcat googletest libgtest-dev
   python3-pytest python3-psycopg2 python3-confluent-kafka python3-kafka python3-pyflakes
-  procps util-linux
+  procps util-linux clang-format
   prometheus
   libcurl4-openssl-dev curl nginx-light wrk
 )

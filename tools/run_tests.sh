@@ -5,7 +5,8 @@
 # Usage: tools/run_tests.sh [LAYER ...]
 #   LAYER: lint regress pgtap unit devbroker integration fault logscan
 #          (default: all, in that order)
-#   lint checks the sources (pyflakes over bench/, tools/ and test/) and needs no cluster.
+#   lint checks the sources (pyflakes over bench/, tools/ and test/, clang-format over the C++)
+#   and needs no cluster.
 #   Layers that need the cluster (regress pgtap integration fault) start it once;
 #   whenever the cluster was started, logscan runs at the end too.
 #   Every selected layer runs even after another failed; the exit status is
@@ -132,7 +133,22 @@ need_cluster_ok() {
 
 # The lint layer runs every check of LINT_CHECKS (a function lint_<check> each), all of them
 # even after one failed.
-LINT_CHECKS=(pyflakes)
+LINT_CHECKS=(pyflakes clang_format)
+
+# The C++ sources clang-format checks: ours, as git lists them (a file not yet added is not
+# checked).
+cxx_sources() {
+  git -C "$REPO" ls-files 'src/*.cpp' 'src/*.hpp' 'test/unit/*.cpp' 'test/unit/*.hpp' \
+    'tools/devbroker/*.cpp'
+}
+
+lint_clang_format() {
+  # The checked-in .clang-format (100 columns, includes sorted within their blocks); `make
+  # format` rewrites the files the same way.
+  local files
+  mapfile -t files < <(cxx_sources)
+  (cd "$REPO" && clang-format --dry-run --Werror "${files[@]}")
+}
 
 lint_pyflakes() {
   # python3-pyflakes: unused imports and variables, undefined names, redefinitions.
