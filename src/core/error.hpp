@@ -22,7 +22,7 @@ inline constexpr const char* kInternalError = "XX000";
 bool is_valid_sqlstate(const char* code);
 
 class Error : public std::runtime_error {
-public:
+  public:
     Error(const char* sqlstate, std::string message, std::string detail = {},
           std::string hint = {});
 
@@ -30,7 +30,7 @@ public:
     const std::string& detail() const noexcept { return detail_; }
     const std::string& hint() const noexcept { return hint_; }
 
-private:
+  private:
     char sqlstate_[6];
     std::string detail_;
     std::string hint_;

@@ -67,12 +67,11 @@ bool take_lane(Pass& p, const char* topic, int32 partition, int* crash_dead) {
 
 // The next lane of the walk with work (taken or not): among the lanes a worker knows (`known`),
 // or by the plain probe.
-bool next_in_walk(const Pass& p, bool known, const LaneWalk& walk, char** topic,
-                  int32* partition) {
+bool next_in_walk(const Pass& p, bool known, const LaneWalk& walk, char** topic, int32* partition) {
     if (known)
-        return next_known_lane(p.setup.name, p.subscription, walk.after_topic,
-                               walk.after_partition, walk.upto_topic(), walk.upto_partition(),
-                               p.setup.options.replays, topic, partition);
+        return next_known_lane(p.setup.name, p.subscription, walk.after_topic, walk.after_partition,
+                               walk.upto_topic(), walk.upto_partition(), p.setup.options.replays,
+                               topic, partition);
     return next_lane(p.setup.name, walk.after_topic, walk.after_partition, walk.upto_topic(),
                      walk.upto_partition(), topic, partition);
 }

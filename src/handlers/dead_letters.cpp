@@ -60,7 +60,9 @@ Policy current{false, false, ""};
 KeptStatement policy_statement{
     "SELECT on_dead = 'block_key', dead_letter_topic IS NOT NULL, "
     "array_to_string(non_retryable, ',') FROM eventbox.subscriptions WHERE name = $1",
-    1, {TEXTOID}, nullptr};
+    1,
+    {TEXTOID},
+    nullptr};
 
 // Blocks whose message is no longer dead or waiting (processed, skipped, deleted) are
 // dropped; the others hold their key back unless their message is due to run now.
@@ -79,7 +81,9 @@ KeptStatement blocked_statement{
     "                AND i.next_attempt_at > clock_timestamp())"
     "          FROM eventbox.inbox i"
     "         WHERE i.subscription = $1 AND i.message_id = b.message_id LIMIT 1)",
-    3, {TEXTOID, TEXTOID, INT4OID}, nullptr};
+    3,
+    {TEXTOID, TEXTOID, INT4OID},
+    nullptr};
 
 KeptStatement dead_statement{
     "WITH d AS (SELECT x.* FROM unnest($2::text[]) AS u(id)"

@@ -14,9 +14,9 @@ namespace eventbox::handlers::dead_letters {
 // A subscription's failure options, as a handler pass reads them. Trivially destructible; the
 // codes are palloc'd.
 struct Policy {
-    bool block_key;        // on_dead = 'block_key'
-    bool has_topic;        // dead_letter_topic is set
-    const char* codes;     // non_retryable, comma-separated ("" for none)
+    bool block_key;     // on_dead = 'block_key'
+    bool has_topic;     // dead_letter_topic is set
+    const char* codes;  // non_retryable, comma-separated ("" for none)
 };
 
 // Reads the options of `subscription` into `*policy` (their strings in `keep`) and makes them

@@ -5,7 +5,9 @@ namespace eventbox::handlers {
 
 namespace {
 
-bool sqlstate_char(char c) { return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z'); }
+bool sqlstate_char(char c) {
+    return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z');
+}
 
 }  // namespace
 

@@ -45,7 +45,9 @@ KeptStatement counts_statement{
     "SELECT relid, relid::regclass::text, n_tup_ins, n_tup_upd, n_tup_del"
     "  FROM pg_catalog.pg_stat_xact_all_tables"
     " WHERE n_tup_ins + n_tup_upd + n_tup_del > 0",
-    0, {}, nullptr};
+    0,
+    {},
+    nullptr};
 
 void read_counts(TableCounts* c) {
     MemoryContext keep = CurrentMemoryContext;
@@ -81,8 +83,9 @@ Datum counts_json(const TableCounts& before, const TableCounts& after) {
         if (!first) appendStringInfoString(&out, ", ");
         first = false;
         escape_json(&out, after.names[r]);
-        appendStringInfo(&out, ": {\"inserted\": " INT64_FORMAT ", \"updated\": " INT64_FORMAT
-                               ", \"deleted\": " INT64_FORMAT "}",
+        appendStringInfo(&out,
+                         ": {\"inserted\": " INT64_FORMAT ", \"updated\": " INT64_FORMAT
+                         ", \"deleted\": " INT64_FORMAT "}",
                          d[0], d[1], d[2]);
     }
     appendStringInfoChar(&out, '}');
@@ -163,7 +166,9 @@ KeptStatement dry_rows_statement{
     " WHERE i.subscription = $1 AND ($2::text[] IS NULL OR i.message_id = ANY ($2))"
     "   AND ($3::timestamptz IS NULL OR i.received_at >= $3)"
     " ORDER BY i.topic, i.\"partition\", i.\"offset\" LIMIT $4",
-    4, {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID, INT4OID}, nullptr};
+    4,
+    {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID, INT4OID},
+    nullptr};
 
 DryRows read_dry_rows(Datum name, Datum message_ids, bool has_since, TimestampTz since, int max,
                       MemoryContext memory) {
@@ -256,8 +261,10 @@ bool dry_run_capture(text* topic, text* key, bytea* payload, bool json, Jsonb* h
     appendStringInfoString(out, "{\"topic\": ");
     escape_json(out, text_to_cstring(topic));
     appendStringInfoString(out, ", \"key\": ");
-    if (key == nullptr) appendStringInfoString(out, "null");
-    else escape_json(out, text_to_cstring(key));
+    if (key == nullptr)
+        appendStringInfoString(out, "null");
+    else
+        escape_json(out, text_to_cstring(key));
     appendStringInfoString(out, ", \"payload\": ");
     if (payload == nullptr) {
         appendStringInfoString(out, "null");
@@ -268,8 +275,10 @@ bool dry_run_capture(text* topic, text* key, bytea* payload, bool json, Jsonb* h
         escape_json(out, DatumGetCString(DirectFunctionCall1(byteaout, PointerGetDatum(payload))));
     }
     appendStringInfoString(out, ", \"headers\": ");
-    if (headers == nullptr) appendStringInfoString(out, "{}");
-    else appendStringInfoString(out, JsonbToCString(nullptr, &headers->root, VARSIZE(headers)));
+    if (headers == nullptr)
+        appendStringInfoString(out, "{}");
+    else
+        appendStringInfoString(out, JsonbToCString(nullptr, &headers->root, VARSIZE(headers)));
     appendStringInfoChar(out, '}');
     MemoryContextSwitchTo(keep);
     return true;

@@ -97,15 +97,17 @@ struct HandlerCalls {
     HTAB* plans = nullptr;
     MemoryContext context = nullptr;
     bool callback_registered = false;
-    bool stale = false;             // a function changed: the direct calls go before the next call
-    Oid inbox_type = InvalidOid;    // eventbox.inbox's row type: a kept call's argument
+    bool stale = false;           // a function changed: the direct calls go before the next call
+    Oid inbox_type = InvalidOid;  // eventbox.inbox's row type: a kept call's argument
 };
 HandlerCalls calls;
 
 // A pg_proc change: the direct calls are forgotten before the next one is looked up (not here:
 // this can run while a handler executes, with its FmgrInfo in use). The kept SPI plans are
 // invalidated by PostgreSQL itself.
-void forget_handler_calls(Datum, int, uint32) { calls.stale = true; }
+void forget_handler_calls(Datum, int, uint32) {
+    calls.stale = true;
+}
 
 void forget_direct_calls() {
     HASH_SEQ_STATUS scan;
@@ -119,8 +121,8 @@ void forget_direct_calls() {
 // The direct call of plain function `fn`, in HandlerCalls::context.
 FmgrInfo* direct_call(Oid fn) {
     if (calls.context == nullptr)
-        calls.context = AllocSetContextCreate(TopMemoryContext, "eventbox handler calls",
-                                              ALLOCSET_SMALL_SIZES);
+        calls.context =
+            AllocSetContextCreate(TopMemoryContext, "eventbox handler calls", ALLOCSET_SMALL_SIZES);
     if (!calls.callback_registered) {
         CacheRegisterSyscacheCallback(PROCOID, forget_handler_calls, 0);
         calls.callback_registered = true;
@@ -136,9 +138,9 @@ SPIPlanPtr kept_call(Oid fn) {
         calls.inbox_type = get_rel_type_id(RangeVarGetRelid(
             makeRangeVar(const_cast<char*>("eventbox"), const_cast<char*>("inbox"), -1), NoLock,
             false));
-    char* sql = psprintf("SELECT %s($1)",
-                         quote_qualified_identifier(get_namespace_name(get_func_namespace(fn)),
-                                                    get_func_name(fn)));
+    char* sql = psprintf(
+        "SELECT %s($1)",
+        quote_qualified_identifier(get_namespace_name(get_func_namespace(fn)), get_func_name(fn)));
     Oid types[1] = {calls.inbox_type};
     return worker::prepare_kept(kWho, sql, 1, types);
 }
@@ -162,8 +164,10 @@ const HandlerPlan& plan_for(Oid fn) {
     bool retset = reinterpret_cast<Form_pg_proc>(GETSTRUCT(tuple))->proretset;
     ReleaseSysCache(tuple);
     HandlerPlan entry{fn, nullptr, nullptr};
-    if (!retset) entry.finfo = direct_call(fn);
-    else entry.plan = kept_call(fn);
+    if (!retset)
+        entry.finfo = direct_call(fn);
+    else
+        entry.plan = kept_call(fn);
     // Entered only now that the entry is complete (an ERROR above leaves no half entry).
     auto* added = static_cast<HandlerPlan*>(hash_search(calls.plans, &fn, HASH_ENTER, nullptr));
     *added = entry;
@@ -204,8 +208,8 @@ void check_authority(const HandlerRef& h) {
                         errmsg("the handler's run_as role %u no longer exists", h.run_as)));
     if (superuser_arg(h.run_as) && !guc::allow_superuser_handlers)
         ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-                        errmsg("handler %s would run as superuser %s",
-                               format_procedure(h.fn), GetUserNameFromId(h.run_as, false)),
+                        errmsg("handler %s would run as superuser %s", format_procedure(h.fn),
+                               GetUserNameFromId(h.run_as, false)),
                         errhint("eventbox.allow_superuser_handlers is off.")));
     if (!is_member_of_role(h.registered_by, h.run_as))
         ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
@@ -250,8 +254,8 @@ void call_as_run_as(HandlerRef& h, Datum row) {
     Oid saved_user;
     int saved_context;
     GetUserIdAndSecContext(&saved_user, &saved_context);
-    SetUserIdAndSecContext(h.run_as, saved_context | SECURITY_LOCAL_USERID_CHANGE |
-                                         SECURITY_RESTRICTED_OPERATION);
+    SetUserIdAndSecContext(
+        h.run_as, saved_context | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
     int nest = NewGUCNestLevel();
     enable_handler_timeouts();
     call_handler(call, row);
@@ -292,11 +296,13 @@ const char* role_name(Oid role) {
 // first, and in process() the caller's temporary tables would shadow the handler's tables.
 void pin_handler_settings() {
     running.settings_nest = NewGUCNestLevel();
-    (void)set_config_option("search_path", "\"$user\", public, pg_temp", PGC_USERSET,
-                            PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+    (void)set_config_option("search_path", "\"$user\", public, pg_temp", PGC_USERSET, PGC_S_SESSION,
+                            GUC_ACTION_SAVE, true, 0, false);
 }
 
-void unpin_handler_settings() { AtEOXact_GUC(false, running.settings_nest); }
+void unpin_handler_settings() {
+    AtEOXact_GUC(false, running.settings_nest);
+}
 
 // Each handler runs as its run_as role with the pinned settings; the caller's subtransaction
 // takes back what they did when one fails.
@@ -337,11 +343,17 @@ char* run_message(Datum row, HandlerRef* const* handlers, int n) {
     return error;
 }
 
-void set_dry_run(bool on) noexcept { running.dry_run = on; }
+void set_dry_run(bool on) noexcept {
+    running.dry_run = on;
+}
 
-bool dry_running() noexcept { return running.dry_run; }
+bool dry_running() noexcept {
+    return running.dry_run;
+}
 
-Datum current_message() { return running.message; }
+Datum current_message() {
+    return running.message;
+}
 
 const char* current_mode() {
     if (running.message == (Datum)0) return nullptr;

@@ -26,9 +26,9 @@ LOCKTAG lane_tag(const char* subscription, const char* topic, int32 partition) {
     LOCKTAG tag;
     uint32 key1 = hash_bytes(reinterpret_cast<const unsigned char*>(subscription),
                              static_cast<int>(strlen(subscription)));
-    uint32 key2 = hash_bytes(reinterpret_cast<const unsigned char*>(topic),
-                             static_cast<int>(strlen(topic))) ^
-                  static_cast<uint32>(partition) * 2654435761u;
+    uint32 key2 =
+        hash_bytes(reinterpret_cast<const unsigned char*>(topic), static_cast<int>(strlen(topic))) ^
+        static_cast<uint32>(partition) * 2654435761u;
     SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, key1, key2, 0x4542);
     return tag;
 }
@@ -46,7 +46,9 @@ HeldLocks held;
 KeptStatement claim_read_statement{
     "SELECT message_ids, attempts FROM eventbox.handler_claims"
     " WHERE subscription = $1 AND topic = $2 AND \"partition\" = $3",
-    3, {TEXTOID, TEXTOID, INT4OID}, nullptr};
+    3,
+    {TEXTOID, TEXTOID, INT4OID},
+    nullptr};
 
 // Messages of a claim left by a crashed pass that still wait with the attempts they had then
 // (no outcome committed): their attempt never finished and counts; dead when that was the
@@ -69,14 +71,18 @@ KeptStatement claim_write_statement{
     "INSERT INTO eventbox.handler_claims (subscription, topic, \"partition\", message_ids, "
     "attempts) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (subscription, topic, \"partition\") "
     "DO UPDATE SET message_ids = EXCLUDED.message_ids, attempts = EXCLUDED.attempts",
-    5, {TEXTOID, TEXTOID, INT4OID, TEXTARRAYOID, INT4ARRAYOID}, nullptr};
+    5,
+    {TEXTOID, TEXTOID, INT4OID, TEXTARRAYOID, INT4ARRAYOID},
+    nullptr};
 
 KeptStatement claim_clear_statement{
     "UPDATE eventbox.handler_claims c SET message_ids = '{}', attempts = '{}' "
     "FROM unnest($2::text[], $3::int4[]) AS u(topic, p) "
     "WHERE c.subscription = $1 AND c.topic = u.topic AND c.\"partition\" = u.p"
     "  AND c.message_ids <> '{}'",
-    3, {TEXTOID, TEXTARRAYOID, INT4ARRAYOID}, nullptr};
+    3,
+    {TEXTOID, TEXTARRAYOID, INT4ARRAYOID},
+    nullptr};
 
 // The messages of the crash statement's result (SPI_tuptable) that went dead: their keys
 // blocked and their dead letters sent. Returns how many.
@@ -86,8 +92,8 @@ int crashed_dead(Datum name) {
     int dead = 0;
     for (uint64 r = 0; r < SPI_processed; ++r)
         if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull)))
-            dead_ids.set(dead++, SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2,
-                                               &isnull));
+            dead_ids.set(dead++,
+                         SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2, &isnull));
     if (dead > 0) dead_letters::after_dead(name, dead_ids.get(dead));
     return dead;
 }

@@ -22,13 +22,17 @@ KeptStatement next_lane_statement{
     " WHERE subscription = $1 AND status IN ('received', 'retry')"
     "   AND (topic, \"partition\") > ($2, $3)"
     " ORDER BY topic, \"partition\" LIMIT 1",
-    3, {TEXTOID, TEXTOID, INT4OID}, nullptr};
+    3,
+    {TEXTOID, TEXTOID, INT4OID},
+    nullptr};
 KeptStatement next_lane_upto_statement{
     "SELECT topic, \"partition\" FROM eventbox.inbox"
     " WHERE subscription = $1 AND status IN ('received', 'retry')"
     "   AND (topic, \"partition\") > ($2, $3) AND (topic, \"partition\") <= ($4, $5)"
     " ORDER BY topic, \"partition\" LIMIT 1",
-    5, {TEXTOID, TEXTOID, INT4OID, TEXTOID, INT4OID}, nullptr};
+    5,
+    {TEXTOID, TEXTOID, INT4OID, TEXTOID, INT4OID},
+    nullptr};
 
 // Keys of a lane that wait for a retry (ordering 'key'). The inner ORDER BY (a subquery
 // with one is planned on its own) pins inbox_retry_idx, the only index in that order: the
@@ -38,7 +42,9 @@ KeptStatement waiting_keys_statement{
     " WHERE i.subscription = $1 AND i.topic = $2 AND i.\"partition\" = $3"
     "   AND i.status = 'retry' AND i.next_attempt_at > clock_timestamp()"
     " ORDER BY i.next_attempt_at) w",
-    3, {TEXTOID, TEXTOID, INT4OID}, nullptr};
+    3,
+    {TEXTOID, TEXTOID, INT4OID},
+    nullptr};
 
 // A locked lane's first messages, read after the lock was taken. Messages that cannot run
 // now are left out so they do not use up the limit: without a handler when they are kept
@@ -47,21 +53,23 @@ KeptStatement waiting_keys_statement{
 // behind them ($8: ordering 'none'). A worker starts at the range's low-water mark ($11, an
 // index condition: the descent lands past the entries of the messages handled before; -1
 // without one).
-#define LANE_READ(MODE)                                                                    \
-    "SELECT i.message_id, i.key, i.event_type, i.attempts, i.next_attempt_at, i.ctid,"     \
-    "       i.\"offset\""                                                                  \
-    "  FROM eventbox.inbox i"                                                              \
-    " WHERE i.subscription = $1 AND i.topic = $2 AND i.\"partition\" = $3"                  \
-    "   AND i.status IN ('received', 'retry') AND " MODE                                   \
-    "   AND i.\"offset\" >= $11"                                                           \
-    "   AND (NOT $5 OR $9 OR i.event_type = ANY ($10))"                                    \
-    "   AND (i.key IS NULL OR NOT i.key = ANY ($6))"                                       \
-    "   AND NOT ($7 AND i.key IS NULL)"                                                    \
+#define LANE_READ(MODE)                                                                      \
+    "SELECT i.message_id, i.key, i.event_type, i.attempts, i.next_attempt_at, i.ctid,"       \
+    "       i.\"offset\""                                                                    \
+    "  FROM eventbox.inbox i"                                                                \
+    " WHERE i.subscription = $1 AND i.topic = $2 AND i.\"partition\" = $3"                   \
+    "   AND i.status IN ('received', 'retry') AND " MODE                                     \
+    "   AND i.\"offset\" >= $11"                                                             \
+    "   AND (NOT $5 OR $9 OR i.event_type = ANY ($10))"                                      \
+    "   AND (i.key IS NULL OR NOT i.key = ANY ($6))"                                         \
+    "   AND NOT ($7 AND i.key IS NULL)"                                                      \
     "   AND (NOT $8 OR i.next_attempt_at IS NULL OR i.next_attempt_at <= clock_timestamp())" \
     " ORDER BY i.\"offset\" LIMIT $4"
-#define LANE_READ_TYPES                                                                       \
-    {TEXTOID, TEXTOID, INT4OID, INT4OID, BOOLOID, BYTEAARRAYOID, BOOLOID, BOOLOID, BOOLOID, \
-     TEXTARRAYOID, INT8OID}
+#define LANE_READ_TYPES                                                                        \
+    {                                                                                          \
+        TEXTOID, TEXTOID, INT4OID, INT4OID, BOOLOID, BYTEAARRAYOID, BOOLOID, BOOLOID, BOOLOID, \
+            TEXTARRAYOID, INT8OID                                                              \
+    }
 // Live (and backfill) messages first, an index range of inbox_todo_idx of their own (IS
 // FALSE: the planner turns it into an index condition, where NOT or <> would not be); then,
 // with the room left, the messages queued by eventbox.reprocess(), through inbox_replay_idx:
@@ -87,8 +95,10 @@ Datum held_back_keys(const Pass& p, Datum topic, int32 partition, int* n, bool* 
         waiting = static_cast<Datum*>(palloc(sizeof(Datum) * Max(SPI_processed, 1)));
         for (uint64 r = 0; r < SPI_processed; ++r) {
             Datum key = SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull);
-            if (isnull) *null_key_waits = true;
-            else waiting[n_waiting++] = key;
+            if (isnull)
+                *null_key_waits = true;
+            else
+                waiting[n_waiting++] = key;
         }
     }
     if (p.setup.options.dead.block_key)
@@ -123,8 +133,8 @@ void add_lane_rows(Pass& p, std::size_t l) {
         Datum next = SPI_getbinval(tuple, desc, 5, &isnull);
         int64 not_before = isnull ? 0 : DatumGetTimestampTz(next) / 1000;
         bool next_null = isnull;
-        auto tid = reinterpret_cast<ItemPointer>(
-            DatumGetPointer(SPI_getbinval(tuple, desc, 6, &isnull)));
+        auto tid =
+            reinterpret_cast<ItemPointer>(DatumGetPointer(SPI_getbinval(tuple, desc, 6, &isnull)));
         uint64 packed = (static_cast<uint64>(ItemPointerGetBlockNumber(tid)) << 16) |
                         ItemPointerGetOffsetNumber(tid);
         MessageRow row{id,

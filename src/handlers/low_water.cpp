@@ -36,7 +36,7 @@ std::size_t LaneMarks::count(std::string_view subscription) const noexcept {
 }
 
 const LaneMarks::Lane* LaneMarks::lane_at(std::string_view subscription,
-                                           std::size_t position) const noexcept {
+                                          std::size_t position) const noexcept {
     const std::vector<Lane>* lanes = lanes_of(subscription);
     return lanes == nullptr || position >= lanes->size() ? nullptr : &(*lanes)[position];
 }
@@ -124,12 +124,14 @@ bool LaneMarks::drained(std::string_view subscription, std::size_t position) con
 
 void LaneMarks::set_unknown_work(std::string_view subscription, bool found) {
     auto it = unknown_work_.find(subscription);
-    if (found && it == unknown_work_.end()) unknown_work_.emplace(subscription);
-    else if (!found && it != unknown_work_.end()) unknown_work_.erase(it);
+    if (found && it == unknown_work_.end())
+        unknown_work_.emplace(subscription);
+    else if (!found && it != unknown_work_.end())
+        unknown_work_.erase(it);
 }
 
-bool StoredOffsets::store(std::string_view subscription, std::string_view topic,
-                          int32_t partition, int64_t first, int64_t last) {
+bool StoredOffsets::store(std::string_view subscription, std::string_view topic, int32_t partition,
+                          int64_t first, int64_t last) {
     auto key = std::make_tuple(std::string(subscription), std::string(topic), partition);
     auto it = highest_.find(key);
     if (it == highest_.end()) {
@@ -141,8 +143,8 @@ bool StoredOffsets::store(std::string_view subscription, std::string_view topic,
     return lower;
 }
 
-bool StoredOffsets::below(std::string_view subscription, std::string_view topic,
-                          int32_t partition, int64_t first) const {
+bool StoredOffsets::below(std::string_view subscription, std::string_view topic, int32_t partition,
+                          int64_t first) const {
     auto it =
         highest_.find(std::make_tuple(std::string(subscription), std::string(topic), partition));
     return it == highest_.end() || first <= it->second;

@@ -81,8 +81,7 @@ class LaneMarks {
                   int32_t partition, int64_t next) noexcept;
     // Records that a probe of the lane's live range from its mark found nothing waiting, with
     // `next` as the lane's next offset in the probe's snapshot. Forgotten with the marks.
-    void probed_empty(std::string_view subscription, std::size_t position,
-                      int64_t next) noexcept;
+    void probed_empty(std::string_view subscription, std::size_t position, int64_t next) noexcept;
     // Whether any lane of the subscription has an empty probe recorded: when none has, no lane
     // can be drained and a pass need not read the next offsets.
     bool any_probed_empty(std::string_view subscription) const noexcept;

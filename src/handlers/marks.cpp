@@ -71,12 +71,16 @@ void raise_live_mark(const char* subscription, std::size_t position, int64 mark)
 KeptStatement lanes_statement{
     "SELECT topic, \"partition\", next_offset FROM eventbox.offsets WHERE subscription = $1"
     " ORDER BY topic, \"partition\"",
-    1, {TEXTOID}, nullptr};
+    1,
+    {TEXTOID},
+    nullptr};
 
 // Learns the lanes and next offsets of the lanes read in SPI_tuptable.
 void learn_lanes(const char* subscription, bool loaded) {
-    if (loaded) marks.lanes->begin_next(subscription);
-    else pg::call_cpp([&] { marks.lanes->begin_load(subscription); });
+    if (loaded)
+        marks.lanes->begin_next(subscription);
+    else
+        pg::call_cpp([&] { marks.lanes->begin_load(subscription); });
     long hint = 0;
     for (uint64 r = 0; r < SPI_processed; ++r) {
         HeapTuple row = SPI_tuptable->vals[r];
@@ -117,13 +121,15 @@ KeptStatement known_lane_statement{
     "      AND i.\"offset\" >= $5 ORDER BY i.\"offset\" LIMIT 1) IS NOT NULL),"
     " (SELECT o.next_offset FROM eventbox.offsets o"
     "   WHERE o.subscription = $1 AND o.topic = $2 AND o.\"partition\" = $3)",
-    6, {TEXTOID, TEXTOID, INT4OID, INT8OID, INT8OID, BOOLOID}, nullptr};
+    6,
+    {TEXTOID, TEXTOID, INT4OID, INT8OID, INT8OID, BOOLOID},
+    nullptr};
 
 // Whether known lane (topic, partition) has work at or above its marks: false without a probe
 // when the pass read that its live range is drained (and no replays wait), else one probe
 // (known_lane_statement). A lane found without work has its live mark raised.
-bool known_lane_has_work(Datum name, const char* subscription, const char* topic,
-                         int32 partition, bool replays) {
+bool known_lane_has_work(Datum name, const char* subscription, const char* topic, int32 partition,
+                         bool replays) {
     long position;
     LaneMark mark = lane_mark(subscription, topic, partition, &position);
     if (!replays && marks.on && position >= 0 &&
@@ -173,9 +179,13 @@ void begin_marks(int64 now) {
     marks.on = g.in_flight == 0;
 }
 
-void marks_off() noexcept { marks.on = false; }
+void marks_off() noexcept {
+    marks.on = false;
+}
 
-bool marks_on() noexcept { return marks.on; }
+bool marks_on() noexcept {
+    return marks.on;
+}
 
 // After a read: whether no change that could make rows wait below the marks may have become
 // visible since the pass read the generation. If one may have, the marks are dropped and not
@@ -261,8 +271,8 @@ LaneMark lane_mark(const char* subscription, const char* topic, int32 partition,
     if (!marks.on || *position < 0) return LaneMark{};
     LaneMark mark = marks.lanes->mark(subscription, static_cast<std::size_t>(*position));
     // Another worker may have taken the lane further.
-    mark.live = Max(mark.live, shmem::shared_lane_mark(subscription, topic, partition,
-                                                       marks.generation));
+    mark.live =
+        Max(mark.live, shmem::shared_lane_mark(subscription, topic, partition, marks.generation));
     return mark;
 }
 
@@ -270,13 +280,17 @@ LaneMark lane_mark(const char* subscription, const char* topic, int32 partition,
 void raise_mark(const char* subscription, long position, bool replay, bool filtered) {
     if (!marks.on || position < 0 || filtered || SPI_processed == 0) return;
     bool isnull;
-    int64 first = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 7,
-                                              &isnull));
-    if (replay) marks.lanes->raise(subscription, static_cast<std::size_t>(position), true, first);
-    else raise_live_mark(subscription, static_cast<std::size_t>(position), first);
+    int64 first =
+        DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 7, &isnull));
+    if (replay)
+        marks.lanes->raise(subscription, static_cast<std::size_t>(position), true, first);
+    else
+        raise_live_mark(subscription, static_cast<std::size_t>(position), first);
 }
 
-void forget_lane_reads() noexcept { lane_reads.n = 0; }
+void forget_lane_reads() noexcept {
+    lane_reads.n = 0;
+}
 
 // The live read in SPI_tuptable (its offsets in column 7) of pass lane l.
 void note_lane_read(std::size_t l, long position, bool counted, MemoryContext memory) {

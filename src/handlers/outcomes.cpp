@@ -21,34 +21,41 @@ namespace {
 // (a TID scan: no index probe, no join); the ids come back, and a row another transaction
 // updated since is marked by its id (processed_by_id_statement: the primary key, one probe per
 // id). Both mark the same way.
-#define MARK_PROCESSED                                                                        \
-    "UPDATE eventbox.inbox i SET status = 'processed', attempts = i.attempts + 1, "           \
+#define MARK_PROCESSED                                                              \
+    "UPDATE eventbox.inbox i SET status = 'processed', attempts = i.attempts + 1, " \
     "next_attempt_at = NULL, processed_at = now() "
 KeptStatement processed_statement{
-    MARK_PROCESSED
-    "WHERE i.ctid = ANY ($2::tid[]) AND i.subscription = $1 RETURNING i.message_id",
-    2, {TEXTOID, TIDARRAYOID}, nullptr};
-KeptStatement processed_by_id_statement{
-    MARK_PROCESSED "FROM unnest($2::text[]) AS u(id) "
-    EVENTBOX_INBOX_BY_ID("x.ctid AS t", "") "WHERE i.ctid = x.t",
-    2, {TEXTOID, TEXTARRAYOID}, nullptr};
+    MARK_PROCESSED "WHERE i.ctid = ANY ($2::tid[]) AND i.subscription = $1 RETURNING i.message_id",
+    2,
+    {TEXTOID, TIDARRAYOID},
+    nullptr};
+KeptStatement processed_by_id_statement{MARK_PROCESSED
+                                        "FROM unnest($2::text[]) AS u(id) " EVENTBOX_INBOX_BY_ID(
+                                            "x.ctid AS t", "") "WHERE i.ctid = x.t",
+                                        2,
+                                        {TEXTOID, TEXTARRAYOID},
+                                        nullptr};
 #undef MARK_PROCESSED
 
 // By the primary key, one probe per id (EVENTBOX_INBOX_BY_ID), as the failed ones.
 KeptStatement ignored_statement{
     "UPDATE eventbox.inbox i SET status = 'ignored', processed_at = now() "
-    "FROM unnest($2::text[]) AS u(id) "
-    EVENTBOX_INBOX_BY_ID("x.ctid AS t", "") "WHERE i.ctid = x.t",
-    2, {TEXTOID, TEXTARRAYOID}, nullptr};
+    "FROM unnest($2::text[]) AS u(id) " EVENTBOX_INBOX_BY_ID("x.ctid AS t",
+                                                             "") "WHERE i.ctid = x.t",
+    2,
+    {TEXTOID, TEXTARRAYOID},
+    nullptr};
 
 KeptStatement failed_statement{
     "UPDATE eventbox.inbox i SET status = CASE WHEN u.dead THEN 'dead' ELSE 'retry' END, "
     "attempts = i.attempts + 1, last_error = u.err, "
     "next_attempt_at = CASE WHEN u.dead THEN NULL "
     "                  ELSE clock_timestamp() + u.delay * interval '1 millisecond' END "
-    "FROM unnest($2::text[], $3::text[], $4::int8[], $5::bool[]) AS u(id, err, delay, dead) "
-    EVENTBOX_INBOX_BY_ID("x.ctid AS t", "") "WHERE i.ctid = x.t",
-    5, {TEXTOID, TEXTARRAYOID, TEXTARRAYOID, INT8ARRAYOID, BOOLARRAYOID}, nullptr};
+    "FROM unnest($2::text[], $3::text[], $4::int8[], $5::bool[]) AS u(id, err, delay, "
+    "dead) " EVENTBOX_INBOX_BY_ID("x.ctid AS t", "") "WHERE i.ctid = x.t",
+    5,
+    {TEXTOID, TEXTARRAYOID, TEXTARRAYOID, INT8ARRAYOID, BOOLARRAYOID},
+    nullptr};
 
 // Marks processed the rows of `o` that a TID scan did not find where their fetch read them
 // (another transaction updated them since), by their ids. SPI_tuptable holds the ids it found.

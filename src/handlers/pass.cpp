@@ -87,8 +87,8 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
     passes.found_work = true;  // until the choice says otherwise
     MemoryContext memory;
     PassState* state = open_pass(own_transactions, &memory);
-    Pass p{subscription, max, own_transactions, next_due_ms, memory, PassWork(state), PassSetup{},
-           0, context};
+    Pass p{subscription, max, own_transactions, next_due_ms, memory, PassWork(state),
+           PassSetup{},  0,   context};
     load_setup(CStringGetTextDatum(subscription), memory, &p.setup);
     p.now = worker::now_ms();
     int crash_dead = choose_messages(p, &passes.found_work);
@@ -149,9 +149,13 @@ void enter_pass(const char* function) {
     passes.in_pass = true;
 }
 
-void leave_pass() noexcept { passes.in_pass = false; }
+void leave_pass() noexcept {
+    passes.in_pass = false;
+}
 
-bool last_pass_found_work() { return passes.found_work; }
+bool last_pass_found_work() {
+    return passes.found_work;
+}
 
 int run_pass(const char* subscription, int max, bool own_transactions, int64* next_due_ms) {
     enter_pass("eventbox.process()");

@@ -92,7 +92,7 @@ struct ChosenMessage {
     const char* event_type;  // nullptr: none
     int32_t attempts;        // before this pass's attempt
     uint64_t tid;
-    bool handled;  // some handler takes it
+    bool handled;       // some handler takes it
     std::size_t index;  // in its lane, in the order the lane read returned the messages
 };
 

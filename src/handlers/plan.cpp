@@ -27,8 +27,10 @@ long plan_lane(const std::vector<Candidate>& lane, Ordering ordering, bool unhan
             case Ordering::kKey: {
                 bool blocked = c.has_key ? blocked_keys.count(c.key) != 0 : blocked_no_key;
                 if (!due || blocked) {
-                    if (c.has_key) blocked_keys.insert(c.key);
-                    else blocked_no_key = true;
+                    if (c.has_key)
+                        blocked_keys.insert(c.key);
+                    else
+                        blocked_no_key = true;
                     continue;
                 }
                 break;

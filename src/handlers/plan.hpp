@@ -19,7 +19,7 @@ Ordering ordering_from(std::string_view name) noexcept;
 
 // One due-or-waiting message of a lane, in offset order.
 struct Candidate {
-    std::string_view key;   // ordering 'key' lanes; empty view and has_key false: no key
+    std::string_view key;  // ordering 'key' lanes; empty view and has_key false: no key
     bool has_key = false;
     int64_t not_before_ms = 0;  // next_attempt_at; 0: due now
     bool handled = true;        // some registered handler matches its event type

@@ -30,8 +30,10 @@ void QuietSubscriptions::after_pass(std::string_view subscription, const QuietKe
         return;
     }
     Quiet q{key, std::min(now_ms + kQuietRecheckMs, due_ms)};
-    if (it == quiet_.end()) quiet_.emplace(std::string(subscription), q);
-    else it->second = q;
+    if (it == quiet_.end())
+        quiet_.emplace(std::string(subscription), q);
+    else
+        it->second = q;
 }
 
 }  // namespace eventbox::handlers

@@ -41,11 +41,16 @@ InboxColumns inbox_columns(TupleDesc desc) {
         Form_pg_attribute att = TupleDescAttr(desc, a);
         if (att->attisdropped) continue;
         const char* name = NameStr(att->attname);
-        if (strcmp(name, "subscription") == 0) c.subscription = a;
-        else if (strcmp(name, "message_id") == 0) c.message_id = a;
-        else if (strcmp(name, "status") == 0) c.status = a;
-        else if (strcmp(name, "attempts") == 0) c.attempts = a;
-        else if (strcmp(name, "next_attempt_at") == 0) c.next_attempt_at = a;
+        if (strcmp(name, "subscription") == 0)
+            c.subscription = a;
+        else if (strcmp(name, "message_id") == 0)
+            c.message_id = a;
+        else if (strcmp(name, "status") == 0)
+            c.status = a;
+        else if (strcmp(name, "attempts") == 0)
+            c.attempts = a;
+        else if (strcmp(name, "next_attempt_at") == 0)
+            c.next_attempt_at = a;
     }
     if (c.subscription < 0 || c.message_id < 0 || c.status < 0 || c.attempts < 0 ||
         c.next_attempt_at < 0)
@@ -73,11 +78,11 @@ Datum fetch_row(Relation rel, const InboxColumns& col, Snapshot snapshot, const 
         return (Datum)0;
     }
     heap_deform_tuple(&tuple, desc, values, nulls);
-    bool runs = !nulls[col.subscription] && !nulls[col.message_id] && !nulls[col.status] &&
-                text_equals(values[col.subscription], subscription) &&
-                text_equals(values[col.message_id], m.id) &&
-                (text_equals(values[col.status], "received") ||
-                 text_equals(values[col.status], "retry"));
+    bool runs =
+        !nulls[col.subscription] && !nulls[col.message_id] && !nulls[col.status] &&
+        text_equals(values[col.subscription], subscription) &&
+        text_equals(values[col.message_id], m.id) &&
+        (text_equals(values[col.status], "received") || text_equals(values[col.status], "retry"));
     Datum row = (Datum)0;
     if (runs) {
         values[col.attempts] = Int32GetDatum(DatumGetInt32(values[col.attempts]) + 1);
@@ -136,8 +141,8 @@ struct RanTogether {
 
 // Adds the failed attempt of chosen message `c` (`m`) with `error` to `out`: retried after a
 // backoff, dead once it was the last attempt or the error is one not retried.
-void add_failure(Pass& p, int c, const ChosenMessage& m, Datum id, char* error,
-                 int64 duration_us, Outcomes* out) {
+void add_failure(Pass& p, int c, const ChosenMessage& m, Datum id, char* error, int64 duration_us,
+                 Outcomes* out) {
     const Options& options = p.setup.options;
     int32 attempts = m.attempts + 1;
     bool refused = dead_letters::refuses(options.dead, error);
@@ -255,8 +260,8 @@ void begin_run_transaction(MemoryContext memory) {
 // before it publishes what a handler sent. Only the attempt count must be on disk before a
 // handler runs.
 void commit_run_transaction() {
-    (void)set_config_option("synchronous_commit", "off", PGC_SUSET, PGC_S_SESSION,
-                            GUC_ACTION_LOCAL, true, 0, false);
+    (void)set_config_option("synchronous_commit", "off", PGC_SUSET, PGC_S_SESSION, GUC_ACTION_LOCAL,
+                            true, 0, false);
     worker::end_work();
 }
 

@@ -27,7 +27,9 @@ KeptStatement options_statement{
     "        AND i.status IN ('received', 'retry') AND i.mode = 'replay'"
     "  ORDER BY i.topic, i.\"partition\", i.\"offset\" LIMIT 1) IS NOT NULL "
     "FROM eventbox.subscriptions WHERE name = $1 AND enabled",
-    1, {TEXTOID}, nullptr};
+    1,
+    {TEXTOID},
+    nullptr};
 
 // Reads the subscription's options; returns false when it is gone or disabled.
 bool read_options(Datum name, Options* options) {
@@ -52,7 +54,9 @@ KeptStatement handlers_statement{
     "SELECT event_type, coalesce(pg_catalog.to_regprocedure(handler)::oid, 0), run_as::oid, "
     "registered_by::oid, handler "
     "FROM eventbox.handlers WHERE subscription = $1 ORDER BY created_at, handler",
-    1, {TEXTOID}, nullptr};
+    1,
+    {TEXTOID},
+    nullptr};
 
 // The subscription's handlers, in registration order (in `memory`); *n gets how many.
 HandlerRef* load_handlers(Datum name, MemoryContext memory, int* n) {
@@ -99,8 +103,10 @@ void load_setup(Datum name, MemoryContext memory, PassSetup* setup) {
     for (int h = 0; h < setup->n_handlers; ++h) {
         const char* type = setup->handlers[h].event_type;
         setup->handler_types[h] = type;
-        if (type == nullptr) setup->any_type = true;
-        else handled_types.set(h, CStringGetTextDatum(type));
+        if (type == nullptr)
+            setup->any_type = true;
+        else
+            handled_types.set(h, CStringGetTextDatum(type));
     }
     setup->handled_types = handled_types.get();
 }

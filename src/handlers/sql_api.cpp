@@ -64,7 +64,6 @@ EVENTBOX_SQL_FUNCTION(eventbox_dry_run) {
     TimestampTz since = has_since ? PG_GETARG_TIMESTAMPTZ(2) : 0;
     InitMaterializedSRF(fcinfo, 0);
     auto* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
-    handlers::dry_run(subscription, ids, has_since, since, max, rsinfo->setResult,
-                      rsinfo->setDesc);
+    handlers::dry_run(subscription, ids, has_since, since, max, rsinfo->setResult, rsinfo->setDesc);
     return (Datum)0;
 }

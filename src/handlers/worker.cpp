@@ -36,7 +36,9 @@ constexpr long kIdleWaitMs = 1000;
 // skip() cannot allocate and is called directly; the rest holds the guard.
 class Quiet {
   public:
-    void make() { quiet_ = pg::call_cpp([] { return new QuietSubscriptions(); }); }
+    void make() {
+        quiet_ = pg::call_cpp([] { return new QuietSubscriptions(); });
+    }
     bool skip(const char* subscription, const QuietKey& key, int64 now_ms,
               int64* recheck_ms) const noexcept {
         return quiet_->skip(subscription, key, now_ms, recheck_ms);
@@ -61,8 +63,8 @@ HandlerWorker self;
 int enabled_subscriptions(char*** names) {
     MemoryContext outer = CurrentMemoryContext;
     worker::begin_work("eventbox handler");
-    int rc = SPI_execute("SELECT name FROM eventbox.subscriptions WHERE enabled ORDER BY name",
-                         true, 0);
+    int rc =
+        SPI_execute("SELECT name FROM eventbox.subscriptions WHERE enabled ORDER BY name", true, 0);
     if (rc != SPI_OK_SELECT) elog(ERROR, "eventbox handler: reading subscriptions failed");
     int n = static_cast<int>(SPI_processed);
     MemoryContext keep = MemoryContextSwitchTo(outer);
@@ -153,7 +155,7 @@ extern "C" PGDLLEXPORT void eventbox_handler_main(Datum arg) {
     memcpy(&index, MyBgworkerEntry->bgw_extra, sizeof index);
     // Synchronous commits (async_commit false): the commit counting an attempt must survive a
     // handler that crashes the backend.
-    worker::run_worker(arg, worker::WorkerMain{shmem::Role::kHandler, index, false,
-                                               "eventbox handler pass", handlers::start,
-                                               handlers::after_error, handlers::turn});
+    worker::run_worker(
+        arg, worker::WorkerMain{shmem::Role::kHandler, index, false, "eventbox handler pass",
+                                handlers::start, handlers::after_error, handlers::turn});
 }

@@ -39,7 +39,7 @@ struct Member {
 
 // A recursive-descent reader that writes the canonical form of what it reads.
 class Canonicalizer {
-public:
+  public:
     explicit Canonicalizer(std::string_view in) : in_(in) {}
 
     bool document(std::string& out) {
@@ -52,7 +52,7 @@ public:
 
     const std::string& error() const { return error_; }
 
-private:
+  private:
     bool fail(const char* what) {
         if (error_.empty()) error_ = std::string(what) + " at byte " + std::to_string(pos_);
         return false;
@@ -74,13 +74,20 @@ private:
     bool value(std::string& out, int depth) {
         if (pos_ >= in_.size()) return fail("unexpected end of input");
         switch (in_[pos_]) {
-            case '{': return object(out, depth + 1);
-            case '[': return array(out, depth + 1);
-            case '"': return string(out, nullptr);
-            case 't': return literal("true", out);
-            case 'f': return literal("false", out);
-            case 'n': return literal("null", out);
-            default: return number(out);
+            case '{':
+                return object(out, depth + 1);
+            case '[':
+                return array(out, depth + 1);
+            case '"':
+                return string(out, nullptr);
+            case 't':
+                return literal("true", out);
+            case 'f':
+                return literal("false", out);
+            case 'n':
+                return literal("null", out);
+            default:
+                return number(out);
         }
     }
 
@@ -166,10 +173,14 @@ private:
         for (int i = 0; i < 4; ++i) {
             char c = in_[pos_ + i];
             v <<= 4;
-            if (c >= '0' && c <= '9') v |= static_cast<uint32_t>(c - '0');
-            else if (c >= 'a' && c <= 'f') v |= static_cast<uint32_t>(c - 'a' + 10);
-            else if (c >= 'A' && c <= 'F') v |= static_cast<uint32_t>(c - 'A' + 10);
-            else return fail("invalid \\u escape");
+            if (c >= '0' && c <= '9')
+                v |= static_cast<uint32_t>(c - '0');
+            else if (c >= 'a' && c <= 'f')
+                v |= static_cast<uint32_t>(c - 'a' + 10);
+            else if (c >= 'A' && c <= 'F')
+                v |= static_cast<uint32_t>(c - 'A' + 10);
+            else
+                return fail("invalid \\u escape");
         }
         pos_ += 4;
         *unit = v;
@@ -181,11 +192,16 @@ private:
         auto c = static_cast<unsigned char>(in_[pos_]);
         std::size_t n;
         uint32_t v;
-        if (c < 0x80) n = 0, v = c;
-        else if ((c & 0xE0) == 0xC0) n = 1, v = c & 0x1F;
-        else if ((c & 0xF0) == 0xE0) n = 2, v = c & 0x0F;
-        else if ((c & 0xF8) == 0xF0) n = 3, v = c & 0x07;
-        else return fail("invalid UTF-8");
+        if (c < 0x80)
+            n = 0, v = c;
+        else if ((c & 0xE0) == 0xC0)
+            n = 1, v = c & 0x1F;
+        else if ((c & 0xF0) == 0xE0)
+            n = 2, v = c & 0x0F;
+        else if ((c & 0xF8) == 0xF0)
+            n = 3, v = c & 0x07;
+        else
+            return fail("invalid UTF-8");
         if (in_.size() - pos_ <= n) return fail("invalid UTF-8");
         for (std::size_t k = 1; k <= n; ++k) {
             auto b = static_cast<unsigned char>(in_[pos_ + k]);
@@ -218,14 +234,30 @@ private:
                 if (++pos_ >= in_.size()) return fail("unterminated string");
                 char e = in_[pos_++];
                 switch (e) {
-                    case '"': cp = '"'; break;
-                    case '\\': cp = '\\'; break;
-                    case '/': cp = '/'; break;
-                    case 'b': cp = 0x08; break;
-                    case 'f': cp = 0x0C; break;
-                    case 'n': cp = 0x0A; break;
-                    case 'r': cp = 0x0D; break;
-                    case 't': cp = 0x09; break;
+                    case '"':
+                        cp = '"';
+                        break;
+                    case '\\':
+                        cp = '\\';
+                        break;
+                    case '/':
+                        cp = '/';
+                        break;
+                    case 'b':
+                        cp = 0x08;
+                        break;
+                    case 'f':
+                        cp = 0x0C;
+                        break;
+                    case 'n':
+                        cp = 0x0A;
+                        break;
+                    case 'r':
+                        cp = 0x0D;
+                        break;
+                    case 't':
+                        cp = 0x09;
+                        break;
                     case 'u': {
                         if (!hex4(&cp)) return false;
                         if (cp >= 0xDC00 && cp <= 0xDFFF) return fail("lone surrogate escape");
@@ -239,20 +271,35 @@ private:
                         }
                         break;
                     }
-                    default: return fail("invalid escape");
+                    default:
+                        return fail("invalid escape");
                 }
             } else if (!utf8_char(&cp)) {
                 return false;
             }
             if (units) append_utf16(*units, cp);
             switch (cp) {
-                case '"': out += "\\\""; break;
-                case '\\': out += "\\\\"; break;
-                case 0x08: out += "\\b"; break;
-                case 0x09: out += "\\t"; break;
-                case 0x0A: out += "\\n"; break;
-                case 0x0C: out += "\\f"; break;
-                case 0x0D: out += "\\r"; break;
+                case '"':
+                    out += "\\\"";
+                    break;
+                case '\\':
+                    out += "\\\\";
+                    break;
+                case 0x08:
+                    out += "\\b";
+                    break;
+                case 0x09:
+                    out += "\\t";
+                    break;
+                case 0x0A:
+                    out += "\\n";
+                    break;
+                case 0x0C:
+                    out += "\\f";
+                    break;
+                case 0x0D:
+                    out += "\\r";
+                    break;
                 default:
                     if (cp < 0x20) {
                         out += "\\u00";

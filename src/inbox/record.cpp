@@ -100,8 +100,10 @@ void header_fields(const Record& r, std::vector<HeaderField>& fields) {
             auto [it, added] = index.try_emplace(f.name, count);
             if (!added) same = it->second;
         }
-        if (same < count) fields[same].value.swap(f.value);
-        else ++count;
+        if (same < count)
+            fields[same].value.swap(f.value);
+        else
+            ++count;
     }
     fields.resize(count);
 }
@@ -130,10 +132,14 @@ bool valid_utf8(const char* data, std::size_t len) {
         }
         std::size_t n;
         uint32_t cp;
-        if ((c & 0xE0) == 0xC0) n = 1, cp = c & 0x1F;
-        else if ((c & 0xF0) == 0xE0) n = 2, cp = c & 0x0F;
-        else if ((c & 0xF8) == 0xF0) n = 3, cp = c & 0x07;
-        else return false;
+        if ((c & 0xE0) == 0xC0)
+            n = 1, cp = c & 0x1F;
+        else if ((c & 0xF0) == 0xE0)
+            n = 2, cp = c & 0x0F;
+        else if ((c & 0xF8) == 0xF0)
+            n = 3, cp = c & 0x07;
+        else
+            return false;
         for (std::size_t k = 1; k <= n; ++k) {
             if (i + k >= len || (s[i + k] & 0xC0) != 0x80) return false;
             cp = (cp << 6) | (s[i + k] & 0x3F);
@@ -262,10 +268,14 @@ void choose_event_type(const Record& r, const JsonScan& scan, Classified& out) {
     std::optional<std::string_view> type_header = header_text(r, "event_type");
     std::optional<std::string_view> ce_type = header_text(r, "ce_type");
     const std::optional<std::string>* type_field = scan.valid ? &scan.fields.back() : nullptr;
-    if (type_header) set(out.event_type, *type_header);
-    else if (ce_type) set(out.event_type, *ce_type);
-    else if (type_field && *type_field) set(out.event_type, **type_field);
-    else out.event_type.reset();
+    if (type_header)
+        set(out.event_type, *type_header);
+    else if (ce_type)
+        set(out.event_type, *ce_type);
+    else if (type_field && *type_field)
+        set(out.event_type, **type_field);
+    else
+        out.event_type.reset();
     if (out.event_type && out.event_type->empty()) out.event_type.reset();
 }
 

@@ -60,11 +60,11 @@ struct Classified {
     // The headers object's members, each name once (a repeated name keeps its last value), in
     // order of first appearance. The ingest worker builds the jsonb from them directly.
     std::vector<HeaderField> headers;
-    bool parsable = false;     // value is JSON that jsonb accepts: store it in payload
-    JsonTokens payload;        // when parsable: the value's tokens, to build its jsonb from
-    std::size_t raw_len = 0;   // bytes of the value kept in raw_payload when not parsable
-    bool raw_null = false;     // no value at all (tombstone): raw_payload NULL
-    std::string note;          // why the record is unparsable (goes to last_error)
+    bool parsable = false;    // value is JSON that jsonb accepts: store it in payload
+    JsonTokens payload;       // when parsable: the value's tokens, to build its jsonb from
+    std::size_t raw_len = 0;  // bytes of the value kept in raw_payload when not parsable
+    bool raw_null = false;    // no value at all (tombstone): raw_payload NULL
+    std::string note;         // why the record is unparsable (goes to last_error)
 };
 
 Classified classify(const Record& record, const Options& options);

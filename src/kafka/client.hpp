@@ -19,12 +19,12 @@ struct LogLine {
 
 // Base of our librdkafka handles: the handle's opaque points at this object.
 class ClientEvents {
-public:
+  public:
     std::vector<LogLine>& logs() { return logs_; }
     // True once librdkafka raised a fatal error: the handle must be recreated.
     bool fatal() const { return fatal_; }
 
-protected:
+  protected:
     // A configuration with `ours` then `user` applied and our log/error callbacks installed.
     // Throws eventbox::Error naming the rejected key (never its value).
     rd_kafka_conf_t* new_conf(const std::string& brokers, const std::vector<KafkaOption>& ours,
@@ -41,7 +41,7 @@ protected:
     bool fatal_ = false;
     SecretScrubber scrubber_;  // applied to everything librdkafka says
 
-private:
+  private:
     static void on_error(rd_kafka_t* rk, int err, const char* reason, void* opaque);
     static void on_log(const rd_kafka_t* rk, int level, const char* fac, const char* buf);
 };

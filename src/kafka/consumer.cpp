@@ -18,11 +18,13 @@ constexpr auto kMaintainInterval = std::chrono::seconds(1);
 constexpr int kMetadataTimeoutMs = 500;
 // Lines logged for topics without partitions per refresh; the rest are counted in one line.
 constexpr int kMissingTopicLogs = 5;
-constexpr auto kCommitInterval = std::chrono::seconds(5);    // Kafka commits, per subscription
+constexpr auto kCommitInterval = std::chrono::seconds(5);  // Kafka commits, per subscription
 constexpr int kMaxBackoffMs = 60000;
 constexpr std::size_t kCommitsPerPoll = 20;
 
-int next_backoff(int backoff_ms) { return std::min(std::max(backoff_ms * 2, 1000), kMaxBackoffMs); }
+int next_backoff(int backoff_ms) {
+    return std::min(std::max(backoff_ms * 2, 1000), kMaxBackoffMs);
+}
 
 std::string where(const TopicPartition& tp) {
     return tp.first + "[" + std::to_string(tp.second) + "]";
@@ -168,7 +170,9 @@ void Consumer::resume(int id) {
     changed_ = true;
 }
 
-bool Consumer::paused(int id) const { return sub(id).paused; }
+bool Consumer::paused(int id) const {
+    return sub(id).paused;
+}
 
 const std::vector<rd_kafka_message_t*>& Consumer::batch(int id) const noexcept {
     auto it = subs_.find(id);
@@ -217,10 +221,11 @@ bool Consumer::start_position(Sub& s, const std::string& topic, int32_t partitio
         }
     }
     if (found < 0) {
-        s.start_problem = "could not resolve where " + where({topic, partition}) +
-                          (s.config.backfill ? " stood when the subscription was created (backfill): "
-                                             : " starts for start_from 'latest': ") +
-                          lookup_error_;
+        s.start_problem =
+            "could not resolve where " + where({topic, partition}) +
+            (s.config.backfill ? " stood when the subscription was created (backfill): "
+                               : " starts for start_from 'latest': ") +
+            lookup_error_;
         return false;
     }
     if (s.config.backfill) {
@@ -261,8 +266,8 @@ void Consumer::refresh_topics(const std::vector<std::string>& due) {
     for (const std::string& name : due) {
         auto it = found.find(name);
         rd_kafka_resp_err_t why = err != RD_KAFKA_RESP_ERR_NO_ERROR ? err
-                                  : it == found.end()               ? RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC
-                                                                    : it->second->err;
+                                  : it == found.end() ? RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC
+                                                      : it->second->err;
         if (why == RD_KAFKA_RESP_ERR_NO_ERROR)
             topic_found(name, *it->second);
         else
@@ -297,8 +302,8 @@ void Consumer::topic_missing(const std::string& name, rd_kafka_resp_err_t why) {
     topic.next_refresh = Clock::now() + std::chrono::milliseconds(topic.backoff_ms);
     ++missing_in_refresh_;
     if (missing_in_refresh_ <= kMissingTopicLogs)
-        logs_.push_back(LogLine{topic.known ? 6 : 4,
-                                "no partitions for topic " + name + " yet: " + rd_kafka_err2str(why)});
+        logs_.push_back(LogLine{topic.known ? 6 : 4, "no partitions for topic " + name +
+                                                         " yet: " + rd_kafka_err2str(why)});
 }
 
 void Consumer::maintain() {
@@ -321,13 +326,13 @@ void Consumer::maintain() {
     if (!due.empty()) {
         for (const std::string& name : wanted) {
             const Topic& topic = topics_[name];
-            if (now < topic.next_refresh && topic.known && topic.error.empty())
-                due.push_back(name);
+            if (now < topic.next_refresh && topic.known && topic.error.empty()) due.push_back(name);
         }
         missing_in_refresh_ = 0;
         refresh_topics(due);
         if (missing_in_refresh_ > kMissingTopicLogs)
-            logs_.push_back(LogLine{4, "and " + std::to_string(missing_in_refresh_ - kMissingTopicLogs) +
+            logs_.push_back(LogLine{4, "and " +
+                                           std::to_string(missing_in_refresh_ - kMissingTopicLogs) +
                                            " more topics without partitions yet"});
     }
 
@@ -381,8 +386,8 @@ void Consumer::update_assignment() {
     if (drop->cnt > 0) {
         rd_kafka_error_t* error = rd_kafka_incremental_unassign(rk_, drop);
         if (error != nullptr) {
-            logs_.push_back(LogLine{4, std::string("could not unassign partitions: ") +
-                                           rd_kafka_error_string(error)});
+            logs_.push_back(LogLine{
+                4, std::string("could not unassign partitions: ") + rd_kafka_error_string(error)});
             rd_kafka_error_destroy(error);
         }
     }
@@ -434,8 +439,8 @@ void Consumer::update_assignment() {
     if (add->cnt > 0) {
         rd_kafka_error_t* error = rd_kafka_incremental_assign(rk_, add);
         if (error != nullptr) {
-            logs_.push_back(LogLine{4, std::string("could not assign partitions: ") +
-                                           rd_kafka_error_string(error)});
+            logs_.push_back(LogLine{
+                4, std::string("could not assign partitions: ") + rd_kafka_error_string(error)});
             rd_kafka_error_destroy(error);
             for (int i = 0; i < add->cnt; ++i)
                 partitions_.erase({add->elems[i].topic, add->elems[i].partition});
@@ -450,7 +455,8 @@ void Consumer::update_assignment() {
         // Synchronous: once it returns, librdkafka drops records fetched from before the seek.
         rd_kafka_error_t* error = rd_kafka_seek_partitions(rk_, seek, 5000);
         if (error != nullptr) {
-            logs_.push_back(LogLine{4, std::string("seek failed: ") + rd_kafka_error_string(error)});
+            logs_.push_back(
+                LogLine{4, std::string("seek failed: ") + rd_kafka_error_string(error)});
             rd_kafka_error_destroy(error);
             changed_ = true;
         }

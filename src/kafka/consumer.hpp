@@ -38,8 +38,8 @@ int partition_owner(const std::string& topic, int32_t partition, int members);
 
 struct ConsumerConfig {
     std::string brokers;
-    int member = 0;   // this ingest worker's index
-    int members = 1;  // how many ingest workers share the partitions
+    int member = 0;                    // this ingest worker's index
+    int members = 1;                   // how many ingest workers share the partitions
     std::vector<KafkaOption> options;  // user options, applied after our defaults
     std::string group_id;              // the handle's own group id (nothing is committed there)
 };
@@ -68,7 +68,7 @@ struct PartitionEnd {
 using TopicPartition = std::pair<std::string, int32_t>;
 
 class Consumer final : public ClientEvents {
-public:
+  public:
     // Throws eventbox::Error when a configuration property is rejected (naming the key only).
     explicit Consumer(const ConsumerConfig& config);
     ~Consumer();
@@ -83,8 +83,8 @@ public:
 
     // The next offset to read for a partition, as stored in the database; ignored for a
     // partition another ingest worker owns. Returns whether the subscription's copy changed.
-    bool set_stored_offset(int id, const std::string& topic, int32_t partition,
-                           int64_t next_offset, int64_t backfill_until = -1);
+    bool set_stored_offset(int id, const std::string& topic, int32_t partition, int64_t next_offset,
+                           int64_t backfill_until = -1);
     // A backfill subscription's boundary in a partition: its records below that offset were in
     // the partition when the subscription was created. -1 when it has none.
     int64_t backfill_until(int id, const std::string& topic, int32_t partition) const;
@@ -131,10 +131,10 @@ public:
         return partition_owner(topic, partition, members_) == member_;
     }
 
-private:
+  private:
     struct Position {
-        int64_t next = -1;    // next offset to hand over; -1 while unresolved
-        int64_t stored = -1;  // as stored in the database; -1 when nothing is
+        int64_t next = -1;            // next offset to hand over; -1 while unresolved
+        int64_t stored = -1;          // as stored in the database; -1 when nothing is
         int64_t skip_before_ms = -1;  // start_from 'latest' without time lookups: see poll()
         int64_t backfill_until = -1;  // see SubscriptionConfig::backfill
     };
@@ -197,7 +197,7 @@ private:
     int member_ = 0;
     int members_ = 1;
     int next_id_ = 1;
-    bool changed_ = true;  // subscriptions or positions changed: maintain() at the next poll
+    bool changed_ = true;         // subscriptions or positions changed: maintain() at the next poll
     int missing_in_refresh_ = 0;  // topics the current refresh found without partitions
     std::size_t metadata_requests_ = 0;
     std::chrono::steady_clock::time_point next_maintain_{};

@@ -36,8 +36,9 @@ std::vector<std::string> split_items(std::string_view text) {
 std::vector<KafkaOption> parse_kafka_options(std::string_view text) {
     std::vector<KafkaOption> out;
     if (trim(text).empty()) return out;
-    const char* hint = "Write options as key=value pairs separated by commas, e.g. "
-                       "'security.protocol=SASL_SSL,sasl.mechanism=PLAIN'.";
+    const char* hint =
+        "Write options as key=value pairs separated by commas, e.g. "
+        "'security.protocol=SASL_SSL,sasl.mechanism=PLAIN'.";
     int position = 0;
     for (const std::string& item : split_items(text)) {
         ++position;
@@ -45,9 +46,10 @@ std::vector<KafkaOption> parse_kafka_options(std::string_view text) {
         if (s.empty()) continue;
         auto eq = s.find('=');
         if (eq == std::string_view::npos)
-            throw Error(sqlstate::kInvalidParameterValue,
-                        "kafka option " + std::to_string(position) + " is not of the form key=value",
-                        {}, hint);
+            throw Error(
+                sqlstate::kInvalidParameterValue,
+                "kafka option " + std::to_string(position) + " is not of the form key=value", {},
+                hint);
         std::string_view key = trim(s.substr(0, eq));
         std::string_view value = trim(s.substr(eq + 1));
         if (key.empty())
@@ -65,9 +67,9 @@ std::vector<KafkaOption> parse_kafka_options(std::string_view text) {
 namespace {
 
 bool is_sensitive_key(const std::string& key) {
-    static const char* const kMarkers[] = {"password", "secret", "token", "jaas", "oauthbearer",
-                                           "ssl.key", "keystore", "credential", "private",
-                                           "sasl.username"};
+    static const char* const kMarkers[] = {"password",    "secret",       "token",    "jaas",
+                                           "oauthbearer", "ssl.key",      "keystore", "credential",
+                                           "private",     "sasl.username"};
     for (const char* marker : kMarkers)
         if (key.find(marker) != std::string::npos) return true;
     return false;

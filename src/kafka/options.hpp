@@ -20,12 +20,12 @@ std::vector<KafkaOption> parse_kafka_options(std::string_view text);
 // configs) from text librdkafka produced, such as its log lines, which may quote them whole or in
 // part: every token of such a value (split on spaces, ',', ';', '=') is replaced by "***".
 class SecretScrubber {
-public:
+  public:
     SecretScrubber() = default;
     explicit SecretScrubber(const std::vector<KafkaOption>& options);
     std::string scrub(std::string text) const;
 
-private:
+  private:
     std::vector<std::string> secrets_;  // longest first
 };
 

@@ -85,8 +85,7 @@ relay::Produced Producer::produce(const relay::Row& row, std::string& error) {
         RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
         RD_KAFKA_V_VALUE(const_cast<char*>(row.payload), row.payload_len),
         RD_KAFKA_V_KEY(row.key, row.key_len), RD_KAFKA_V_HEADERS(headers),
-        RD_KAFKA_V_OPAQUE(reinterpret_cast<void*>(static_cast<intptr_t>(row.id))),
-        RD_KAFKA_V_END);
+        RD_KAFKA_V_OPAQUE(reinterpret_cast<void*>(static_cast<intptr_t>(row.id))), RD_KAFKA_V_END);
     if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return relay::Produced::kQueued;
     rd_kafka_headers_destroy(headers);  // not taken over on failure
     error = std::string(rd_kafka_err2name(err)) + ": " + rd_kafka_err2str(err);
@@ -99,7 +98,9 @@ void Producer::poll() {
     rd_kafka_poll(rk_, 0);
 }
 
-void Producer::purge() { rd_kafka_purge(rk_, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT); }
+void Producer::purge() {
+    rd_kafka_purge(rk_, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+}
 
 bool Producer::is_permanent(rd_kafka_resp_err_t err) {
     switch (err) {
@@ -124,11 +125,12 @@ void Producer::on_delivery(rd_kafka_t*, const rd_kafka_message_t* msg, void* opa
     auto* self = static_cast<Producer*>(static_cast<ClientEvents*>(opaque));
     rd_kafka_resp_err_t err = msg->err;
     bool purged = err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT;
-    self->deliveries_.push_back(Delivery{
-        static_cast<int64_t>(reinterpret_cast<intptr_t>(msg->_private)), static_cast<int>(err),
-        is_permanent(err), !purged, msg->partition, msg->offset,
-        err == RD_KAFKA_RESP_ERR_NO_ERROR ? std::string() : std::string(rd_kafka_err2name(err)) +
-                                                                ": " + rd_kafka_err2str(err)});
+    self->deliveries_.push_back(
+        Delivery{static_cast<int64_t>(reinterpret_cast<intptr_t>(msg->_private)),
+                 static_cast<int>(err), is_permanent(err), !purged, msg->partition, msg->offset,
+                 err == RD_KAFKA_RESP_ERR_NO_ERROR
+                     ? std::string()
+                     : std::string(rd_kafka_err2name(err)) + ": " + rd_kafka_err2str(err)});
 }
 
 }  // namespace eventbox::kafka

@@ -40,7 +40,7 @@ struct Delivery {
 };
 
 class Producer final : public relay::Sink, public ClientEvents {
-public:
+  public:
     // Throws eventbox::Error when a configuration property is rejected (naming the key only).
     explicit Producer(const ProducerConfig& config);
     ~Producer() override;
@@ -62,7 +62,7 @@ public:
     // Whether retrying a delivery that failed with `err` can ever succeed.
     static bool is_permanent(rd_kafka_resp_err_t err);
 
-private:
+  private:
     static void on_delivery(rd_kafka_t*, const rd_kafka_message_t* msg, void* opaque);
     rd_kafka_topic_t* topic(std::string_view name);
 

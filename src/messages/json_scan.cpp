@@ -10,7 +10,7 @@ namespace eventbox {
 namespace {
 
 class Scanner {
-public:
+  public:
     explicit Scanner(std::string_view text) : p_(text.data()), end_(text.data() + text.size()) {}
 
     bool at_end() const { return p_ == end_; }
@@ -43,7 +43,7 @@ public:
 
     // A string at the cursor; unescaped into `out` when given.
     bool string(std::string* out, std::string& error) {
-        ++p_;  // opening quote
+        ++p_;               // opening quote
         uint32_t high = 0;  // pending high surrogate
         while (p_ < end_) {
             auto c = static_cast<unsigned char>(*p_++);
@@ -67,14 +67,26 @@ public:
             char e = *p_++;
             if (e != 'u' && high) return fail(error, "lone high surrogate in a \\u escape");
             switch (e) {
-                case '"': case '\\': case '/':
+                case '"':
+                case '\\':
+                case '/':
                     if (out) out->push_back(e);
                     break;
-                case 'b': if (out) out->push_back('\b'); break;
-                case 'f': if (out) out->push_back('\f'); break;
-                case 'n': if (out) out->push_back('\n'); break;
-                case 'r': if (out) out->push_back('\r'); break;
-                case 't': if (out) out->push_back('\t'); break;
+                case 'b':
+                    if (out) out->push_back('\b');
+                    break;
+                case 'f':
+                    if (out) out->push_back('\f');
+                    break;
+                case 'n':
+                    if (out) out->push_back('\n');
+                    break;
+                case 'r':
+                    if (out) out->push_back('\r');
+                    break;
+                case 't':
+                    if (out) out->push_back('\t');
+                    break;
                 case 'u': {
                     uint32_t cp = 0;
                     for (int i = 0; i < 4; ++i) {
@@ -141,7 +153,7 @@ public:
         return true;
     }
 
-private:
+  private:
     static bool fail(std::string& error, const char* why) {
         error = why;
         return false;
@@ -160,7 +172,7 @@ private:
 // tokens, strings are unescaped into the token text (and copied from there when they are wanted
 // as fields).
 class Scan {
-public:
+  public:
     Scan(std::string_view text, const std::vector<std::string_view>& fields, JsonTokens* tokens)
         : s_(text), fields_(fields), tokens_(tokens) {
         result_.fields.resize(fields.size());
@@ -201,7 +213,7 @@ public:
         }
     }
 
-private:
+  private:
     enum class State { kValue, kArrayFirst, kObjectFirst, kKey, kColon, kAfterValue };
 
     bool error(const char* why) {

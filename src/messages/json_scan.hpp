@@ -28,8 +28,16 @@ struct JsonScan {
 // the ingest worker can build the jsonb without parsing the text again.
 struct JsonTokens {
     enum Kind : unsigned char {
-        kBeginObject, kEndObject, kBeginArray, kEndArray,
-        kKey, kString, kNumber, kTrue, kFalse, kNull
+        kBeginObject,
+        kEndObject,
+        kBeginArray,
+        kEndArray,
+        kKey,
+        kString,
+        kNumber,
+        kTrue,
+        kFalse,
+        kNull
     };
     struct Token {
         Kind kind;

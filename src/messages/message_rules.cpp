@@ -10,8 +10,11 @@ namespace eventbox {
 // Length of the well-formed UTF-8 character starting at s[i], or 0.
 static std::size_t utf8_char_len(std::string_view s, std::size_t i) {
     auto c = static_cast<unsigned char>(s[i]);
-    std::size_t n = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3
-                                 : (c & 0xF8) == 0xF0 ? 4 : 0;
+    std::size_t n = c < 0x80             ? 1
+                    : (c & 0xE0) == 0xC0 ? 2
+                    : (c & 0xF0) == 0xE0 ? 3
+                    : (c & 0xF8) == 0xF0 ? 4
+                                         : 0;
     if (n == 0 || i + n > s.size()) return 0;
     for (std::size_t k = 1; k < n; ++k)
         if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 0;
@@ -50,8 +53,8 @@ static std::string_view char_at(std::string_view s, std::size_t i) {
 namespace {
 
 bool is_topic_char(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '.' || c == '_' || c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '-';
 }
 
 bool has_line_break_or_nul(std::string_view s) {
@@ -75,8 +78,7 @@ void validate_topic(std::string_view topic) {
         if (!is_topic_char(topic[i]))
             throw Error(sqlstate::kInvalidParameterValue,
                         "invalid topic name \"" + printable(topic) + "\"",
-                        "Character \"" + printable(char_at(topic, i)) + "\" is not allowed.",
-                        hint);
+                        "Character \"" + printable(char_at(topic, i)) + "\" is not allowed.", hint);
     }
 }
 
@@ -85,8 +87,7 @@ void validate_header(std::string_view name, std::string_view value) {
     if (name.empty())
         throw Error(sqlstate::kInvalidParameterValue, "header name must not be empty", {}, hint);
     if (name == kMessageIdHeader)
-        throw Error(sqlstate::kInvalidParameterValue,
-                    "header \"message_id\" is reserved",
+        throw Error(sqlstate::kInvalidParameterValue, "header \"message_id\" is reserved",
                     "Every record carries the outbox row's message_id header.",
                     "Pass the id as send(..., message_id => '...') instead.");
     if (has_line_break_or_nul(name))
@@ -124,8 +125,8 @@ void validate_header_count(std::size_t n) {
 void validate_message_size(std::size_t bytes, std::size_t limit) {
     if (bytes > limit)
         throw Error(sqlstate::kProgramLimitExceeded, "message is too large for Kafka",
-                    "The record has " + std::to_string(bytes) + " bytes; eventbox.max_message_bytes is " +
-                        std::to_string(limit) + ".",
+                    "The record has " + std::to_string(bytes) +
+                        " bytes; eventbox.max_message_bytes is " + std::to_string(limit) + ".",
                     "Send a smaller payload, or raise eventbox.max_message_bytes together with the "
                     "broker's message.max.bytes.");
 }

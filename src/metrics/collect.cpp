@@ -34,8 +34,8 @@ constexpr const char* kOutboxHeadQuery =
     "SELECT -1::int8, coalesce(extract(epoch FROM now() - (SELECT o.created_at "
     "FROM eventbox.outbox o WHERE o.status = 'pending' ORDER BY o.id LIMIT 1)), 0)::float8";
 // The keys dead messages hold back (on_dead 'block_key'), by key_blocks' primary key.
-#define BLOCKED_KEYS                                                                  \
-    "LATERAL (SELECT count(*) AS keys, coalesce(sum(k.held), 0)::int8 AS held "       \
+#define BLOCKED_KEYS                                                            \
+    "LATERAL (SELECT count(*) AS keys, coalesce(sum(k.held), 0)::int8 AS held " \
     "FROM eventbox.blocked_keys k WHERE k.subscription = s.name) b ORDER BY s.name"
 // Per subscription, through inbox_todo_idx (the rows still to handle).
 constexpr const char* kInboxQuery =
@@ -47,9 +47,9 @@ constexpr const char* kInboxQuery =
 // Per subscription, the first message still to handle of each partition it stored offsets for
 // (live and backfill range, then the replay range): two index probes per partition, no count.
 // Messages of a partition are stored in offset order, so its first one waited longest.
-#define LANE_HEAD(MODE)                                                                   \
-    "(SELECT i.received_at FROM eventbox.inbox i WHERE i.subscription = s.name "          \
-    "AND i.topic = o.topic AND i.\"partition\" = o.\"partition\" "                        \
+#define LANE_HEAD(MODE)                                                          \
+    "(SELECT i.received_at FROM eventbox.inbox i WHERE i.subscription = s.name " \
+    "AND i.topic = o.topic AND i.\"partition\" = o.\"partition\" "               \
     "AND i.status IN ('received', 'retry') AND " MODE " ORDER BY i.\"offset\" LIMIT 1)"
 constexpr const char* kInboxHeadsQuery =
     "SELECT s.name, -1::int8, coalesce(extract(epoch FROM now() - h.oldest), 0)::float8, "
@@ -75,13 +75,17 @@ Datum column(int row, int col, bool* isnull) {
     return SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col, isnull);
 }
 
-Labels sub_label(const char* name) { return Labels{{"subscription", name}}; }
+Labels sub_label(const char* name) {
+    return Labels{{"subscription", name}};
+}
 
 std::vector<double> bounds() {
     return std::vector<double>(kBoundsSeconds, kBoundsSeconds + kBounds);
 }
 
-std::vector<uint64_t> counts(const uint64* c) { return std::vector<uint64_t>(c, c + kBounds + 1); }
+std::vector<uint64_t> counts(const uint64* c) {
+    return std::vector<uint64_t>(c, c + kBounds + 1);
+}
 
 using T = Type;
 
@@ -95,15 +99,15 @@ void build_relay(const Counters& s, const Gauges* g, Exposition& e) {
                                 "marked failed when permanent after eventbox.relay_max_attempts).",
                                 T::kCounter);
     e.add(failures, {}, static_cast<double>(s.delivery_failures));
-    Family& latency = e.family(
-        "eventbox_relay_publish_latency_seconds",
-        "From an outbox row's created_at (its transaction's now()) to the broker's ack.",
-        T::kHistogram);
+    Family& latency =
+        e.family("eventbox_relay_publish_latency_seconds",
+                 "From an outbox row's created_at (its transaction's now()) to the broker's ack.",
+                 T::kHistogram);
     e.add_histogram(latency, {}, bounds(), counts(s.latency_counts),
                     static_cast<double>(s.latency_sum_us) / 1e6);
     if (g != nullptr && g->valid) {
-        Family& pending = e.family("eventbox_outbox_pending",
-                                   "Outbox rows waiting to be published.", T::kGauge);
+        Family& pending =
+            e.family("eventbox_outbox_pending", "Outbox rows waiting to be published.", T::kGauge);
         e.add(pending, {}, static_cast<double>(g->outbox_pending));
         Family& age = e.family("eventbox_outbox_oldest_pending_age_seconds",
                                "Age of the oldest outbox row waiting (0 when none).", T::kGauge);
@@ -135,8 +139,8 @@ void build_subscriptions(const Counters& s, Exposition& e) {
          &SubscriptionCounters::conflicts},
         {"eventbox_handler_processed_total", "Messages whose handlers succeeded.",
          &SubscriptionCounters::processed},
-        {"eventbox_handler_retries_total",
-         "Failed handler attempts followed by a retry (backoff).", &SubscriptionCounters::retried},
+        {"eventbox_handler_retries_total", "Failed handler attempts followed by a retry (backoff).",
+         &SubscriptionCounters::retried},
         {"eventbox_handler_dead_total", "Messages set dead after their last attempt.",
          &SubscriptionCounters::dead},
         {"eventbox_handler_ignored_total", "Messages no registered handler takes (ignored).",
@@ -158,15 +162,13 @@ void build_subscriptions(const Counters& s, Exposition& e) {
 
 // The inbox gauges (read from the tables), per subscription and per partition.
 void build_inbox_gauges(const Gauges& g, Exposition& e) {
-    Family& pending = e.family("eventbox_inbox_pending",
-                               "Inbox messages waiting to be handled (received or retry).",
-                               T::kGauge);
+    Family& pending =
+        e.family("eventbox_inbox_pending",
+                 "Inbox messages waiting to be handled (received or retry).", T::kGauge);
     Family& age = e.family("eventbox_inbox_oldest_pending_age_seconds",
-                           "Age (since received) of the oldest inbox message waiting.",
-                           T::kGauge);
+                           "Age (since received) of the oldest inbox message waiting.", T::kGauge);
     for (int i = 0; i < g.n_inbox; ++i) {
-        e.add(pending, sub_label(g.inbox[i].subscription),
-              static_cast<double>(g.inbox[i].pending));
+        e.add(pending, sub_label(g.inbox[i].subscription), static_cast<double>(g.inbox[i].pending));
         e.add(age, sub_label(g.inbox[i].subscription), g.inbox[i].oldest_age_s);
     }
     Family& blocked = e.family("eventbox_blocked_keys",
@@ -180,8 +182,7 @@ void build_inbox_gauges(const Gauges& g, Exposition& e) {
     for (int i = 0; i < g.n_inbox; ++i) {
         e.add(blocked, sub_label(g.inbox[i].subscription),
               static_cast<double>(g.inbox[i].blocked_keys));
-        e.add(held, sub_label(g.inbox[i].subscription),
-              static_cast<double>(g.inbox[i].held));
+        e.add(held, sub_label(g.inbox[i].subscription), static_cast<double>(g.inbox[i].held));
     }
     Family& lag = e.family("eventbox_ingest_lag",
                            "Broker high watermark minus the stored next offset, per partition "
@@ -220,11 +221,11 @@ void build_upkeep(const Counters& s, const Gauges* g, Exposition& e) {
                               T::kCounter);
     e.add(purged, Labels{{"table", "inbox"}}, static_cast<double>(s.purged_inbox));
     e.add(purged, Labels{{"table", "outbox"}}, static_cast<double>(s.purged_outbox));
-    Family& overflow = e.family(
-        "eventbox_metrics_subscriptions_overflowed_total",
-        "Counts added to the overflow entry (subscription=\"\") because the table of "
-        "per-subscription counters was full.",
-        T::kCounter);
+    Family& overflow =
+        e.family("eventbox_metrics_subscriptions_overflowed_total",
+                 "Counts added to the overflow entry (subscription=\"\") because the table of "
+                 "per-subscription counters was full.",
+                 T::kCounter);
     e.add(overflow, {}, static_cast<double>(s.overflowed));
 }
 
@@ -261,7 +262,8 @@ void query_gauges(Gauges* out, MemoryContext context, GaugeCost cost) {
 
     run(counted ? kInboxQuery : kInboxHeadsQuery);
     int n = static_cast<int>(SPI_processed);
-    out->inbox = static_cast<InboxGauge*>(MemoryContextAllocZero(context, sizeof(InboxGauge) * Max(n, 1)));
+    out->inbox =
+        static_cast<InboxGauge*>(MemoryContextAllocZero(context, sizeof(InboxGauge) * Max(n, 1)));
     for (int i = 0; i < n; ++i) {
         text_to_cstring_buffer(DatumGetTextPP(column(i, 1, &isnull)), out->inbox[i].subscription,
                                NAMEDATALEN);
@@ -274,12 +276,13 @@ void query_gauges(Gauges* out, MemoryContext context, GaugeCost cost) {
 
     run(kLagQuery);
     n = static_cast<int>(SPI_processed);
-    out->lag = static_cast<LagGauge*>(MemoryContextAllocZero(context, sizeof(LagGauge) * Max(n, 1)));
+    out->lag =
+        static_cast<LagGauge*>(MemoryContextAllocZero(context, sizeof(LagGauge) * Max(n, 1)));
     for (int i = 0; i < n; ++i) {
         text_to_cstring_buffer(DatumGetTextPP(column(i, 1, &isnull)), out->lag[i].subscription,
                                NAMEDATALEN);
-        out->lag[i].topic = MemoryContextStrdup(
-            context, TextDatumGetCString(column(i, 2, &isnull)));
+        out->lag[i].topic =
+            MemoryContextStrdup(context, TextDatumGetCString(column(i, 2, &isnull)));
         out->lag[i].partition = DatumGetInt32(column(i, 3, &isnull));
         out->lag[i].lag = DatumGetInt64(column(i, 4, &isnull));
     }

@@ -127,9 +127,10 @@ bool read_name(SubscriptionEntry& e, char* name, uint32* version) {
 void rename_entry(SubscriptionEntry& e, const char* name) {
     pg_atomic_fetch_add_u32(&e.version, 1);  // odd: readers without the mutex look again
     if (name[0] != '\0') {
-        pg_atomic_uint64* counters[] = {&e.records, &e.stored, &e.duplicates, &e.transport_ids,
-                                        &e.unparsable, &e.conflicts, &e.processed, &e.retried,
-                                        &e.dead, &e.ignored, &e.duration.sum_us};
+        pg_atomic_uint64* counters[] = {&e.records,       &e.stored,         &e.duplicates,
+                                        &e.transport_ids, &e.unparsable,     &e.conflicts,
+                                        &e.processed,     &e.retried,        &e.dead,
+                                        &e.ignored,       &e.duration.sum_us};
         for (pg_atomic_uint64* c : counters) pg_atomic_write_u64(c, 0);
         for (pg_atomic_uint64& c : e.duration.counts) pg_atomic_write_u64(&c, 0);
     }
@@ -159,8 +160,10 @@ SubscriptionEntry* entry_of(const char* name) {
         SubscriptionEntry* free_entry = nullptr;
         for (uint32 i = 0; i < n && found == nullptr; ++i) {
             SubscriptionEntry& e = shared->entries[i];
-            if (strncmp(e.name, name, NAMEDATALEN) == 0) found = &e;
-            else if (e.name[0] == '\0' && free_entry == nullptr) free_entry = &e;
+            if (strncmp(e.name, name, NAMEDATALEN) == 0)
+                found = &e;
+            else if (e.name[0] == '\0' && free_entry == nullptr)
+                free_entry = &e;
         }
         if (found == nullptr && free_entry != nullptr) {
             found = free_entry;
@@ -197,7 +200,9 @@ HandlerTally tally;
 
 }  // namespace
 
-void LocalHistogram::clear() { memset(this, 0, sizeof *this); }
+void LocalHistogram::clear() {
+    memset(this, 0, sizeof *this);
+}
 
 void LocalHistogram::observe_us(int64 us) {
     if (us < 0) us = 0;
@@ -257,12 +262,15 @@ void handler_failed(int64 duration_us, bool dead) {
     tally.duration.observe_us(duration_us);
 }
 
-void handler_ignored(uint64 n) { tally.ignored += n; }
-void handler_dead(uint64 n) { tally.dead += n; }
+void handler_ignored(uint64 n) {
+    tally.ignored += n;
+}
+void handler_dead(uint64 n) {
+    tally.dead += n;
+}
 
 void handler_flush(const char* subscription) {
-    if (shared != nullptr &&
-        (tally.processed | tally.retried | tally.dead | tally.ignored) != 0) {
+    if (shared != nullptr && (tally.processed | tally.retried | tally.dead | tally.ignored) != 0) {
         SubscriptionEntry* e = entry_of(subscription);
         add(&e->processed, tally.processed);
         add(&e->retried, tally.retried);
@@ -273,7 +281,9 @@ void handler_flush(const char* subscription) {
     handler_discard();
 }
 
-void handler_discard() { memset(&tally, 0, sizeof tally); }
+void handler_discard() {
+    memset(&tally, 0, sizeof tally);
+}
 
 namespace {
 
@@ -284,7 +294,9 @@ constexpr int kNestLevels = 64;
 uint64 added_by_level[kNestLevels + 1];
 bool added_callbacks = false;
 
-int added_level() { return Min(GetCurrentTransactionNestLevel(), kNestLevels); }
+int added_level() {
+    return Min(GetCurrentTransactionNestLevel(), kNestLevels);
+}
 
 void on_added_xact(XactEvent event, void*) {
     switch (event) {
@@ -390,14 +402,15 @@ void snapshot(Counters* out) {
         static_cast<SubscriptionCounters*>(palloc0(sizeof(SubscriptionCounters) * (n + 1)));
     int k = 0;
     for (uint32 i = 0; i <= n; ++i) {
-        SubscriptionEntry& e =
-            shared->entries[i < n ? i : static_cast<uint32>(kMaxSubscriptions)];
+        SubscriptionEntry& e = shared->entries[i < n ? i : static_cast<uint32>(kMaxSubscriptions)];
         SubscriptionCounters& c = out->subscriptions[k];
         c.overflow = i == n;
         if (c.overflow && out->overflowed == 0) continue;
         uint32 version;
-        if (c.overflow) c.name[0] = '\0';
-        else if (!read_name(e, c.name, &version) || c.name[0] == '\0') continue;  // free or changing
+        if (c.overflow)
+            c.name[0] = '\0';
+        else if (!read_name(e, c.name, &version) || c.name[0] == '\0')
+            continue;  // free or changing
         c.records = read(e.records);
         c.stored = read(e.stored);
         c.duplicates = read(e.duplicates);

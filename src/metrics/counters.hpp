@@ -20,9 +20,8 @@ namespace eventbox::metrics {
 inline constexpr int kMaxSubscriptions = 512;
 // Histogram bucket bounds, in seconds (shared by publish latency and handler duration).
 inline constexpr int kBounds = 14;
-inline constexpr double kBoundsSeconds[kBounds] = {0.0005, 0.001, 0.0025, 0.005, 0.01,
-                                                   0.025,  0.05,  0.1,    0.25,  0.5,
-                                                   1,      2.5,   5,      10};
+inline constexpr double kBoundsSeconds[kBounds] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                                   0.1,    0.25,  0.5,    1,     2.5,  5,     10};
 
 // Restart counters are kept for these roles.
 enum class WorkerRole : int { kSupervisor = 0, kRelay = 1, kIngest = 2, kHandler = 3 };

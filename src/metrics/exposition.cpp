@@ -12,9 +12,12 @@ namespace {
 
 const char* type_name(Type type) {
     switch (type) {
-        case Type::kCounter: return "counter";
-        case Type::kGauge: return "gauge";
-        case Type::kHistogram: return "histogram";
+        case Type::kCounter:
+            return "counter";
+        case Type::kGauge:
+            return "gauge";
+        case Type::kHistogram:
+            return "histogram";
     }
     return "untyped";
 }
@@ -39,11 +42,21 @@ void json_string(std::string& out, std::string_view s) {
     out += '"';
     for (unsigned char c : s) {
         switch (c) {
-            case '"': out += "\\\""; break;
-            case '\\': out += "\\\\"; break;
-            case '\n': out += "\\n"; break;
-            case '\r': out += "\\r"; break;
-            case '\t': out += "\\t"; break;
+            case '"':
+                out += "\\\"";
+                break;
+            case '\\':
+                out += "\\\\";
+                break;
+            case '\n':
+                out += "\\n";
+                break;
+            case '\r':
+                out += "\\r";
+                break;
+            case '\t':
+                out += "\\t";
+                break;
             default:
                 if (c < 0x20) {
                     out += "\\u00";
@@ -74,10 +87,14 @@ std::string escape_label_value(std::string_view value) {
     std::string out;
     out.reserve(value.size());
     for (char c : value) {
-        if (c == '\\') out += "\\\\";
-        else if (c == '"') out += "\\\"";
-        else if (c == '\n') out += "\\n";
-        else out += c;
+        if (c == '\\')
+            out += "\\\\";
+        else if (c == '"')
+            out += "\\\"";
+        else if (c == '\n')
+            out += "\\n";
+        else
+            out += c;
     }
     return out;
 }
@@ -86,9 +103,12 @@ std::string escape_help(std::string_view help) {
     std::string out;
     out.reserve(help.size());
     for (char c : help) {
-        if (c == '\\') out += "\\\\";
-        else if (c == '\n') out += "\\n";
-        else out += c;
+        if (c == '\\')
+            out += "\\\\";
+        else if (c == '\n')
+            out += "\\n";
+        else
+            out += c;
     }
     return out;
 }

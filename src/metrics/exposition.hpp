@@ -30,7 +30,7 @@ struct Family {
 };
 
 class Exposition {
-public:
+  public:
     // The family `name`, added (with its HELP and TYPE) on first use. Families render in the
     // order they were first added, even those without samples (HELP and TYPE only).
     Family& family(std::string_view name, std::string_view help, Type type);
@@ -45,7 +45,7 @@ public:
     const std::deque<Family>& families() const { return families_; }
     std::string render() const;
 
-private:
+  private:
     // A deque: the references family() returns stay valid while more families are added (the
     // callers hold several at once).
     std::deque<Family> families_;

@@ -21,8 +21,8 @@ namespace {
 
 [[noreturn]] void bad_address(std::string_view address, const std::string& why) {
     throw Error(sqlstate::kInvalidParameterValue,
-                "invalid eventbox.metrics_address \"" + std::string(address) + "\": " + why,
-                {}, "Write host:port, e.g. 127.0.0.1:9187.");
+                "invalid eventbox.metrics_address \"" + std::string(address) + "\": " + why, {},
+                "Write host:port, e.g. 127.0.0.1:9187.");
 }
 
 bool set_nonblocking(int fd) {
@@ -102,9 +102,8 @@ HttpServer::HttpServer(std::string_view address, HttpLimits limits) : limits_(li
     }
     freeaddrinfo(res);
     if (listen_fd_ < 0)
-        throw Error(sqlstate::kConfigFileError,
-                    "could not listen on eventbox.metrics_address \"" + std::string(address) +
-                        "\": " + last_error);
+        throw Error(sqlstate::kConfigFileError, "could not listen on eventbox.metrics_address \"" +
+                                                    std::string(address) + "\": " + last_error);
 }
 
 HttpServer::~HttpServer() {
@@ -163,7 +162,8 @@ bool HttpServer::read_some(Conn& c) {
         return false;
     }
     switch (classify_request(c.in)) {
-        case Request::kIncomplete: break;
+        case Request::kIncomplete:
+            break;
         case Request::kMetrics:
             c.waiting = true;
             ++requests_;
@@ -216,8 +216,10 @@ void HttpServer::step(int64_t now_ms) {
         bool open = now_ms < c.deadline_ms;
         if (open && !c.waiting && c.out.empty()) open = read_some(c);
         if (open && !c.out.empty()) open = write_some(c);
-        if (open) keep.push_back(std::move(c));
-        else close(c.fd);
+        if (open)
+            keep.push_back(std::move(c));
+        else
+            close(c.fd);
     }
     conns_ = std::move(keep);
 }

@@ -30,7 +30,7 @@ enum class Request { kIncomplete, kMetrics, kHeadMetrics, kNotFound, kBadMethod,
 Request classify_request(std::string_view head);
 
 class HttpServer {
-public:
+  public:
     // Binds and listens on `address` ("host:port"); throws eventbox::Error on failure.
     HttpServer(std::string_view address, HttpLimits limits);
     ~HttpServer();
@@ -59,7 +59,7 @@ public:
 
     uint64_t requests() const noexcept { return requests_; }
 
-private:
+  private:
     struct Conn {
         int fd;
         int64_t deadline_ms;

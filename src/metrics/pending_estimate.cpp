@@ -15,10 +15,11 @@ int64_t estimate(int64_t pending, int64_t base_balance, int64_t balance) {
 
 bool PendingEstimate::count_due(int64_t now_ms, int64_t waiting) const {
     if (!counted_) return true;
-    double row_us = counted_rows_ >= kLearnRows
-                        ? static_cast<double>(took_ms_) * 1000.0 / static_cast<double>(counted_rows_)
-                        : kDefaultRowUs;
-    auto expected = static_cast<int64_t>(row_us * static_cast<double>(std::max<int64_t>(waiting, 0)) / 1000.0);
+    double row_us = counted_rows_ >= kLearnRows ? static_cast<double>(took_ms_) * 1000.0 /
+                                                      static_cast<double>(counted_rows_)
+                                                : kDefaultRowUs;
+    auto expected =
+        static_cast<int64_t>(row_us * static_cast<double>(std::max<int64_t>(waiting, 0)) / 1000.0);
     int64_t interval = std::max(kMinIntervalMs, std::max(took_ms_, expected) * kCountShare);
     // Refreshes come about once a second: a cheap count runs at each of them.
     return interval == kMinIntervalMs || now_ms - counted_at_ms_ >= interval;
@@ -31,10 +32,11 @@ void PendingEstimate::start_count(int64_t at_ms) {
     inbox_.clear();
 }
 
-void PendingEstimate::set_outbox(int64_t pending, int64_t balance) { outbox_ = {pending, balance}; }
+void PendingEstimate::set_outbox(int64_t pending, int64_t balance) {
+    outbox_ = {pending, balance};
+}
 
-void PendingEstimate::set_inbox(const std::string& subscription, int64_t pending,
-                                int64_t balance) {
+void PendingEstimate::set_inbox(const std::string& subscription, int64_t pending, int64_t balance) {
     inbox_[subscription] = {pending, balance};
 }
 
@@ -47,10 +49,10 @@ void PendingEstimate::end_count(int64_t took_ms) {
 }
 
 int64_t PendingEstimate::total(
-    int64_t outbox_balance,
-    const std::function<int64_t(const std::string&)>& inbox_balance) const {
+    int64_t outbox_balance, const std::function<int64_t(const std::string&)>& inbox_balance) const {
     int64_t n = outbox(outbox_balance);
-    for (const auto& [name, base] : inbox_) n += estimate(base.pending, base.balance, inbox_balance(name));
+    for (const auto& [name, base] : inbox_)
+        n += estimate(base.pending, base.balance, inbox_balance(name));
     return n;
 }
 

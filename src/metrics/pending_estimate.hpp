@@ -5,9 +5,10 @@
 // its expected duration: the last count's cost per row (or kDefaultRowUs until a count of at
 // least kLearnRows rows measured it) times the rows estimated to wait now, so that a backlog
 // that grows fast is not counted at every refresh until one count turns out expensive. In
-// between a gauge is its last exact count plus what the workers' committed batches changed since (metrics/counters.hpp: rows stored minus rows settled per subscription,
-// rows sent minus rows published or given up in the outbox). Changes made by SQL (redrive,
-// reprocess, operators' UPDATEs, COMMIT PREPARED) show at the next exact count.
+// between a gauge is its last exact count plus what the workers' committed batches changed since
+// (metrics/counters.hpp: rows stored minus rows settled per subscription, rows sent minus rows
+// published or given up in the outbox). Changes made by SQL (redrive, reprocess, operators'
+// UPDATEs, COMMIT PREPARED) show at the next exact count.
 #pragma once
 
 #include <cstdint>
@@ -18,8 +19,8 @@
 namespace eventbox::metrics {
 
 class PendingEstimate {
-public:
-    static constexpr int64_t kCountShare = 50;   // counts take at most 1/50 of the time
+  public:
+    static constexpr int64_t kCountShare = 50;  // counts take at most 1/50 of the time
     static constexpr int64_t kMinIntervalMs = 1000;
     static constexpr double kDefaultRowUs = 1.0;  // ~0.3 us per fresh row measured, x3 margin
     static constexpr int64_t kLearnRows = 10000;
@@ -47,7 +48,7 @@ public:
     int64_t counts() const noexcept { return counts_; }
     int64_t took_ms() const noexcept { return took_ms_; }
 
-private:
+  private:
     struct Base {
         int64_t pending, balance;
     };

@@ -11,7 +11,9 @@ bool lower_hex(std::string_view s) {
     return true;
 }
 
-bool all_zero(std::string_view s) { return s.find_first_not_of('0') == std::string_view::npos; }
+bool all_zero(std::string_view s) {
+    return s.find_first_not_of('0') == std::string_view::npos;
+}
 
 // A value usable as a Kafka header from send(): non-empty, without CR, LF or NUL.
 bool sendable(std::string_view v) {

@@ -49,8 +49,7 @@ void Dispatcher::wait_in_lane(LaneKey lane, uint64_t seq, int64_t id, int64_t du
     ++waiting_count_;
 }
 
-void Dispatcher::produce_now(const Row& row, LaneKey lane, uint64_t seq,
-                             int64_t now_ms) {
+void Dispatcher::produce_now(const Row& row, LaneKey lane, uint64_t seq, int64_t now_ms) {
     std::string error;
     Produced result = sink_.produce(row, error);
     switch (result) {
@@ -70,9 +69,9 @@ void Dispatcher::produce_now(const Row& row, LaneKey lane, uint64_t seq,
     }
 }
 
-void Dispatcher::record_failure(int64_t id, LaneKey lane, uint64_t seq,
-                                int32_t attempts, bool permanent, std::string_view error,
-                                int64_t now_ms, int64_t min_retry_ms) {
+void Dispatcher::record_failure(int64_t id, LaneKey lane, uint64_t seq, int32_t attempts,
+                                bool permanent, std::string_view error, int64_t now_ms,
+                                int64_t min_retry_ms) {
     bool give_up = permanent && attempts >= limits_.max_attempts;
     int64_t delay = give_up ? 0 : std::max(backoff_for(attempts), min_retry_ms);
     failed_.push_back(Failed{id, std::string(error), delay, give_up});
@@ -183,8 +182,7 @@ int64_t Dispatcher::next_due_ms() const noexcept {
     int64_t next = std::numeric_limits<int64_t>::max();
     for (LaneKey name : blocked_) {
         auto it = lanes_.find(name);
-        if (it == lanes_.end() || it->second.in_flight != 0 || it->second.waiting.empty())
-            continue;
+        if (it == lanes_.end() || it->second.in_flight != 0 || it->second.waiting.empty()) continue;
         next = std::min(next, it->second.waiting.begin()->second.due_ms);
     }
     return next;

@@ -48,7 +48,7 @@ enum class Produced {
 
 // Where rows go. produce() must copy what it needs and fills `error` unless kQueued.
 class Sink {
-public:
+  public:
     virtual ~Sink() = default;
     virtual Produced produce(const Row& row, std::string& error) = 0;
 };
@@ -79,7 +79,7 @@ struct Failed {
 };
 
 class Dispatcher {
-public:
+  public:
     Dispatcher(Sink& sink, Limits limits, uint64_t seed = std::random_device{}());
 
     // A row read by a claim, recheck or refetch. Rows the dispatcher already tracks are ignored
@@ -116,7 +116,7 @@ public:
     // Backoff for the n-th failed attempt (1-based), with jitter in [delay/2, delay].
     int64_t backoff_for(int32_t attempts);
 
-private:
+  private:
     struct Wait {
         int64_t id;
         int64_t due_ms;
@@ -144,9 +144,8 @@ private:
     void produce_now(const Row& row, LaneKey lane, uint64_t seq, int64_t now_ms);
     void forget_lane_if_idle(LaneKey lane);
     // Records a failed attempt of row `id` and schedules its retry unless it gives up.
-    void record_failure(int64_t id, LaneKey lane, uint64_t seq, int32_t attempts,
-                        bool permanent, std::string_view error, int64_t now_ms,
-                        int64_t min_retry_ms = 0);
+    void record_failure(int64_t id, LaneKey lane, uint64_t seq, int32_t attempts, bool permanent,
+                        std::string_view error, int64_t now_ms, int64_t min_retry_ms = 0);
 
     Sink& sink_;
     Limits limits_;

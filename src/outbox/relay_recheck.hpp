@@ -23,7 +23,7 @@ struct IdRange {
 };
 
 class Rechecks {
-public:
+  public:
     static constexpr std::size_t kMaxRanges = 64;
 
     // Records ids in [lo, hi] as possibly late while any xid in `writers` runs.
@@ -40,7 +40,7 @@ public:
     std::size_t size() const noexcept { return pending_.size(); }
     void clear() noexcept { pending_.clear(); }
 
-private:
+  private:
     struct Pending {
         IdRange range;
         std::vector<uint32_t> writers;

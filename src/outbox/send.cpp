@@ -7,20 +7,20 @@ extern "C" {
 #include "postgres.h"
 
 #include "access/xact.h"
-#include "catalog/pg_class.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "port.h"
-#include "miscadmin.h"
-#include "funcapi.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/jsonb.h"
-#include "utils/timestamp.h"
 #include "utils/syscache.h"
+#include "utils/timestamp.h"
 #include "utils/uuid.h"
 }
 
@@ -28,12 +28,12 @@ extern "C" {
 #include <string_view>
 
 #include "handlers/runner.hpp"
-#include "pg/guc.hpp"
 #include "messages/message_rules.hpp"
+#include "metrics/counters.hpp"
 #include "outbox/lineage.hpp"
 #include "outbox/outbox_insert.hpp"
 #include "pg/boundary.hpp"
-#include "metrics/counters.hpp"
+#include "pg/guc.hpp"
 #include "pg/shmem.hpp"
 
 namespace eventbox {
@@ -47,9 +47,9 @@ SPIPlanPtr insert_plan = nullptr;
 // A time-ordered UUID (version 7): keeps the outbox's message_id index append-mostly.
 pg_uuid_t* new_message_id() {
     auto* uuid = static_cast<pg_uuid_t*>(palloc(sizeof(pg_uuid_t)));
-    uint64 ms = static_cast<uint64>(GetCurrentTimestamp() / 1000 +
-                                    int64{POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE} * SECS_PER_DAY *
-                                        1000);
+    uint64 ms =
+        static_cast<uint64>(GetCurrentTimestamp() / 1000 +
+                            int64{POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE} * SECS_PER_DAY * 1000);
     for (int i = 0; i < 6; ++i) uuid->data[i] = static_cast<unsigned char>(ms >> (40 - 8 * i));
     if (!pg_strong_random(uuid->data + 6, UUID_LEN - 6))
         ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
@@ -63,8 +63,9 @@ pg_uuid_t* new_message_id() {
 // length varints).
 size_t validate_headers(Jsonb* headers) {
     if (!JB_ROOT_IS_OBJECT(headers) || JB_ROOT_IS_SCALAR(headers))
-        throw Error(sqlstate::kInvalidParameterValue, "headers must be a JSON object",
-                    {}, "Pass headers as a flat object of strings, e.g. '{\"event_type\":\"OrderCreated\"}'.");
+        throw Error(
+            sqlstate::kInvalidParameterValue, "headers must be a JSON object", {},
+            "Pass headers as a flat object of strings, e.g. '{\"event_type\":\"OrderCreated\"}'.");
     size_t bytes = 0, count = 0;
     JsonbIterator* it = pg_guard([&] { return JsonbIteratorInit(&headers->root); });
     JsonbValue key, value;
@@ -76,8 +77,8 @@ size_t validate_headers(Jsonb* headers) {
         std::string_view name(key.val.string.val, key.val.string.len);
         if (value.type != jbvString)
             throw Error(sqlstate::kInvalidParameterValue,
-                        "value of header \"" + printable(name) + "\" is not a string",
-                        {}, "Headers must be a flat JSON object of string values.");
+                        "value of header \"" + printable(name) + "\" is not a string", {},
+                        "Headers must be a flat JSON object of string values.");
         std::string_view text(value.val.string.val, value.val.string.len);
         validate_header(name, text);
         validate_header_count(++count);
@@ -121,7 +122,8 @@ Jsonb* with_lineage(Jsonb* headers, Datum row) {
     // A key the caller set, to any value, is the caller's (validate_headers() refuses non-strings).
     auto caller_set = [&](std::string_view name) {
         JsonbValue v;
-        return headers != nullptr && pg_guard([&] {
+        return headers != nullptr &&
+               pg_guard([&] {
                    return getKeyJsonValueFromContainer(&headers->root, name.data(),
                                                        static_cast<int>(name.size()), &v);
                }) != nullptr;
@@ -150,8 +152,8 @@ Jsonb* with_lineage(Jsonb* headers, Datum row) {
         }
         Jsonb* lineage = JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, nullptr));
         if (headers == nullptr) return lineage;
-        return DatumGetJsonbP(DirectFunctionCall2(jsonb_concat, JsonbPGetDatum(headers),
-                                                  JsonbPGetDatum(lineage)));
+        return DatumGetJsonbP(
+            DirectFunctionCall2(jsonb_concat, JsonbPGetDatum(headers), JsonbPGetDatum(lineage)));
     });
 }
 
@@ -240,11 +242,22 @@ void insert_suppressed(Datum handled, const char* mode, pg_uuid_t* message_id, t
         if (SPI_keepplan(plan) != 0) elog(ERROR, "SPI_keepplan failed");
         suppressed_plan = plan;
     }
-    Datum values[8] = {UUIDPGetDatum(message_id), PointerGetDatum(topic), PointerGetDatum(key),
-                       PointerGetDatum(payload), PointerGetDatum(headers),
-                       CStringGetTextDatum(mode), subscription, caused_by};
-    char nulls[8] = {' ', ' ', key ? ' ' : 'n', payload ? ' ' : 'n', headers ? ' ' : 'n', ' ',
-                     sub_null ? 'n' : ' ', id_null ? 'n' : ' '};
+    Datum values[8] = {UUIDPGetDatum(message_id),
+                       PointerGetDatum(topic),
+                       PointerGetDatum(key),
+                       PointerGetDatum(payload),
+                       PointerGetDatum(headers),
+                       CStringGetTextDatum(mode),
+                       subscription,
+                       caused_by};
+    char nulls[8] = {' ',
+                     ' ',
+                     key ? ' ' : 'n',
+                     payload ? ' ' : 'n',
+                     headers ? ' ' : 'n',
+                     ' ',
+                     sub_null ? 'n' : ' ',
+                     id_null ? 'n' : ' '};
     int rc = SPI_execute_plan(suppressed_plan, values, nulls, false, 0);
     if (rc != SPI_OK_INSERT)
         elog(ERROR, "suppressed_sends insert failed: %s", SPI_result_code_string(rc));
@@ -261,19 +274,15 @@ Datum outbox::send_message(FunctionCallInfo fcinfo, bytea* payload, bool json, b
     text* topic = pg_guard([&] { return PG_GETARG_TEXT_PP(0); });
     validate_topic(std::string_view(VARDATA_ANY(topic), VARSIZE_ANY_EXHDR(topic)));
 
-    text* key = PG_ARGISNULL(2) ? nullptr
-                                         : pg_guard([&] { return PG_GETARG_TEXT_PP(2); });
-    Jsonb* headers = PG_ARGISNULL(3)
-                         ? nullptr
-                         : pg_guard([&] { return PG_GETARG_JSONB_P(3); });
+    text* key = PG_ARGISNULL(2) ? nullptr : pg_guard([&] { return PG_GETARG_TEXT_PP(2); });
+    Jsonb* headers = PG_ARGISNULL(3) ? nullptr : pg_guard([&] { return PG_GETARG_JSONB_P(3); });
     // Sent while a handler runs (a worker's or eventbox.process()'s): with lineage headers, on
     // both insert paths below.
     Datum handled = handlers::current_message();
     if (handled != (Datum)0) headers = with_lineage(headers, handled);
     size_t header_bytes = headers ? validate_headers(headers) : 0;
-    pg_uuid_t* message_id = PG_ARGISNULL(4)
-                                ? pg_guard(new_message_id)
-                                : pg_guard([&] { return PG_GETARG_UUID_P(4); });
+    pg_uuid_t* message_id =
+        PG_ARGISNULL(4) ? pg_guard(new_message_id) : pg_guard([&] { return PG_GETARG_UUID_P(4); });
 
     // What the relay's producer counts against its limit: key, value and headers, each
     // header with its framing (the message_id header too: 36 characters), plus the record's
@@ -290,7 +299,9 @@ Datum outbox::send_message(FunctionCallInfo fcinfo, bytea* payload, bool json, b
             PG_RETURN_UUID_P(message_id);
         const char* mode = pg_guard([] { return handlers::current_mode(); });
         if (!publish_in_replay && mode != nullptr && strcmp(mode, "live") != 0) {
-            pg_guard([&] { insert_suppressed(handled, mode, message_id, topic, key, payload, headers); });
+            pg_guard([&] {
+                insert_suppressed(handled, mode, message_id, topic, key, payload, headers);
+            });
             PG_RETURN_UUID_P(message_id);
         }
     }

@@ -9,7 +9,7 @@ extern "C" {
 namespace eventbox::pg {
 
 class ArrayColumn {
-public:
+  public:
     // `n` elements of type `element_type`, all NULL until set.
     ArrayColumn(int n, Oid element_type);
     void set(int i, Datum value) {
@@ -21,7 +21,7 @@ public:
     // elements, all of them when count is negative.
     Datum get(int count = -1) const;
 
-private:
+  private:
     int n_;
     Oid type_;
     Datum* values_;

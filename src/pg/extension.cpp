@@ -9,14 +9,14 @@ extern "C" {
 #include "catalog/objectaccess.h"
 #include "catalog/pg_extension.h"
 #include "miscadmin.h"
+#include "nodes/parsenodes.h"
 #include "postmaster/bgworker.h"
 #include "storage/ipc.h"
-#include "utils/inval.h"
-#include "nodes/parsenodes.h"
 #include "storage/lmgr.h"
 #include "tcop/utility.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/inval.h"
 #include "utils/rel.h"
 }
 
@@ -36,8 +36,8 @@ ExtensionState extension_state() {
         Form_pg_extension form = reinterpret_cast<Form_pg_extension>(GETSTRUCT(tuple));
         state.oid = form->oid;
         bool isnull;
-        Datum version = heap_getattr(tuple, Anum_pg_extension_extversion, RelationGetDescr(rel),
-                                     &isnull);
+        Datum version =
+            heap_getattr(tuple, Anum_pg_extension_extversion, RelationGetDescr(rel), &isnull);
         if (!isnull) {
             char* value = TextDatumGetCString(version);
             strlcpy(state.version, value, sizeof state.version);
@@ -75,8 +75,7 @@ object_access_hook_type prev_object_access_hook = nullptr;
 
 // CREATE, ALTER ... UPDATE and DROP EXTENSION: the launcher re-reads the extension's state when
 // the transaction commits, instead of finding out by polling.
-void on_object_access(ObjectAccessType access, Oid class_id, Oid object_id, int sub_id,
-                      void* arg) {
+void on_object_access(ObjectAccessType access, Oid class_id, Oid object_id, int sub_id, void* arg) {
     if (prev_object_access_hook) prev_object_access_hook(access, class_id, object_id, sub_id, arg);
     if (class_id == ExtensionRelationId &&
         (access == OAT_POST_CREATE || access == OAT_POST_ALTER || access == OAT_DROP))
@@ -110,8 +109,8 @@ bool changes_schema(const Node* tree) {
                (s->removeType == OBJECT_SCHEMA && names(s->objects, "eventbox"));
     }
     if (IsA(tree, AlterExtensionStmt))
-        return strcmp(reinterpret_cast<const AlterExtensionStmt*>(tree)->extname,
-                      "pg_eventbox") == 0;
+        return strcmp(reinterpret_cast<const AlterExtensionStmt*>(tree)->extname, "pg_eventbox") ==
+               0;
     if (IsA(tree, AlterExtensionContentsStmt))
         return strcmp(reinterpret_cast<const AlterExtensionContentsStmt*>(tree)->extname,
                       "pg_eventbox") == 0;
@@ -144,7 +143,7 @@ void install_extension_hook() {
 namespace {
 Oid work_extension = InvalidOid;  // the install this process's work started on
 uint64 seen_schema_changes = 0;   // shmem::schema_changes() when it last checked
-}
+}  // namespace
 
 bool lock_schema_for_work() {
     LOCKTAG tag = schema_tag();

@@ -70,12 +70,15 @@ bool check_brokers(char** newval, void**, GucSource) {
         bool ok = colon != nullptr && colon > item && colon < item + len - 1;
         long port = 0;
         for (const char* p = colon ? colon + 1 : item; ok && p < item + len; ++p) {
-            if (!isdigit(static_cast<unsigned char>(*p))) ok = false;
-            else port = port * 10 + (*p - '0');
+            if (!isdigit(static_cast<unsigned char>(*p)))
+                ok = false;
+            else
+                port = port * 10 + (*p - '0');
             if (port > 65535) ok = false;
         }
         if (!ok || port < 1) {
-            GUC_check_errdetail("Each broker must be written host:port with a port from 1 to 65535.");
+            GUC_check_errdetail(
+                "Each broker must be written host:port with a port from 1 to 65535.");
             GUC_check_errhint("Example: 'kafka1:9092,kafka2:9092'.");
             return false;
         }
@@ -98,7 +101,8 @@ bool check_metrics_address(char** newval, void**, GucSource) {
     } catch (...) {
     }
     if (!ok) {
-        GUC_check_errdetail("eventbox.metrics_address must be host:port with a port from 1 to 65535.");
+        GUC_check_errdetail(
+            "eventbox.metrics_address must be host:port with a port from 1 to 65535.");
         GUC_check_errhint("Example: '127.0.0.1:9187'; '' turns the endpoint off.");
     }
     return ok;
@@ -107,12 +111,12 @@ bool check_metrics_address(char** newval, void**, GucSource) {
 // Where the workers connect and what send() and the relay's outbox accept and keep.
 void define_connection_and_outbox() {
     DefineCustomStringVariable(
-        "eventbox.database", "Database whose outbox and inbox the eventbox workers serve.",
-        nullptr, &database, "postgres", PGC_POSTMASTER, 0, check_database, nullptr, nullptr);
-    DefineCustomStringVariable(
-        "eventbox.brokers", "Kafka bootstrap servers (host:port, comma-separated).",
-        "Empty leaves the workers idle until a reload sets it.", &brokers, "", PGC_SIGHUP, 0,
-        check_brokers, nullptr, nullptr);
+        "eventbox.database", "Database whose outbox and inbox the eventbox workers serve.", nullptr,
+        &database, "postgres", PGC_POSTMASTER, 0, check_database, nullptr, nullptr);
+    DefineCustomStringVariable("eventbox.brokers",
+                               "Kafka bootstrap servers (host:port, comma-separated).",
+                               "Empty leaves the workers idle until a reload sets it.", &brokers,
+                               "", PGC_SIGHUP, 0, check_brokers, nullptr, nullptr);
     // No check hook: PostgreSQL echoes a rejected value in its error message, and this value may
     // hold credentials. The relay parses it and reports problems without values. Postmaster-level
     // because PostgreSQL logs the new value of a setting changed by a reload.
@@ -133,10 +137,9 @@ void define_connection_and_outbox() {
 
 // The relay's batches, limits, timing and retries.
 void define_relay() {
-    DefineCustomIntVariable("eventbox.relay_batch_size",
-                            "Outbox rows the relay reads per claim query.", nullptr,
-                            &relay_batch_size, 1000, 1, 100000, PGC_SIGHUP, 0, nullptr, nullptr,
-                            nullptr);
+    DefineCustomIntVariable(
+        "eventbox.relay_batch_size", "Outbox rows the relay reads per claim query.", nullptr,
+        &relay_batch_size, 1000, 1, 100000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
     DefineCustomIntVariable("eventbox.relay_max_in_flight",
                             "Messages the relay has handed to Kafka and not yet seen acknowledged.",
                             nullptr, &relay_max_in_flight, 20000, 1, 1000000, PGC_SIGHUP, 0,
@@ -158,8 +161,8 @@ void define_relay() {
                             nullptr, nullptr);
     DefineCustomIntVariable("eventbox.relay_retry_backoff",
                             "First delay before a failed delivery is retried.", nullptr,
-                            &relay_retry_backoff_ms, 1000, 10, 3600 * 1000, PGC_SIGHUP,
-                            GUC_UNIT_MS, nullptr, nullptr, nullptr);
+                            &relay_retry_backoff_ms, 1000, 10, 3600 * 1000, PGC_SIGHUP, GUC_UNIT_MS,
+                            nullptr, nullptr, nullptr);
     DefineCustomIntVariable("eventbox.relay_retry_backoff_max",
                             "Longest delay between delivery retries (exponential, with jitter).",
                             nullptr, &relay_retry_backoff_max_ms, 60000, 10, 24 * 3600 * 1000,
@@ -182,8 +185,7 @@ void define_workers() {
         "eventbox.ingest_workers", "Background workers that consume Kafka into the inbox.",
         "Each takes its share of every subscription's partitions; a reload that changes the "
         "number hands the partitions over at their stored offsets.",
-        &ingest_workers, 1, 1, shmem::kMaxIngestWorkers, PGC_SIGHUP, 0, nullptr, nullptr,
-        nullptr);
+        &ingest_workers, 1, 1, shmem::kMaxIngestWorkers, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
     DefineCustomIntVariable("eventbox.handler_workers",
                             "Background workers that run handlers (lanes run in parallel).",
                             nullptr, &handler_workers, 2, 0, shmem::kMaxHandlerWorkers,
@@ -191,8 +193,7 @@ void define_workers() {
     DefineCustomIntVariable(
         "eventbox.handler_timeout", "Longest a handler may run on one message; 0 = no limit.",
         "A handler still running then is cancelled and the attempt counts as failed.",
-        &handler_timeout_ms, 30000, 0, INT_MAX, PGC_SIGHUP, GUC_UNIT_MS, nullptr, nullptr,
-        nullptr);
+        &handler_timeout_ms, 30000, 0, INT_MAX, PGC_SIGHUP, GUC_UNIT_MS, nullptr, nullptr, nullptr);
     DefineCustomBoolVariable(
         "eventbox.allow_superuser_handlers", "Whether handlers may run as a superuser.",
         "Off: registering or running a handler whose run_as role is a superuser is refused.",
@@ -209,8 +210,7 @@ void define_workers() {
         "How long dead and unparsable inbox rows and failed outbox rows are kept.",
         "Rows older than this (inbox: by received_at, outbox: by created_at) are deleted; 0 keeps "
         "them until an operator acts.",
-        &dead_retention_s, 0, 0, INT_MAX / 1000, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr,
-        nullptr);
+        &dead_retention_s, 0, 0, INT_MAX / 1000, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr, nullptr);
     DefineCustomStringVariable(
         "eventbox.metrics_address",
         "Address (host:port) on which the supervisor serves GET /metrics; empty = off.",

@@ -21,9 +21,9 @@ extern int ingest_workers;
 extern int handler_workers;
 extern int handler_timeout_ms;
 extern bool allow_superuser_handlers;
-extern int inbox_retention_s;   // eventbox.inbox_retention (0: keep forever)
-extern int dead_retention_s;    // eventbox.dead_retention (0: keep until an operator acts)
-extern char* metrics_address;   // eventbox.metrics_address ('' = no HTTP endpoint)
+extern int inbox_retention_s;  // eventbox.inbox_retention (0: keep forever)
+extern int dead_retention_s;   // eventbox.dead_retention (0: keep until an operator acts)
+extern char* metrics_address;  // eventbox.metrics_address ('' = no HTTP endpoint)
 
 // Defines the settings; called once from _PG_init.
 void define();

@@ -11,11 +11,11 @@ PG_MODULE_MAGIC;
 void _PG_init(void);
 }
 
-#include "pg/guc.hpp"
-#include "pg/extension.hpp"
 #include "metrics/counters.hpp"
-#include "pg/shmem.hpp"
 #include "outbox/http_relay.hpp"
+#include "pg/extension.hpp"
+#include "pg/guc.hpp"
+#include "pg/shmem.hpp"
 
 extern "C" void _PG_init(void) {
     eventbox::guc::define();

@@ -3,8 +3,8 @@
 
 extern "C" {
 #include "access/twophase.h"
-#include "common/hashfn.h"
 #include "access/xact.h"
+#include "common/hashfn.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "storage/ipc.h"
@@ -95,11 +95,12 @@ LaneMarkTable* lane_marks = nullptr;
 shmem_request_hook_type prev_request_hook = nullptr;
 shmem_startup_hook_type prev_startup_hook = nullptr;
 
-int writer_count() { return MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts; }
+int writer_count() {
+    return MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts;
+}
 
 Size shared_size() {
-    return add_size(offsetof(Shared, writers),
-                    mul_size(sizeof(pg_atomic_uint32), writer_count()));
+    return add_size(offsetof(Shared, writers), mul_size(sizeof(pg_atomic_uint32), writer_count()));
 }
 
 void request_hook() {
@@ -162,7 +163,9 @@ void install_hooks() {
     shmem_startup_hook = startup_hook;
 }
 
-bool available() { return shared != nullptr; }
+bool available() {
+    return shared != nullptr;
+}
 
 void attach_worker(Role role, int index) {
     if (shared == nullptr) return;
@@ -256,8 +259,8 @@ bool relay_at_commit = false;
 bool changes_at_commit = false;
 bool launcher_at_commit = false;
 
-bool inbox_at_commit = false;    // inbox_requeued_at_commit() was called in this transaction
-bool inbox_in_flight = false;    // ... and its first bump is done, the second one not yet
+bool inbox_at_commit = false;  // inbox_requeued_at_commit() was called in this transaction
+bool inbox_in_flight = false;  // ... and its first bump is done, the second one not yet
 
 // The two bumps of an inbox change (see inbox_generation()): the first before the commit makes
 // it visible (in_flight, then generation), the second after (generation, then in_flight).
@@ -359,11 +362,11 @@ LaneMarkSlot* lane_mark_slot(const char* subscription, const char* topic, int32 
                              bool claim) {
     std::size_t sl = strlen(subscription), tl = strlen(topic);
     if (sl >= NAMEDATALEN || tl >= sizeof(LaneMarkSlot::topic)) return nullptr;
-    uint32 hash = hash_bytes(reinterpret_cast<const unsigned char*>(subscription),
-                             static_cast<int>(sl)) ^
-                  (hash_bytes(reinterpret_cast<const unsigned char*>(topic), static_cast<int>(tl)) *
-                   2654435761u) ^
-                  static_cast<uint32>(partition);
+    uint32 hash =
+        hash_bytes(reinterpret_cast<const unsigned char*>(subscription), static_cast<int>(sl)) ^
+        (hash_bytes(reinterpret_cast<const unsigned char*>(topic), static_cast<int>(tl)) *
+         2654435761u) ^
+        static_cast<uint32>(partition);
     for (int k = 0; k < kLaneMarkProbes; ++k) {
         LaneMarkSlot* slot = &lane_marks->slots[(hash + k) % kLaneMarkSlots];
         if (!slot->used) {
@@ -427,7 +430,9 @@ void schema_changing() {
     if (shared != nullptr) pg_atomic_fetch_add_u64(&shared->schema_changes, 1);
 }
 
-uint64 schema_changes() { return shared ? pg_atomic_read_u64(&shared->schema_changes) : 0; }
+uint64 schema_changes() {
+    return shared ? pg_atomic_read_u64(&shared->schema_changes) : 0;
+}
 
 uint64 subscriptions_generation() {
     return shared ? pg_atomic_read_u64(&shared->subscriptions_generation) : 0;
@@ -452,7 +457,9 @@ void outbox_writers(std::vector<uint32_t>& out) {
     }
 }
 
-int worker_slots() { return kSlots; }
+int worker_slots() {
+    return kSlots;
+}
 
 bool read_worker(int slot, WorkerInfo* out) {
     if (shared == nullptr) return false;

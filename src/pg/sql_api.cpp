@@ -54,8 +54,8 @@ EVENTBOX_SQL_FUNCTION(eventbox_quote) {
 EVENTBOX_SQL_FUNCTION(eventbox_api_call) {
     Oid caller = GetUserId();
     HeapTuple proc = SearchSysCache1(PROCOID, ObjectIdGetDatum(fcinfo->flinfo->fn_oid));
-    if (!HeapTupleIsValid(proc)) elog(ERROR, "cache lookup failed for function %u",
-                                      fcinfo->flinfo->fn_oid);
+    if (!HeapTupleIsValid(proc))
+        elog(ERROR, "cache lookup failed for function %u", fcinfo->flinfo->fn_oid);
     Form_pg_proc form = reinterpret_cast<Form_pg_proc>(GETSTRUCT(proc));
     int nargs = form->pronargs;
     Oid result_type = form->prorettype;
@@ -86,7 +86,8 @@ EVENTBOX_SQL_FUNCTION(eventbox_api_call) {
     SetUserIdAndSecContext(extension_owner(), saved_context | SECURITY_LOCAL_USERID_CHANGE);
     int rc = SPI_execute_with_args(sql.data, nargs + 1, types, values, nulls, false, 1);
     SetUserIdAndSecContext(saved_user, saved_context);
-    if (rc != SPI_OK_SELECT) elog(ERROR, "eventbox API call failed: %s", SPI_result_code_string(rc));
+    if (rc != SPI_OK_SELECT)
+        elog(ERROR, "eventbox API call failed: %s", SPI_result_code_string(rc));
     Datum result = (Datum)0;
     bool isnull = true;
     if (result_type != VOIDOID && SPI_processed == 1) {
@@ -130,8 +131,8 @@ EVENTBOX_SQL_FUNCTION(eventbox_workers) {
         WorkerInfo w;
         if (!read_worker(i, &w)) continue;
         Datum values[10];
-        bool nulls[10] = {false, false, false, false, false, false, false,
-                          w.last_error[0] == 0, false, false};
+        bool nulls[10] = {false, false, false, false, false, false, false, w.last_error[0] == 0,
+                          false, false};
         values[0] = Int32GetDatum(w.pid);
         values[1] = CStringGetTextDatum(w.role);
         values[2] = CStringGetTextDatum(w.state);

@@ -9,8 +9,8 @@ namespace eventbox::pg {
 
 char* required_name_arg(FunctionCallInfo fcinfo, int n, const char* what) {
     if (PG_ARGISNULL(n))
-        ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("%s must not be NULL", what),
-                        errhint("Pass the %s's name.", what)));
+        ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                        errmsg("%s must not be NULL", what), errhint("Pass the %s's name.", what)));
     return text_to_cstring(PG_GETARG_TEXT_PP(n));
 }
 

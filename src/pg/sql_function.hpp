@@ -10,10 +10,10 @@ extern "C" {
 
 // Declares the SQL-callable C function `name` (version-1 calling convention, C linkage) and
 // opens its definition: EVENTBOX_SQL_FUNCTION(eventbox_process) { ... PG_RETURN_...; }
-#define EVENTBOX_SQL_FUNCTION(name)                 \
-    extern "C" {                                    \
-    PG_FUNCTION_INFO_V1(name);                      \
-    }                                               \
+#define EVENTBOX_SQL_FUNCTION(name) \
+    extern "C" {                    \
+    PG_FUNCTION_INFO_V1(name);      \
+    }                               \
     extern "C" PGDLLEXPORT Datum name(PG_FUNCTION_ARGS)
 
 namespace eventbox::pg {

@@ -2,15 +2,15 @@
 #include "workers/common.hpp"
 
 extern "C" {
-#include "miscadmin.h"
-#include "postmaster/bgworker.h"
 #include "access/xact.h"
+#include "jit/jit.h"
+#include "miscadmin.h"
+#include "optimizer/cost.h"
 #include "pgstat.h"
+#include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "storage/latch.h"
 #include "tcop/tcopprot.h"
-#include "jit/jit.h"
-#include "optimizer/cost.h"
 #include "utils/guc.h"
 #include "utils/plancache.h"
 #include "utils/snapmgr.h"
@@ -93,7 +93,9 @@ void push_work_context(WorkContext* context) {
     error_context_stack = &context->callback;
 }
 
-void pop_work_context(WorkContext* context) { error_context_stack = context->callback.previous; }
+void pop_work_context(WorkContext* context) {
+    error_context_stack = context->callback.previous;
+}
 
 void run_worker(Datum database, const WorkerMain& main) {
     setup_signals();
@@ -183,7 +185,9 @@ void emit_kafka_logs(kafka::ClientEvents& client, const char* who) {
     pg::call_cpp([&] { client.logs().clear(); });
 }
 
-int64 now_ms() { return GetCurrentTimestamp() / 1000; }
+int64 now_ms() {
+    return GetCurrentTimestamp() / 1000;
+}
 
 bool log_allowed(LogRate& rate, int* held_back) {
     int64 now = now_ms();
@@ -230,8 +234,10 @@ Subtransaction begin_subtransaction() {
 }
 
 void end_subtransaction(const Subtransaction& sub, bool commit) {
-    if (commit) ReleaseCurrentSubTransaction();
-    else RollbackAndReleaseCurrentSubTransaction();
+    if (commit)
+        ReleaseCurrentSubTransaction();
+    else
+        RollbackAndReleaseCurrentSubTransaction();
     MemoryContextSwitchTo(sub.context);
     CurrentResourceOwner = sub.owner;
 }

@@ -112,8 +112,9 @@ void exec_kept(const char* who, SPIPlanPtr plan, Datum* values, bool read_only, 
 // lookup may be planned as a walk of the whole subscription with the ids as a filter: the
 // planner keeps an index's order by leaving an array condition on a later column out of the
 // index conditions, and picks that path whenever the inbox looked small when it planned.
-#define EVENTBOX_INBOX_BY_ID(COLUMNS, CONDITION)                                          \
-    " CROSS JOIN LATERAL (SELECT " COLUMNS " FROM eventbox.inbox x"                       \
+#define EVENTBOX_INBOX_BY_ID(COLUMNS, CONDITION) \
+    " CROSS JOIN LATERAL (SELECT " COLUMNS       \
+    " FROM eventbox.inbox x"                     \
     "  WHERE x.subscription = $1 AND x.message_id = u.id " CONDITION " LIMIT 1) x "
 
 // A bound on how often a kind of LOG line is written: at most `burst` lines per `window_ms`.

@@ -160,7 +160,8 @@ TEST(Fingerprint, SameEventSameId) {
 
 TEST(Fingerprint, Sha256KnownAnswers) {
     EXPECT_EQ(sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-    EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    EXPECT_EQ(sha256_hex("abc"),
+              "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
 // What is not I-JSON is refused (and then fingerprinted as raw bytes).
@@ -173,25 +174,24 @@ TEST(CanonicalizeJson, RefusesWhatIsNotIJson) {
     EXPECT_TRUE(refused("1."));
     EXPECT_TRUE(refused("+1"));
     EXPECT_TRUE(refused("NaN"));
-    EXPECT_TRUE(refused("1e400"));                       // beyond the double range
-    EXPECT_TRUE(refused("{\"a\":1,\"a\":2}"));           // a repeated name
-    EXPECT_TRUE(refused("{\"\\u0061\":1,\"a\":2}"));     // the same name, spelled otherwise
-    EXPECT_TRUE(refused("\"\\ud800\""));                 // lone high surrogate
-    EXPECT_TRUE(refused("\"\\udc00\""));                 // lone low surrogate
-    EXPECT_TRUE(refused("\"\\ud800\\u0041\""));          // high surrogate, then no low one
-    EXPECT_TRUE(refused("\"a\x01\""));                   // raw control character
-    EXPECT_TRUE(refused("\"\xc3\x28\""));                // invalid UTF-8
-    EXPECT_TRUE(refused("\"\xed\xa0\x80\""));            // an encoded surrogate
-    EXPECT_TRUE(refused("\"\xc0\xaf\""));                // overlong
+    EXPECT_TRUE(refused("1e400"));                    // beyond the double range
+    EXPECT_TRUE(refused("{\"a\":1,\"a\":2}"));        // a repeated name
+    EXPECT_TRUE(refused("{\"\\u0061\":1,\"a\":2}"));  // the same name, spelled otherwise
+    EXPECT_TRUE(refused("\"\\ud800\""));              // lone high surrogate
+    EXPECT_TRUE(refused("\"\\udc00\""));              // lone low surrogate
+    EXPECT_TRUE(refused("\"\\ud800\\u0041\""));       // high surrogate, then no low one
+    EXPECT_TRUE(refused("\"a\x01\""));                // raw control character
+    EXPECT_TRUE(refused("\"\xc3\x28\""));             // invalid UTF-8
+    EXPECT_TRUE(refused("\"\xed\xa0\x80\""));         // an encoded surrogate
+    EXPECT_TRUE(refused("\"\xc0\xaf\""));             // overlong
     EXPECT_TRUE(refused("\"\\x\""));
     EXPECT_TRUE(refused("tru"));
     EXPECT_TRUE(refused("1 2"));
     EXPECT_TRUE(refused(std::string(kMaxCanonicalDepth + 1, '[') +
                         std::string(kMaxCanonicalDepth + 1, ']')));
     std::string out, error;
-    EXPECT_TRUE(canonicalize_json(std::string(kMaxCanonicalDepth, '[') +
-                                      std::string(kMaxCanonicalDepth, ']'),
-                                  &out, &error))
+    EXPECT_TRUE(canonicalize_json(
+        std::string(kMaxCanonicalDepth, '[') + std::string(kMaxCanonicalDepth, ']'), &out, &error))
         << error;
 }
 

@@ -11,9 +11,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <mutex>
-#include <chrono>
 #include <string>
 #include <thread>
 #include <utility>

@@ -71,8 +71,10 @@ class Rec {
         r.n_headers = views_.size();
         r.headers_unreadable = !unreadable_.empty();
         r.headers_error = unreadable_;
-        if (reuse) eventbox::inbox::classify(r, options, out);
-        else out = eventbox::inbox::classify(r, options);
+        if (reuse)
+            eventbox::inbox::classify(r, options, out);
+        else
+            out = eventbox::inbox::classify(r, options);
     }
 
   private:
@@ -466,8 +468,13 @@ TEST(Headers, LastValueOfARepeatedNameWins) {
 }
 
 TEST(Headers, FieldsKeepFirstPositionAndLastValue) {
-    Classified c = Rec().header("k", "1").header("j", "x").null_header("k").header("k", "3")
-                       .header("\xff", "v").classify();
+    Classified c = Rec()
+                       .header("k", "1")
+                       .header("j", "x")
+                       .null_header("k")
+                       .header("k", "3")
+                       .header("\xff", "v")
+                       .classify();
     ASSERT_EQ(c.headers.size(), 3u);
     EXPECT_EQ(c.headers[0].name, "k");
     EXPECT_EQ(c.headers[0].value, std::optional<std::string>("3"));
@@ -834,8 +841,13 @@ void expect_same(const Classified& a, const Classified& b, const std::string& wh
 
 TEST(Reuse, ARowClassifiedAgainHoldsNothingOfItsLastRecord) {
     std::vector<Rec> records(8);
-    records[0].value(R"({"type":"T","id":"j1","deep":[[{"a":1}]]})").header("message_id", "m1")
-        .header("event_type", "E").header("x", "1").header("x", "2").null_header("n");
+    records[0]
+        .value(R"({"type":"T","id":"j1","deep":[[{"a":1}]]})")
+        .header("message_id", "m1")
+        .header("event_type", "E")
+        .header("x", "1")
+        .header("x", "2")
+        .null_header("n");
     records[1].tombstone();
     records[2].value("not json").header("ce_id", "c").header("ce_type", "ct");
     records[3].value(R"({"id":"from-field"})").header("\xff", "\xfe");
@@ -880,12 +892,20 @@ Options fingerprint_rule() {
 // The id is the SHA-256 of the canonical payload whatever the headers and fields say: two
 // producers' spellings of one event share it; another payload does not.
 TEST(ClassifyFingerprint, IdIsTheCanonicalPayloadsHash) {
-    Classified a = Rec().value(R"({"id": "x1", "total": 1.50, "n": [1, 2]})")
-                       .header("message_id", "producer-a-1").header("ce_id", "c").classify(fingerprint_rule());
-    Classified b = Rec().value(R"({"n":[1,2],"total":1.5,"id":"x1"})").at("other", 3, 99)
-                       .header("message_id", "producer-b-7").classify(fingerprint_rule());
-    Classified c = Rec().value(R"({"id": "x1", "total": 1.51, "n": [1, 2]})")
-                       .header("message_id", "producer-a-1").classify(fingerprint_rule());
+    Classified a = Rec()
+                       .value(R"({"id": "x1", "total": 1.50, "n": [1, 2]})")
+                       .header("message_id", "producer-a-1")
+                       .header("ce_id", "c")
+                       .classify(fingerprint_rule());
+    Classified b = Rec()
+                       .value(R"({"n":[1,2],"total":1.5,"id":"x1"})")
+                       .at("other", 3, 99)
+                       .header("message_id", "producer-b-7")
+                       .classify(fingerprint_rule());
+    Classified c = Rec()
+                       .value(R"({"id": "x1", "total": 1.51, "n": [1, 2]})")
+                       .header("message_id", "producer-a-1")
+                       .classify(fingerprint_rule());
     EXPECT_EQ(a.message_id, sha256_hex(R"({"id":"x1","n":[1,2],"total":1.5})"));
     EXPECT_EQ(a.message_id, b.message_id);
     EXPECT_NE(a.message_id, c.message_id);
@@ -911,7 +931,9 @@ TEST(ClassifyFingerprint, RawBytesAndNoValue) {
 
 // Unreadable headers do not hide a fingerprint (it does not depend on them).
 TEST(ClassifyFingerprint, UnreadableHeadersKeepTheFingerprint) {
-    Classified c = Rec().value(R"({"a": 1})").unreadable_headers("Local: Bad message format")
+    Classified c = Rec()
+                       .value(R"({"a": 1})")
+                       .unreadable_headers("Local: Bad message format")
                        .classify(fingerprint_rule());
     EXPECT_EQ(c.message_id, sha256_hex(R"({"a":1})"));
     EXPECT_FALSE(c.transport_id);

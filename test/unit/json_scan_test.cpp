@@ -20,16 +20,36 @@ std::string tokens_of(std::string_view text, std::size_t* depth = nullptr) {
         if (!out.empty()) out += ' ';
         std::string bytes(t.at(token), token.len);
         switch (token.kind) {
-            case JsonTokens::kBeginObject: out += '{'; break;
-            case JsonTokens::kEndObject: out += '}'; break;
-            case JsonTokens::kBeginArray: out += '['; break;
-            case JsonTokens::kEndArray: out += ']'; break;
-            case JsonTokens::kKey: out += "k:" + bytes; break;
-            case JsonTokens::kString: out += "s:" + bytes; break;
-            case JsonTokens::kNumber: out += "n:" + bytes; break;
-            case JsonTokens::kTrue: out += 't'; break;
-            case JsonTokens::kFalse: out += 'f'; break;
-            case JsonTokens::kNull: out += "null"; break;
+            case JsonTokens::kBeginObject:
+                out += '{';
+                break;
+            case JsonTokens::kEndObject:
+                out += '}';
+                break;
+            case JsonTokens::kBeginArray:
+                out += '[';
+                break;
+            case JsonTokens::kEndArray:
+                out += ']';
+                break;
+            case JsonTokens::kKey:
+                out += "k:" + bytes;
+                break;
+            case JsonTokens::kString:
+                out += "s:" + bytes;
+                break;
+            case JsonTokens::kNumber:
+                out += "n:" + bytes;
+                break;
+            case JsonTokens::kTrue:
+                out += 't';
+                break;
+            case JsonTokens::kFalse:
+                out += 'f';
+                break;
+            case JsonTokens::kNull:
+                out += "null";
+                break;
         }
         if (token.kind <= JsonTokens::kEndArray || token.kind >= JsonTokens::kTrue)
             EXPECT_EQ(token.len, 0u);
@@ -59,11 +79,9 @@ TEST(JsonTokens, LongRunsEndAtEveryOffset) {
         std::string run(before, 'x');
         std::string tail(11, 'y');
         EXPECT_EQ(tokens_of("[\"" + run + "\"]"), "[ s:" + run + " ]") << before;
-        EXPECT_EQ(tokens_of("[\"" + run + "\\n" + tail + "\"]"),
-                  "[ s:" + run + "\n" + tail + " ]")
+        EXPECT_EQ(tokens_of("[\"" + run + "\\n" + tail + "\"]"), "[ s:" + run + "\n" + tail + " ]")
             << before;
-        EXPECT_EQ(tokens_of("[\"" + run + "\\\"" + tail + "\"]"),
-                  "[ s:" + run + "\"" + tail + " ]")
+        EXPECT_EQ(tokens_of("[\"" + run + "\\\"" + tail + "\"]"), "[ s:" + run + "\"" + tail + " ]")
             << before;
         EXPECT_EQ(tokens_of("[\"" + run + "\x1f" + tail + "\"]"),
                   "invalid: control character in a string")

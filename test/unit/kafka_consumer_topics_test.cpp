@@ -1,8 +1,8 @@
 // The consumer with many topics (issue 27, item 1): one metadata request refreshes them all, so
 // subscriptions on a thousand topics start as fast as on one, against librdkafka's mock cluster.
+#include <gtest/gtest.h>
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <memory>
@@ -20,7 +20,7 @@ using eventbox::kafka::SubscriptionConfig;
 
 // A mock cluster of one broker with `topics` one-partition topics t0, t1, ...
 class MockCluster {
-public:
+  public:
     explicit MockCluster(int topics) {
         rd_kafka_conf_t* conf = rd_kafka_conf_new();
         char errstr[256];
@@ -36,7 +36,7 @@ public:
     }
     std::string bootstraps() const { return rd_kafka_mock_cluster_bootstraps(mock_); }
 
-private:
+  private:
     rd_kafka_t* rk_;
     rd_kafka_mock_cluster_t* mock_;
 };
@@ -59,7 +59,8 @@ TEST(ConsumerTopics, OneMetadataRequestRefreshesEveryTopic) {
     }
     // A functional wait (every partition assigned), not a timing assertion.
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (consumer.assigned_partitions() < kTopics && std::chrono::steady_clock::now() < deadline) {
+    while (consumer.assigned_partitions() < kTopics &&
+           std::chrono::steady_clock::now() < deadline) {
         consumer.poll(100);
         consumer.release();
         std::this_thread::sleep_for(std::chrono::milliseconds(10));

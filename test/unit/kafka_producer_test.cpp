@@ -162,7 +162,8 @@ TEST(Producer, DestroyWithQueuedMessagesIsQuick) {
     {
         Producer p(config_with({}));
         std::string error;
-        for (int64_t id = 1; id <= 100; ++id) ASSERT_EQ(p.produce(data.row(id), error), relay::Produced::kQueued) << error;
+        for (int64_t id = 1; id <= 100; ++id)
+            ASSERT_EQ(p.produce(data.row(id), error), relay::Produced::kQueued) << error;
     }
     EXPECT_LT(seconds_since(t0), 5.0);
 }
@@ -256,7 +257,8 @@ TEST(ProducerConfig, MessagesNeverTimeOutByDefault) {
     ProducerConfig c;
     EXPECT_EQ(c.message_timeout_ms, 0);
     c.brokers = "127.0.0.1:1";
-    EXPECT_NO_THROW(Producer p(c)) << "librdkafka must accept message.timeout.ms=0 with idempotence";
+    EXPECT_NO_THROW(Producer p(c))
+        << "librdkafka must accept message.timeout.ms=0 with idempotence";
 }
 
 TEST(SecretScrubber, RemovesSensitiveValuesAndTheirParts) {

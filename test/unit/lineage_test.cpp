@@ -60,8 +60,8 @@ TEST(LineageHeaders, FromAMessageWithoutLineage) {
 }
 
 TEST(LineageHeaders, CarriesCorrelationAndTrace) {
-    auto h = lineage_headers(Incoming{"m-2", std::string_view("corr-0"), std::string_view(kExample)},
-                             kSpan, kNone);
+    auto h = lineage_headers(
+        Incoming{"m-2", std::string_view("corr-0"), std::string_view(kExample)}, kSpan, kNone);
     ASSERT_EQ(h.size(), 3u);
     EXPECT_EQ(h[0].second, "m-2");
     EXPECT_EQ(h[1].second, "corr-0");
@@ -81,9 +81,9 @@ TEST(LineageHeaders, CallerSetHeadersWin) {
     ASSERT_EQ(h.size(), 1u);
     EXPECT_EQ(h[0].first, "correlation_id");
     const bool all[3] = {true, true, true};
-    EXPECT_TRUE(lineage_headers(Incoming{"m-4", std::nullopt, std::string_view(kExample)}, kSpan,
-                                all)
-                    .empty());
+    EXPECT_TRUE(
+        lineage_headers(Incoming{"m-4", std::nullopt, std::string_view(kExample)}, kSpan, all)
+            .empty());
 }
 
 // Values no header could carry are left out rather than failing the send.

@@ -155,9 +155,9 @@ TEST(LaneMarks, UnknownWorkPerSubscriptionUntilAWalkFindsNoneOrTheLanesGo) {
 
 TEST(StoredOffsets, BelowWhatWasStoredBeforeOrFirstTimeInALane) {
     StoredOffsets s;
-    EXPECT_TRUE(s.below("s", "t", 0, 0));         // nothing stored in the lane yet
-    EXPECT_TRUE(s.store("s", "t", 0, 0, 99));      // the lane's first batch in this process
-    EXPECT_TRUE(s.below("s", "t", 0, 99));         // below() records nothing:
+    EXPECT_TRUE(s.below("s", "t", 0, 0));      // nothing stored in the lane yet
+    EXPECT_TRUE(s.store("s", "t", 0, 0, 99));  // the lane's first batch in this process
+    EXPECT_TRUE(s.below("s", "t", 0, 99));     // below() records nothing:
     EXPECT_FALSE(s.below("s", "t", 0, 100));
     EXPECT_FALSE(s.below("s", "t", 0, 100));
     EXPECT_FALSE(s.store("s", "t", 0, 100, 199));  // consumption goes on

@@ -275,7 +275,8 @@ TEST(ValidateHeaderCount, AtMostTheLimit) {
     Error e = expect_error([] { validate_header_count(kMaxHeaders + 1); });
     EXPECT_STREQ(e.sqlstate(), "54000");
     EXPECT_STREQ(e.what(), "too many headers");
-    EXPECT_EQ(e.detail(), "The record has 1001 headers; at most 1000 are allowed besides message_id.");
+    EXPECT_EQ(e.detail(),
+              "The record has 1001 headers; at most 1000 are allowed besides message_id.");
     EXPECT_FALSE(e.hint().empty());
 }
 

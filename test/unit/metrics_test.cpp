@@ -52,8 +52,8 @@ TEST(MetricsExposition, FormatsValues) {
 
 TEST(MetricsExposition, RendersHelpTypeAndLabelledSamples) {
     Exposition e;
-    Family& f = e.family("eventbox_ingest_records_total", "Records \\ read.\nSecond line.",
-                         Type::kCounter);
+    Family& f =
+        e.family("eventbox_ingest_records_total", "Records \\ read.\nSecond line.", Type::kCounter);
     e.add(f, {{"subscription", "bill\"ing"}}, 3);
     e.add(f, {{"subscription", "a\\b\nc"}}, 0);
     Family& g = e.family("eventbox_outbox_pending", "Rows waiting.", Type::kGauge);

@@ -22,7 +22,8 @@ TEST(PendingEstimate, CountsFirstAndEverySecondWhileCheap) {
     EXPECT_EQ(p.counts(), 1);
     EXPECT_EQ(p.took_ms(), 19);
     EXPECT_TRUE(p.count_due(1000, 15000));
-    EXPECT_TRUE(p.count_due(999, 15000));  // refreshes come once a second: never skipped while cheap
+    EXPECT_TRUE(
+        p.count_due(999, 15000));  // refreshes come once a second: never skipped while cheap
 }
 
 TEST(PendingEstimate, ExpensiveCountsAreSpacedByFiftyTimesTheirDuration) {

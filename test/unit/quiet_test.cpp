@@ -69,10 +69,10 @@ TEST(QuietSubscriptions, ANewSubscriptionsGenerationForgetsTheOthers) {
 }
 
 // The handler worker asks skip() without a guard, after_pass() through one (handlers/worker.cpp).
-static_assert(
-    noexcept(std::declval<const QuietSubscriptions&>().skip("s", QuietKey{}, 0, nullptr)));
-static_assert(
-    !noexcept(std::declval<QuietSubscriptions&>().after_pass("s", QuietKey{}, 0, false, 0)));
+static_assert(noexcept(std::declval<const QuietSubscriptions&>().skip("s", QuietKey{}, 0,
+                                                                      nullptr)));
+static_assert(!noexcept(std::declval<QuietSubscriptions&>().after_pass("s", QuietKey{}, 0, false,
+                                                                       0)));
 
 }  // namespace
 }  // namespace eventbox::handlers

@@ -291,7 +291,8 @@ TEST(Dispatcher, ManyRowsOfOneKeyStayInOrderThroughRepeatedFailures) {
 TEST(Dispatcher, RowsOfAKeyOfferedAfterAFailureWaitBehindTheRetriedRow) {
     FakeSink sink;
     Dispatcher d(sink, small_limits(), 11);
-    std::map<int64_t, TestRow> outbox = {{1, keyed(1, "k")}, {2, keyed(2, "k")}, {3, keyed(3, "k")}};
+    std::map<int64_t, TestRow> outbox = {
+        {1, keyed(1, "k")}, {2, keyed(2, "k")}, {3, keyed(3, "k")}};
     d.offer(outbox[1].row(), 0);
     fail(d, 1, 10);
     d.offer(outbox[2].row(), 20);
@@ -774,7 +775,7 @@ TEST(Dispatcher, OutcomesRecordedAfterTheWriteSurviveTheClear) {
     ASSERT_EQ(written_acked, 1u);
     ASSERT_EQ(written_failed, 1u);
     d.offer(keyed(3, "c").row(), 2);  // refused while the written outcomes commit
-    ack(d, 4, 2);                      // unknown: ignored
+    ack(d, 4, 2);                     // unknown: ignored
     d.clear_outcomes(written_acked, written_failed);
     EXPECT_TRUE(d.acked().empty());
     ASSERT_EQ(d.failed().size(), 1u);
