@@ -19,7 +19,8 @@ from lib.eventbox import worker_pids
 from lib.proc import TICKS, proc_cpu, proc_status
 from lib.table import ROW
 
-LIVE_RECORDS = 3     # records produced to the live topic after the first, 2 s apart
+LIVE_RECORDS = 12    # records produced to the live topic after the first, 2 s apart: the
+#                     topics are refreshed every 10 s, and a refresh must fall among them
 IDLE_SECONDS = 10    # the window over which idle CPU is measured
 
 
