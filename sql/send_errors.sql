@@ -232,3 +232,18 @@ SELECT eventbox.send('t', '{"a": 1}');
 -- A payload that is not JSON is refused by the jsonb cast, before send() runs.
 SELECT eventbox.send('t', '{"a": 1'::jsonb);
 :after_error
+
+-- A read-only transaction (and so a hot standby) refuses send() as it refuses an INSERT: 25006,
+-- which drivers and poolers take as "reconnect to the primary" (issue 27, item 3).
+BEGIN READ ONLY;
+SELECT eventbox.send('orders', '{}'::jsonb);
+ROLLBACK;
+:after_error
+BEGIN READ ONLY;
+SELECT eventbox.send('orders', '\x00'::bytea, key => 'k');
+ROLLBACK;
+:after_error
+BEGIN READ ONLY;
+SELECT eventbox.next_outbox_id();
+ROLLBACK;
+:after_error

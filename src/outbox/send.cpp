@@ -7,6 +7,7 @@ extern "C" {
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
@@ -267,7 +268,19 @@ void insert_suppressed(Datum handled, const char* mode, pg_uuid_t* message_id, t
 
 }  // namespace
 
+void outbox::require_writable(const char* function) {
+    // What a plain INSERT raises in a read-only transaction, and so on a hot standby, where
+    // drawing the outbox id's transaction id would fail with an internal error instead: drivers
+    // and poolers look for 25006 to reconnect to the new primary after a failover.
+    if (!XactReadOnly) return;
+    throw Error("25006", std::string("cannot execute ") + function + " in a read-only transaction",
+                {},
+                RecoveryInProgress() ? "This server is a standby: send from the primary."
+                                     : "Send from a read-write transaction.");
+}
+
 Datum outbox::send_message(FunctionCallInfo fcinfo, bytea* payload, bool json, bool sixth) {
+    require_writable("eventbox.send()");
     bool publish_in_replay = sixth && !PG_ARGISNULL(5) && PG_GETARG_BOOL(5);
     if (PG_ARGISNULL(0))
         throw Error("22004", "topic must not be NULL", {}, "Pass the Kafka topic to publish to.");

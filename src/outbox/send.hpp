@@ -17,4 +17,8 @@ namespace eventbox::outbox {
 // pg::call_cpp().
 Datum send_message(FunctionCallInfo fcinfo, bytea* payload, bool json, bool sixth);
 
+// Throws 25006 (read-only transaction, with a hint naming a standby) when the transaction cannot
+// write, as a plain INSERT would be refused: `function` names the caller in the message.
+void require_writable(const char* function);
+
 }  // namespace eventbox::outbox

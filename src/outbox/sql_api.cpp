@@ -60,6 +60,7 @@ EVENTBOX_SQL_FUNCTION(eventbox_send_bytea_in_replay) {
 // writer before drawing the id, so the relay can tell when a gap below its cursor is settled.
 EVENTBOX_SQL_FUNCTION(eventbox_next_outbox_id) {
     (void)fcinfo;
+    eventbox::pg::call_cpp([] { eventbox::outbox::require_writable("eventbox.next_outbox_id()"); });
     PG_RETURN_INT64(eventbox::outbox::next_id(true));
 }
 

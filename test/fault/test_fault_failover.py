@@ -6,6 +6,7 @@ transaction), the code drivers and poolers look for to reconnect to the new prim
 
 import collections
 import os
+import shutil
 import signal
 import threading
 import time
@@ -27,8 +28,7 @@ def pair(tmp_path):
     kafka = Kafka(str(tmp_path))
     primary, standby = Cluster("fo-primary"), Cluster("fo-standby")
     try:
-        primary.start(db="app", brokers=kafka.bootstrap,
-                      conf=["synchronous_standby_names='*'", "wal_keep_size='256MB'"])
+        primary.start(db="app", brokers=kafka.bootstrap, conf=["wal_keep_size='256MB'"])
         make_standby(primary, standby)
         yield kafka, primary, standby
     finally:
@@ -40,7 +40,7 @@ def pair(tmp_path):
 def make_standby(primary, standby):
     os.chmod(standby.dir, 0o755)
     if os.geteuid() == 0:
-        as_postgres(["chown", "postgres:postgres", standby.dir], cwd="/")
+        shutil.chown(standby.dir, "postgres", "postgres")
     as_postgres([os.path.join(PGBIN, "pg_basebackup"), "-h", primary.dir, "-p",
                  str(primary.port), "-U", "postgres", "-D", standby.datadir, "-R", "-X",
                  "stream", "--no-sync"], cwd=standby.dir)
@@ -51,7 +51,10 @@ def make_standby(primary, standby):
                 % (standby.port, standby.dir))
     standby.pg_ctl_start()
     standby.db = "app"
+    # Synchronous from now on (set before, it would have held the primary's start-up commits).
     c = primary.connect()
+    query(c, "ALTER SYSTEM SET synchronous_standby_names = '*'")
+    query(c, "SELECT pg_reload_conf()")
     wait_until(lambda: query_one(c, "SELECT sync_state FROM pg_stat_replication") == "sync", 30,
                what="the standby streaming synchronously")
     c.close()
