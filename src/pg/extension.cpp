@@ -73,13 +73,13 @@ namespace {
 
 object_access_hook_type prev_object_access_hook = nullptr;
 
-// CREATE, ALTER ... UPDATE and DROP EXTENSION: the launcher re-reads the extension's state when
+// CREATE, ALTER ... UPDATE and DROP EXTENSION: the supervisor re-reads the extension's state when
 // the transaction commits, instead of finding out by polling.
 void on_object_access(ObjectAccessType access, Oid class_id, Oid object_id, int sub_id, void* arg) {
     if (prev_object_access_hook) prev_object_access_hook(access, class_id, object_id, sub_id, arg);
     if (class_id == ExtensionRelationId &&
         (access == OAT_POST_CREATE || access == OAT_POST_ALTER || access == OAT_DROP))
-        shmem::wake_launcher_at_commit();
+        shmem::wake_supervisor_at_commit();
 }
 
 // The schema lock of the current database, an advisory tag in a field4 of our own (lanes use

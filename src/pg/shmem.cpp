@@ -21,7 +21,7 @@ namespace eventbox::shmem {
 
 namespace {
 
-// Slots: launcher, relay, the ingest workers, the handler workers.
+// Slots: the supervisor, the relay, the ingest workers, the handler workers.
 constexpr int kIngestSlots = static_cast<int>(Role::kIngest);
 constexpr int kHandlerSlots = kIngestSlots + kMaxIngestWorkers;
 constexpr int kSlots = kHandlerSlots + kMaxHandlerWorkers;
@@ -37,7 +37,7 @@ int slot_of(Role role, int index) {
             return static_cast<int>(role);
     }
 }
-const char* const kRoleNames[] = {"launcher", "relay", "ingest", "handler"};
+const char* const kRoleNames[] = {"supervisor", "relay", "ingest", "handler"};
 
 struct WorkerSlot {
     pid_t pid;
@@ -257,7 +257,7 @@ namespace {
 bool commit_callback_registered = false;
 bool relay_at_commit = false;
 bool changes_at_commit = false;
-bool launcher_at_commit = false;
+bool supervisor_at_commit = false;
 
 bool inbox_at_commit = false;  // inbox_requeued_at_commit() was called in this transaction
 bool inbox_in_flight = false;  // ... and its first bump is done, the second one not yet
@@ -291,12 +291,13 @@ void on_xact_event(XactEvent event, void*) {
     if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT) {
         if (relay_at_commit) wake_relay();
         if (changes_at_commit) subscriptions_changed();
-        if (launcher_at_commit && shared != nullptr) wake_slot(static_cast<int>(Role::kLauncher));
+        if (supervisor_at_commit && shared != nullptr)
+            wake_slot(static_cast<int>(Role::kSupervisor));
     } else if (event != XACT_EVENT_ABORT && event != XACT_EVENT_PARALLEL_ABORT &&
                event != XACT_EVENT_PREPARE) {
         return;
     }
-    relay_at_commit = changes_at_commit = launcher_at_commit = false;
+    relay_at_commit = changes_at_commit = supervisor_at_commit = false;
 }
 
 void register_commit_callback_once() {
@@ -312,9 +313,9 @@ void wake_relay_at_commit() {
     relay_at_commit = true;
 }
 
-void wake_launcher_at_commit() {
+void wake_supervisor_at_commit() {
     register_commit_callback_once();
-    launcher_at_commit = true;
+    supervisor_at_commit = true;
 }
 
 void subscriptions_changed_at_commit() {

@@ -14,7 +14,7 @@ extern "C" {
 
 namespace eventbox::shmem {
 
-enum class Role : int { kLauncher = 0, kRelay = 1, kIngest = 2, kHandler = 3 };
+enum class Role : int { kSupervisor = 0, kRelay = 1, kIngest = 2, kHandler = 3 };
 inline constexpr int kMaxIngestWorkers = 8;
 inline constexpr int kMaxHandlerWorkers = 12;
 
@@ -82,14 +82,14 @@ void share_lane_mark(const char* subscription, const char* topic, int32 partitio
 int64 shared_lane_mark(const char* subscription, const char* topic, int32 partition,
                        uint64 generation);
 
-// Sets the launcher's latch when the current transaction commits (an extension was created,
+// Sets the supervisor's latch when the current transaction commits (an extension was created,
 // updated or dropped).
-void wake_launcher_at_commit();
+void wake_supervisor_at_commit();
 
 // A worker's slot as eventbox.workers() shows it.
 struct WorkerInfo {
     pid_t pid;
-    const char* role;  // "launcher" (the supervisor), "relay", "ingest" or "handler"
+    const char* role;  // "supervisor", "relay", "ingest" or "handler"
     char state[32];
     TimestampTz last_activity;
     TimestampTz started_at;

@@ -375,6 +375,6 @@ extern "C" void eventbox_launcher_main(Datum) {
 extern "C" void eventbox_supervisor_main(Datum arg) {
     using namespace eventbox;
     worker::run_worker(arg,
-                       worker::WorkerMain{shmem::Role::kLauncher, 0, true, "eventbox supervisor",
+                       worker::WorkerMain{shmem::Role::kSupervisor, 0, true, "eventbox supervisor",
                                           supervisor_start, nullptr, supervisor_turn});
 }
