@@ -186,7 +186,30 @@ class Consumer final : public ClientEvents {
     bool start_position(Sub& s, const std::string& topic, int32_t partition, Position* position);
     // The first offset at or after time `ms` (Unix epoch), -1 when there is none, -2 on error.
     int64_t offset_for_time(const char* topic, int32_t partition, int64_t ms);
+    // The partition lists one update_assignment() hands to librdkafka; freed with the object.
+    struct Changes {
+        rd_kafka_topic_partition_list_t* add = rd_kafka_topic_partition_list_new(4);
+        rd_kafka_topic_partition_list_t* pause = rd_kafka_topic_partition_list_new(4);
+        rd_kafka_topic_partition_list_t* resume = rd_kafka_topic_partition_list_new(4);
+        rd_kafka_topic_partition_list_t* seek = rd_kafka_topic_partition_list_new(4);
+        Changes() = default;
+        Changes(Changes&& o) noexcept : add(o.add), pause(o.pause), resume(o.resume), seek(o.seek) {
+            o.add = o.pause = o.resume = o.seek = nullptr;
+        }
+        Changes(const Changes&) = delete;
+        Changes& operator=(const Changes&) = delete;
+        ~Changes() {
+            for (auto* list : {add, pause, resume, seek})
+                if (list != nullptr) rd_kafka_topic_partition_list_destroy(list);
+        }
+    };
+    // Brings the assignment, the readers and the fetch positions in line with the topics and
+    // subscriptions, in named steps.
     void update_assignment();
+    void unassign_unwanted(const std::set<TopicPartition>& wanted);
+    Changes place_readers(const std::set<TopicPartition>& wanted);
+    void apply(Changes& changes);
+    void seek(rd_kafka_topic_partition_list_t* seek);
     void update_problems();
     void commit_offsets();
     void serve_admin_results();
