@@ -96,53 +96,44 @@ BEGIN
     RETURN r;
 END $$;
 
-CREATE FUNCTION eventbox.grant_writer(role name) RETURNS void
+-- Grants (or revokes) the set of `kind` for the role named `role`, as the caller, and records
+-- (or forgets) it. A revoked role that keeps the other set keeps the schema's USAGE.
+CREATE FUNCTION eventbox._set_grants(role name, kind text, grant_it boolean) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     r regrole := eventbox._grant_role(role);
 BEGIN
-    PERFORM eventbox._apply_grants(r, 'writer', true);
-    INSERT INTO eventbox.role_grants VALUES (r, 'writer') ON CONFLICT DO NOTHING;
+    PERFORM eventbox._apply_grants(r, kind, grant_it);
+    IF grant_it THEN
+        INSERT INTO eventbox.role_grants VALUES (r, kind) ON CONFLICT DO NOTHING;
+        RETURN;
+    END IF;
+    DELETE FROM eventbox.role_grants g WHERE g.role = r AND g.kind = _set_grants.kind;
+    IF EXISTS (SELECT FROM eventbox.role_grants g WHERE g.role = r) THEN
+        EXECUTE format('GRANT USAGE ON SCHEMA eventbox TO %I', r::text::name);
+    END IF;
 END $$;
+
+CREATE FUNCTION eventbox.grant_writer(role name) RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, pg_temp
+AS $$ SELECT eventbox._set_grants(role, 'writer', true) $$;
 COMMENT ON FUNCTION eventbox.grant_writer(name) IS
     'Grant a role what publishing needs (send), in the installed version';
 
 CREATE FUNCTION eventbox.grant_admin(role name) RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    r regrole := eventbox._grant_role(role);
-BEGIN
-    PERFORM eventbox._apply_grants(r, 'admin', true);
-    INSERT INTO eventbox.role_grants VALUES (r, 'admin') ON CONFLICT DO NOTHING;
-END $$;
+LANGUAGE sql SET search_path = pg_catalog, pg_temp
+AS $$ SELECT eventbox._set_grants(role, 'admin', true) $$;
 COMMENT ON FUNCTION eventbox.grant_admin(name) IS
     'Grant a role what managing subscriptions, handlers and operations needs, in the installed version';
 
 CREATE FUNCTION eventbox.revoke_writer(role name) RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    r regrole := eventbox._grant_role(role);
-BEGIN
-    PERFORM eventbox._apply_grants(r, 'writer', false);
-    DELETE FROM eventbox.role_grants g WHERE g.role = r AND g.kind = 'writer';
-    -- An admin keeps the schema's USAGE.
-    IF EXISTS (SELECT FROM eventbox.role_grants g WHERE g.role = r) THEN
-        EXECUTE format('GRANT USAGE ON SCHEMA eventbox TO %I', r::text::name);
-    END IF;
-END $$;
+LANGUAGE sql SET search_path = pg_catalog, pg_temp
+AS $$ SELECT eventbox._set_grants(role, 'writer', false) $$;
 COMMENT ON FUNCTION eventbox.revoke_writer(name) IS 'Take back what grant_writer() gave';
 
 CREATE FUNCTION eventbox.revoke_admin(role name) RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    r regrole := eventbox._grant_role(role);
-BEGIN
-    PERFORM eventbox._apply_grants(r, 'admin', false);
-    DELETE FROM eventbox.role_grants g WHERE g.role = r AND g.kind = 'admin';
-    IF EXISTS (SELECT FROM eventbox.role_grants g WHERE g.role = r) THEN
-        EXECUTE format('GRANT USAGE ON SCHEMA eventbox TO %I', r::text::name);
-    END IF;
-END $$;
+LANGUAGE sql SET search_path = pg_catalog, pg_temp
+AS $$ SELECT eventbox._set_grants(role, 'admin', false) $$;
 COMMENT ON FUNCTION eventbox.revoke_admin(name) IS 'Take back what grant_admin() gave';
 
 -- Gives every recorded role its set again (roles dropped since are skipped): each upgrade script
@@ -161,6 +152,7 @@ END $$;
 REVOKE ALL ON eventbox.role_grants FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventbox._check_dead_letter_loop(), eventbox._grant_set(text),
     eventbox._apply_grants(regrole, text, boolean), eventbox._grant_role(name),
+    eventbox._set_grants(name, text, boolean),
     eventbox.grant_writer(name), eventbox.grant_admin(name), eventbox.revoke_writer(name),
     eventbox.revoke_admin(name), eventbox._regrant()
     FROM PUBLIC;
