@@ -262,6 +262,52 @@ SELECT eventbox.process('dl_key');
 SELECT message_id, key FROM regress_dl.effects ORDER BY n;
 SELECT eventbox.drop_subscription('dl_key');
 
+-- ---- loops through other subscriptions (issue 27, item 2) ---------------------------------
+-- A dead letter that comes back to the subscription that wrote it, through other subscriptions'
+-- dead-letter topics, names it: in __connect.errors.connector.name when it comes straight back,
+-- in __eventbox.errors.subscriptions (every subscription that dead-lettered it, in order) when
+-- it went through others. It goes dead without a dead letter, its last_error says why; a dead
+-- message that names other subscriptions only is dead-lettered, the trail extended.
+DELETE FROM regress_dl.failing;
+SELECT eventbox.create_subscription('dl_loop', ARRAY['orders'], max_attempts => 1,
+                                    dead_letter_topic => 'orders.dlt');
+SELECT eventbox.register_handler('dl_loop', 'regress_dl.handle(eventbox.inbox)'::regprocedure,
+                                 run_as => 'regress_dl_runner');
+INSERT INTO eventbox.inbox (subscription, message_id, topic, "partition", "offset", headers,
+                            payload)
+VALUES ('dl_loop', 'own', 'orders', 0, 0,
+        '{"__connect.errors.connector.name": "dl_loop"}', '{}'),
+       ('dl_loop', 'other', 'orders', 0, 1,
+        '{"__connect.errors.connector.name": "dl_other", "__eventbox.errors.subscriptions": "dl_other"}',
+        '{}'),
+       ('dl_loop', 'through', 'orders', 0, 2,
+        '{"__connect.errors.connector.name": "dl_other", "__eventbox.errors.subscriptions": "dl_loop,dl_other"}',
+        '{}'),
+       ('dl_loop', 'plain', 'orders', 0, 3, '{}', '{}');
+INSERT INTO regress_dl.failing
+SELECT id, 'P0001' FROM unnest(ARRAY['own', 'other', 'through', 'plain']) id;
+SELECT eventbox.process('dl_loop');
+SELECT message_id, status, attempts, last_error FROM pg_temp.states('dl_loop');
+SELECT headers->>'__eventbox.errors.message_id' AS dead_letter_of,
+       headers->>'__connect.errors.connector.name' AS connector,
+       headers->>'__eventbox.errors.subscriptions' AS subscriptions
+  FROM eventbox.outbox WHERE topic = 'orders.dlt'
+   AND headers->>'__connect.errors.connector.name' = 'dl_loop' ORDER BY id;
+-- The same when a crash counted its last attempt (the claim a killed pass left).
+INSERT INTO eventbox.inbox (subscription, message_id, topic, "partition", "offset", headers,
+                            payload)
+VALUES ('dl_loop', 'own-crashed', 'orders', 1, 0,
+        '{"__connect.errors.connector.name": "dl_loop"}', '{}');
+INSERT INTO eventbox.handler_claims (subscription, topic, "partition", message_ids, attempts)
+VALUES ('dl_loop', 'orders', 1, '{own-crashed}', '{0}');
+SELECT eventbox.process('dl_loop');
+SELECT message_id, status, attempts, last_error FROM pg_temp.states('dl_loop')
+ WHERE message_id = 'own-crashed';
+SELECT count(*) AS dead_letters FROM eventbox.outbox WHERE topic = 'orders.dlt'
+   AND headers->>'__connect.errors.connector.name' = 'dl_loop';
+SELECT eventbox.drop_subscription('dl_loop');
+DELETE FROM regress_dl.failing;
+
 -- ---- cleanup ---------------------------------------------------------------------------------
 DELETE FROM eventbox.outbox;
 DROP SCHEMA regress_dl CASCADE;

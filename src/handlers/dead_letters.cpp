@@ -47,7 +47,25 @@ Policy current{false, false, ""};
     "         ELSE d.last_error END, "                                                           \
     "  '__eventbox.errors.message_id', d.message_id, "                                           \
     "  '__eventbox.errors.attempts', d.attempts::text, "                                         \
-    "  '__eventbox.errors.status', d.status))"
+    "  '__eventbox.errors.status', d.status, "                                                   \
+    "  '__eventbox.errors.subscriptions', concat_ws(',', "                                       \
+    "    coalesce(d.headers ->> '__eventbox.errors.subscriptions', "                             \
+    "             d.headers ->> '__connect.errors.connector.name'), d.subscription)))"
+
+// Whether inbox row `x` came from this subscription's own dead letters: a dead-letter topic
+// loop through other subscriptions (one through the subscription's own topics is refused when
+// it is set up) closes here. A dead letter names the subscription that wrote it
+// (__connect.errors.connector.name) and, since the next dead letter replaces that header, every
+// subscription that dead-lettered the record, in order (__eventbox.errors.subscriptions). A
+// subscription never dead-letters a record that names it: a loop ends at its first return, and
+// a trail holds each subscription once.
+#define DLT_CAME_BACK                                                            \
+    "coalesce(x.headers ->> '__connect.errors.connector.name' = x.subscription " \
+    "         OR x.subscription = ANY (string_to_array("                         \
+    "              x.headers ->> '__eventbox.errors.subscriptions', ',')), false)"
+
+// What last_error adds for a message that got no dead letter for that reason.
+#define DLT_CAME_BACK_NOTE "'(no dead letter: it came from this subscription''s dead letters)'"
 
 // The rows these statements read are found by primary key (a lane's blocks, an id list), one
 // probe per row: a subquery with LIMIT for each block, EVENTBOX_INBOX_BY_ID for each id (a join
@@ -85,9 +103,12 @@ KeptStatement blocked_statement{
     {TEXTOID, TEXTOID, INT4OID},
     nullptr};
 
+// Messages that came back from this subscription's own dead letters (DLT_CAME_BACK) get no
+// dead letter; their last_error says why (by ctid: a TID scan).
 KeptStatement dead_statement{
     "WITH d AS (SELECT x.* FROM unnest($2::text[]) AS u(id)"
-    EVENTBOX_INBOX_BY_ID("*", "AND coalesce(x.status, '') = 'dead'") "),"
+    EVENTBOX_INBOX_BY_ID("*, x.ctid AS t, " DLT_CAME_BACK " AS came_back",
+                         "AND coalesce(x.status, '') = 'dead'") "),"
     " s AS (SELECT on_dead, dead_letter_topic FROM eventbox.subscriptions WHERE name = $1),"
     " blocks AS ("
     "  INSERT INTO eventbox.key_blocks (subscription, topic, \"partition\", key, message_id,"
@@ -95,23 +116,33 @@ KeptStatement dead_statement{
     "  SELECT d.subscription, d.topic, d.\"partition\", d.key, d.message_id, d.\"offset\""
     "    FROM d, s WHERE s.on_dead = 'block_key' AND d.key IS NOT NULL"
     "   ORDER BY d.\"offset\""
-    "  ON CONFLICT DO NOTHING) "
+    "  ON CONFLICT DO NOTHING),"
+    " came_back AS ("
+    "  UPDATE eventbox.inbox i SET last_error = concat_ws(' ', i.last_error, "
+    DLT_CAME_BACK_NOTE ")"
+    "    FROM d, s WHERE s.dead_letter_topic IS NOT NULL AND d.came_back AND i.ctid = d.t) "
     "INSERT INTO eventbox.outbox (message_id, key, payload, headers, topic) "
     "SELECT " DLT_COLUMNS ", s.dead_letter_topic FROM d, s"
-    " WHERE s.dead_letter_topic IS NOT NULL ORDER BY d.topic, d.\"partition\", d.\"offset\"",
+    " WHERE s.dead_letter_topic IS NOT NULL AND NOT d.came_back"
+    " ORDER BY d.topic, d.\"partition\", d.\"offset\"",
     2, {TEXTOID, TEXTARRAYOID}, nullptr};
 
 // Only rows the batch's insert wrote ($3, their xmin): a record stored again (a replay)
-// finds its row there already and is not sent twice.
+// finds its row there already and is not sent twice. One that came back from this
+// subscription's own dead letters gets none, as in dead_statement.
 KeptStatement unparsable_statement{
+    "WITH s AS (SELECT dead_letter_topic FROM eventbox.subscriptions"
+    "            WHERE name = $1 AND dead_letter_topic IS NOT NULL),"
+    " d AS (SELECT x.* FROM s, unnest($2::text[]) AS u(id)"
+    EVENTBOX_INBOX_BY_ID("*, x.ctid AS t, " DLT_CAME_BACK " AS came_back, xmin AS inserted_by",
+                         "AND coalesce(x.status, '') = 'unparsable'")
+    "        WHERE x.inserted_by = $3),"
+    " came_back AS ("
+    "  UPDATE eventbox.inbox i SET last_error = concat_ws(' ', i.last_error, "
+    DLT_CAME_BACK_NOTE ")"
+    "    FROM d WHERE d.came_back AND i.ctid = d.t) "
     "INSERT INTO eventbox.outbox (message_id, key, payload, headers, topic) "
-    "SELECT " DLT_COLUMNS ", s.dead_letter_topic"
-    "  FROM eventbox.subscriptions s,"
-    "       (SELECT x.* FROM unnest($2::text[]) AS u(id)"
-    EVENTBOX_INBOX_BY_ID("*, xmin AS inserted_by", "AND coalesce(x.status, '') = 'unparsable'")
-    "       ) d"
-    " WHERE s.name = $1 AND s.dead_letter_topic IS NOT NULL"
-    "   AND d.inserted_by = $3"
+    "SELECT " DLT_COLUMNS ", s.dead_letter_topic FROM s, d WHERE NOT d.came_back"
     " ORDER BY d.topic, d.\"partition\", d.\"offset\"",
     3, {TEXTOID, TEXTARRAYOID, XIDOID}, nullptr};
 

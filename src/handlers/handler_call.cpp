@@ -8,10 +8,12 @@ extern "C" {
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_proc.h"
+#include "common/hashfn.h"
 #include "executor/executor.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "pgstat.h"
+#include "storage/ipc.h"
 #include "storage/proc.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
@@ -27,10 +29,12 @@ extern "C" {
 }
 
 #include <csignal>
+#include <cstring>
 
 #include "handlers/pass_internal.hpp"
 #include "handlers/runner.hpp"
 #include "pg/guc.hpp"
+#include "pg/shmem.hpp"
 
 namespace eventbox::handlers {
 
@@ -43,6 +47,13 @@ namespace {
 // catches): a handler worker is restarted and the claim its pass committed counts the attempt;
 // a session in eventbox.process() loses its connection. A handler that returns after its
 // timeout fired has failed its attempt, whatever it did with the cancel.
+//
+// A worker's backend terminated that way leaves a note (shmem::HandlerTimeoutNote) for the pass
+// that settles its claim, so that the attempt's error names the timeout and its value: without
+// it, the claim reads as a crash. The note is made in the escalation's signal handler, from the
+// claimed message whose handlers run (copies and a hash: nothing that allocates or locks), and
+// left in shared memory on the way out (leave_timeout_note()), before the lane locks go: a real
+// crash (SIGKILL, a segfault) runs no exit callback and leaves none.
 constexpr int kRecancelMs = 500;
 constexpr int kEscalateMs = 2000;
 struct HandlerTimeouts {
@@ -50,8 +61,21 @@ struct HandlerTimeouts {
     TimeoutId recancel = MAX_TIMEOUTS;
     TimeoutId escalate = MAX_TIMEOUTS;
     volatile sig_atomic_t timed_out = false;  // set by the timeouts' signal handler
+    volatile sig_atomic_t noted = false;      // `note` was made by the escalation
+    shmem::HandlerTimeoutNote note;
 };
 HandlerTimeouts timeouts;
+
+// The claimed message whose handlers run now, in a worker's pass (see claim_running()); its
+// strings belong to the pass. No subscription: none (eventbox.process(), a dry run).
+struct ClaimedRun {
+    const char* subscription = nullptr;
+    const char* topic = nullptr;
+    int32 partition = 0;
+    const char* id = nullptr;
+    int32 attempts = 0;
+};
+ClaimedRun claimed;
 
 void on_handler_timeout() {
     timeouts.timed_out = true;
@@ -60,11 +84,43 @@ void on_handler_timeout() {
     SetLatch(MyLatch);
 }
 
+// In the signal handler: the note of the claimed message, if it has one that fits.
+void make_timeout_note() {
+    const ClaimedRun& c = claimed;
+    shmem::HandlerTimeoutNote& note = timeouts.note;
+    if (timeouts.noted || c.subscription == nullptr) return;
+    if (strlen(c.subscription) >= sizeof note.subscription || strlen(c.topic) >= sizeof note.topic)
+        return;
+    note.database = MyDatabaseId;
+    strlcpy(note.subscription, c.subscription, sizeof note.subscription);
+    strlcpy(note.topic, c.topic, sizeof note.topic);
+    note.partition = c.partition;
+    note.message_hash = hash_bytes_extended(reinterpret_cast<const unsigned char*>(c.id),
+                                            static_cast<int>(strlen(c.id)), 0);
+    note.attempts = c.attempts;
+    note.timeout_ms = guc::handler_timeout_ms;
+    timeouts.noted = true;
+}
+
 void on_handler_escalate() {
     timeouts.timed_out = true;
+    make_timeout_note();
     ProcDiePending = true;
     InterruptPending = true;
     SetLatch(MyLatch);
+}
+
+// before_shmem_exit: a backend the escalation terminates leaves its note, and says why in the
+// log (the FATAL line before it reads "due to administrator command").
+void leave_timeout_note(int, Datum) {
+    if (!timeouts.noted) return;
+    timeouts.noted = false;
+    shmem::leave_handler_timeout_note(timeouts.note);
+    error_context_stack = nullptr;  // the handler's frames are gone
+    ereport(LOG, (errmsg("eventbox handler: a handler of subscription \"%s\" ran past "
+                         "eventbox.handler_timeout (%d ms) and ignored the cancel: its "
+                         "backend was terminated",
+                         timeouts.note.subscription, timeouts.note.timeout_ms)));
 }
 
 void enable_handler_timeouts() {
@@ -283,6 +339,20 @@ void register_handler_timeouts() {
     timeouts.cancel = RegisterTimeout(USER_TIMEOUT, on_handler_timeout);
     timeouts.recancel = RegisterTimeout(USER_TIMEOUT, on_handler_timeout);
     timeouts.escalate = RegisterTimeout(USER_TIMEOUT, on_handler_escalate);
+    // After InitPostgres()'s own: runs before it, while the lanes are still locked.
+    before_shmem_exit(leave_timeout_note, 0);
+}
+
+char* timeout_termination_error(int timeout_ms) {
+    return psprintf(
+        "57014: handler ran past eventbox.handler_timeout (%d ms) and ignored the "
+        "cancel: its backend was terminated",
+        timeout_ms);
+}
+
+void claim_running(const char* subscription, const char* topic, int32 partition, const char* id,
+                   int32 attempts) noexcept {
+    claimed = ClaimedRun{subscription, topic, partition, id, attempts};
 }
 
 const char* role_name(Oid role) {
@@ -310,11 +380,13 @@ void call_handlers(Datum row, HandlerRef* const* handlers, int n) {
     running.message = row;
     for (int i = 0; i < n; ++i) call_as_run_as(*handlers[i], row);
     running.message = (Datum)0;
+    claimed = ClaimedRun{};
 }
 
 // The subtransaction's rollback also restores the user id and the settings.
 char* handlers_failed(const worker::Subtransaction& sub) {
     running.message = (Datum)0;
+    claimed = ClaimedRun{};
     disable_handler_timeouts();
     ErrorData* edata = worker::abort_subtransaction(sub);
     char* error;

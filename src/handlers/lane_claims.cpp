@@ -16,6 +16,7 @@ extern "C" {
 
 #include "handlers/pass_internal.hpp"
 #include "handlers/runner.hpp"
+#include "pg/shmem.hpp"
 
 namespace eventbox::handlers {
 
@@ -67,6 +68,22 @@ KeptStatement crash_statement{
     "RETURNING i.status = 'dead', i.message_id",
     4, {TEXTOID, TEXTARRAYOID, INT4OID, INT4ARRAYOID}, nullptr};
 
+// The message of a claim whose handler ran past eventbox.handler_timeout and ignored the cancel,
+// its backend terminated (the note it left, see handler_call.cpp), still waiting with the
+// attempts it had then ($3): the attempt failed with that error ($5), dead when it was the last
+// one or the error is not retried ($6), else it runs again alone, like a crashed message. The
+// crash statement, run next over the whole claim, passes over it (its attempts moved on). By
+// the primary key.
+KeptStatement timed_out_statement{
+    "UPDATE eventbox.inbox i SET attempts = i.attempts + 1, next_attempt_at = NULL, "
+    "status = CASE WHEN i.attempts + 1 >= $4 OR $6 THEN 'dead' ELSE i.status END, "
+    "last_error = $5 "
+    "FROM (SELECT $2::text AS id) u " EVENTBOX_INBOX_BY_ID("x.ctid AS t", "")
+    "WHERE i.ctid = x.t AND i.attempts = $3 "
+    "  AND coalesce(i.status, '') IN ('received', 'retry') "
+    "RETURNING i.status = 'dead', i.message_id",
+    6, {TEXTOID, TEXTOID, INT4OID, INT4OID, TEXTOID, BOOLOID}, nullptr};
+
 KeptStatement claim_write_statement{
     "INSERT INTO eventbox.handler_claims (subscription, topic, \"partition\", message_ids, "
     "attempts) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (subscription, topic, \"partition\") "
@@ -96,6 +113,48 @@ int crashed_dead(Datum name) {
                          SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2, &isnull));
     if (dead > 0) dead_letters::after_dead(name, dead_ids.get(dead));
     return dead;
+}
+
+// The id of the message of claim (ids, attempts) that `note` names, if it holds it still with
+// the attempts it had then.
+bool noted_message(const shmem::HandlerTimeoutNote& note, ArrayType* ids, ArrayType* attempts,
+                   Datum* id) {
+    Datum *id_values, *attempt_values;
+    int n_ids, n_attempts;
+    deconstruct_array(ids, TEXTOID, -1, false, TYPALIGN_INT, &id_values, nullptr, &n_ids);
+    deconstruct_array(attempts, INT4OID, 4, true, TYPALIGN_INT, &attempt_values, nullptr,
+                      &n_attempts);
+    for (int k = 0; k < n_ids && k < n_attempts; ++k) {
+        text* t = DatumGetTextPP(id_values[k]);
+        uint64 hash = hash_bytes_extended(reinterpret_cast<const unsigned char*>(VARDATA_ANY(t)),
+                                          static_cast<int>(VARSIZE_ANY_EXHDR(t)), 0);
+        if (hash == note.message_hash && DatumGetInt32(attempt_values[k]) == note.attempts) {
+            *id = id_values[k];
+            return true;
+        }
+    }
+    return false;
+}
+
+// The claimed message whose handler ran past its timeout, when its terminated backend left a
+// note for lane `lane`: its attempt counts with that error. Returns how many went dead (0, 1).
+int settle_timed_out(Pass& p, LaneId lane, ArrayType* ids, ArrayType* attempts) {
+    shmem::HandlerTimeoutNote note;
+    Datum id;
+    if (!shmem::take_handler_timeout_note(p.subscription, lane.topic, lane.partition, &note) ||
+        !noted_message(note, ids, attempts, &id))
+        return 0;
+    char* error = timeout_termination_error(note.timeout_ms);
+    bool refused = dead_letters::refuses(p.setup.options.dead, error);
+    if (refused) error = psprintf("%s (not retried: non_retryable)", error);
+    Datum args[6] = {p.setup.name,
+                     id,
+                     Int32GetDatum(note.attempts),
+                     Int32GetDatum(p.setup.options.max_attempts),
+                     CStringGetTextDatum(error),
+                     BoolGetDatum(refused)};
+    exec(timed_out_statement, args, false, SPI_OK_UPDATE_RETURNING);
+    return crashed_dead(p.setup.name);
 }
 
 // How many chosen messages of lane l run (to_run[]), in a worker's pass; none in process().
@@ -162,10 +221,11 @@ int settle_claim(Pass& p, std::size_t l) {
     ArrayType* id_array = DatumGetArrayTypeP(ids);
     if (ArrayGetNItems(ARR_NDIM(id_array), ARR_DIMS(id_array)) == 0) return 0;
     p.work.set_had_claim(l);
+    int dead = settle_timed_out(p, lane, id_array, DatumGetArrayTypeP(attempts));
     Datum crash_args[4] = {p.setup.name, ids, Int32GetDatum(p.setup.options.max_attempts),
                            attempts};
     exec(crash_statement, crash_args, false, SPI_OK_UPDATE_RETURNING);
-    return crashed_dead(p.setup.name);
+    return dead + crashed_dead(p.setup.name);
 }
 
 // A worker's pass claims the messages it runs (`own_transactions`); a claim it settled is then

@@ -265,8 +265,16 @@ void commit_run_transaction();
 // Runs the chosen messages marked in to_run[]; returns how many it handled.
 int run_messages(Pass& p, int n_chosen, const bool* to_run);
 
-// Registers this backend's handler timeouts (once).
+// Registers this backend's handler timeouts (once), and the exit callback that leaves the note
+// of a handler that ran past its timeout (see handler_call.cpp).
 void register_handler_timeouts();
+// The error of an attempt whose backend was terminated because its handler ran past
+// eventbox.handler_timeout (`timeout_ms` then) and ignored the cancel; palloc'd.
+char* timeout_termination_error(int timeout_ms);
+// Names the claimed message whose handlers a worker's pass runs next (the strings must last
+// until they return): the note a termination leaves names it.
+void claim_running(const char* subscription, const char* topic, int32 partition, const char* id,
+                   int32 attempts) noexcept;
 // Pins the settings handlers start from around their calls (see handler_call.cpp).
 void pin_handler_settings();
 void unpin_handler_settings();

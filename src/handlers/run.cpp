@@ -124,6 +124,15 @@ void name_lane_of(Pass& p, int c) noexcept {
     name_lane(p, lane.topic, lane.partition);
 }
 
+// Chosen message `c` is the one whose handlers run next: in a worker's pass, which claimed it,
+// a termination for running past the handler timeout leaves a note naming it.
+void claim_running_chosen(const Pass& p, int c) noexcept {
+    if (!p.own_transactions) return;
+    ChosenMessage m = p.work.chosen(static_cast<std::size_t>(c));
+    LaneId lane = p.work.lane_id(m.lane);
+    claim_running(p.subscription, lane.topic, lane.partition, m.id, m.attempts);
+}
+
 // The handlers of chosen message `c` that take its event type, in `matching` (room for every
 // handler); -1 when a failure earlier in the pass holds the message back.
 int matching_handlers(const Pass& p, int c, HandlerRef** matching) {
@@ -180,6 +189,7 @@ bool run_chosen(Pass& p, int c, Datum row, HandlerRef** matching, Outcomes* out,
         duration_us = ran->duration_us;
     } else {
         TimestampTz started = GetCurrentTimestamp();
+        claim_running_chosen(p, c);
         error = run_message(row, matching, n_matching);
         duration_us = GetCurrentTimestamp() - started;
     }
@@ -219,6 +229,7 @@ void run_together(Pass& p, int from, int to, const Datum* rows, HandlerRef** mat
             if (n_matching <= 0) continue;
             name_lane_of(p, c);
             started = GetCurrentTimestamp();
+            claim_running_chosen(p, c);
             call_handlers(rows[c], matching, n_matching);
             ran[c] = RanTogether{true, nullptr, GetCurrentTimestamp() - started};
         }

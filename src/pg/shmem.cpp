@@ -92,6 +92,21 @@ struct LaneMarkTable {
     LaneMarkSlot slots[kLaneMarkSlots];
 };
 LaneMarkTable* lane_marks = nullptr;
+
+// The handler timeout notes (see leave_handler_timeout_note()): `used` marks a note left and
+// not taken; `left` orders them, the smallest replaced first.
+constexpr int kTimeoutNotes = 32;
+struct TimeoutNoteSlot {
+    bool used;
+    uint64 left;
+    HandlerTimeoutNote note;
+};
+struct TimeoutNoteTable {
+    slock_t mutex;
+    uint64 next;
+    TimeoutNoteSlot slots[kTimeoutNotes];
+};
+TimeoutNoteTable* timeout_notes = nullptr;
 shmem_request_hook_type prev_request_hook = nullptr;
 shmem_startup_hook_type prev_startup_hook = nullptr;
 
@@ -107,6 +122,7 @@ void request_hook() {
     if (prev_request_hook) prev_request_hook();
     RequestAddinShmemSpace(shared_size());
     RequestAddinShmemSpace(sizeof(LaneMarkTable));
+    RequestAddinShmemSpace(sizeof(TimeoutNoteTable));
 }
 
 void startup_hook() {
@@ -130,6 +146,12 @@ void startup_hook() {
     if (!found) {
         memset(lane_marks, 0, sizeof(LaneMarkTable));
         SpinLockInit(&lane_marks->mutex);
+    }
+    timeout_notes = static_cast<TimeoutNoteTable*>(
+        ShmemInitStruct("pg_eventbox handler timeout notes", sizeof(TimeoutNoteTable), &found));
+    if (!found) {
+        memset(timeout_notes, 0, sizeof(TimeoutNoteTable));
+        SpinLockInit(&timeout_notes->mutex);
     }
     LWLockRelease(AddinShmemInitLock);
 }
@@ -456,6 +478,52 @@ void outbox_writers(std::vector<uint32_t>& out) {
         uint32 xid = pg_atomic_read_u32(&shared->writers[i]);
         if (xid != InvalidTransactionId) out.push_back(xid);
     }
+}
+
+namespace {
+
+bool same_lane(const HandlerTimeoutNote& note, Oid database, const char* subscription,
+               const char* topic, int32 partition) {
+    return note.database == database && note.partition == partition &&
+           strcmp(note.subscription, subscription) == 0 && strcmp(note.topic, topic) == 0;
+}
+
+}  // namespace
+
+void leave_handler_timeout_note(const HandlerTimeoutNote& note) {
+    if (timeout_notes == nullptr) return;
+    SpinLockAcquire(&timeout_notes->mutex);
+    // The lane's own slot (a claim is settled before the lane is claimed again: an older note of
+    // the lane is stale), else a free one, else the oldest.
+    TimeoutNoteSlot* into = nullptr;
+    for (TimeoutNoteSlot& slot : timeout_notes->slots)
+        if (slot.used &&
+            same_lane(slot.note, note.database, note.subscription, note.topic, note.partition))
+            into = &slot;
+    if (into == nullptr)
+        for (TimeoutNoteSlot& slot : timeout_notes->slots)
+            if (into == nullptr || (into->used && (!slot.used || slot.left < into->left)))
+                into = &slot;
+    into->used = true;
+    into->left = ++timeout_notes->next;
+    into->note = note;
+    SpinLockRelease(&timeout_notes->mutex);
+}
+
+bool take_handler_timeout_note(const char* subscription, const char* topic, int32 partition,
+                               HandlerTimeoutNote* out) {
+    if (timeout_notes == nullptr) return false;
+    bool found = false;
+    SpinLockAcquire(&timeout_notes->mutex);
+    for (TimeoutNoteSlot& slot : timeout_notes->slots)
+        if (slot.used && same_lane(slot.note, MyDatabaseId, subscription, topic, partition)) {
+            *out = slot.note;
+            slot.used = false;
+            found = true;
+            break;
+        }
+    SpinLockRelease(&timeout_notes->mutex);
+    return found;
 }
 
 int worker_slots() {

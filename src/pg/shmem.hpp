@@ -82,6 +82,26 @@ void share_lane_mark(const char* subscription, const char* topic, int32 partitio
 int64 shared_lane_mark(const char* subscription, const char* topic, int32 partition,
                        uint64 generation);
 
+// Notes left by handler workers terminated because a handler ran past eventbox.handler_timeout
+// and ignored its cancel (handlers/handler_call.cpp): the pass that settles the claim of that
+// lane takes the note, and the attempt's error names the timeout rather than a crash. A few are
+// kept (a new one replaces the oldest); a crash restart loses them with the rest of shared
+// memory, and a claim settled without a note reads as a crash.
+struct HandlerTimeoutNote {
+    Oid database;
+    char subscription[NAMEDATALEN];
+    char topic[256];
+    int32 partition;
+    uint64 message_hash;  // of the message id: hash_bytes_extended(id, length, 0)
+    int32 attempts;       // the message's attempts before the attempt the termination cut short
+    int timeout_ms;       // eventbox.handler_timeout when it fired
+};
+// Leaves `note` (called while the terminated backend exits, before it releases its locks).
+void leave_handler_timeout_note(const HandlerTimeoutNote& note);
+// Takes (removes) the note left in this database for lane (subscription, topic, partition).
+bool take_handler_timeout_note(const char* subscription, const char* topic, int32 partition,
+                               HandlerTimeoutNote* out);
+
 // Sets the supervisor's latch when the current transaction commits (an extension was created,
 // updated or dropped).
 void wake_supervisor_at_commit();

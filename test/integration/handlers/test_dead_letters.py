@@ -292,3 +292,64 @@ def test_unparsable_records_go_to_the_dead_letter_topic(case, new_topic):
     again = read_dlt(3)
     report("dead_letters_unparsable", records=4, unparsable=3, dead_letters=len(again))
     assert len(again) == 3
+
+
+def test_dead_letter_loop_through_two_subscriptions_ends(case):
+    """Subscription A dead-letters into the topic B reads, and B into the topic A
+    reads (each refuses only a dead-letter topic among its own topics). Before,
+    a poison record and an unparsable one went round for ever: B's dead letter
+    replaced A's name in __connect.errors.connector.name, so A dead-lettered its
+    own record again when it came back. Now each dead letter also carries the
+    trail (__eventbox.errors.subscriptions): A takes back its record once, marks
+    it dead (or stores it unparsable) without a dead letter, with a note."""
+    a, b = case(1), case(1)
+    failing = """
+        CREATE FUNCTION {s}.handle(msg eventbox.inbox) RETURNS void LANGUAGE plpgsql AS $$
+        BEGIN
+            RAISE EXCEPTION 'poison %', msg.message_id USING ERRCODE = 'P0001';
+        END $$;
+    """
+    a.setup(failing, max_attempts=1, dead_letter_topic=b.topic)
+    b.setup(failing, max_attempts=1, dead_letter_topic=a.topic)
+    poison, raw = str(uuid.uuid4()), str(uuid.uuid4())
+    producer = KafkaProducer(bootstrap_servers=env("EVENTBOX_BOOTSTRAP"), acks="all")
+    producer.send(a.topic, value=json.dumps({"poison": True}).encode(), key=b"k", partition=0,
+                  headers=[("message_id", poison.encode())])
+    producer.send(a.topic, value=b"\xff not json", key=b"k", partition=0,
+                  headers=[("message_id", raw.encode())])
+    producer.flush(30)
+    producer.close()
+
+    def rows(c, sub):
+        return query(c, "SELECT message_id, status, last_error, "
+                        "headers->>'__eventbox.errors.message_id', "
+                        "headers->>'__eventbox.errors.subscriptions' "
+                        "FROM eventbox.inbox WHERE subscription = %s ORDER BY \"offset\"", (sub,))
+
+    def came_back(c):
+        back = [r for r in rows(c, a.sub) if r[4] == "%s,%s" % (a.sub, b.sub)]
+        done = [r for r in back if r[1] in ("dead", "unparsable")]
+        return back if len(done) == 2 else None
+
+    back = wait_until(lambda: retry_conn(came_back), 90, 0.3,
+                      "both records back at %s through %s" % (a.sub, b.sub))
+    note = "(no dead letter: it came from this subscription's dead letters)"
+    assert sorted(r[1] for r in back) == ["dead", "unparsable"], back
+    assert all(r[2].endswith(note) for r in back), back
+    # The records came back once, and once is all: nothing more is in flight, since A's
+    # returned rows committed without dead letters. Each subscription wrote two.
+    a_rows, b_rows = retry_conn(lambda c: (rows(c, a.sub), rows(c, b.sub)))
+    assert len(a_rows) == 4 and len(b_rows) == 2, (a_rows, b_rows)
+    assert {r[1] for r in b_rows} == {"dead", "unparsable"}
+    assert all(note not in (r[2] or "") for r in b_rows), b_rows
+    assert {r[3] for r in b_rows} == {poison, raw}
+    # (the relay deletes what it published once the broker acknowledged it)
+    wait_until(lambda: retry_conn(lambda c: query(
+        c, "SELECT count(*) FROM eventbox.outbox WHERE topic IN (%s, %s)",
+        (a.topic, b.topic)))[0][0] == 0, 60, 0.3, "the outbox emptied")
+    on_b, on_a = read_topic(b.topic), read_topic(a.topic)
+    assert [headers_of(r)["__eventbox.errors.subscriptions"] for r in on_b] == [a.sub] * 2
+    assert [headers_of(r).get("__eventbox.errors.subscriptions") for r in on_a] == \
+        [None, None] + ["%s,%s" % (a.sub, b.sub)] * 2
+    report("dead_letter_loop", records=2, stored_a=len(a_rows), stored_b=len(b_rows),
+           dead_letters=len(on_b) + len(on_a) - 2)

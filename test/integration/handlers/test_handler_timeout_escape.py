@@ -21,6 +21,10 @@ from eventbox_handler_lib import Msg, ScratchDatabase, produce, retry_conn, wait
 
 DB = "eventbox_timeouts"
 
+# The error of an attempt whose handler caught every cancel (timeout in ms).
+TERMINATED = ("57014: handler ran past eventbox.handler_timeout (%d ms) and ignored the cancel: "
+              "its backend was terminated")
+
 CATCH_AND_RETURN = """
 CREATE FUNCTION t.catch_and_return(msg eventbox.inbox) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
@@ -110,7 +114,9 @@ def test_handler_catching_every_cancel_is_terminated_in_process(timeout_db):
 def test_worker_running_a_handler_that_catches_every_cancel_goes_on(case, settings):
     """In the workers: the catching handler's message ends dead after its attempts
     (each one terminated 2 s after the timeout and counted through the claim), and
-    the other messages of the subscription are handled meanwhile."""
+    the other messages of the subscription are handled meanwhile. Its last_error
+    names the timeout (57014 and its value): before, it said that the attempt never
+    finished because its backend "crashed or was killed"."""
     settings.set("eventbox.handler_timeout", "500ms")
     hc = case(2)
     hc.setup("""
@@ -137,7 +143,37 @@ def test_worker_running_a_handler_that_catches_every_cancel_goes_on(case, settin
         c, "SELECT status, attempts, last_error FROM eventbox.inbox "
            "WHERE subscription = %s AND message_id = %s", (hc.sub, stuck.mid))[0])
     assert row[0] == "dead" and row[1] == 2, row
+    # Its error names the setting that cut it off (before: "attempt 2 never finished: the
+    # backend running it crashed or was killed", which reads as a crash).
+    assert row[2] == TERMINATED % 500, row
     assert status.get("processed") == len(others), status
     done = retry_conn(lambda c: query_one(
         c, hc.q("SELECT count(DISTINCT message_id) FROM {s}.ledger")))
     assert done == len(others)   # the stuck one's effects were rolled back with each attempt
+
+
+def test_terminated_handler_is_not_retried_when_57014_is_non_retryable(case, settings):
+    """The attempt a termination cut short fails like the cancel's 57014: with
+    non_retryable '{57}', the message is dead at its first attempt (before: it ran
+    again, up to max_attempts, each time read as a crash)."""
+    settings.set("eventbox.handler_timeout", "300ms")
+    hc = case(1)
+    hc.setup("""
+        CREATE FUNCTION {s}.handle(msg eventbox.inbox) RETURNS void LANGUAGE plpgsql AS $$
+        BEGIN
+            LOOP
+                BEGIN
+                    PERFORM pg_sleep(0.05);
+                EXCEPTION WHEN query_canceled THEN
+                    NULL;
+                END;
+            END LOOP;
+        END $$;
+    """, max_attempts=5, non_retryable="{57}")
+    stuck = Msg(str(uuid.uuid4()), 0, "s", {"stuck": True}, None)
+    produce(hc.topic, [stuck])
+    wait_settled(hc.sub, 1, timeout=60)
+    row = retry_conn(lambda c: query(
+        c, "SELECT status, attempts, last_error FROM eventbox.inbox "
+           "WHERE subscription = %s AND message_id = %s", (hc.sub, stuck.mid))[0])
+    assert row == ("dead", 1, TERMINATED % 300 + " (not retried: non_retryable)"), row
