@@ -47,11 +47,29 @@ bool PgProducer::fatal() const {
 }
 
 void PgHttpClient::load(std::size_t queue_limit) {
-    client_ = http_relay::load_client(queue_limit, &generation_);
+    if (fingerprint_ != nullptr) pfree(fingerprint_);
+    fingerprint_ = nullptr;
+    relay::RouteStamp loaded;
+    client_ = http_relay::load_client(queue_limit, &loaded, &fingerprint_);
+    version_.loaded(loaded);
 }
 
 bool PgHttpClient::changed() const {
-    return http_relay::generation() != generation_;
+    return version_.moved(http_relay::generation());
+}
+
+void PgHttpClient::before_snapshot() {
+    before_snapshot_ = http_relay::stamp();
+}
+
+bool PgHttpClient::current(bool recheck) {
+    // Read after the snapshot: every change the snapshot shows has moved it.
+    if (!recheck && version_.current(http_relay::generation())) return true;
+    char* now = http_relay::fingerprint();
+    bool same = fingerprint_ != nullptr && strcmp(now, fingerprint_) == 0;
+    pfree(now);
+    if (same) version_.confirmed(before_snapshot_);
+    return same;
 }
 
 void PgDispatcher::create(PgProducer& producer, PgHttpClient& http) {

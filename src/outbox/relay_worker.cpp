@@ -105,10 +105,11 @@ bool run_pass() {
     int n_ranges = 0;
     relay::IdRange* ranges = rechecks.begin_pass(&n_ranges);
 
+    http_client.before_snapshot();
     PushActiveSnapshot(GetTransactionSnapshot());
-    // Read after the snapshot: a row it sees that committed after a destination change is
-    // never routed by the old destinations (the generation moves before that change commits).
-    if (http_client.changed()) {
+    // The rows this snapshot shows are routed only by destinations that show every change it
+    // shows (outbox/relay_routes.hpp); a sweep also looks for changes no trigger announced.
+    if (!http_client.current(sweep)) {
         worker::end_work();
         settle_outcomes(acked, failed);
         needs_reset = true;
