@@ -87,8 +87,10 @@ class PgHttpClient {
 class PgDispatcher {
   public:
     // Builds the dispatcher for the current settings, sending to `producer` and, when active,
-    // to `http` by topic.
+    // to `http` by topic; rows for Kafka go nowhere while the producer is inactive (they stay
+    // pending: relay::NoKafka).
     void create(PgProducer& producer, PgHttpClient& http);
+    bool active() const noexcept { return dispatcher_ != nullptr; }
     // Outcomes waiting to be written back, oldest first.
     const std::vector<relay::Acked>& acked() const noexcept { return dispatcher_->acked(); }
     const std::vector<relay::Failed>& failed() const noexcept { return dispatcher_->failed(); }
@@ -107,11 +109,15 @@ class PgDispatcher {
     void refetch_done();
     // Forgets the first outcomes, written by a transaction that committed.
     void clear_outcomes(std::size_t n_acked, std::size_t n_failed);
+    // Rows for Kafka read while it is not configured (relay::Dispatcher::unrouted()): their
+    // count since the last call, and in `topic` (palloc'd) the topic of the first.
+    std::size_t take_unrouted(char** topic);
 
   private:
     friend void destroy_state();
     relay::Dispatcher* dispatcher_ = nullptr;
     http::Router* router_ = nullptr;
+    relay::NoKafka* no_kafka_ = nullptr;  // Kafka's place while eventbox.brokers is empty
 };
 
 // The late-commit rechecks (relay::Rechecks), with the outbox writers and the ids of the claim

@@ -1,10 +1,11 @@
 """Where the relay sends a message: to its topic's HTTP destination as of the message's commit,
-to Kafka otherwise.
+to Kafka otherwise, and HTTP delivery without Kafka at all.
 
-Before: the relay took the destinations' generation before its snapshot while a destination's
-creation was between the two (the generation had moved, the snapshot did not show the row
-yet), so that it routed later messages of the new destination to Kafka, published and deleted,
-and never reloaded."""
+Before: with `eventbox.brokers` empty the relay did nothing, so rows for HTTP destinations
+waited too (a team that only sends webhooks needed a Kafka broker); and the relay took the
+destinations' generation before its snapshot while a destination's creation was between the
+two (the generation had moved, the snapshot did not show the row yet), so that it routed later
+messages of the new destination to Kafka, published and deleted, and never reloaded."""
 import threading
 import uuid
 
@@ -13,8 +14,59 @@ import pytest
 from eventbox_fixtures import (connect, query, query_one, read_topic, wait_outbox_drained,
                                wait_until)
 
+RELAY_STATE = "SELECT state FROM eventbox.workers WHERE role = 'relay'"
+
+
+def send(conn, topic, n, tag):
+    """Sends n JSON messages {"tag": tag, "i": i} with keys 'k0'..'k3'; returns their ids."""
+    return [r[0] for r in query(
+        conn, "SELECT eventbox.send(%s, jsonb_build_object('tag', %s::text, 'i', i), "
+              "key => 'k' || (i %% 4))::text FROM generate_series(1, %s) i ORDER BY i",
+        (topic, tag, n))]
+
+
+def pending(conn, topic):
+    """(pending rows, their highest attempts) of `topic`."""
+    return tuple(query(conn, "SELECT count(*), coalesce(max(attempts), 0) FROM eventbox.outbox "
+                             "WHERE topic = %s AND status = 'pending'", (topic,))[0])
+
+
 def delivered_keys(ep):
     return {r.key for r in ep.snapshot()}
+
+
+def test_http_delivered_without_brokers(conn, endpoint, http_topic, new_topic, settings,
+                                        log_watch):
+    """Item 7 of issue 27: with eventbox.brokers = '' the relay delivers to HTTP destinations;
+    rows of topics without one stay pending (no attempt counted), with a log line and a state
+    saying Kafka is not configured, and go to Kafka once brokers are set. Before, the relay
+    idled: the HTTP rows were never delivered."""
+    kafka_topic = new_topic(2)
+    settings.set("eventbox.brokers", "")
+    ep = endpoint()
+    topic = http_topic(ep.url)
+    hooks = send(conn, topic, 20, "hook")
+    records = send(conn, kafka_topic, 10, "record")
+    wait_outbox_drained(topic, timeout=60)
+    assert sorted(delivered_keys(ep)) == sorted(hooks)
+    assert len(ep.snapshot()) == 20, "each message once"
+
+    wait_until(lambda: query(conn, RELAY_STATE) == [("HTTP only: no Kafka brokers",)], 30,
+               what="the relay's state to say it has no Kafka brokers")
+    # (the topic named is the first such row read: another test's may come first)
+    log_watch.wait_for(r'eventbox relay: messages for topic "[^"]+" wait in the outbox: Kafka is '
+                       r'not configured', 30)
+    # Rows for Kafka wait untouched while later HTTP rows go out.
+    more = send(conn, topic, 5, "more")
+    wait_outbox_drained(topic, timeout=60)
+    assert set(more) <= delivered_keys(ep)
+    assert pending(conn, kafka_topic) == (10, 0)
+
+    settings.reset("eventbox.brokers")
+    wait_outbox_drained(kafka_topic, timeout=60)
+    got = read_topic(kafka_topic)
+    assert sorted(r.message_id for r in got) == sorted(records), "each record once"
+    assert all(r.key.startswith(b"k") for r in got)
 
 
 def hold_commits(settings):
