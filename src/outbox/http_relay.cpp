@@ -44,6 +44,7 @@ struct DestinationCounters {
 
 struct Shared {
     pg_atomic_uint64 generation;
+    pg_atomic_uint32 committing;  // changes between their two moves of the generation
     slock_t mutex;
     int used;  // slots taken (slot 0 is the overflow entry, topic "")
     DestinationCounters slots[kSlots + 1];
@@ -68,6 +69,7 @@ void startup_hook() {
     if (!found) {
         memset(shared, 0, sizeof(Shared));
         pg_atomic_init_u64(&shared->generation, 1);
+        pg_atomic_init_u32(&shared->committing, 0);
         SpinLockInit(&shared->mutex);
         shared->used = 1;
         for (DestinationCounters& c : shared->slots) {
@@ -97,24 +99,44 @@ int slot_of(const char* topic) {
 }
 
 bool bump_registered = false;
-bool bump_pending = false;
+bool bump_pending = false;   // this transaction changed destinations
+bool between_moves = false;  // ... and its first move is done, the second one not yet
 
-// The generation moves before the change commits (a row committed after the change is
-// therefore read by a relay pass that sees the new generation); the relay wakes after it.
+// The two moves of a change (outbox/relay_routes.hpp): the first before the commit becomes
+// visible (committing, then generation), the second after it (generation, then committing).
+// A relay that reads the generation after its snapshot thus sees the first move of every
+// change its snapshot shows; one that reads the stamp before its snapshot, with nothing
+// committing, has a snapshot that shows every change the generation counts.
+void first_move() {
+    if (shared == nullptr || between_moves) return;
+    pg_atomic_fetch_add_u32(&shared->committing, 1);
+    pg_atomic_fetch_add_u64(&shared->generation, 1);
+    between_moves = true;
+}
+
+void second_move() {
+    if (shared == nullptr || !between_moves) return;
+    pg_atomic_fetch_add_u64(&shared->generation, 1);
+    pg_atomic_fetch_sub_u32(&shared->committing, 1);
+    between_moves = false;
+}
+
 void on_xact_event(XactEvent event, void*) {
     switch (event) {
         case XACT_EVENT_PRE_COMMIT:
         case XACT_EVENT_PARALLEL_PRE_COMMIT:
-            if (bump_pending && shared != nullptr) pg_atomic_fetch_add_u64(&shared->generation, 1);
+            if (bump_pending) first_move();
             break;
         case XACT_EVENT_COMMIT:
         case XACT_EVENT_PARALLEL_COMMIT:
+            second_move();  // after ProcArrayEndTransaction(): the change is visible
             if (bump_pending) shmem::wake_relay();
             bump_pending = false;
             break;
         case XACT_EVENT_ABORT:
         case XACT_EVENT_PARALLEL_ABORT:
         case XACT_EVENT_PREPARE:
+            second_move();  // an abort after PRE_COMMIT ends the bracket too
             bump_pending = false;
             break;
         default:
@@ -143,31 +165,47 @@ void install_hooks() {
     shmem_startup_hook = startup_hook;
 }
 
+relay::RouteStamp stamp() {
+    if (shared == nullptr) return relay::RouteStamp{0, 1};
+    // Generation first, then committing (the reverse of the first move's order): a change
+    // that moved after the generation was read shows as a later generation, one between its
+    // moves before it shows in committing. fetch_add(0) is a full barrier.
+    relay::RouteStamp stamp;
+    stamp.generation = pg_atomic_fetch_add_u64(&shared->generation, 0);
+    stamp.committing = pg_atomic_fetch_add_u32(&shared->committing, 0);
+    return stamp;
+}
+
 uint64 generation() {
-    return shared ? pg_atomic_read_u64(&shared->generation) : 0;
+    return shared ? pg_atomic_fetch_add_u64(&shared->generation, 0) : 0;
 }
 
 namespace {
 
-// Runs the statement reading the destinations (none before the extension's 0.2.0).
-void query_destinations() {
-    // Absent before the extension's 0.2.0 (the relay of an older schema has no destinations).
+// Whether the destinations' table exists: not before the extension's 0.2.0 (the relay of an
+// older schema has no destinations).
+bool destinations_exist() {
     int rc =
         SPI_execute("SELECT to_regclass('eventbox.http_destination_config') IS NOT NULL", true, 1);
     bool isnull;
     if (rc != SPI_OK_SELECT) elog(ERROR, "eventbox relay: SPI_execute failed");
-    if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull))) {
-        rc = SPI_execute(
-            "SELECT topic, url, method, headers, "
-            "(extract(epoch FROM timeout) * 1000)::int8, max_in_flight "
-            "FROM eventbox.http_destination_config ORDER BY topic",
-            true, 0);
-        if (rc != SPI_OK_SELECT)
-            elog(ERROR, "eventbox relay: reading HTTP destinations failed: %s",
-                 SPI_result_code_string(rc));
-    } else {
+    return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+// Runs the statement reading the destinations (none before the extension's 0.2.0).
+void query_destinations() {
+    if (!destinations_exist()) {
         SPI_processed = 0;
+        return;
     }
+    int rc = SPI_execute(
+        "SELECT topic, url, method, headers, "
+        "(extract(epoch FROM timeout) * 1000)::int8, max_in_flight "
+        "FROM eventbox.http_destination_config ORDER BY topic",
+        true, 0);
+    if (rc != SPI_OK_SELECT)
+        elog(ERROR, "eventbox relay: reading HTTP destinations failed: %s",
+             SPI_result_code_string(rc));
 }
 
 // Copies row `i` of the last SPI result into `r` (in the current memory context).
@@ -223,9 +261,24 @@ http::Client* build_client(const LoadedRow* rows, int n, std::size_t queue_limit
 
 }  // namespace
 
-http::Client* load_client(std::size_t queue_limit, uint64* loaded) {
-    *loaded = generation();
-    pg_memory_barrier();
+char* fingerprint() {
+    if (!destinations_exist()) return pstrdup("");
+    // Every column, as text: any change of a destination changes it.
+    int rc = SPI_execute(
+        "SELECT string_agg(c::text, E'\\n' ORDER BY c.topic) "
+        "FROM eventbox.http_destination_config c",
+        true, 1);
+    if (rc != SPI_OK_SELECT || SPI_processed != 1)
+        elog(ERROR, "eventbox relay: reading HTTP destinations failed: %s",
+             SPI_result_code_string(rc));
+    bool isnull;
+    Datum value = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+    return isnull ? pstrdup("") : TextDatumGetCString(value);
+}
+
+http::Client* load_client(std::size_t queue_limit, relay::RouteStamp* loaded, char** print) {
+    // Read before the snapshot of begin_work() is taken (outbox/relay_routes.hpp).
+    *loaded = stamp();
     // The rows outlive SPI_finish(); this context goes at the end of the load.
     MemoryContext load_context =
         AllocSetContextCreate(TopMemoryContext, "eventbox http destinations", ALLOCSET_SMALL_SIZES);
@@ -236,6 +289,7 @@ http::Client* load_client(std::size_t queue_limit, uint64* loaded) {
     LoadedRow* rows = static_cast<LoadedRow*>(palloc0(sizeof(LoadedRow) * Max(n, 1)));
     for (int i = 0; i < n; ++i) copy_destination(i, rows[i]);
     MemoryContextSwitchTo(spi_context);
+    *print = MemoryContextStrdup(TopMemoryContext, fingerprint());
     worker::end_work();
     MemoryContext after = MemoryContextSwitchTo(load_context);
     if (n == 0) {

@@ -1,8 +1,9 @@
 // What the relay worker needs for HTTP destinations on the PostgreSQL side: the destinations'
-// generation in shared memory (bumped before a change commits, so the relay never routes a row
-// committed after a change by the old configuration), loading the destinations into an
-// http::Client, feeding its outcomes to the dispatcher, and the per-destination counters
-// behind the eventbox_http_* metric families.
+// generation in shared memory (moved before a change's commit becomes visible and again after,
+// so that the relay never routes a row committed after a change by the old configuration: see
+// outbox/relay_routes.hpp), loading the destinations into an http::Client, feeding its outcomes
+// to the dispatcher, and the per-destination counters behind the eventbox_http_* metric
+// families.
 #pragma once
 
 extern "C" {
@@ -14,16 +15,23 @@ extern "C" {
 #include "metrics/exposition.hpp"
 #include "outbox/http_client.hpp"
 #include "outbox/relay_dispatch.hpp"
+#include "outbox/relay_routes.hpp"
 
 namespace eventbox::http_relay {
 
 // Registers the shared memory hooks; called from _PG_init.
 void install_hooks();
-// Generation of eventbox.http_destination_config as of the last committed change.
+// The destinations' generation and the changes between its two moves (generation read first).
+relay::RouteStamp stamp();
+// The generation alone.
 uint64 generation();
 // Reads the destinations in a transaction of its own (call outside one). Returns a client for
-// them, or nullptr when there are none; *loaded gets the generation read before the table.
-http::Client* load_client(std::size_t queue_limit, uint64* loaded);
+// them, or nullptr when there are none; *loaded gets the stamp read before the transaction's
+// snapshot, *fingerprint (palloc'd in TopMemoryContext) what fingerprint() read in it.
+http::Client* load_client(std::size_t queue_limit, relay::RouteStamp* loaded, char** fingerprint);
+// The destinations as one text, as the current snapshot shows them (in a transaction, SPI
+// connected); palloc'd in the current memory context. Equal texts, equal destinations.
+char* fingerprint();
 // Serves the client's sockets and timers and hands finished requests to the dispatcher.
 void take_outcomes(http::Client& client, relay::Dispatcher& dispatcher);
 // Adds the eventbox_http_* families (reads shared memory only).

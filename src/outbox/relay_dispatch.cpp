@@ -66,6 +66,11 @@ void Dispatcher::produce_now(const Row& row, LaneKey lane, uint64_t seq, int64_t
             record_failure(row.id, lane, seq, row.attempts + 1,
                            result == Produced::kFailedPermanently, error, now_ms);
             return;
+        case Produced::kUnrouted:
+            // Not tracked: its lane's later rows (same topic) have no sink either.
+            if (unrouted_++ == 0) unrouted_topic_ = std::string(row.topic);
+            forget_lane_if_idle(lane);
+            return;
     }
 }
 

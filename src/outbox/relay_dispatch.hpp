@@ -44,6 +44,7 @@ enum class Produced {
     kBusy,               // the local queue is full: try again later, no attempt counted
     kFailed,             // refused: a failed delivery attempt that may succeed later
     kFailedPermanently,  // refused, and retrying cannot help (e.g. too large)
+    kUnrouted,           // no sink takes it now: it stays pending, no attempt counted
 };
 
 // Where rows go. produce() must copy what it needs and fills `error` unless kQueued.
@@ -51,6 +52,14 @@ class Sink {
   public:
     virtual ~Sink() = default;
     virtual Produced produce(const Row& row, std::string& error) = 0;
+};
+
+// Where rows for Kafka go while Kafka is not configured (eventbox.brokers empty): nowhere. The
+// dispatcher forgets them; they wait in the outbox and are read again after the relay's next
+// reset, when a producer or a destination may take them.
+class NoKafka final : public Sink {
+  public:
+    Produced produce(const Row&, std::string&) override { return Produced::kUnrouted; }
 };
 
 struct Limits {
@@ -104,6 +113,15 @@ class Dispatcher {
     const std::vector<Acked>& acked() const noexcept { return acked_; }
     const std::vector<Failed>& failed() const noexcept { return failed_; }
     void clear_outcomes(std::size_t n_acked, std::size_t n_failed);
+
+    // Rows no sink took (Produced::kUnrouted) since forget_unrouted(), and the topic of the
+    // first of them.
+    std::size_t unrouted() const noexcept { return unrouted_; }
+    const std::string& unrouted_topic() const noexcept { return unrouted_topic_; }
+    void forget_unrouted() noexcept {
+        unrouted_ = 0;
+        unrouted_topic_.clear();
+    }
 
     std::size_t in_flight() const noexcept { return in_flight_.size(); }
     std::size_t waiting() const noexcept { return waiting_count_; }
@@ -160,6 +178,8 @@ class Dispatcher {
     std::vector<int64_t> due_;
     std::vector<Acked> acked_;
     std::vector<Failed> failed_;
+    std::size_t unrouted_ = 0;
+    std::string unrouted_topic_;
 };
 
 }  // namespace eventbox::relay

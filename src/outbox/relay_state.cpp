@@ -7,8 +7,10 @@ extern "C" {
 }
 
 #include <algorithm>
+#include <string>
 
 #include "kafka/options.hpp"
+#include "messages/message_rules.hpp"
 #include "outbox/http_relay.hpp"
 #include "pg/boundary.hpp"
 #include "pg/guc.hpp"
@@ -47,11 +49,29 @@ bool PgProducer::fatal() const {
 }
 
 void PgHttpClient::load(std::size_t queue_limit) {
-    client_ = http_relay::load_client(queue_limit, &generation_);
+    if (fingerprint_ != nullptr) pfree(fingerprint_);
+    fingerprint_ = nullptr;
+    relay::RouteStamp loaded;
+    client_ = http_relay::load_client(queue_limit, &loaded, &fingerprint_);
+    version_.loaded(loaded);
 }
 
 bool PgHttpClient::changed() const {
-    return http_relay::generation() != generation_;
+    return version_.moved(http_relay::generation());
+}
+
+void PgHttpClient::before_snapshot() {
+    before_snapshot_ = http_relay::stamp();
+}
+
+bool PgHttpClient::current(bool recheck) {
+    // Read after the snapshot: every change the snapshot shows has moved it.
+    if (!recheck && version_.current(http_relay::generation())) return true;
+    char* now = http_relay::fingerprint();
+    bool same = fingerprint_ != nullptr && strcmp(now, fingerprint_) == 0;
+    pfree(now);
+    if (same) version_.confirmed(before_snapshot_);
+    return same;
 }
 
 void PgDispatcher::create(PgProducer& producer, PgHttpClient& http) {
@@ -62,10 +82,24 @@ void PgDispatcher::create(PgProducer& producer, PgHttpClient& http) {
         limits.backoff_ms = guc::relay_retry_backoff_ms;
         limits.backoff_max_ms = guc::relay_retry_backoff_max_ms;
         limits.max_attempts = guc::relay_max_attempts;
-        if (http.client_ != nullptr) router_ = new http::Router(*producer.producer_, *http.client_);
+        relay::Sink* kafka = producer.producer_;
+        if (kafka == nullptr) kafka = no_kafka_ = new relay::NoKafka();
+        if (http.client_ != nullptr) router_ = new http::Router(*kafka, *http.client_);
         dispatcher_ = new relay::Dispatcher(
-            router_ != nullptr ? static_cast<relay::Sink&>(*router_) : *producer.producer_, limits);
+            router_ != nullptr ? static_cast<relay::Sink&>(*router_) : *kafka, limits);
     });
+}
+
+std::size_t PgDispatcher::take_unrouted(char** topic) {
+    std::size_t n = dispatcher_->unrouted();
+    *topic = nullptr;
+    if (n == 0) return 0;
+    call_cpp([&] {
+        std::string shown = printable(dispatcher_->unrouted_topic());
+        *topic = static_cast<char*>(pg_guard([&] { return pstrdup(shown.c_str()); }));
+        dispatcher_->forget_unrouted();
+    });
+    return n;
 }
 
 void PgDispatcher::offer(const relay::Row& row, int64 now) {
@@ -167,6 +201,8 @@ void destroy_state() {
     dispatcher.dispatcher_ = nullptr;
     delete dispatcher.router_;
     dispatcher.router_ = nullptr;
+    delete dispatcher.no_kafka_;
+    dispatcher.no_kafka_ = nullptr;
     delete http_client.client_;
     http_client.client_ = nullptr;
     delete rechecks.rechecks_;

@@ -2,6 +2,8 @@
 // an HTTP destination) and, once the broker has acknowledged them, deletes them (or marks them
 // sent) in one short transaction per batch. It sleeps on one WaitEventSet: its latch (set by
 // send() at COMMIT), postmaster death, librdkafka's queue event fd and the HTTP client's.
+// Without eventbox.brokers it delivers to HTTP destinations only (rows for Kafka wait), and
+// idles when there are none.
 //
 // This file holds the worker's main and loop, its resets when settings change, and the pass;
 // the reads, the writes and the C++ state have files of their own (outbox/relay_worker.hpp).
@@ -28,8 +30,7 @@ namespace {
 
 TimestampTz last_sweep = 0;          // last full re-read of pending rows
 char* config_fingerprint = nullptr;  // settings the current producer was built with
-bool announced_idle = false;
-bool needs_reset = true;  // rebuild producer and dispatcher before the next pass
+bool needs_reset = true;             // rebuild producer and dispatcher before the next pass
 WaitEventSet* wait_set = nullptr;
 int64 passes = 0;  // numbers the passes in the CONTEXT line of their errors
 
@@ -58,29 +59,82 @@ void shutdown_relay(int, Datum) {
     destroy_state();
 }
 
-// (Re)creates the producer and dispatcher for the current settings; leaves the relay idle when
-// eventbox.brokers is empty.
+// Rows for Kafka read while it is not configured: they stay pending, said in the log at most
+// once a minute (they are read again at every sweep).
+worker::LogRate unrouted_rate{1, 60000};
+std::size_t unrouted_since_line = 0;
+
+void report_unrouted() {
+    char* topic = nullptr;
+    std::size_t n = dispatcher.take_unrouted(&topic);
+    if (n == 0) return;
+    unrouted_since_line += n;
+    int held_back = 0;
+    if (!worker::log_allowed(unrouted_rate, &held_back)) return;
+    ereport(LOG, (errmsg("eventbox relay: messages for topic \"%s\" wait in the outbox: Kafka is "
+                         "not configured",
+                         topic),
+                  errdetail("%zu message(s) for topics without an HTTP destination were read "
+                            "since the last such line.",
+                            unrouted_since_line),
+                  errhint("Set eventbox.brokers and reload the configuration, or create an HTTP "
+                          "destination for the topic.")));
+    unrouted_since_line = 0;
+}
+
+// What the relay does after a reset: publish to Kafka (and deliver to HTTP destinations),
+// deliver to HTTP destinations only (eventbox.brokers is empty), or nothing.
+enum class Mode { kNone, kKafka, kHttpOnly, kIdle };
+Mode announced = Mode::kNone;  // the last mode said in the log
+
+// Says what the relay does now in eventbox.workers, and in the log when that changed (Kafka's
+// brokers at every reset).
+void announce(Mode mode) {
+    bool changed = mode != announced;
+    announced = mode;
+    switch (mode) {
+        case Mode::kKafka:
+            ereport(LOG, (errmsg("eventbox relay publishing to %s", guc::brokers)));
+            shmem::set_state("running");
+            return;
+        case Mode::kHttpOnly:
+            if (changed) {
+                ereport(LOG, (errmsg("eventbox relay delivering to HTTP destinations only: "
+                                     "eventbox.brokers is empty"),
+                              errhint("Messages for topics without an HTTP destination wait in "
+                                      "the outbox until eventbox.brokers is set.")));
+                unrouted_rate = worker::LogRate{1, 60000};  // the first such row is said at once
+            }
+            shmem::set_state("HTTP only: no Kafka brokers");
+            return;
+        case Mode::kIdle:
+        case Mode::kNone:
+            if (changed)
+                ereport(LOG, (errmsg("eventbox relay idle: eventbox.brokers is empty"),
+                              errhint("Set eventbox.brokers and reload the configuration.")));
+            shmem::set_state("idle: no brokers");
+            return;
+    }
+}
+
+// (Re)creates the producer and dispatcher for the current settings. Without eventbox.brokers
+// there is no producer: the relay delivers to HTTP destinations only, or idles when there are
+// none (and waits for one).
 void reset() {
     destroy_state();
     if (config_fingerprint != nullptr) pfree(config_fingerprint);
     config_fingerprint = current_fingerprint();
-    if (guc::brokers[0] != '\0') {
-        // HTTP destinations together may hold half of the relay's in-flight rows (each an equal
-        // share): endpoints that hang leave the other half to Kafka.
-        http_client.load(static_cast<std::size_t>(Max(guc::relay_max_in_flight / 2, 1)));
-        producer.create();
+    bool kafka = guc::brokers[0] != '\0';
+    // HTTP destinations together may hold half of the relay's in-flight rows (each an equal
+    // share): endpoints that hang leave the other half to Kafka. Without Kafka, all of them.
+    int share = kafka ? Max(guc::relay_max_in_flight / 2, 1) : guc::relay_max_in_flight;
+    http_client.load(static_cast<std::size_t>(share));
+    if (kafka) producer.create();
+    if (kafka || http_client.active()) {
         dispatcher.create(producer, http_client);
         rechecks.create();
-        ereport(LOG, (errmsg("eventbox relay publishing to %s", guc::brokers)));
-        announced_idle = false;
-        shmem::set_state("running");
-    } else {
-        if (!announced_idle)
-            ereport(LOG, (errmsg("eventbox relay idle: eventbox.brokers is empty"),
-                          errhint("Set eventbox.brokers and reload the configuration.")));
-        announced_idle = true;
-        shmem::set_state("idle: no brokers");
     }
+    announce(kafka ? Mode::kKafka : http_client.active() ? Mode::kHttpOnly : Mode::kIdle);
     rebuild_wait_set();
 }
 
@@ -105,16 +159,18 @@ bool run_pass() {
     int n_ranges = 0;
     relay::IdRange* ranges = rechecks.begin_pass(&n_ranges);
 
+    http_client.before_snapshot();
     PushActiveSnapshot(GetTransactionSnapshot());
-    // Read after the snapshot: a row it sees that committed after a destination change is
-    // never routed by the old destinations (the generation moves before that change commits).
-    if (http_client.changed()) {
+    // The rows this snapshot shows are routed only by destinations that show every change it
+    // shows (outbox/relay_routes.hpp); a sweep also looks for changes no trigger announced.
+    if (!http_client.current(sweep)) {
         worker::end_work();
         settle_outcomes(acked, failed);
         needs_reset = true;
         return true;
     }
     bool more = read_rows(ranges, n_ranges);
+    report_unrouted();
     // The purge takes a snapshot of its own, after the reads.
     if (purge_outbox(now)) more = true;
     worker::end_work();
@@ -138,15 +194,17 @@ bool iterate() {
 // Serves the producer and the HTTP client, then runs a pass. Returns true when more work is
 // already waiting; sets needs_reset when the producer must be recreated.
 bool work() {
-    producer.poll();
-    worker::emit_kafka_logs(producer.events(), kWho);
-    if (producer.fatal()) {
-        ereport(LOG, (errmsg("eventbox relay: recreating the Kafka producer after a fatal "
-                             "error")));
-        needs_reset = true;
-        return true;
+    if (producer.active()) {
+        producer.poll();
+        worker::emit_kafka_logs(producer.events(), kWho);
+        if (producer.fatal()) {
+            ereport(LOG, (errmsg("eventbox relay: recreating the Kafka producer after a fatal "
+                                 "error")));
+            needs_reset = true;
+            return true;
+        }
+        dispatcher.take_deliveries(producer);
     }
-    dispatcher.take_deliveries(producer);
     if (http_client.active()) dispatcher.take_http_outcomes(http_client);
     return iterate();
 }
@@ -156,7 +214,7 @@ bool work() {
 long wait_timeout(bool more) {
     if (more) return 0;
     long timeout = guc::relay_poll_interval_ms;
-    if (!producer.active()) return timeout;
+    if (!dispatcher.active()) return timeout;
     int64 due = dispatcher.next_due_ms();
     if (due != INT64_MAX) timeout = Min(timeout, Max(due - worker::now_ms(), 0L));
     if (!rechecks.empty()) timeout = Min(timeout, 250L);
@@ -197,7 +255,11 @@ void relay_turn(MemoryContext) {
         reset();
         needs_reset = false;
     }
-    bool more = producer.active() && work();
+    bool more = false;
+    if (dispatcher.active())
+        more = work();
+    else if (http_client.changed())
+        needs_reset = true;   // idle, and a destination may have been created
     if (needs_reset) return;  // at once, without waiting
     wait_and_reload(wait_timeout(more));
 }

@@ -26,6 +26,7 @@ extern "C" {
 #include "outbox/http_client.hpp"
 #include "outbox/relay_dispatch.hpp"
 #include "outbox/relay_recheck.hpp"
+#include "outbox/relay_routes.hpp"
 
 namespace eventbox::relay_worker {
 
@@ -52,15 +53,23 @@ class PgProducer {
     kafka::Producer* producer_ = nullptr;
 };
 
-// The HTTP destinations' client (http::Client); inactive when there are none.
+// The HTTP destinations' client (http::Client); inactive when there are none. It knows which
+// destinations it was built with, and when they must be read again (outbox/relay_routes.hpp).
 class PgHttpClient {
   public:
     // Loads the destinations (a transaction of its own: call outside one); `queue_limit` is the
     // rows they may hold together.
     void load(std::size_t queue_limit);
     bool active() const noexcept { return client_ != nullptr; }
-    // Whether the destinations changed since they were loaded (read it after the snapshot).
+    // Whether a change moved the destinations' generation since they were loaded.
     bool changed() const;
+    // Reads the destinations' stamp: call just before a pass takes its snapshot.
+    void before_snapshot();
+    // After the pass's snapshot, in its transaction: whether the loaded destinations are right
+    // for every row the snapshot shows. Reads them in it when a change moved the generation,
+    // one was committing when they were loaded, or `recheck` asks for it (the periodic sweep:
+    // changes no trigger announced). False: the relay must load them again.
+    bool current(bool recheck);
     int event_fd() const noexcept { return client_->event_fd(); }
     // Milliseconds until the client's next timeout (-1: none).
     long timeout_ms(int64 now) const noexcept { return client_->timeout_ms(now); }
@@ -69,15 +78,19 @@ class PgHttpClient {
     friend class PgDispatcher;
     friend void destroy_state();
     http::Client* client_ = nullptr;
-    uint64 generation_ = 0;  // of the destinations client_ was built with
+    relay::RouteVersion version_;        // of the destinations client_ was built with
+    relay::RouteStamp before_snapshot_;  // read by before_snapshot()
+    char* fingerprint_ = nullptr;        // their text (http_relay::fingerprint()), TopMemoryContext
 };
 
 // The dispatcher (relay::Dispatcher), and the router in front of it when HTTP destinations exist.
 class PgDispatcher {
   public:
     // Builds the dispatcher for the current settings, sending to `producer` and, when active,
-    // to `http` by topic.
+    // to `http` by topic; rows for Kafka go nowhere while the producer is inactive (they stay
+    // pending: relay::NoKafka).
     void create(PgProducer& producer, PgHttpClient& http);
+    bool active() const noexcept { return dispatcher_ != nullptr; }
     // Outcomes waiting to be written back, oldest first.
     const std::vector<relay::Acked>& acked() const noexcept { return dispatcher_->acked(); }
     const std::vector<relay::Failed>& failed() const noexcept { return dispatcher_->failed(); }
@@ -96,11 +109,15 @@ class PgDispatcher {
     void refetch_done();
     // Forgets the first outcomes, written by a transaction that committed.
     void clear_outcomes(std::size_t n_acked, std::size_t n_failed);
+    // Rows for Kafka read while it is not configured (relay::Dispatcher::unrouted()): their
+    // count since the last call, and in `topic` (palloc'd) the topic of the first.
+    std::size_t take_unrouted(char** topic);
 
   private:
     friend void destroy_state();
     relay::Dispatcher* dispatcher_ = nullptr;
     http::Router* router_ = nullptr;
+    relay::NoKafka* no_kafka_ = nullptr;  // Kafka's place while eventbox.brokers is empty
 };
 
 // The late-commit rechecks (relay::Rechecks), with the outbox writers and the ids of the claim

@@ -842,5 +842,51 @@ TEST(Dispatcher, AckedRowCarriesTheTidOfTheReadThatWasProduced) {
     EXPECT_EQ(d.acked()[1].tid, 0u);
 }
 
+// ---- no Kafka (issue 27, item 7) ---------------------------------------------------------
+
+// Kafka topics to NoKafka, the rest to `http`: the relay's router while eventbox.brokers is empty.
+class HttpOnly : public Sink {
+  public:
+    explicit HttpOnly(FakeSink& http) : http_(http) {}
+    Produced produce(const Row& row, std::string& error) override {
+        if (row.topic == "hooks") return http_.produce(row, error);
+        return kafka_.produce(row, error);
+    }
+
+  private:
+    FakeSink& http_;
+    NoKafka kafka_;
+};
+
+TEST(Dispatcher, RowsNoSinkTakesAreForgottenUntouchedAndCounted) {
+    FakeSink http;
+    HttpOnly sink(http);
+    Dispatcher d(sink, small_limits(), 1);
+    std::map<int64_t, TestRow> outbox = {{1, keyed(1, "k")},
+                                         {2, keyed(2, "k", "hooks")},
+                                         {3, keyed(3, "k")},
+                                         {4, keyed(4, "k", "other")}};
+    for (auto& [id, row] : outbox) d.offer(row.row(), 0);
+    EXPECT_EQ(http.produced, std::vector<int64_t>{2});
+    // Neither attempts nor waits: the rows stay pending as they are, and take no room.
+    EXPECT_TRUE(d.failed().empty());
+    EXPECT_EQ(d.waiting(), 0u);
+    EXPECT_EQ(d.in_flight(), 1u);
+    EXPECT_FALSE(d.knows(1));
+    EXPECT_EQ(d.next_due_ms(), std::numeric_limits<int64_t>::max());
+    EXPECT_EQ(d.unrouted(), 3u);
+    EXPECT_EQ(d.unrouted_topic(), "orders");
+    d.forget_unrouted();
+    EXPECT_EQ(d.unrouted(), 0u);
+    EXPECT_EQ(d.unrouted_topic(), "");
+
+    // Read again (a sweep), they are offered again, and counted again.
+    d.offer(outbox[3].row(), 10);
+    EXPECT_EQ(d.unrouted(), 1u);
+    EXPECT_EQ(http.produced, std::vector<int64_t>{2});
+    ack(d, 2, 20);
+    EXPECT_EQ(acked_ids(d), std::vector<int64_t>{2});
+}
+
 }  // namespace
 }  // namespace eventbox::relay
