@@ -152,6 +152,10 @@ void apply_worker_settings(bool async_commit) {
     // Session level, not override: a handler's own search_path (set like a function's SET clause)
     // must be able to take its place while it runs.
     SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_SESSION);
+    // Every worker transaction reads committed data as of each statement: the relay's late-commit
+    // rechecks and its destination checks take a snapshot per statement, which a server-wide
+    // 'repeatable read' or 'serializable' default would freeze at the first one.
+    SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_OVERRIDE);
     // A lost relay commit only means a message is sent again (at-least-once), never lost.
     if (async_commit) SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 }
