@@ -8,17 +8,17 @@ extern "C" {
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "storage/fd.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 }
 
-#include <algorithm>
+#include <cstddef>
 #include <exception>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include "metrics/collect.hpp"
 #include "metrics/counters.hpp"
@@ -54,15 +54,44 @@ void sweep_counters(void*) {
 // The metrics endpoint (eventbox.metrics_address). Gauges are queried at most once a second;
 // every scrape gets the counters as they are and the gauges of that query.
 HttpServer* http = nullptr;
+// The supervisor's latch, postmaster death and the endpoint's epoll set (HttpServer::event_fd()),
+// made once: the connections come and go in the server's own set.
+WaitEventSet* wait_set = nullptr;
 TimestampTz next_listen_attempt = 0;
 MemoryContext gauge_context = nullptr;
 Gauges gauges;
 TimestampTz gauges_at = 0;
 worker::LogRate gauge_log = {1, 60000};
 
+// The endpoint's descriptors are counted with PostgreSQL's own (storage/fd.h), so that neither
+// runs the supervisor out of them: the listening socket, the epoll set and a few connections
+// always; more connections, up to HttpLimits' default, while PostgreSQL has room for them and
+// for a few more descriptors of its own (a wait set, a file).
+constexpr int kFewConnections = 4;
+constexpr int kHeadroom = 8;
+int reserved_fds = 0;
+
+std::size_t reserve_descriptors() {
+    for (int i = 0; i < 2 + kFewConnections; ++i) ReserveExternalFD();
+    int more = 0;
+    int wanted = static_cast<int>(HttpLimits{}.max_connections) - kFewConnections;
+    while (more < wanted + kHeadroom && AcquireExternalFD()) ++more;
+    for (int i = 0; i < kHeadroom && more > 0; ++i, --more) ReleaseExternalFD();
+    more = Min(more, wanted);
+    reserved_fds = 2 + kFewConnections + more;
+    return static_cast<std::size_t>(kFewConnections + more);
+}
+
+void release_descriptors() {
+    for (; reserved_fds > 0; --reserved_fds) ReleaseExternalFD();
+}
+
 void close_http(int, Datum) {
+    if (wait_set != nullptr) FreeWaitEventSet(wait_set);
+    wait_set = nullptr;
     delete http;
     http = nullptr;
+    release_descriptors();
 }
 
 // Pending counts between exact counts (metrics/pending_estimate.hpp).
@@ -132,19 +161,6 @@ void refresh_gauges(void* arg) {
     gauges.count_seconds = static_cast<double>(pending_estimate->took_ms()) / 1000.0;
 }
 
-// The sockets the endpoint waits on besides the listening one, palloc'd; *n gets their count.
-HttpServer::Watch* endpoint_watches(int* n) {
-    HttpServer::Watch* watch = nullptr;
-    call_cpp([&] {
-        std::vector<HttpServer::Watch> w = http->watches();
-        *n = static_cast<int>(w.size());
-        watch = static_cast<HttpServer::Watch*>(
-            pg::pg_guard([&] { return palloc(sizeof(HttpServer::Watch) * (w.size() + 1)); }));
-        std::copy(w.begin(), w.end(), watch);
-    });
-    return watch;
-}
-
 }  // namespace
 
 void start() {
@@ -158,20 +174,29 @@ void open_listener() {
         return;
     TimestampTz now = GetCurrentTimestamp();
     if (now < next_listen_attempt) return;
+    if (wait_set == nullptr) {
+        wait_set = CreateWaitEventSet(TopMemoryContext, 3);
+        AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, nullptr);
+        AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, nullptr, nullptr);
+    }
     char error[256] = "";
+    HttpLimits limits;
+    limits.max_connections = reserve_descriptors();
     http = call_cpp([&]() -> HttpServer* {
         try {
-            return new HttpServer(guc::metrics_address, HttpLimits{});
+            return new HttpServer(guc::metrics_address, limits);
         } catch (const std::exception& e) {
             snprintf(error, sizeof error, "%s", e.what());
             return nullptr;
         }
     });
     if (http == nullptr) {
+        release_descriptors();
         ereport(WARNING,
                 (errmsg("eventbox supervisor: %s", error), errdetail("Trying again in 60 s.")));
         next_listen_attempt = TimestampTzPlusMilliseconds(now, 60000);
     } else {
+        AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, http->event_fd(), nullptr, nullptr);
         ereport(LOG, (errmsg("eventbox supervisor serving metrics on http://%s/metrics",
                              guc::metrics_address)));
     }
@@ -198,30 +223,27 @@ void serve_scrapes(bool schema_ok) {
 }
 
 void wait_for_events(long timeout_ms) {
-    int n_watch = 0;
-    HttpServer::Watch* watch = nullptr;
-    bool listen = false;
-    if (http != nullptr) {
-        int64 deadline = http->next_deadline_ms();
-        if (deadline != INT64_MAX)
-            timeout_ms = Min(timeout_ms, Max(deadline - worker::now_ms(), 0L));
-        listen = http->accepting();
-        watch = endpoint_watches(&n_watch);
+    if (http == nullptr || wait_set == nullptr) {
+        (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+                        Max(timeout_ms, 0L), PG_WAIT_EXTENSION);
+        ResetLatch(MyLatch);
+        return;
     }
-    WaitEventSet* set = CreateWaitEventSet(CurrentMemoryContext, 3 + n_watch);
-    AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, nullptr);
-    AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, nullptr, nullptr);
-    if (listen) AddWaitEventToSet(set, WL_SOCKET_READABLE, http->listen_fd(), nullptr, nullptr);
-    for (int i = 0; i < n_watch; ++i)
-        AddWaitEventToSet(set, watch[i].write ? WL_SOCKET_WRITEABLE : WL_SOCKET_READABLE,
-                          watch[i].fd, nullptr, nullptr);
-    WaitEvent event;
-    (void)WaitEventSetWait(set, Max(timeout_ms, 0L), &event, 1, PG_WAIT_EXTENSION);
-    FreeWaitEventSet(set);
-    ResetLatch(MyLatch);
-    if (http != nullptr) {
+    // Traffic on the endpoint's sockets alone (a slow client's byte, a connection closed) is
+    // served here and does not end the wait: the supervisor's turn comes when it is due, when
+    // the latch is set, or as soon as a scrape waits for its body.
+    int64 until = worker::now_ms() + Max(timeout_ms, 0L);
+    for (;;) {
         int64 now = worker::now_ms();
+        int64 wait = Max(Min(until, http->next_deadline_ms()) - now, 0L);
+        WaitEvent events[3];
+        int n = WaitEventSetWait(wait_set, wait, events, lengthof(events), PG_WAIT_EXTENSION);
+        bool latch = false;
+        for (int i = 0; i < n; ++i) latch = latch || (events[i].events & WL_LATCH_SET) != 0;
+        if (latch) ResetLatch(MyLatch);
+        now = worker::now_ms();
         call_cpp([&] { http->step(now); });
+        if (latch || http->pending() > 0 || now >= until) return;
     }
 }
 

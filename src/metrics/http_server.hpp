@@ -1,24 +1,30 @@
-// A tiny non-blocking HTTP/1.x server for GET /metrics (pure C++; no threads). The owner polls
-// its sockets (listen_fd() and watches()) in its own wait loop and calls step() when any is
-// ready or a deadline passed. A complete GET /metrics request waits in pending() until the owner
-// hands the body to respond(); everything else (other paths and methods, oversized or slow
-// requests) the server answers or drops by itself. Every connection is closed after one
-// response, has a deadline from its accept, and there are at most `max_connections` of them:
-// a slow or malicious client holds one slot for at most `timeout_ms`.
+// A tiny non-blocking HTTP/1.x server for GET /metrics (pure C++; no threads). Its sockets are
+// registered in an epoll set of its own: the owner waits for event_fd() to be readable (or for
+// next_deadline_ms()) in its own wait loop and calls step(). A complete GET /metrics request
+// waits in pending() until the owner hands the body to respond(); everything else (other paths
+// and methods, oversized or slow requests) the server answers or drops by itself.
+//
+// Each connection is a small state machine (reading its request, waiting for the body, writing
+// the response) and is closed after one response. Clients cannot keep a scrape out: a request
+// must be complete within `request_timeout_ms` of its accept whatever the client sends
+// meanwhile, a response must be sent within `response_timeout_ms`, and when
+// `max_connections` are open a new connection closes the oldest one still reading its request
+// (else the oldest still writing) instead of being refused or left in the listen backlog.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
-#include <vector>
 
 namespace eventbox::metrics {
 
 struct HttpLimits {
-    std::size_t max_connections = 4;
+    std::size_t max_connections = 64;
     std::size_t max_request_bytes = 8192;
-    int64_t timeout_ms = 5000;
+    int64_t request_timeout_ms = 2000;   // from accept to the request's blank line
+    int64_t response_timeout_ms = 5000;  // from the response's start to its last byte
 };
 
 // Parses "host:port" (IPv4 literal or name resolving to IPv4/IPv6; "[v6]:port"). Throws
@@ -38,18 +44,14 @@ class HttpServer {
     HttpServer& operator=(const HttpServer&) = delete;
 
     int listen_fd() const noexcept { return listen_fd_; }
-    // Whether another connection may be accepted now (else leave listen_fd() out of the wait).
-    bool accepting() const noexcept { return conns_.size() < limits_.max_connections; }
-    struct Watch {
-        int fd;
-        bool write;  // wait for writability (a response is being sent), else readability
-    };
-    std::vector<Watch> watches() const;
-    // Earliest connection deadline (INT64_MAX when none), on the caller's clock.
+    // The epoll set holding the listening socket and every connection: readable when step()
+    // has something to do.
+    int event_fd() const noexcept { return epoll_fd_; }
+    // Earliest deadline of a connection (INT64_MAX when none), on the caller's clock.
     int64_t next_deadline_ms() const noexcept;
 
-    // Accepts, reads, writes and closes what it can without blocking; drops connections past
-    // their deadline.
+    // Reads, writes and closes what is ready without blocking, drops connections past their
+    // deadline, and accepts new ones (closing the oldest unanswered ones beyond the cap).
     void step(int64_t now_ms);
     // Connections with a complete GET /metrics request waiting for the body.
     std::size_t pending() const noexcept;
@@ -57,27 +59,44 @@ class HttpServer {
     // Service Unavailable") with a short text body when it is not 200.
     void respond(std::string_view body, int64_t now_ms, std::string_view status = "200 OK");
 
+    std::size_t connections() const noexcept { return conns_.size(); }
     uint64_t requests() const noexcept { return requests_; }
+    // Connections closed to make room for newer ones.
+    uint64_t evictions() const noexcept { return evictions_; }
 
   private:
+    enum class State { kReading, kWaiting, kWriting };
     struct Conn {
+        Conn(int fd_, int64_t deadline) : fd(fd_), deadline_ms(deadline) {}
         int fd;
         int64_t deadline_ms;
+        State state = State::kReading;
+        uint32_t watched = 0;  // the epoll events asked for
         std::string in;
         std::string out;
         std::size_t sent = 0;
         bool head_only = false;
-        bool waiting = false;  // complete /metrics request, no response yet
     };
+    using Conns = std::map<uint64_t, Conn>;  // by accept order: the first is the oldest
+
+    void accept_some(int64_t now_ms);
+    bool make_room();
+    void watch(uint64_t id, Conn& c, uint32_t events);
     void set_response(Conn& c, std::string_view status, std::string_view content_type,
-                      std::string_view body);
-    bool read_some(Conn& c);   // false: close it
-    bool write_some(Conn& c);  // false: close it (done or failed)
+                      std::string_view body, int64_t now_ms);
+    bool read_some(Conn& c, int64_t now_ms);  // false: close it
+    bool write_some(Conn& c);                 // false: close it (done or failed)
+    // Moves `c` on after a read or write; closes it when `open` is false.
+    void settle(Conns::iterator it, bool open);
 
     HttpLimits limits_;
     int listen_fd_ = -1;
-    std::vector<Conn> conns_;
+    int epoll_fd_ = -1;
+    int64_t listen_paused_until_ = 0;  // after running out of descriptors
+    Conns conns_;
+    uint64_t next_id_ = 0;
     uint64_t requests_ = 0;
+    uint64_t evictions_ = 0;
 };
 
 }  // namespace eventbox::metrics

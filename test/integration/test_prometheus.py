@@ -7,13 +7,16 @@ produces messages (some twice, some poison), waits until the inbox settled, then
 Prometheus's HTTP query API for the counters it scraped: they must equal what the test did.
 Ports: 54521-54529, whichever are free. Every wait is bounded."""
 
+import errno
 import json
 import os
 import pathlib
 import shutil
 import socket
+import struct
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -306,3 +309,151 @@ def test_pending_gauges_between_exact_counts(broker, new_topic):
         c.close()
     finally:
         cluster.stop()
+
+
+class SlowSockets:
+    """`n` sockets, from a thread, that each send one byte of an endless request head every
+    100 ms and connect again whenever the server closes one: n are held all the time."""
+
+    HEAD = b"GET /metrics HTTP/1.1\r\n" + b"X-Slow: 1\r\n" * 1000
+
+    def __init__(self, port, n):
+        self.port, self.n = port, n
+        self.rounds = self.opened = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def open(self):
+        s = socket.socket()
+        s.setblocking(False)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        try:
+            s.connect(("127.0.0.1", self.port))
+        except BlockingIOError:
+            pass
+        self.opened += 1
+        return [s, 0]
+
+    @staticmethod
+    def closed_by_server(s):
+        try:
+            return s.recv(4096) == b""
+        except BlockingIOError:
+            return False
+        except OSError as e:
+            return e.errno in (errno.ECONNRESET, errno.EPIPE)
+
+    def run(self):
+        held = [self.open() for _ in range(self.n)]
+        while not self.stop.is_set():
+            for entry in held:  # [socket, bytes sent]
+                if self.closed_by_server(entry[0]):
+                    entry[0].close()
+                    entry[:] = self.open()
+                try:
+                    entry[1] += entry[0].send(self.HEAD[entry[1]:entry[1] + 1])
+                except OSError:
+                    pass  # still connecting, or closed: seen at the next round
+            self.rounds += 1
+            time.sleep(0.1)
+        for s, _ in held:
+            s.close()
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join(30)
+
+
+class Reconnector(SlowSockets):
+    """A client, from a thread, that connects again and again (about once a millisecond),
+    sends the start of a request each time and keeps the socket, closing its oldest beyond
+    `n`."""
+
+    def run(self):
+        held = []
+        while not self.stop.is_set():
+            s, _ = self.open()
+            time.sleep(0.001)
+            try:
+                s.send(self.HEAD[:23])
+            except OSError:
+                pass
+            held.append(s)
+            if len(held) > self.n:
+                held.pop(0).close()
+        for s in held:
+            s.close()
+
+
+SCRAPE_GUARD = 10  # seconds; only keeps a starved scrape from hanging the run
+
+
+def timed_scrape(metrics_port):
+    """(seconds, status line, body) of one well-formed GET /metrics read to its end."""
+    start = time.monotonic()
+    with socket.create_connection(("127.0.0.1", metrics_port), timeout=SCRAPE_GUARD) as s:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        data = b""
+        while True:
+            s.settimeout(max(0.01, SCRAPE_GUARD - (time.monotonic() - start)))
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return time.monotonic() - start, head.split(b"\r\n")[0].decode(), body.decode()
+
+
+def test_scrape_answered_while_slow_clients_hold_sockets():
+    """Before: the endpoint served 4 connections at a time, each for 5 s from its accept,
+    behind a listen backlog of 16: with 100 sockets that sent a byte now and then (connecting
+    again when closed) a scrape waited 24 s, and a client that kept reconnecting could keep it
+    out. Now a request must be complete 2 s after its accept, and a new connection closes the
+    oldest unanswered one beyond the cap instead of waiting: the scrapes are answered at once.
+    Each scrape is bounded by SCRAPE_GUARD; the latencies are reported, not asserted."""
+    pg_port, metrics_port = free_ports(2)
+    cluster = OwnCluster(pg_port, metrics_port)
+    try:
+        c = cluster.connect()
+        query(c, "CREATE EXTENSION pg_eventbox")
+        wait_until(lambda: "eventbox_relay_published_total" in scrape_text(metrics_port), 30,
+                   what="the endpoint to answer")
+
+        def scrapes(n, while_what):
+            took = []
+            for _ in range(n):
+                try:
+                    seconds, status, body = timed_scrape(metrics_port)
+                except socket.timeout:
+                    pytest.fail("no answer within %d s while %s" % (SCRAPE_GUARD, while_what))
+                assert status == "HTTP/1.1 200 OK", (while_what, status)
+                assert "eventbox_relay_published_total 0" in body, body[:500]
+                took.append(seconds)
+                time.sleep(0.5)
+            return took
+
+        with SlowSockets(metrics_port, 100) as slow:
+            wait_until(lambda: slow.rounds >= 3, 30, what="100 slow sockets to dribble")
+            slow_s = scrapes(6, "100 slow sockets are held")  # past their 2 s deadline too
+            with Reconnector(metrics_port, 150) as flood:
+                wait_until(lambda: flood.opened >= 300, 30, what="300 reconnections")
+                flood_s = scrapes(4, "a client keeps reconnecting")
+        assert query_one(c, "SELECT count(*) FROM eventbox.workers") >= 1  # still supervising
+        report("scrape_under_slow_clients", slow_sockets=100,
+               slow_opened=slow.opened, scrape_ms_max=round(1000 * max(slow_s), 1),
+               with_reconnecting_client_ms_max=round(1000 * max(flood_s), 1),
+               reconnections=flood.opened)
+        c.close()
+    finally:
+        cluster.stop()
+
+
+def scrape_text(metrics_port):
+    try:
+        return timed_scrape(metrics_port)[2]
+    except OSError:
+        return ""

@@ -24,7 +24,7 @@ namespace {
 // throw.
 static_assert(noexcept(std::declval<const HttpServer&>().pending()));
 static_assert(noexcept(std::declval<const HttpServer&>().next_deadline_ms()));
-static_assert(noexcept(std::declval<const HttpServer&>().accepting()));
+static_assert(noexcept(std::declval<const HttpServer&>().event_fd()));
 
 TEST(MetricsExposition, EscapesLabelValues) {
     EXPECT_EQ(escape_label_value("plain"), "plain");
@@ -204,9 +204,7 @@ void send_text(int fd, const std::string& text) {
 
 TEST(MetricsHttp, ServesScrapesAndBoundsBadClients) {
     HttpLimits limits;
-    limits.max_connections = 2;
     limits.max_request_bytes = 64;
-    limits.timeout_ms = 1000;
     HttpServer server("127.0.0.1:" + std::to_string(free_port()), limits);
     int64_t now = 0;
 
@@ -216,6 +214,7 @@ TEST(MetricsHttp, ServesScrapesAndBoundsBadClients) {
     usleep(20000);
     server.step(now);
     ASSERT_EQ(server.pending(), 1u);
+    EXPECT_EQ(server.next_deadline_ms(), INT64_MAX);  // the owner answers it in its turn
     server.respond("eventbox_x 1\n", now);
     std::string reply = read_all(scrape);
     close(scrape);
@@ -224,6 +223,20 @@ TEST(MetricsHttp, ServesScrapesAndBoundsBadClients) {
     EXPECT_NE(reply.find("Content-Length: 13\r\n"), std::string::npos);
     EXPECT_EQ(reply.substr(reply.size() - 13), "eventbox_x 1\n");
     EXPECT_EQ(server.pending(), 0u);
+    EXPECT_EQ(server.connections(), 0u);
+
+    // A client that closes its side after the request is still answered.
+    int half = connect_to(server);
+    send_text(half, "HEAD /metrics HTTP/1.0\r\n\r\n");
+    shutdown(half, SHUT_WR);
+    usleep(20000);
+    server.step(now);
+    ASSERT_EQ(server.pending(), 1u);
+    server.respond("eventbox_x 1\n", now);
+    reply = read_all(half);
+    close(half);
+    EXPECT_EQ(reply.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << reply;
+    EXPECT_EQ(reply.substr(reply.size() - 4), "\r\n\r\n");  // no body
 
     // Another path is answered by the server itself.
     int other = connect_to(server);
@@ -241,21 +254,62 @@ TEST(MetricsHttp, ServesScrapesAndBoundsBadClients) {
     server.step(now);
     EXPECT_EQ(read_all(big).rfind("HTTP/1.1 431", 0), 0u);
     close(big);
+    EXPECT_EQ(server.requests(), 2u);
+    EXPECT_EQ(server.connections(), 0u);
+}
 
-    // Slow clients fill the slots; none is accepted beyond them; their deadline frees them.
+TEST(MetricsHttp, SlowClientsAreClosedAtTheirDeadlineOrForNewerOnes) {
+    HttpLimits limits;
+    limits.max_connections = 2;
+    limits.request_timeout_ms = 1000;
+    HttpServer server("127.0.0.1:" + std::to_string(free_port()), limits);
+    int64_t now = 0;
+
+    // Two slow clients fill the connections; their requests are due a second after accept.
     int slow1 = connect_to(server);
-    int slow2 = connect_to(server);
     send_text(slow1, "GET /met");
+    int slow2 = connect_to(server);
     usleep(20000);
     server.step(now);
-    EXPECT_FALSE(server.accepting());
+    server.step(now);  // one accept per step with two connections at most
+    EXPECT_EQ(server.connections(), 2u);
     EXPECT_EQ(server.next_deadline_ms(), now + 1000);
-    now += 1000;
-    server.step(now);
-    EXPECT_TRUE(server.accepting());
+
+    // A newer connection is not refused: the oldest one still reading its request makes room.
+    int slow3 = connect_to(server);
+    usleep(20000);
+    server.step(now + 10);
+    EXPECT_EQ(server.connections(), 2u);
+    EXPECT_EQ(server.evictions(), 1u);
     EXPECT_EQ(read_all(slow1), "");  // closed without an answer
-    close(slow1);
-    close(slow2);
+
+    // A scrape waiting for its body is never the one closed.
+    int scrape = connect_to(server);
+    send_text(scrape, "GET /metrics HTTP/1.1\r\n\r\n");
+    usleep(20000);
+    server.step(now + 20);
+    ASSERT_EQ(server.pending(), 1u);
+    int slow4 = connect_to(server);
+    usleep(20000);
+    server.step(now + 30);
+    EXPECT_EQ(server.evictions(), 3u);  // slow2, then slow3
+    EXPECT_EQ(read_all(slow2), "");
+    EXPECT_EQ(read_all(slow3), "");
+    server.respond("eventbox_x 1\n", now + 30);
+    EXPECT_EQ(read_all(scrape).rfind("HTTP/1.1 200 OK\r\n", 0), 0u);
+
+    // Whatever it sends, a client without a complete request is closed at its deadline.
+    send_text(slow4, "GET /metrics HTTP/1.1\r\n");
+    usleep(20000);
+    server.step(now + 1029);
+    EXPECT_EQ(server.connections(), 1u);
+    send_text(slow4, "X-Slow: 1\r\n");
+    usleep(20000);
+    server.step(now + 1030);
+    EXPECT_EQ(server.connections(), 0u);
+    EXPECT_EQ(read_all(slow4), "");
+    EXPECT_EQ(server.next_deadline_ms(), INT64_MAX);
+    for (int fd : {slow1, slow2, slow3, scrape, slow4}) close(fd);
     EXPECT_EQ(server.requests(), 1u);
 }
 
