@@ -21,6 +21,7 @@ extern "C" {
 
 #include "handlers/pass_internal.hpp"
 #include "handlers/runner.hpp"
+#include "pg/extension.hpp"
 
 namespace eventbox::handlers {
 
@@ -92,16 +93,6 @@ Datum counts_json(const TableCounts& before, const TableCounts& after) {
     return DirectFunctionCall1(jsonb_in, CStringGetDatum(out.data));
 }
 
-// Owner of schema eventbox: the dry run reads eventbox's tables as it, like the API functions.
-Oid eventbox_owner() {
-    Oid schema = get_namespace_oid("eventbox", false);
-    HeapTuple tuple = SearchSysCache1(NAMESPACEOID, ObjectIdGetDatum(schema));
-    if (!HeapTupleIsValid(tuple)) elog(ERROR, "cache lookup failed for schema eventbox");
-    Oid owner = reinterpret_cast<Form_pg_namespace>(GETSTRUCT(tuple))->nspowner;
-    ReleaseSysCache(tuple);
-    return owner;
-}
-
 // Who ran before the dry run took the extension owner's role, and its settings' nest level.
 struct Caller {
     Oid user;
@@ -114,7 +105,7 @@ struct Caller {
 Caller become_owner() {
     Caller caller;
     GetUserIdAndSecContext(&caller.user, &caller.security_context);
-    SetUserIdAndSecContext(eventbox_owner(),
+    SetUserIdAndSecContext(pg::schema_owner(),
                            caller.security_context | SECURITY_LOCAL_USERID_CHANGE);
     caller.nest = NewGUCNestLevel();
     (void)set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION,

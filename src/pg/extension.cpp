@@ -6,8 +6,10 @@ extern "C" {
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "catalog/indexing.h"
+#include "catalog/namespace.h"
 #include "catalog/objectaccess.h"
 #include "catalog/pg_extension.h"
+#include "catalog/pg_namespace.h"
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
 #include "postmaster/bgworker.h"
@@ -18,6 +20,7 @@ extern "C" {
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/rel.h"
+#include "utils/syscache.h"
 }
 
 #include "pg/shmem.hpp"
@@ -47,6 +50,15 @@ ExtensionState extension_state() {
     systable_endscan(scan);
     table_close(rel, AccessShareLock);
     return state;
+}
+
+Oid schema_owner() {
+    Oid schema = get_namespace_oid("eventbox", false);
+    HeapTuple tuple = SearchSysCache1(NAMESPACEOID, ObjectIdGetDatum(schema));
+    if (!HeapTupleIsValid(tuple)) elog(ERROR, "cache lookup failed for schema eventbox");
+    Oid owner = reinterpret_cast<Form_pg_namespace>(GETSTRUCT(tuple))->nspowner;
+    ReleaseSysCache(tuple);
+    return owner;
 }
 
 bool schema_matches(const ExtensionState& state) {

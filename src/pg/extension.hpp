@@ -1,5 +1,6 @@
 // The extension the workers serve, as the catalog of the current database sees it: whether it
-// exists, under which OID, at which schema version; and the hook that tells the launcher at once
+// exists, under which OID, at which schema version, who owns it; and the hook that tells the
+// supervisor at once
 // when an extension is created, updated or dropped.
 #pragma once
 
@@ -21,6 +22,9 @@ struct ExtensionState {
 ExtensionState extension_state();
 // True when the installed schema is the one this library was built for.
 bool schema_matches(const ExtensionState& state);
+// Owner of schema eventbox, i.e. of the extension's objects: the API's bodies and the dry run
+// read and write eventbox's tables as it. Needs a transaction.
+Oid schema_owner();
 // Raises ERROR 55000 (with the command to run as the hint) unless the installed schema is the
 // one this library was built for; for code that depends on the tables' shape.
 void require_current_schema(const char* what);

@@ -23,22 +23,9 @@ extern "C" {
 
 #include "messages/message_rules.hpp"
 #include "pg/boundary.hpp"
+#include "pg/extension.hpp"
 #include "pg/shmem.hpp"
 #include "pg/sql_function.hpp"
-
-namespace {
-
-// Owner of schema eventbox, i.e. of the extension's objects.
-Oid extension_owner() {
-    Oid schema = get_namespace_oid("eventbox", false);
-    HeapTuple tuple = SearchSysCache1(NAMESPACEOID, ObjectIdGetDatum(schema));
-    if (!HeapTupleIsValid(tuple)) elog(ERROR, "cache lookup failed for schema eventbox");
-    Oid owner = reinterpret_cast<Form_pg_namespace>(GETSTRUCT(tuple))->nspowner;
-    ReleaseSysCache(tuple);
-    return owner;
-}
-
-}  // namespace
 
 // eventbox._quote(value): 'value' with control characters and malformed bytes as \xHH.
 EVENTBOX_SQL_FUNCTION(eventbox_quote) {
@@ -83,7 +70,8 @@ EVENTBOX_SQL_FUNCTION(eventbox_api_call) {
     int saved_context;
     GetUserIdAndSecContext(&saved_user, &saved_context);
     // An error in between aborts the (sub)transaction, which restores the user id.
-    SetUserIdAndSecContext(extension_owner(), saved_context | SECURITY_LOCAL_USERID_CHANGE);
+    SetUserIdAndSecContext(eventbox::pg::schema_owner(),
+                           saved_context | SECURITY_LOCAL_USERID_CHANGE);
     int rc = SPI_execute_with_args(sql.data, nargs + 1, types, values, nulls, false, 1);
     SetUserIdAndSecContext(saved_user, saved_context);
     if (rc != SPI_OK_SELECT)
