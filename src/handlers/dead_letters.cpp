@@ -1,5 +1,5 @@
 // The failure workflow of a subscription (see handlers/dead_letters.hpp). Each statement is
-// prepared the first time it runs (handlers/kept.hpp).
+// prepared the first time it runs (worker::KeptStatement).
 extern "C" {
 #include "postgres.h"
 
@@ -14,7 +14,6 @@ extern "C" {
 
 #include "handlers/dead_letters.hpp"
 #include "handlers/dead_policy.hpp"
-#include "handlers/kept.hpp"
 #include "metrics/counters.hpp"
 #include "pg/shmem.hpp"
 #include "workers/common.hpp"
@@ -22,6 +21,8 @@ extern "C" {
 namespace eventbox::handlers::dead_letters {
 
 namespace {
+
+using worker::KeptStatement;
 
 const char* const kWho = "eventbox dead letters";
 Policy current{false, false, ""};

@@ -14,7 +14,7 @@
 //   outcomes.cpp      recording what happened to the messages
 //   dry_run.cpp       eventbox.dry_run()
 // Beside them: worker.cpp (the handler workers' main loop), sql_api.cpp (the SQL entry points),
-// dead_letters.cpp (the failure workflow), kept.hpp (kept statements), and the pure C++ the
+// dead_letters.cpp (the failure workflow), and the pure C++ the
 // pass decides with (pass_state, plan, low_water, quiet, dead_policy), each with its unit test.
 #pragma once
 
@@ -30,7 +30,6 @@ extern "C" {
 #include <type_traits>
 
 #include "handlers/dead_letters.hpp"
-#include "handlers/kept.hpp"
 #include "handlers/low_water.hpp"
 #include "handlers/pass_state.hpp"
 #include "handlers/plan.hpp"
@@ -43,12 +42,14 @@ namespace eventbox::handlers {
 // What the pass's statements and internal errors name.
 inline constexpr const char* kWho = "eventbox handlers";
 
-// ---- kept statements (handlers/kept.hpp) ------------------------------------------------------
+// ---- kept statements --------------------------------------------------------------------------
 
-// exec_kept() of a statement of the pass.
+using worker::KeptStatement;
+
+// worker::exec_kept() of a statement of the pass, naming the handler side in its errors.
 inline void exec(KeptStatement& statement, Datum* values, bool read_only, int expected,
                  worker::Access access = worker::Access::kIndex) {
-    exec_kept(kWho, statement, values, read_only, expected, access);
+    worker::exec_kept(kWho, statement, values, read_only, expected, access);
 }
 
 // Column `column` of an SPI row as a C string (palloc'd), nullptr when NULL.

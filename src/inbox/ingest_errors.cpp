@@ -96,36 +96,29 @@ void IngestState::recorded(Subscription* sub) {
 namespace {
 
 // A subscription's row. Index: ingest_errors_pkey (the arbiter).
-SPIPlanPtr error_set_plan() {
-    static SPIPlanPtr plan = nullptr;
-    if (plan != nullptr) return plan;
-    Oid set_types[5] = {TEXTOID, INT4OID, TEXTOID, INT4OID, TIMESTAMPTZOID};
-    plan = prepare(
-        "INSERT INTO eventbox.ingest_errors AS e (subscription, worker, error, attempts, "
-        "next_retry_at) VALUES ($1, $2, $3, $4, $5) "
-        "ON CONFLICT (subscription, worker) DO UPDATE SET error = excluded.error, "
-        "attempts = excluded.attempts, next_retry_at = excluded.next_retry_at, "
-        "updated_at = now()",
-        5, set_types);
-    return plan;
-}
+worker::KeptStatement error_set_statement{
+    "INSERT INTO eventbox.ingest_errors AS e (subscription, worker, error, attempts, "
+    "next_retry_at) VALUES ($1, $2, $3, $4, $5) "
+    "ON CONFLICT (subscription, worker) DO UPDATE SET error = excluded.error, "
+    "attempts = excluded.attempts, next_retry_at = excluded.next_retry_at, "
+    "updated_at = now()",
+    5,
+    {TEXTOID, INT4OID, TEXTOID, INT4OID, TIMESTAMPTZOID},
+    nullptr};
 
 // A subscription's row, once it is well again. Index: ingest_errors_pkey, both of its columns.
-SPIPlanPtr error_clear_plan() {
-    static SPIPlanPtr plan = nullptr;
-    if (plan != nullptr) return plan;
-    Oid clear_types[2] = {TEXTOID, INT4OID};
-    plan = prepare("DELETE FROM eventbox.ingest_errors WHERE subscription = $1 AND worker = $2", 2,
-                   clear_types);
-    return plan;
-}
+worker::KeptStatement error_clear_statement{
+    "DELETE FROM eventbox.ingest_errors WHERE subscription = $1 AND worker = $2",
+    2,
+    {TEXTOID, INT4OID},
+    nullptr};
 
 // Writes `error` ("" = none) as `sub`'s row, and logs the change.
 void record_error(Subscription* sub, const char* error) {
     Datum name = CStringGetTextDatum(sub->name.c_str());
     if (error[0] == '\0') {
         Datum values[2] = {name, Int32GetDatum(member)};
-        worker::exec_kept(kWho, error_clear_plan(), values, false, SPI_OK_DELETE);
+        worker::exec_kept(kWho, error_clear_statement, values, false, SPI_OK_DELETE);
         log_subscription("eventbox ingest: subscription \"%s\" is consumed again%s",
                          sub->name.c_str(), "");
         return;
@@ -135,7 +128,7 @@ void record_error(Subscription* sub, const char* error) {
                        Int32GetDatum(sub->failing ? sub->attempts : 0),
                        TimestampTzGetDatum(sub->retry_at_ms * 1000)};
     char nulls[5] = {' ', ' ', ' ', ' ', sub->failing && paused ? ' ' : 'n'};
-    int rc = SPI_execute_plan(error_set_plan(), values, nulls, false, 0);
+    int rc = SPI_execute_plan(worker::prepared(error_set_statement, kWho), values, nulls, false, 0);
     if (rc != SPI_OK_INSERT) elog(ERROR, "eventbox ingest: recording an error failed");
     if (!sub->failing && sub->recorded.empty())  // failures were logged when they happened
         log_subscription_at(failure_log_rate,

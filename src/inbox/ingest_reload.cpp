@@ -240,20 +240,17 @@ namespace {
 
 // Every subscription's stored offsets at once (a reload reads them all). Index: none; a
 // sequential scan of the whole table, one row per lane of every subscription, once per reload.
-SPIPlanPtr stored_plan() {
-    static SPIPlanPtr plan = nullptr;
-    if (plan == nullptr)
-        plan = prepare(
-            "SELECT subscription, topic, \"partition\", next_offset, "
-            "coalesce(backfill_until, -1) FROM eventbox.offsets",
-            0, nullptr);
-    return plan;
-}
+worker::KeptStatement stored_statement{
+    "SELECT subscription, topic, \"partition\", next_offset, "
+    "coalesce(backfill_until, -1) FROM eventbox.offsets",
+    0,
+    {},
+    nullptr};
 
 // Stored offsets: the source of every fresh subscription's positions; a running one whose
 // offsets differ from what it stored was moved (eventbox.replay) and continues from there.
 void apply_stored_offsets() {
-    worker::exec_kept(kWho, stored_plan(), nullptr, true, SPI_OK_SELECT);
+    worker::exec_kept(kWho, stored_statement, nullptr, true, SPI_OK_SELECT);
     state.begin_offsets();
     for (uint64 r = 0; r < SPI_processed; ++r) {
         HeapTuple tuple = SPI_tuptable->vals[r];
@@ -306,17 +303,12 @@ namespace {
 // Rows this worker no longer stands behind (after a restart, a change or a drop), and those of
 // workers that no longer run. Index: ingest_errors_pkey, walked whole (worker is its second
 // column); the table holds a row per failing subscription and worker at most.
-SPIPlanPtr errors_sync_plan() {
-    static SPIPlanPtr plan = nullptr;
-    if (plan == nullptr) {
-        Oid sync_types[3] = {INT4OID, TEXTARRAYOID, INT4OID};
-        plan = prepare(
-            "DELETE FROM eventbox.ingest_errors WHERE (worker = $1 AND subscription <> ALL ($2)) "
-            "OR worker >= $3",
-            3, sync_types);
-    }
-    return plan;
-}
+worker::KeptStatement errors_sync_statement{
+    "DELETE FROM eventbox.ingest_errors WHERE (worker = $1 AND subscription <> ALL ($2)) "
+    "OR worker >= $3",
+    3,
+    {INT4OID, TEXTARRAYOID, INT4OID},
+    nullptr};
 
 // eventbox.ingest_errors: only rows of the subscriptions this worker sees failing.
 void sync_error_rows() {
@@ -329,7 +321,7 @@ void sync_error_rows() {
             names.set(j++, CStringGetTextDatum(sub->name.c_str()));
     }
     Datum values[3] = {Int32GetDatum(member), names.get(), Int32GetDatum(members)};
-    worker::exec_kept(kWho, errors_sync_plan(), values, false, SPI_OK_DELETE);
+    worker::exec_kept(kWho, errors_sync_statement, values, false, SPI_OK_DELETE);
 }
 
 // ---- the reload ---------------------------------------------------------------------------------

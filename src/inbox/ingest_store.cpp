@@ -164,26 +164,22 @@ uint64 insert_rows(Subscription* sub, const Columns& c, Datum* values,
 // is in the inbox under another transport identity (not the row this batch stored, not a
 // redelivery of the stored record) with another payload. Each is listed once.
 // Index: inbox_pkey, one probe per id (EVENTBOX_INBOX_BY_ID), and conflicts_pkey (the arbiter).
-SPIPlanPtr conflicts_plan() {
-    static SPIPlanPtr plan = nullptr;
-    if (plan != nullptr) return plan;
-    Oid conflicts_types[7] = {TEXTOID,      TEXTARRAYOID,  TEXTARRAYOID, INT4ARRAYOID,
-                              INT8ARRAYOID, JSONBARRAYOID, BYTEAARRAYOID};
-    plan = prepare(
-        "INSERT INTO eventbox.conflicts (subscription, message_id, stored_topic, "
-        "stored_partition, stored_offset, topic, \"partition\", \"offset\") "
-        "SELECT $1, x.message_id, x.topic, x.\"partition\", x.\"offset\", u.topic, u.p, u.o "
-        "FROM (SELECT unnest($2::text[]) AS id, unnest($3::text[]) AS topic, "
-        "unnest($4::int4[]) AS p, unnest($5::int8[]) AS o, unnest($6::jsonb[]) AS payload, "
-        "unnest($7::bytea[]) AS raw) u "
-        EVENTBOX_INBOX_BY_ID("x.message_id, x.topic, x.\"partition\", x.\"offset\", "
-                             "x.payload, x.raw_payload", "")
-        "WHERE (x.topic, x.\"partition\", x.\"offset\") IS DISTINCT FROM (u.topic, u.p, u.o) "
-        "AND (x.payload IS DISTINCT FROM u.payload OR x.raw_payload IS DISTINCT FROM u.raw) "
-        "ON CONFLICT DO NOTHING",
-        7, conflicts_types);
-    return plan;
-}
+worker::KeptStatement conflicts_statement{
+    "INSERT INTO eventbox.conflicts (subscription, message_id, stored_topic, "
+    "stored_partition, stored_offset, topic, \"partition\", \"offset\") "
+    "SELECT $1, x.message_id, x.topic, x.\"partition\", x.\"offset\", u.topic, u.p, u.o "
+    "FROM (SELECT unnest($2::text[]) AS id, unnest($3::text[]) AS topic, "
+    "unnest($4::int4[]) AS p, unnest($5::int8[]) AS o, unnest($6::jsonb[]) AS payload, "
+    "unnest($7::bytea[]) AS raw) u "
+    EVENTBOX_INBOX_BY_ID("x.message_id, x.topic, x.\"partition\", x.\"offset\", "
+                         "x.payload, x.raw_payload", "")
+    "WHERE (x.topic, x.\"partition\", x.\"offset\") IS DISTINCT FROM (u.topic, u.p, u.o) "
+    "AND (x.payload IS DISTINCT FROM u.payload OR x.raw_payload IS DISTINCT FROM u.raw) "
+    "ON CONFLICT DO NOTHING",
+    7,
+    {TEXTOID, TEXTARRAYOID, TEXTARRAYOID, INT4ARRAYOID, INT8ARRAYOID, JSONBARRAYOID,
+     BYTEAARRAYOID},
+    nullptr};
 
 // Stores the batch's rows; the unparsable ones go to the dead-letter topic, if any, and
 // conflicting duplicates to eventbox.conflicts.
@@ -213,7 +209,7 @@ Inserted store_rows(Subscription* sub, const Columns& c, rd_kafka_message_t* con
     if (done.rows < static_cast<uint64>(c.count)) {
         Datum conflict_values[7] = {name,      values[1], values[2], values[3],
                                     values[4], values[7], values[8]};
-        worker::exec_kept(kWho, conflicts_plan(), conflict_values, false, SPI_OK_INSERT);
+        worker::exec_kept(kWho, conflicts_statement, conflict_values, false, SPI_OK_INSERT);
         done.conflicts = SPI_processed;
     }
     return done;
@@ -261,28 +257,23 @@ namespace {
 // worker notices from the row count and moves the subscription to the table's offsets.
 // backfill_until ($7) is written once, with the partition's first row.
 // Index: offsets_pkey (the arbiter, one probe per lane) and subscriptions_pkey (the lock).
-SPIPlanPtr offsets_plan() {
-    static SPIPlanPtr plan = nullptr;
-    if (plan != nullptr) return plan;
-    Oid offsets_types[7] = {TEXTOID,      TEXTARRAYOID, INT4ARRAYOID, INT8ARRAYOID,
-                            INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID};
-    plan = prepare(
-        "INSERT INTO eventbox.offsets AS o (subscription, topic, \"partition\", next_offset, "
-        "high_watermark, backfill_until) "
-        "SELECT $1, u.topic, u.p, u.next, u.high, u.until "
-        "FROM unnest($2::text[], $3::int4[], $4::int8[], $5::int8[], $6::int8[], $7::int8[]) "
-        "AS u(topic, p, next, high, previous, until) "
-        "WHERE EXISTS (SELECT 1 FROM eventbox.subscriptions s WHERE s.name = $1 FOR KEY SHARE) "
-        "ON CONFLICT (subscription, topic, \"partition\") DO UPDATE SET "
-        "next_offset = excluded.next_offset, high_watermark = excluded.high_watermark, "
-        "backfill_until = coalesce(o.backfill_until, excluded.backfill_until), "
-        "updated_at = now() "
-        "WHERE o.next_offset IS NOT DISTINCT FROM (SELECT u2.previous FROM unnest($2::text[], "
-        "$3::int4[], $6::int8[]) AS u2(topic, p, previous) "
-        "WHERE u2.topic = excluded.topic AND u2.p = excluded.\"partition\")",
-        7, offsets_types);
-    return plan;
-}
+worker::KeptStatement offsets_statement{
+    "INSERT INTO eventbox.offsets AS o (subscription, topic, \"partition\", next_offset, "
+    "high_watermark, backfill_until) "
+    "SELECT $1, u.topic, u.p, u.next, u.high, u.until "
+    "FROM unnest($2::text[], $3::int4[], $4::int8[], $5::int8[], $6::int8[], $7::int8[]) "
+    "AS u(topic, p, next, high, previous, until) "
+    "WHERE EXISTS (SELECT 1 FROM eventbox.subscriptions s WHERE s.name = $1 FOR KEY SHARE) "
+    "ON CONFLICT (subscription, topic, \"partition\") DO UPDATE SET "
+    "next_offset = excluded.next_offset, high_watermark = excluded.high_watermark, "
+    "backfill_until = coalesce(o.backfill_until, excluded.backfill_until), "
+    "updated_at = now() "
+    "WHERE o.next_offset IS NOT DISTINCT FROM (SELECT u2.previous FROM unnest($2::text[], "
+    "$3::int4[], $6::int8[]) AS u2(topic, p, previous) "
+    "WHERE u2.topic = excluded.topic AND u2.p = excluded.\"partition\")",
+    7,
+    {TEXTOID, TEXTARRAYOID, INT4ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID},
+    nullptr};
 
 // Stores the next offsets of the lanes of records [from, to) (and the positions to store);
 // returns whether one was moved under us (eventbox.replay).
@@ -307,7 +298,7 @@ bool store_offsets(const Subscription* sub, std::size_t from, std::size_t to) {
                               end_high.get(),
                               end_previous.get(),
                               end_until.get()};
-    worker::exec_kept(kWho, offsets_plan(), offset_values, false, SPI_OK_INSERT);
+    worker::exec_kept(kWho, offsets_statement, offset_values, false, SPI_OK_INSERT);
     return SPI_processed < static_cast<uint64>(m);
 }
 

@@ -10,8 +10,6 @@
 
 namespace eventbox::kafka {
 
-using namespace detail;
-
 int partition_owner(const std::string& topic, int32_t partition, int members) {
     if (members <= 1) return 0;
     uint32_t h = 2166136261u;  // FNV-1a: stable across processes and releases

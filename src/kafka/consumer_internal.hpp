@@ -1,5 +1,5 @@
 // What kafka/consumer.cpp and kafka/consumer_topics.cpp share: the consumer's clock, intervals
-// and backoff.
+// and backoff. Included by those two files only.
 #pragma once
 
 #include <algorithm>
@@ -8,7 +8,7 @@
 
 #include "kafka/consumer.hpp"
 
-namespace eventbox::kafka::detail {
+namespace eventbox::kafka {
 
 using Clock = std::chrono::steady_clock;
 
@@ -32,4 +32,4 @@ inline std::string where(const TopicPartition& tp) {
     return tp.first + "[" + std::to_string(tp.second) + "]";
 }
 
-}  // namespace eventbox::kafka::detail
+}  // namespace eventbox::kafka

@@ -11,8 +11,6 @@
 
 namespace eventbox::kafka {
 
-using namespace detail;
-
 bool Consumer::start_position(Sub& s, const std::string& topic, int32_t partition,
                               Position* position) {
     if (!s.config.start_latest && !s.config.backfill) {

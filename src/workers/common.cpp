@@ -254,6 +254,12 @@ ErrorData* abort_subtransaction(const Subtransaction& sub) {
     return edata;
 }
 
+SPIPlanPtr prepared(KeptStatement& statement, const char* who) {
+    if (statement.plan == nullptr)
+        statement.plan = prepare_kept(who, statement.sql, statement.nargs, statement.types);
+    return statement.plan;
+}
+
 SPIPlanPtr prepare_kept(const char* who, const char* sql, int nargs, Oid* types) {
     SPIPlanPtr plan = SPI_prepare(sql, nargs, types);
     if (plan == nullptr)

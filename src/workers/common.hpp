@@ -90,6 +90,18 @@ ErrorData* abort_subtransaction(const Subtransaction& sub);
 
 // SPI_prepare + SPI_keepplan, raising ERROR with `who` and the statement on failure.
 SPIPlanPtr prepare_kept(const char* who, const char* sql, int nargs, Oid* types);
+// A statement kept across transactions, declared beside the code that runs it (with the index
+// its plan must use, docs/design/plans.md) and prepared the first time it runs: its text,
+// argument types and plan.
+struct KeptStatement {
+    const char* sql;
+    int nargs;
+    Oid types[11];
+    SPIPlanPtr plan;  // nullptr until prepared
+};
+// The statement's kept plan, prepared first if need be (prepare_kept, naming `who` in its errors;
+// SPI connected).
+SPIPlanPtr prepared(KeptStatement& statement, const char* who);
 // How a kept statement reaches its rows: through an index bounded by the statement's arguments
 // (a lane, an id list or range), or by the ctids the worker read them at.
 enum class Access { kIndex, kTid };
@@ -102,6 +114,12 @@ enum class Access { kIndex, kTid };
 // eventbox.process() plans exactly like the workers.
 void exec_kept(const char* who, SPIPlanPtr plan, Datum* values, bool read_only, int expected,
                Access access = Access::kIndex);
+
+// exec_kept() of the statement's plan, prepared first if need be.
+inline void exec_kept(const char* who, KeptStatement& statement, Datum* values, bool read_only,
+                      int expected, Access access = Access::kIndex) {
+    exec_kept(who, prepared(statement, who), values, read_only, expected, access);
+}
 
 // Inbox rows of subscription $1 by message id, for a statement whose FROM has the ids as
 // `unnest(...) AS u(id, ...)`: one probe of the primary key per id, a LATERAL subquery with a
