@@ -21,6 +21,12 @@ PACKAGES=(
   procps util-linux clang-format
   prometheus
   libcurl4-openssl-dev curl nginx-light wrk
+  # Schema Registry formats (Avro C, Protobuf descriptors) and their independent encoders.
+  libavro-dev libprotobuf-dev libprotoc-dev protobuf-compiler python3-avro python3-protobuf
+  # RabbitMQ: the broker the tests start, the C client, the independent Python client.
+  rabbitmq-server librabbitmq-dev python3-pika
+  # Packaging (make deb) and the benchmark's charts.
+  debhelper postgresql-server-dev-all dpkg-dev fakeroot lintian python3-matplotlib
 )
 
 check_only=0
