@@ -69,9 +69,12 @@ def chart_ratios(rows, path):
     ax.set_yticks(list(ys))
     ax.set_yticklabels([r[0] for r in rs], fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("ratio (pg_eventbox / baseline); black bar: target")
+    ax.set_xlabel("ratio (log scale); black bar: target")
     ax.set_title("pg_eventbox bench: ratios against their targets")
-    ax.set_xlim(0, max(max(r[1], r[3]) for r in rs) * 1.35)
+    # Log scale: targets range from 0.5 to 50.
+    ax.set_xscale("log")
+    ax.set_xlim(min(max(min(r[1], r[3]), 1e-3) for r in rs) / 2,
+                max(max(r[1], r[3]) for r in rs) * 6)
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
