@@ -66,9 +66,12 @@ DEVBROKER = tools/devbroker/eventbox-devbroker
 $(DEVBROKER): tools/devbroker/devbroker.cpp
 	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -o $@ $< -lrdkafka -lpthread
 
+# EVENTBOX_NO_DEVBROKER=1 (debian/rules): the extension alone.
+ifneq ($(EVENTBOX_NO_DEVBROKER),1)
 all: $(DEVBROKER)
+endif
 
-.PHONY: deps test demo bench format
+.PHONY: deps test demo bench format deb dist
 deps:
 	tools/deps.sh
 
@@ -86,6 +89,16 @@ bench: deps
 	$(MAKE) all
 	$(MAKE) install
 	bench/run.sh
+
+# The Debian package postgresql-15-eventbox (debian/), built from a copy of the tree into
+# build/deb/ (tools/build_deb.sh; the .deb is build/deb/postgresql-15-eventbox_*.deb).
+deb:
+	tools/build_deb.sh
+
+# The PGXN archive of the committed tree (META.json): build/dist/pg_eventbox-VERSION.zip with
+# everything under pg_eventbox-VERSION/.
+dist:
+	tools/build_dist.sh
 
 # Rewrites the C++ sources as the lint layer of `make test` checks them (.clang-format).
 format:

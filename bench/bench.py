@@ -24,6 +24,7 @@ import textwrap
 import time
 import types
 
+from lib import charts
 from lib.cluster import Env
 from lib.common import BenchError, Context
 from lib.eventbox import relay_pid, set_brokers
@@ -176,9 +177,13 @@ def run(opts, args):
         os.makedirs(os.path.dirname(os.path.abspath(opts.out)), exist_ok=True)
         with open(opts.out, "w") as f:
             f.write(text)
+    res["rows"] = rows
     if opts.json:
         with open(opts.json, "w") as f:
             json.dump(res, f, indent=1, default=str)
+    if opts.charts:
+        for path in charts.write_charts(res, opts.charts):
+            print("bench: chart %s" % path, file=sys.stderr)
 
 
 def main():
@@ -189,6 +194,7 @@ def main():
     r.add_argument("--build", default="", help="which build is measured (printed)")
     r.add_argument("--out", help="the table is written here too")
     r.add_argument("--json", help="the raw numbers are written here")
+    r.add_argument("--charts", help="PNG charts are written into this directory (lib/charts.py)")
     sub.add_parser("check", help="validate the knobs; print the sections to run")
     sub.add_parser("knobs", help="list the knobs with their defaults")
     opts = ap.parse_args()

@@ -81,5 +81,5 @@ echo "bench: starting the environment in $DIR (port $PORT, PostgreSQL $EVENTBOX_
 
 mkdir -p "$RESULTS"
 "$PY" "$HERE/bench.py" run --env-dir "$DIR" --build "$BUILD" \
-  --out "$RESULTS/latest.txt" --json "$RESULTS/latest.json"
+  --out "$RESULTS/latest.txt" --json "$RESULTS/latest.json" --charts "$RESULTS"
 echo "bench: table written to $RESULTS/latest.txt" >&2

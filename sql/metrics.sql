@@ -23,4 +23,14 @@ SELECT count(*) AS lag_lines,
 SELECT l FROM regexp_split_to_table(eventbox.metrics(), E'\n') l
  WHERE l LIKE 'eventbox\_inbox\_pending{subscription="m\_sub"}%';
 
+-- eventbox_subscription_errors: the ingest workers that cannot consume a subscription (its rows
+-- of eventbox.subscription_errors), 0 once it is consumed again.
+SELECT value FROM eventbox.metrics
+ WHERE name = 'eventbox_subscription_errors' AND labels->>'subscription' = 'm_sub';
+INSERT INTO eventbox.ingest_errors (subscription, worker, error)
+VALUES ('m_sub', 0, 'topic m_topic: Broker: Unknown topic or partition');
+SELECT l FROM regexp_split_to_table(eventbox.metrics(), E'\n') l
+ WHERE l LIKE 'eventbox\_subscription\_errors{subscription="m\_sub"}%';
+DELETE FROM eventbox.ingest_errors WHERE subscription = 'm_sub';
+
 SELECT eventbox.drop_subscription('m_sub');

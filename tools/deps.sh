@@ -27,6 +27,8 @@ PACKAGES=(
   rabbitmq-server librabbitmq-dev python3-pika
   # Packaging (make deb) and the benchmark's charts.
   debhelper postgresql-server-dev-all dpkg-dev fakeroot lintian python3-matplotlib
+  # The monitoring test reads the alert rules (YAML).
+  python3-yaml
 )
 
 check_only=0

@@ -3,12 +3,16 @@
 # environment (tools/cluster.sh), always stop it, then scan its server log.
 #
 # Usage: tools/run_tests.sh [LAYER ...]
-#   LAYER: lint regress pgtap unit devbroker integration fault logscan
+#   LAYER: lint regress pgtap unit devbroker integration fault logscan package
 #          (default: all, in that order)
 #   lint checks the sources (pyflakes over bench/, tools/ and test/, clang-format over the C++)
 #   and needs no cluster.
 #   Layers that need the cluster (regress pgtap integration fault) start it once;
 #   whenever the cluster was started, logscan runs at the end too.
+#   package (tools/test_package.sh, as root) builds the Debian package, installs it into the
+#   system PostgreSQL in place of `make install`'s files (restored afterwards), runs the
+#   regression suites against it on a cluster of its own, and removes it; last, once the
+#   shared cluster is stopped.
 #   Every selected layer runs even after another failed; the exit status is
 #   non-zero when any failed, and the failed layers are listed.
 #
@@ -26,7 +30,7 @@ set -euo pipefail
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$SCRIPT_DIR/.." && pwd)
 PYTHON=/usr/bin/python3
-ALL_LAYERS=(lint regress pgtap unit devbroker integration fault logscan)
+ALL_LAYERS=(lint regress pgtap unit devbroker integration fault logscan package)
 
 export PYTHONDONTWRITEBYTECODE=1
 export EVENTBOX_DEVBROKER=${EVENTBOX_DEVBROKER:-$REPO/tools/devbroker/eventbox-devbroker}
@@ -41,9 +45,9 @@ if (($# == 0)); then
 else
   for a in "$@"; do
     case "$a" in
-      lint | regress | pgtap | unit | devbroker | integration | fault | logscan) layers+=("$a") ;;
+      lint | regress | pgtap | unit | devbroker | integration | fault | logscan | package) layers+=("$a") ;;
       log) layers+=(logscan) ;;
-      -h | --help) sed -n '2,22p' "$0"; exit 0 ;;
+      -h | --help) sed -n '2,26p' "$0"; exit 0 ;;
       *) echo "run_tests: unknown layer '$a' (known: ${ALL_LAYERS[*]})" >&2; exit 2 ;;
     esac
   done
@@ -56,6 +60,12 @@ has_layer() {
 need_cluster=0
 for l in regress pgtap integration fault; do has_layer "$l" && need_cluster=1; done
 if ((need_cluster)) && ! has_layer logscan; then layers+=(logscan); fi
+# package swaps the system install: last, after the shared cluster stopped (logscan).
+if has_layer package; then
+  rest=()
+  for l in "${layers[@]}"; do [[ "$l" == package ]] || rest+=("$l"); done
+  layers=("${rest[@]}" package)
+fi
 
 cd "$REPO"
 
@@ -246,6 +256,10 @@ layer_fault() {
     return 1
   fi
   run_pytest test/fault
+}
+
+layer_package() {
+  "$SCRIPT_DIR/test_package.sh"
 }
 
 layer_logscan() {

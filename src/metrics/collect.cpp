@@ -37,10 +37,14 @@ constexpr const char* kOutboxHeadQuery =
 #define BLOCKED_KEYS                                                            \
     "LATERAL (SELECT count(*) AS keys, coalesce(sum(k.held), 0)::int8 AS held " \
     "FROM eventbox.blocked_keys k WHERE k.subscription = s.name) b ORDER BY s.name"
+// The ingest workers that cannot consume the subscription (its rows of subscription_errors).
+#define FAILING                                                                            \
+    "(SELECT count(*) FROM eventbox.subscription_errors e WHERE e.subscription = s.name) " \
+    "AS failing "
 // Per subscription, through inbox_todo_idx (the rows still to handle).
 constexpr const char* kInboxQuery =
     "SELECT s.name, p.n, coalesce(extract(epoch FROM now() - p.oldest), 0)::float8, "
-    "b.keys, b.held "
+    "b.keys, b.held, " FAILING
     "FROM eventbox.subscriptions s, LATERAL (SELECT count(*) AS n, min(i.received_at) AS oldest "
     "FROM eventbox.inbox i WHERE i.subscription = s.name "
     "AND i.status IN ('received', 'retry')) p, " BLOCKED_KEYS;
@@ -53,13 +57,14 @@ constexpr const char* kInboxQuery =
     "AND i.status IN ('received', 'retry') AND " MODE " ORDER BY i.\"offset\" LIMIT 1)"
 constexpr const char* kInboxHeadsQuery =
     "SELECT s.name, -1::int8, coalesce(extract(epoch FROM now() - h.oldest), 0)::float8, "
-    "b.keys, b.held "
+    "b.keys, b.held, " FAILING
     "FROM eventbox.subscriptions s, LATERAL (SELECT min(x.received_at) AS oldest "
     "FROM eventbox.offsets o, LATERAL (" LANE_HEAD("(i.mode = 'replay') IS FALSE")
     " UNION ALL " LANE_HEAD("i.mode = 'replay'") ") x WHERE o.subscription = s.name) h, "
     BLOCKED_KEYS;
 #undef LANE_HEAD
 #undef BLOCKED_KEYS
+#undef FAILING
 constexpr const char* kLagQuery =
     "SELECT subscription, topic, \"partition\", greatest(high_watermark - next_offset, 0) "
     "FROM eventbox.offsets WHERE high_watermark IS NOT NULL "
@@ -184,6 +189,13 @@ void build_inbox_gauges(const Gauges& g, Exposition& e) {
               static_cast<double>(g.inbox[i].blocked_keys));
         e.add(held, sub_label(g.inbox[i].subscription), static_cast<double>(g.inbox[i].held));
     }
+    Family& failing = e.family("eventbox_subscription_errors",
+                               "Ingest workers that cannot consume the subscription (its rows "
+                               "of eventbox.subscription_errors; 0 when it is consumed).",
+                               T::kGauge);
+    for (int i = 0; i < g.n_inbox; ++i)
+        e.add(failing, sub_label(g.inbox[i].subscription),
+              static_cast<double>(g.inbox[i].failing_workers));
     Family& lag = e.family("eventbox_ingest_lag",
                            "Broker high watermark minus the stored next offset, per partition "
                            "(as last seen by the ingest workers).",
@@ -271,6 +283,7 @@ void query_gauges(Gauges* out, MemoryContext context, GaugeCost cost) {
         out->inbox[i].oldest_age_s = DatumGetFloat8(column(i, 3, &isnull));
         out->inbox[i].blocked_keys = DatumGetInt64(column(i, 4, &isnull));
         out->inbox[i].held = DatumGetInt64(column(i, 5, &isnull));
+        out->inbox[i].failing_workers = DatumGetInt64(column(i, 6, &isnull));
     }
     out->n_inbox = n;
 

@@ -17,8 +17,9 @@ struct InboxGauge {
     char subscription[NAMEDATALEN];
     int64 pending;  // -1: not counted (GaugeCost::kHeads)
     double oldest_age_s;
-    int64 blocked_keys;  // on_dead 'block_key': keys a dead message holds back
-    int64 held;          // and the messages waiting behind them
+    int64 blocked_keys;     // on_dead 'block_key': keys a dead message holds back
+    int64 held;             // and the messages waiting behind them
+    int64 failing_workers;  // ingest workers failing it (eventbox.subscription_errors)
 };
 struct LagGauge {
     char subscription[NAMEDATALEN];
