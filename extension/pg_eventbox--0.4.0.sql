@@ -550,7 +550,9 @@ COMMENT ON FUNCTION eventbox.alter_subscription(text, text[], text, text, intege
 -- those, and a dump would restore it only if the function kept its OID.
 CREATE FUNCTION eventbox._handler_signature(handler regprocedure) RETURNS text
 LANGUAGE sql STABLE STRICT SET search_path = pg_catalog, pg_temp AS $$
-    SELECT format('%I.%I(eventbox.inbox)', n.nspname, p.proname)
+    SELECT format('%I.%I(%s)', n.nspname, p.proname,
+                  CASE WHEN p.proargtypes[0] = 'eventbox.inbox[]'::pg_catalog.regtype
+                       THEN 'eventbox.inbox[]' ELSE 'eventbox.inbox' END)
       FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
      WHERE p.oid = handler
 $$;
@@ -580,13 +582,15 @@ CREATE INDEX inbox_retry_idx ON eventbox.inbox (subscription, topic, "partition"
     WHERE status = 'retry';
 
 CREATE FUNCTION eventbox._register_handler(caller oid, subscription text, handler regprocedure,
-                                           event_type text, run_as name)
+                                           event_type text, run_as name, batch boolean)
 RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     s eventbox.subscriptions;
     role_oid oid;
     inbox_type oid := 'eventbox.inbox'::regtype;
+    inbox_array oid := 'eventbox.inbox[]'::regtype;
+    arg_type oid;
 BEGIN
     s := eventbox._managed_subscription(caller, subscription);
     IF handler IS NULL THEN
@@ -598,11 +602,27 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Handlers are functions f(msg eventbox.inbox), not procedures or aggregates.';
     END IF;
-    IF (SELECT p.pronargs <> 1 OR p.proargtypes[0] <> inbox_type FROM pg_proc p
-         WHERE p.oid = handler) THEN
+    IF batch IS NULL THEN
+        RAISE EXCEPTION 'batch must not be NULL' USING ERRCODE = 'null_value_not_allowed',
+            HINT = 'Pass true for a function f(msgs eventbox.inbox[]) called once per chunk of '
+                   'messages, false (the default) for a function f(msg eventbox.inbox).';
+    END IF;
+    SELECT CASE WHEN p.pronargs = 1 THEN p.proargtypes[0] END INTO arg_type
+      FROM pg_proc p WHERE p.oid = handler;
+    IF batch AND arg_type IS DISTINCT FROM inbox_array THEN
+        RAISE EXCEPTION 'batch handler % must take exactly one eventbox.inbox[] argument', handler
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = CASE WHEN arg_type = inbox_type
+                              THEN 'Register it with batch => false, or declare a batch handler '
+                                   'as f(msgs eventbox.inbox[]).'
+                              ELSE 'Declare it as f(msgs eventbox.inbox[]).' END;
+    END IF;
+    IF NOT batch AND arg_type IS DISTINCT FROM inbox_type THEN
         RAISE EXCEPTION 'handler % must take exactly one eventbox.inbox argument', handler
             USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Declare it as f(msg eventbox.inbox).';
+                  HINT = CASE WHEN arg_type = inbox_array
+                              THEN 'Register a function taking eventbox.inbox[] with batch => true.'
+                              ELSE 'Declare it as f(msg eventbox.inbox).' END;
     END IF;
     IF event_type = '' THEN
         RAISE EXCEPTION 'event_type must not be empty' USING ERRCODE = 'invalid_parameter_value',
@@ -631,9 +651,10 @@ BEGIN
                   HINT = 'You and the run_as role both need EXECUTE on the handler.';
     END IF;
     BEGIN
-        INSERT INTO eventbox.handlers (subscription, event_type, handler, run_as, registered_by)
+        INSERT INTO eventbox.handlers (subscription, event_type, handler, run_as, registered_by,
+                                       batch)
         VALUES (s.name, event_type, eventbox._handler_signature(handler), role_oid::regrole,
-                caller::regrole);
+                caller::regrole, batch);
     EXCEPTION WHEN unique_violation THEN
         RAISE EXCEPTION 'handler % is already registered for subscription % and event type %',
             handler, eventbox._quote(s.name), coalesce(eventbox._quote(event_type), 'NULL (every type)')
@@ -792,7 +813,8 @@ LANGUAGE c SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 'eventbox
 
 CREATE FUNCTION eventbox.register_handler(subscription text, handler regprocedure,
                                           event_type text DEFAULT NULL,
-                                          run_as name DEFAULT current_user)
+                                          run_as name DEFAULT current_user,
+                                          batch boolean DEFAULT false)
 RETURNS void LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
 CREATE FUNCTION eventbox.unregister_handler(subscription text, handler regprocedure,
                                             event_type text DEFAULT NULL)
@@ -1403,3 +1425,8 @@ REVOKE ALL ON FUNCTION eventbox._check_dead_letter_loop(), eventbox._grant_set(t
     eventbox.grant_writer(name), eventbox.grant_admin(name), eventbox.revoke_writer(name),
     eventbox.revoke_admin(name), eventbox._regrant()
     FROM PUBLIC;
+
+-- ---- 0.4.0: batch handlers -------------------------------------------------------------------
+-- A batch handler (batch => true) is a function f(msgs eventbox.inbox[]) called once per chunk of
+-- a lane's messages (docs/design/handlers.md, "Batch handlers").
+ALTER TABLE eventbox.handlers ADD COLUMN batch boolean NOT NULL DEFAULT false;

@@ -224,7 +224,7 @@ GRANT USAGE ON SCHEMA eventbox TO regress_eventbox_nested;
 GRANT EXECUTE ON FUNCTION
     eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text,
                                  text, integer, text, text[], text, text, text, boolean),
-    eventbox.register_handler(text, regprocedure, text, name),
+    eventbox.register_handler(text, regprocedure, text, name, boolean),
     eventbox.process(text, integer)
   TO regress_eventbox_nested;
 CREATE FUNCTION pg_temp.nested(msg eventbox.inbox) RETURNS void LANGUAGE plpgsql AS $$

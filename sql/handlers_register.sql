@@ -181,7 +181,7 @@ INSERT INTO bypass VALUES
  (6, $$UPDATE eventbox.inbox SET status = 'processed'$$),
  (7, $$INSERT INTO eventbox.inbox (subscription, message_id, topic, "partition", "offset") VALUES ('reg', 'forged', 'orders', 0, 0)$$),
  (8, $$UPDATE eventbox.subscriptions SET owner = 'regress_eventbox_stranger'$$),
- (9, $$SELECT eventbox._register_handler('regress_eventbox_owner'::regrole, 'reg', 'regress_eventbox_fn.record(eventbox.inbox)', NULL, 'regress_eventbox_runner')$$),
+ (9, $$SELECT eventbox._register_handler('regress_eventbox_owner'::regrole, 'reg', 'regress_eventbox_fn.record(eventbox.inbox)', NULL, 'regress_eventbox_runner', false)$$),
  (10, $$SELECT eventbox._unregister_handler('regress_eventbox_owner'::regrole, 'reg', 'regress_eventbox_fn.record(eventbox.inbox)', 'OrderCreated')$$),
  (11, $$SELECT eventbox._process('regress_eventbox_owner'::regrole, 'reg', 100)$$),
  (12, $$SELECT eventbox._managed_message('regress_eventbox_owner'::regrole, 'reg', 'm')$$),

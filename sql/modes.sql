@@ -170,7 +170,7 @@ GRANT USAGE ON SCHEMA eventbox TO regress_modes_outsider, regress_modes_owner;
 GRANT EXECUTE ON FUNCTION eventbox.dry_run(text, text[], timestamptz, integer),
     eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text,
                                  text, integer, text, text[], text, text, text, boolean),
-    eventbox.register_handler(text, regprocedure, text, name)
+    eventbox.register_handler(text, regprocedure, text, name, boolean)
     TO regress_modes_outsider, regress_modes_owner;
 SET ROLE regress_modes_outsider;
 SELECT pg_temp.try($$SELECT * FROM eventbox.dry_run('modes')$$) LIKE '42501:%' AS outsider_refused;
@@ -212,7 +212,7 @@ REVOKE ALL ON FUNCTION eventbox.send(text, jsonb, text, jsonb, uuid),
 REVOKE ALL ON FUNCTION
     eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text,
                                  text, integer, text, text[], text, text, text, boolean),
-    eventbox.register_handler(text, regprocedure, text, name)
+    eventbox.register_handler(text, regprocedure, text, name, boolean)
     FROM regress_modes_outsider, regress_modes_owner;
 REVOKE ALL ON SCHEMA eventbox FROM regress_modes_runner, regress_modes_outsider, regress_modes_owner;
 DROP ROLE regress_modes_runner, regress_modes_outsider, regress_modes_owner;

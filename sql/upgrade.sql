@@ -191,13 +191,22 @@ SELECT eventbox.create_subscription('upgrade-0-3', ARRAY['orders'], dead_letter_
 SELECT eventbox.register_handler('upgrade-0-3', 'public.upgrade_on_order(eventbox.inbox)'::regprocedure,
                                  run_as => 'regress_upgrade_app');
 SELECT eventbox.grant_writer('regress_upgrade_app');
+-- A grant given by hand on register_handler(), which 0.4.0 creates again with batch.
+GRANT EXECUTE ON FUNCTION eventbox.register_handler(text, regprocedure, text, name)
+  TO regress_upgrade_app WITH GRANT OPTION;
 ALTER EXTENSION pg_eventbox UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'pg_eventbox';
--- State and recorded grants came through.
+-- State and recorded grants came through; the handler registered before is not a batch one.
 SELECT name, topics, dead_letter_topic FROM eventbox.subscriptions;
-SELECT handler FROM eventbox.handlers;
+SELECT handler, batch FROM eventbox.handlers;
 SELECT has_function_privilege('regress_upgrade_app', 'eventbox.send(text, jsonb, text, jsonb, uuid)',
                               'EXECUTE') AS writer_kept;
+SELECT a.privilege_type, a.is_grantable
+  FROM pg_proc p, aclexplode(p.proacl) a
+ WHERE p.oid = 'eventbox.register_handler(text, regprocedure, text, name, boolean)'::regprocedure
+   AND a.grantee = 'regress_upgrade_app'::regrole;
+REVOKE ALL ON FUNCTION eventbox.register_handler(text, regprocedure, text, name, boolean)
+  FROM regress_upgrade_app;
 SELECT eventbox.drop_subscription('upgrade-0-3');
 SELECT eventbox.revoke_writer('regress_upgrade_app');
 DROP FUNCTION public.upgrade_on_order(eventbox.inbox);

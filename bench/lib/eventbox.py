@@ -115,10 +115,10 @@ def set_ingest_workers(cur, n, timeout=60):
 # subscriptions
 
 
-def create_disabled_subscription(cur, sub, topic, unhandled="keep", handler=None):
+def create_disabled_subscription(cur, sub, topic, unhandled="keep", handler=None, batch=False):
     """Creates `sub` disabled in one transaction (no consumer is ever started for it), with
-    `handler` (a regprocedure) registered to run as HANDLER_ROLE; unhandled None leaves the
-    option at its default."""
+    `handler` (a regprocedure) registered to run as HANDLER_ROLE (as a batch handler with
+    batch); unhandled None leaves the option at its default."""
     args = (sub, topic) if unhandled is None else (sub, topic, unhandled)
     sql = ["BEGIN",
            cur.mogrify("SELECT eventbox.create_subscription(%s, ARRAY[%s]"
@@ -127,7 +127,8 @@ def create_disabled_subscription(cur, sub, topic, unhandled="keep", handler=None
                        (sub,)).decode()]
     if handler:
         sql.append(cur.mogrify("SELECT eventbox.register_handler(%s, %s::regprocedure, "
-                               "run_as => %s)", (sub, handler, HANDLER_ROLE)).decode())
+                               "run_as => %s, batch => %s)",
+                               (sub, handler, HANDLER_ROLE, batch)).decode())
     sql.append("COMMIT")
     cur.execute("; ".join(sql))
 
@@ -178,7 +179,8 @@ def create_handler_role(cur):
 
 def setup_handler_objects(cur):
     """The handlers of the inbox sections and their tables: bench_on_msg (one INSERT into
-    bench_sink; bench_sink2 is the baselines' table of the same shape) and bench_on_e2e
+    bench_sink; bench_sink2 is the baselines' table of the same shape), bench_on_msgs (the same
+    as a batch handler: one INSERT ... SELECT per chunk) and bench_on_e2e
     (records the send time of the payload and clock_timestamp() into bench_e2e)."""
     create_handler_role(cur)
     cur.execute("CREATE TABLE IF NOT EXISTS public.bench_sink (id text PRIMARY KEY, v bigint)")
@@ -191,6 +193,14 @@ def setup_handler_objects(cur):
         LANGUAGE plpgsql AS $$
         BEGIN
             INSERT INTO public.bench_sink (id, v) VALUES (m.message_id, (m.payload->>'id')::bigint);
+        END $$""")
+    # bench_on_msg's INSERT as a batch handler: one INSERT ... SELECT per chunk.
+    cur.execute("""
+        CREATE OR REPLACE FUNCTION public.bench_on_msgs(ms eventbox.inbox[]) RETURNS void
+        LANGUAGE plpgsql AS $$
+        BEGIN
+            INSERT INTO public.bench_sink (id, v)
+            SELECT m.message_id, (m.payload->>'id')::bigint FROM unnest(ms) AS m;
         END $$""")
     cur.execute("""
         CREATE OR REPLACE FUNCTION public.bench_on_e2e(m eventbox.inbox) RETURNS void

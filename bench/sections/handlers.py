@@ -1,6 +1,7 @@
 """Section handlers: a trivial INSERT handler over N pre-loaded inbox rows, clock from enabling
 the subscription to no row left to handle; baseline: the same INSERTs as one multi-row
-statement (and, stricter, as one INSERT ... SELECT from the inbox)."""
+statement (and, stricter, as one INSERT ... SELECT from the inbox). Then the same INSERT as a
+batch handler (one INSERT ... SELECT per chunk) over the same rows, against the same baseline."""
 
 import json
 import time
@@ -22,12 +23,16 @@ def multi_row_insert(msgs):
                         for mid, _p, _o, _k, payload in msgs.items))
 
 
-def load_backlog(env, cur, msgs, sub):
+def load_backlog(env, cur, msgs, sub, batch=False):
     """msgs as inbox rows ('received', PARTITIONS lanes) of a new disabled subscription `sub` with
-    the handler registered, with their stored offsets."""
+    the handler (with batch: the batch handler) registered, with their stored offsets."""
     cur.execute("TRUNCATE eventbox.inbox, public.bench_sink, public.bench_sink2")
     env.broker.create_topic(sub, PARTITIONS)
-    create_disabled_subscription(cur, sub, sub, handler="public.bench_on_msg(eventbox.inbox)")
+    if batch:
+        create_disabled_subscription(cur, sub, sub, handler="public.bench_on_msgs(eventbox.inbox[])",
+                                     batch=True)
+    else:
+        create_disabled_subscription(cur, sub, sub, handler="public.bench_on_msg(eventbox.inbox)")
     copy_rows(cur, copy_buffer(sub, sub, msgs))
     # The stored offsets the ingest worker writes with its rows: the handler workers take their
     # lanes from them (rows without are found by a slower plain walk: docs/design/handlers.md).
@@ -92,10 +97,10 @@ def run_baselines(cur, msgs, sub):
             "fn_rate": msgs.n / fn_elapsed, "subxact_rate": msgs.n / subxact_elapsed}
 
 
-def run_handlers(env, cur, msgs, sub, pg_groups):
+def run_handlers(env, cur, msgs, sub, pg_groups, batch=False):
     """The backlog loaded, the baselines run on it, then the clock from enabling the
-    subscription until no row is left to handle."""
-    load_backlog(env, cur, msgs, sub)
+    subscription until no row is left to handle (with batch: by the batch handler)."""
+    load_backlog(env, cur, msgs, sub, batch)
     res = run_baselines(cur, msgs, sub)
     cur.execute("CHECKPOINT")
     time.sleep(0.3)
@@ -147,20 +152,23 @@ def run(ctx):
     env, cur, args, pg_groups, res = ctx.env, ctx.cur, ctx.args, ctx.pg_groups, ctx.res
     setup_handler_objects(cur)
     n = args.handler_messages
-    out = res["handlers"] = {"n": n, "sizes": {},
+    out = res["handlers"] = {"n": n, "sizes": {}, "batch_sizes": {},
                              "workers": int(q1(cur, "SHOW eventbox.handler_workers")),
                              "timeout": q1(cur, "SHOW eventbox.handler_timeout")}
     for size in SIZES:
         msgs = Messages(n, SIZES[size], seed=0x2000)
         out["sizes"][size] = []
+        out["batch_sizes"][size] = []
         for rep in range(args.repeat):
-            sub = "bench_h_%s_%d" % (size.lower(), rep + 1)
-            log("handlers %s: %d rows" % (sub, n))
-            x = run_handlers(env, cur, msgs, sub, pg_groups)
-            out["sizes"][size].append(x)
-            log("  handler %.0f msg/s in %.2fs (first after %.2fs); multi-row INSERT %.0f "
-                "rows/s, INSERT ... SELECT %.0f rows/s"
-                % (x["rate"], x["elapsed"], x["first_s"], x["values_rate"], x["select_rate"]))
+            for batch in (False, True):
+                sub = "bench_h%s_%s_%d" % ("b" if batch else "", size.lower(), rep + 1)
+                log("handlers %s: %d rows%s" % (sub, n, ", batch handler" if batch else ""))
+                x = run_handlers(env, cur, msgs, sub, pg_groups, batch)
+                out["batch_sizes" if batch else "sizes"][size].append(x)
+                log("  handler %.0f msg/s in %.2fs (first after %.2fs); multi-row INSERT %.0f "
+                    "rows/s, INSERT ... SELECT %.0f rows/s"
+                    % (x["rate"], x["elapsed"], x["first_s"], x["values_rate"],
+                       x["select_rate"]))
     cur.execute("TRUNCATE eventbox.inbox, public.bench_sink, public.bench_sink2")
     cur.execute("VACUUM eventbox.inbox")
 
@@ -192,6 +200,18 @@ def table_rows(res):
                            "fn+subxact/row %.0f" % best(runs, "subxact_rate")["subxact_rate"],
                            "%.3f" % (h["rate"] / best(runs, "subxact_rate")["subxact_rate"]),
                            "info"))
+    for size, runs in hd.get("batch_sizes", {}).items():
+        if not runs:
+            continue
+        h = best(runs)
+        # The baseline: the best multi-row INSERT of the size, over both kinds of runs.
+        v = best(runs + hd["sizes"][size], "values_rate")["values_rate"]
+        r = h["rate"] / v
+        rows.append(ROW % ("handler batch INSERT %s (msg/s)" % size, "%.0f" % h["rate"],
+                           "multi-row INSERT %.0f" % v, "%.3f" % r,
+                           ">= 1 " + ("ok" if r >= 1 else "BELOW")))
+        rows.append(ROW % ("  cpu/msg batch handler workers %s (us)" % size,
+                           "%.1f" % per_msg_us(runs, "handlers_s"), "-", "-", "info"))
     rows.append(ROW % ("cpu/msg box, handlers %s (us)" % "/".join(hd["sizes"]),
                        "/".join("%.1f" % per_msg_us(runs, "box_s")
                                 for runs in hd["sizes"].values()),
@@ -235,6 +255,15 @@ def notes(res, args):
                "..., one statement; 'fn+subxact/row' = a DO block looping over the rows, "
                "PERFORM bench_on_msg(r) inside BEGIN ... EXCEPTION (a subtransaction per "
                "row), the floor of running each message in its own subtransaction")
+    if any(hd.get("batch_sizes", {}).values()):
+        out.append("handler batch: the same rows for another disabled subscription with "
+                   "public.bench_on_msgs(eventbox.inbox[]) registered with batch => true (PL/"
+                   "pgSQL, INSERT INTO bench_sink SELECT message_id, (payload->>'id')::bigint "
+                   "FROM unnest(ms): one call per chunk of up to 64 messages of a lane), run "
+                   "after the per-message run of each repetition, same clock and checks; "
+                   "baseline: the best multi-row INSERT of that size in this run. Runs (msg/s): "
+                   + "; ".join("%s %s" % (size, " ".join("%.0f" % x["rate"] for x in r))
+                               for size, r in hd["batch_sizes"].items()))
     for size, r in hd["sizes"].items():
         out.append("%s runs (msg/s): handler %s; multi-row INSERT %s; INSERT ... SELECT "
                    "%s; fn/row %s; fn+subxact/row %s" % (

@@ -17,7 +17,7 @@ REVOKE ALL ON FUNCTION
     eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text,
                                 integer, text, boolean, text[], text, text, text),
     eventbox.drop_subscription(text),
-    eventbox.register_handler(text, regprocedure, text, name),
+    eventbox.register_handler(text, regprocedure, text, name, boolean),
     eventbox.unregister_handler(text, regprocedure, text),
     eventbox.process(text, integer),
     eventbox.retry(text, text),

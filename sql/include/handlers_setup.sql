@@ -42,7 +42,7 @@ GRANT EXECUTE ON FUNCTION
     eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text,
                                 integer, text, boolean, text[], text, text, text),
     eventbox.drop_subscription(text),
-    eventbox.register_handler(text, regprocedure, text, name),
+    eventbox.register_handler(text, regprocedure, text, name, boolean),
     eventbox.unregister_handler(text, regprocedure, text),
     eventbox.process(text, integer),
     eventbox.retry(text, text),
@@ -126,7 +126,8 @@ BEGIN
                     VALUES ('reg', 'regress_eventbox_fn.record(eventbox.inbox)',
                             'regress_eventbox_super', 'regress_eventbox_super');
         WHEN 6 THEN PERFORM eventbox._register_handler('regress_eventbox_super'::regrole::oid, 'reg',
-                        'regress_eventbox_fn.record(eventbox.inbox)', NULL, 'regress_eventbox_super');
+                        'regress_eventbox_fn.record(eventbox.inbox)', NULL, 'regress_eventbox_super',
+                        false);
         ELSE NULL;
     END CASE;
 END $$;

@@ -16,6 +16,7 @@ extern "C" {
 #include "storage/ipc.h"
 #include "storage/proc.h"
 #include "utils/acl.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/hsearch.h"
@@ -188,17 +189,29 @@ FmgrInfo* direct_call(Oid fn) {
     return finfo;
 }
 
-// The kept plan of SELECT fn($1) for set-returning function `fn`.
-SPIPlanPtr kept_call(Oid fn) {
+// eventbox.inbox's row type.
+Oid inbox_type() {
     if (!OidIsValid(calls.inbox_type))
         calls.inbox_type = get_rel_type_id(RangeVarGetRelid(
             makeRangeVar(const_cast<char*>("eventbox"), const_cast<char*>("inbox"), -1), NoLock,
             false));
+    return calls.inbox_type;
+}
+
+// The kept plan of SELECT fn($1) for set-returning function `fn`, whose argument is of type
+// `arg_type` (eventbox.inbox, or eventbox.inbox[] for a batch handler).
+SPIPlanPtr kept_call(Oid fn, Oid arg_type) {
     char* sql = psprintf(
         "SELECT %s($1)",
         quote_qualified_identifier(get_namespace_name(get_func_namespace(fn)), get_func_name(fn)));
-    Oid types[1] = {calls.inbox_type};
+    Oid types[1] = {arg_type};
     return worker::prepare_kept(kWho, sql, 1, types);
+}
+
+// `rows` (eventbox.inbox composites) as one eventbox.inbox[] Datum; the elements are copied.
+Datum inbox_array(const Datum* rows, int n) {
+    return PointerGetDatum(
+        construct_array(const_cast<Datum*>(rows), n, inbox_type(), -1, false, TYPALIGN_DOUBLE));
 }
 
 // The kept plan calling `fn` with one eventbox.inbox argument.
@@ -217,13 +230,15 @@ const HandlerPlan& plan_for(Oid fn) {
         ereport(ERROR, (errcode(ERRCODE_UNDEFINED_FUNCTION),
                         errmsg("handler function %u no longer exists", fn),
                         errhint("Unregister the handler or register an existing function.")));
-    bool retset = reinterpret_cast<Form_pg_proc>(GETSTRUCT(tuple))->proretset;
+    auto* form = reinterpret_cast<Form_pg_proc>(GETSTRUCT(tuple));
+    bool retset = form->proretset;
+    Oid arg_type = form->pronargs == 1 ? form->proargtypes.values[0] : inbox_type();
     ReleaseSysCache(tuple);
     HandlerPlan entry{fn, nullptr, nullptr};
     if (!retset)
         entry.finfo = direct_call(fn);
     else
-        entry.plan = kept_call(fn);
+        entry.plan = kept_call(fn, arg_type);
     // Entered only now that the entry is complete (an ERROR above leaves no half entry).
     auto* added = static_cast<HandlerPlan*>(hash_search(calls.plans, &fn, HASH_ENTER, nullptr));
     *added = entry;
@@ -378,9 +393,25 @@ void unpin_handler_settings() {
 // takes back what they did when one fails.
 void call_handlers(Datum row, HandlerRef* const* handlers, int n) {
     running.message = row;
-    for (int i = 0; i < n; ++i) call_as_run_as(*handlers[i], row);
+    Datum one = (Datum)0;  // the message as a one-element array, for batch handlers
+    for (int i = 0; i < n; ++i) {
+        if (handlers[i]->batch && one == (Datum)0) one = inbox_array(&row, 1);
+        call_as_run_as(*handlers[i], handlers[i]->batch ? one : row);
+    }
+    if (one != (Datum)0) pfree(DatumGetPointer(one));
     running.message = (Datum)0;
     claimed = ClaimedRun{};
+}
+
+// The chunk's first message stands for the chunk in send()'s lineage and current_mode(): a
+// chunk holds messages of one lane and one mode (run.cpp).
+void call_batch_handlers(const Datum* rows, int n, HandlerRef* const* handlers, int n_handlers) {
+    Datum chunk = inbox_array(rows, n);
+    running.message = rows[0];
+    for (int i = 0; i < n_handlers; ++i) call_as_run_as(*handlers[i], chunk);
+    running.message = (Datum)0;
+    claimed = ClaimedRun{};
+    pfree(DatumGetPointer(chunk));
 }
 
 // The subtransaction's rollback also restores the user id and the settings.

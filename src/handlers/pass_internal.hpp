@@ -63,6 +63,7 @@ struct HandlerRef {
     Oid fn;            // InvalidOid when no function has that signature now
     Oid run_as;
     Oid registered_by;
+    bool batch;  // f(eventbox.inbox[]): called once per chunk of messages (run.cpp)
     // The transaction (MyProc->lxid) in which check_authority() last passed for this handler:
     // authority is checked once per transaction that runs it, like the catalog it reads.
     LocalTransactionId authorized_in;
@@ -87,6 +88,7 @@ struct PassSetup {
     bool found;  // the subscription exists, is enabled, and may have something to run
     // For reading lanes: some handler takes every type; the types handlers take.
     bool any_type;
+    bool any_batch;  // some handler is a batch handler: run transactions run chunks (run.cpp)
     Datum handled_types;
     const char** handler_types;  // each handler's type (NULL: every type), for mark_handled()
 };
@@ -279,8 +281,13 @@ void claim_running(const char* subscription, const char* topic, int32 partition,
 // Pins the settings handlers start from around their calls (see handler_call.cpp).
 void pin_handler_settings();
 void unpin_handler_settings();
-// Calls the handlers of one message, each as its run_as role; ERROR when one fails.
+// Calls the handlers of one message, each as its run_as role; ERROR when one fails. A batch
+// handler among them gets the message as a one-element array.
 void call_handlers(Datum row, HandlerRef* const* handlers, int n);
+// Calls the batch handlers `handlers` once each, in order, with the n rows (`rows`, one lane's, in
+// offset order) as an eventbox.inbox[], each as its run_as role; ERROR when one fails. send()
+// inside them takes its lineage from rows[0].
+void call_batch_handlers(const Datum* rows, int n, HandlerRef* const* handlers, int n_handlers);
 // After an ERROR from call_handlers(): rolls `sub` back and returns the error's text.
 char* handlers_failed(const worker::Subtransaction& sub);
 // Runs the handlers of one message in a subtransaction (rolled back in a dry run); NULL on

@@ -32,7 +32,8 @@ namespace {
 // The inbox columns fetch_rows() reads and changes, by attribute number (0-based), looked up
 // in the relation's descriptor each time (it can change with the schema).
 struct InboxColumns {
-    int subscription = -1, message_id = -1, status = -1, attempts = -1, next_attempt_at = -1;
+    int subscription = -1, message_id = -1, status = -1, attempts = -1, next_attempt_at = -1,
+        mode = -1;
 };
 
 InboxColumns inbox_columns(TupleDesc desc) {
@@ -51,9 +52,11 @@ InboxColumns inbox_columns(TupleDesc desc) {
             c.attempts = a;
         else if (strcmp(name, "next_attempt_at") == 0)
             c.next_attempt_at = a;
+        else if (strcmp(name, "mode") == 0)
+            c.mode = a;
     }
     if (c.subscription < 0 || c.message_id < 0 || c.status < 0 || c.attempts < 0 ||
-        c.next_attempt_at < 0)
+        c.next_attempt_at < 0 || c.mode < 0)
         elog(ERROR, "eventbox handlers: eventbox.inbox lacks a column the handler pass needs");
     return c;
 }
@@ -66,8 +69,9 @@ bool text_equals(Datum d, const char* s) {
 
 // The row of chosen message `m` as its handlers see it (with the attempt that is running and no
 // next_attempt_at), read at its ctid in `snapshot`; 0 when it is not the message's waiting row.
+// *replay gets whether its mode is 'replay'.
 Datum fetch_row(Relation rel, const InboxColumns& col, Snapshot snapshot, const char* subscription,
-                const ChosenMessage& m, Datum* values, bool* nulls) {
+                const ChosenMessage& m, Datum* values, bool* nulls, bool* replay) {
     TupleDesc desc = RelationGetDescr(rel);
     HeapTupleData tuple;
     ItemPointerSet(&tuple.t_self, static_cast<BlockNumber>(m.tid >> 16),
@@ -85,6 +89,7 @@ Datum fetch_row(Relation rel, const InboxColumns& col, Snapshot snapshot, const 
         (text_equals(values[col.status], "received") || text_equals(values[col.status], "retry"));
     Datum row = (Datum)0;
     if (runs) {
+        *replay = !nulls[col.mode] && text_equals(values[col.mode], "replay");
         values[col.attempts] = Int32GetDatum(DatumGetInt32(values[col.attempts]) + 1);
         nulls[col.next_attempt_at] = true;
         HeapTuple shown = heap_form_tuple(desc, values, nulls);
@@ -96,12 +101,13 @@ Datum fetch_row(Relation rel, const InboxColumns& col, Snapshot snapshot, const 
 }
 
 // Fetches the rows of chosen messages [from, to) marked in `to_run` into rows[] (left 0 for
-// one not found: an operator changed it meanwhile). Each row is read where the lane read found
-// it (its ctid) in the transaction's snapshot, like a TID scan, without a statement: nothing
-// but the lane's holder updates these rows, and a row that was changed since (another version),
-// or whose subscription, status or id differ (the table was rewritten), does not run. This cost
-// a statement with a TID scan, a ROW() expression and two copies of every row before.
-void fetch_rows(const Pass& p, const bool* to_run, int from, int to, Datum* rows) {
+// one not found: an operator changed it meanwhile), and whether each is a replay into replays[].
+// Each row is read where the lane read found it (its ctid) in the transaction's snapshot, like a
+// TID scan, without a statement: nothing but the lane's holder updates these rows, and a row that
+// was changed since (another version), or whose subscription, status or id differ (the table was
+// rewritten), does not run. This cost a statement with a TID scan, a ROW() expression and two
+// copies of every row before.
+void fetch_rows(const Pass& p, const bool* to_run, int from, int to, Datum* rows, bool* replays) {
     RangeVar* rv = makeRangeVar(const_cast<char*>("eventbox"), const_cast<char*>("inbox"), -1);
     Relation rel = table_openrv(rv, AccessShareLock);
     TupleDesc desc = RelationGetDescr(rel);
@@ -112,7 +118,8 @@ void fetch_rows(const Pass& p, const bool* to_run, int from, int to, Datum* rows
     bool* nulls = static_cast<bool*>(palloc(sizeof(bool) * desc->natts));
     for (int c = from; c < to; ++c) {
         if (!to_run[c]) continue;
-        Datum row = fetch_row(rel, col, snapshot, subscription, p.work.chosen(c), values, nulls);
+        Datum row = fetch_row(rel, col, snapshot, subscription, p.work.chosen(c), values, nulls,
+                              &replays[c]);
         if (row != (Datum)0) rows[c] = row;
     }
     table_close(rel, NoLock);  // held to the end of the transaction, as a SELECT holds it
@@ -247,6 +254,130 @@ void run_together(Pass& p, int from, int to, const Datum* rows, HandlerRef** mat
     PG_END_TRY();
 }
 
+// ---- batch handlers ---------------------------------------------------------------------------
+
+// Calls the batch handlers `handlers` on the k rows of a chunk whose first message is chosen
+// message `first`, in a subtransaction of their own; NULL when they succeeded (the
+// subtransaction is released), else the error's text (it was rolled back).
+char* call_chunk(Pass& p, int first, const Datum* chunk_rows, int k, HandlerRef* const* handlers,
+                 int n_handlers) {
+    char* volatile error = nullptr;
+    name_lane_of(p, first);
+    claim_running_chosen(p, first);
+    worker::Subtransaction sub = worker::begin_subtransaction();
+    PG_TRY();
+    {
+        call_batch_handlers(chunk_rows, k, handlers, n_handlers);
+        worker::end_subtransaction(sub, true);
+    }
+    PG_CATCH();
+    { error = handlers_failed(sub); }
+    PG_END_TRY();
+    return error;
+}
+
+// Runs the chunk of chosen messages members[0..k) (one lane's, in order, none held back) with one
+// call of each of `handlers`, and records the outcomes in order. When the call fails, the chunk
+// is split in two, and each half runs the same way (the second only with what a failure in the
+// first does not hold back), until the failing message is alone: it alone fails its attempt
+// (retried or dead by the subscription's policy), its neighbours are processed. Each half that
+// succeeds is released before the next runs, so a message's effects are seen by the later
+// ones, as in one call. `scratch` has room for every handler. Returns how many were handled.
+int run_chunk(Pass& p, int* members, int k, const Datum* rows, HandlerRef* const* handlers,
+              int n_handlers, HandlerRef** scratch, Outcomes* out) {
+    Datum* chunk_rows = static_cast<Datum*>(palloc(sizeof(Datum) * k));
+    for (int i = 0; i < k; ++i) chunk_rows[i] = rows[members[i]];
+    TimestampTz started = GetCurrentTimestamp();
+    char* error = call_chunk(p, members[0], chunk_rows, k, handlers, n_handlers);
+    int64 duration_us = GetCurrentTimestamp() - started;
+    pfree(chunk_rows);
+    if (error == nullptr || k == 1) {
+        int handled = 0;
+        for (int i = 0; i < k; ++i) {
+            RanTogether ran{true, error, duration_us / k};
+            name_lane_of(p, members[i]);
+            if (run_chosen(p, members[i], rows[members[i]], scratch, out, &ran)) ++handled;
+        }
+        return handled;
+    }
+    int half = k / 2;
+    int handled = run_chunk(p, members, half, rows, handlers, n_handlers, scratch, out);
+    int kept = 0;
+    for (int i = half; i < k; ++i)
+        if (!p.work.is_held_back(members[i], p.setup.options.ordering))
+            members[half + kept++] = members[i];
+    if (kept > 0)
+        handled += run_chunk(p, members + half, kept, rows, handlers, n_handlers, scratch, out);
+    return handled;
+}
+
+bool same_handlers(HandlerRef* const* a, HandlerRef* const* b, int n) {
+    for (int i = 0; i < n; ++i)
+        if (a[i] != b[i]) return false;
+    return true;
+}
+
+bool all_batch(HandlerRef* const* handlers, int n) {
+    for (int i = 0; i < n; ++i)
+        if (!handlers[i]->batch) return false;
+    return n > 0;
+}
+
+// Runs the fetched messages [from, to) of a subscription with batch handlers, recording their
+// outcomes in order: a chunk is a run of consecutive messages of one lane and one mode whose
+// handlers are the same batch handlers (run_chunk()); any other message runs alone
+// (run_chosen(), batch handlers getting a one-element array). Returns how many were handled.
+int run_chunks(Pass& p, int from, int to, Datum* rows, const bool* replays, Outcomes* out) {
+    int room = Max(p.setup.n_handlers, 1);
+    auto** first = static_cast<HandlerRef**>(palloc(sizeof(HandlerRef*) * room));
+    auto** other = static_cast<HandlerRef**>(palloc(sizeof(HandlerRef*) * room));
+    auto** scratch = static_cast<HandlerRef**>(palloc(sizeof(HandlerRef*) * room));
+    int* members = static_cast<int*>(palloc(sizeof(int) * (to - from)));
+    int handled = 0;
+    for (int c = from; c < to; ++c) {
+        if (rows[c] == (Datum)0) continue;
+        int n = matching_handlers(p, c, first);
+        if (n < 0) continue;  // held back: stays as it was, to follow the retry
+        name_lane_of(p, c);
+        if (!all_batch(first, n)) {
+            if (run_chosen(p, c, rows[c], scratch, out, nullptr)) ++handled;
+            continue;
+        }
+        std::size_t lane = p.work.lane_of_chosen(static_cast<std::size_t>(c));
+        int k = 0;
+        members[k++] = c;
+        for (int d = c + 1; d < to; ++d) {
+            if (rows[d] == (Datum)0) continue;
+            if (p.work.lane_of_chosen(static_cast<std::size_t>(d)) != lane ||
+                replays[d] != replays[c] || matching_handlers(p, d, other) != n ||
+                !same_handlers(first, other, n))
+                break;
+            members[k++] = d;
+        }
+        int last = members[k - 1];
+        handled += run_chunk(p, members, k, rows, first, n, scratch, out);
+        c = last;
+    }
+    name_lane(p, nullptr, -1);
+    return handled;
+}
+
+// Runs the fetched messages [from, to) of a subscription without batch handlers (or in a dry
+// run): together until one fails (run_together()), then each alone, recording their outcomes
+// in order. Returns how many were handled.
+int run_singly(Pass& p, int from, int to, const Datum* rows, HandlerRef** matching,
+               RanTogether* ran, Outcomes* out) {
+    if (!dry_running()) run_together(p, from, to, rows, matching, ran);
+    int handled = 0;
+    for (int c = from; c < to; ++c) {
+        if (rows[c] == (Datum)0) continue;  // handled meanwhile
+        name_lane_of(p, c);
+        const RanTogether* outcome = ran[c].ran ? &ran[c] : nullptr;
+        if (run_chosen(p, c, rows[c], matching, out, outcome)) ++handled;
+    }
+    return handled;
+}
+
 // Ends a run transaction's batch of messages: the handlers' settings go; a worker records the
 // batch's outcomes, commits, and opens the next transaction, with room for the next outcomes.
 void end_batch(Pass& p, Outcomes* out, int outcome_room) {
@@ -278,31 +409,30 @@ void commit_run_transaction() {
 
 // In lane order, fetching each transaction's rows first; a failure holds back the rest of its
 // lane (or key) in this pass. A transaction's messages run together (run_together()) until one
-// fails. A worker records the outcomes of each transaction's messages and commits it;
-// process() records all of its own in the caller's transaction.
+// fails, or, with batch handlers, in chunks (run_chunks()). A worker records the outcomes of
+// each transaction's messages and commits it; process() records all of its own in the caller's
+// transaction.
 int run_messages(Pass& p, int n_chosen, const bool* to_run) {
     int outcome_room = p.own_transactions ? Min(n_chosen, kMessagesPerTransaction) : n_chosen;
     Outcomes out(outcome_room);
     Datum* rows = static_cast<Datum*>(palloc0(sizeof(Datum) * n_chosen));
+    bool* replays = static_cast<bool*>(palloc0(sizeof(bool) * n_chosen));
     HandlerRef** matching =
         static_cast<HandlerRef**>(palloc(sizeof(HandlerRef*) * Max(p.setup.n_handlers, 1)));
     RanTogether* ran = static_cast<RanTogether*>(palloc0(sizeof(RanTogether) * n_chosen));
+    // A dry run reports each message on its own: batch handlers get one-element arrays there.
+    bool chunks = p.setup.any_batch && !dry_running();
     int handled = 0;
     // The handlers' settings are pinned around their calls only (from each batch's fetch to its
     // end): eventbox's own statements run with the worker's (or _process()'s) search_path,
     // pg_catalog first.
-    for (int c = 0; c < n_chosen; ++c) {
-        if (c % kMessagesPerTransaction == 0) {
-            if (c > 0) end_batch(p, &out, outcome_room);
-            int to = Min(n_chosen, c + kMessagesPerTransaction);
-            fetch_rows(p, to_run, c, to, rows);
-            pin_handler_settings();
-            if (!dry_running()) run_together(p, c, to, rows, matching, ran);
-        }
-        if (rows[c] == (Datum)0) continue;  // handled meanwhile
-        name_lane_of(p, c);
-        const RanTogether* outcome = ran[c].ran ? &ran[c] : nullptr;
-        if (run_chosen(p, c, rows[c], matching, &out, outcome)) ++handled;
+    for (int from = 0; from < n_chosen; from += kMessagesPerTransaction) {
+        if (from > 0) end_batch(p, &out, outcome_room);
+        int to = Min(n_chosen, from + kMessagesPerTransaction);
+        fetch_rows(p, to_run, from, to, rows, replays);
+        pin_handler_settings();
+        handled += chunks ? run_chunks(p, from, to, rows, replays, &out)
+                          : run_singly(p, from, to, rows, matching, ran, &out);
     }
     unpin_handler_settings();  // n_chosen > 0 here: the loop pinned them
     name_lane(p, nullptr, -1);

@@ -52,7 +52,7 @@ bool read_options(Datum name, Options* options) {
 // subscription.
 KeptStatement handlers_statement{
     "SELECT event_type, coalesce(pg_catalog.to_regprocedure(handler)::oid, 0), run_as::oid, "
-    "registered_by::oid, handler "
+    "registered_by::oid, handler, batch "
     "FROM eventbox.handlers WHERE subscription = $1 ORDER BY created_at, handler",
     1,
     {TEXTOID},
@@ -77,6 +77,7 @@ HandlerRef* load_handlers(Datum name, MemoryContext memory, int* n) {
         handlers[i].run_as = DatumGetObjectId(SPI_getbinval(t, d, 3, &isnull));
         handlers[i].registered_by = DatumGetObjectId(SPI_getbinval(t, d, 4, &isnull));
         handlers[i].signature = nullable_text(t, d, 5);
+        handlers[i].batch = DatumGetBool(SPI_getbinval(t, d, 6, &isnull));
     }
     *n = n_handlers;
     return handlers;
@@ -97,11 +98,13 @@ void load_setup(Datum name, MemoryContext memory, PassSetup* setup) {
     if (setup->found && setup->n_handlers == 0) setup->found = false;
     // The event types some handler takes, for reading lanes.
     setup->any_type = false;
+    setup->any_batch = false;
     pg::ArrayColumn handled_types(setup->n_handlers, TEXTOID);
     setup->handler_types =
         static_cast<const char**>(palloc(sizeof(const char*) * Max(setup->n_handlers, 1)));
     for (int h = 0; h < setup->n_handlers; ++h) {
         const char* type = setup->handlers[h].event_type;
+        if (setup->handlers[h].batch) setup->any_batch = true;
         setup->handler_types[h] = type;
         if (type == nullptr)
             setup->any_type = true;

@@ -5,14 +5,14 @@
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pg_eventbox;
 
-SELECT plan(176);
+SELECT plan(179);
 
 -- ---- eventbox.handlers -----------------------------------------------------------------------
 
 SELECT has_table('eventbox', 'handlers', 'table eventbox.handlers exists');
 SELECT columns_are('eventbox', 'handlers',
                    ARRAY['subscription', 'event_type', 'handler', 'run_as', 'registered_by',
-                         'created_at'],
+                         'created_at', 'batch'],
                    'eventbox.handlers has exactly the documented columns');
 
 CREATE TEMP TABLE handler_columns (col name, typ text, not_null boolean);
@@ -22,8 +22,9 @@ INSERT INTO handler_columns VALUES
     ('handler',       'text',                     true),
     ('run_as',        'regrole',                  true),
     ('registered_by', 'regrole',                  true),
-    ('created_at',    'timestamp with time zone', true);
--- 6 types + 6 nullability checks = 12
+    ('created_at',    'timestamp with time zone', true),
+    ('batch',         'boolean',                  true);
+-- 7 types + 7 nullability checks = 14
 SELECT col_type_is('eventbox', 'handlers', col, typ, 'handlers.' || col || ' is ' || typ)
   FROM handler_columns ORDER BY col;
 SELECT CASE WHEN not_null
@@ -33,8 +34,10 @@ SELECT CASE WHEN not_null
   FROM handler_columns ORDER BY col;
 SELECT col_default_is('eventbox', 'handlers', 'created_at', 'now()',
                       'handlers.created_at defaults to now()');
+SELECT col_default_is('eventbox', 'handlers', 'batch', 'false',
+                      'handlers.batch defaults to false (a plain handler)');
 SELECT col_hasnt_default('eventbox', 'handlers', col, 'handlers.' || col || ' has no default')
-  FROM handler_columns WHERE col <> 'created_at' ORDER BY col;
+  FROM handler_columns WHERE col NOT IN ('created_at', 'batch') ORDER BY col;
 SELECT is((SELECT relpersistence::text FROM pg_class WHERE oid = 'eventbox.handlers'::regclass),
           'p', 'handlers is a permanent (WAL-logged) table');
 
@@ -137,8 +140,9 @@ SELECT is((SELECT amname::text FROM pg_class c JOIN pg_am a ON a.oid = c.relam
 -- lost.
 CREATE TEMP TABLE api (name name, args name[], returns text, arguments text);
 INSERT INTO api VALUES
-    ('register_handler', ARRAY['text', 'regprocedure', 'text', 'name'], 'void',
-     'subscription text, handler regprocedure, event_type text DEFAULT NULL::text, run_as name DEFAULT CURRENT_USER'),
+    ('register_handler', ARRAY['text', 'regprocedure', 'text', 'name', 'boolean'], 'void',
+     'subscription text, handler regprocedure, event_type text DEFAULT NULL::text, '
+     'run_as name DEFAULT CURRENT_USER, batch boolean DEFAULT false'),
     ('unregister_handler', ARRAY['text', 'regprocedure', 'text'], 'void',
      'subscription text, handler regprocedure, event_type text DEFAULT NULL::text'),
     ('process', ARRAY['text', 'integer'], 'integer',
@@ -181,7 +185,8 @@ SELECT is_empty($$SELECT oid::regprocedure::text FROM pg_proc
 
 CREATE TEMP TABLE internal (name name, args name[], returns text, lang name);
 INSERT INTO internal VALUES
-    ('_register_handler', ARRAY['oid', 'text', 'regprocedure', 'text', 'name'], 'void', 'plpgsql'),
+    ('_register_handler', ARRAY['oid', 'text', 'regprocedure', 'text', 'name', 'boolean'], 'void',
+     'plpgsql'),
     ('_unregister_handler', ARRAY['oid', 'text', 'regprocedure', 'text'], 'void', 'plpgsql'),
     ('_managed_message', ARRAY['oid', 'text', 'text'], 'eventbox.inbox', 'plpgsql'),
     ('_retry', ARRAY['oid', 'text', 'text'], 'void', 'plpgsql'),
@@ -219,7 +224,7 @@ SELECT throws_ok($$SELECT eventbox.register_handler('s', 'pg_temp.h1(eventbox.in
                  'a role without EXECUTE cannot call register_handler()');
 SELECT throws_ok($$SELECT eventbox.process('s')$$, '42501', NULL,
                  'a role without EXECUTE cannot call process()');
-SELECT throws_ok($$SELECT eventbox._register_handler(10, 's', 'pg_temp.h1(eventbox.inbox)', NULL, 'x')$$,
+SELECT throws_ok($$SELECT eventbox._register_handler(10, 's', 'pg_temp.h1(eventbox.inbox)', NULL, 'x', false)$$,
                  '42501', NULL, 'a role cannot call _register_handler() with a forged caller');
 SELECT throws_ok($$SELECT eventbox._process(10, 's', 1)$$, '42501', NULL,
                  'a role cannot call _process() with a forged caller');

@@ -274,12 +274,14 @@ class HandlerCase:
                   .replace("{topic}", self.topic).replace("{role}", RUN_AS)
 
     def setup(self, ddl, handler="{s}.handle(eventbox.inbox)", event_type=None,
-              sends=False, register=True, **options):
+              sends=False, register=True, batch=False, **options):
         """ddl: tables and the handler function (with {s} etc.); options: those of
         eventbox.create_subscription (ordering, max_attempts, backoff, ...).
-        register=False leaves the handler unregistered (see register())."""
+        register=False leaves the handler unregistered (see register()); batch=True
+        registers it as a batch handler (handler then takes eventbox.inbox[])."""
         self.handler = handler
         self.event_type = event_type
+        self.batch = batch
         c = connect(autocommit=False)
         try:
             with c.cursor() as cur:
@@ -306,8 +308,8 @@ class HandlerCase:
 
     def _register(self, cur):
         cur.execute("SELECT eventbox.register_handler(%s, %s::regprocedure, "
-                    "event_type => %s, run_as => %s)",
-                    (self.sub, self.q(self.handler), self.event_type, RUN_AS))
+                    "event_type => %s, run_as => %s, batch => %s)",
+                    (self.sub, self.q(self.handler), self.event_type, RUN_AS, self.batch))
 
     def register(self):
         """Registers the handler given to setup(register=False)."""

@@ -574,7 +574,7 @@ GRANT EXECUTE ON FUNCTION
     eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text, text, integer, text, text[], text, text, text, boolean),
     eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text, integer, text, boolean, text[], text, text, text),
     eventbox.drop_subscription(text),
-    eventbox.register_handler(text, regprocedure, text, name),
+    eventbox.register_handler(text, regprocedure, text, name, boolean),
     eventbox.unregister_handler(text, regprocedure, text),
     eventbox.process(text, integer), eventbox.retry(text, text), eventbox.redrive(text, text),
     eventbox.skip(text, text), eventbox.replay(text, text, integer, bigint)
