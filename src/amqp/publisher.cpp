@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "amqp/connection.hpp"
 #include "outbox/http_client.hpp"
 
 namespace eventbox::amqp {
@@ -107,53 +108,14 @@ bool Publisher::connect(int64_t now_ms) {
     if (now_ms < reconnect_at_ms_) return false;
     reconnect_delay_ms_ = std::clamp(reconnect_delay_ms_ * 2, kReconnectMinMs, kReconnectMaxMs);
     reconnect_at_ms_ = now_ms + reconnect_delay_ms_;
-    amqp_connection_state_t c = amqp_new_connection();
-    if (c == nullptr) {
-        last_error_ = "out of memory";
-        return false;
-    }
     std::string failed;
-    amqp_socket_t* socket = settings_.tls ? amqp_ssl_socket_new(c) : amqp_tcp_socket_new(c);
-    if (socket == nullptr) failed = "could not create a socket";
-    if (failed.empty() && settings_.tls) {
-        amqp_ssl_socket_set_verify_peer(socket, settings_.tls_verify ? 1 : 0);
-        amqp_ssl_socket_set_verify_hostname(socket, settings_.tls_verify ? 1 : 0);
-        if (!settings_.tls_ca.empty() &&
-            amqp_ssl_socket_set_cacert(socket, settings_.tls_ca.c_str()) != AMQP_STATUS_OK)
-            failed = "could not read tls_ca_file";
-        if (failed.empty() && !settings_.tls_cert.empty() &&
-            amqp_ssl_socket_set_key(socket, settings_.tls_cert.c_str(),
-                                    settings_.tls_key.c_str()) != AMQP_STATUS_OK)
-            failed = "could not read tls_cert_file or tls_key_file";
-    }
-    struct timeval timeout;
-    timeout.tv_sec = settings_.connect_timeout_ms / 1000;
-    timeout.tv_usec = (settings_.connect_timeout_ms % 1000) * 1000;
-    if (failed.empty()) {
-        amqp_set_handshake_timeout(c, &timeout);
-        amqp_set_rpc_timeout(c, &timeout);
-        int rc = amqp_socket_open_noblock(socket, settings_.host.c_str(), settings_.port, &timeout);
-        if (rc != AMQP_STATUS_OK) failed = std::string("connect: ") + amqp_error_string2(rc);
-    }
-    if (failed.empty()) {
-        // Ask for connection.blocked notifications: while blocked, rows wait (kBusy) instead of
-        // filling the socket of a broker that stopped reading.
-        amqp_table_entry_t capability;
-        capability.key = amqp_cstring_bytes("connection.blocked");
-        capability.value.kind = AMQP_FIELD_KIND_BOOLEAN;
-        capability.value.value.boolean = 1;
-        amqp_table_entry_t property;
-        property.key = amqp_cstring_bytes("capabilities");
-        property.value.kind = AMQP_FIELD_KIND_TABLE;
-        property.value.value.table.num_entries = 1;
-        property.value.value.table.entries = &capability;
-        amqp_table_t properties;
-        properties.num_entries = 1;
-        properties.entries = &property;
-        amqp_rpc_reply_t reply = amqp_login_with_properties(
-            c, settings_.vhost.c_str(), 0, 131072, 0, &properties, AMQP_SASL_METHOD_PLAIN,
-            settings_.user.c_str(), settings_.password.c_str());
-        if (reply.reply_type != AMQP_RESPONSE_NORMAL) failed = "login: " + describe(reply);
+    // Ask for connection.blocked notifications: while blocked, rows wait (kBusy) instead of
+    // filling the socket of a broker that stopped reading.
+    auto c = static_cast<amqp_connection_state_t>(
+        open_connection(settings_, {"connection.blocked"}, &failed));
+    if (c == nullptr) {
+        last_error_ = failed;
+        return false;
     }
     if (failed.empty()) {
         amqp_channel_open(c, kChannel);
