@@ -1430,3 +1430,337 @@ REVOKE ALL ON FUNCTION eventbox._check_dead_letter_loop(), eventbox._grant_set(t
 -- A batch handler (batch => true) is a function f(msgs eventbox.inbox[]) called once per chunk of
 -- a lane's messages (docs/design/handlers.md, "Batch handlers").
 ALTER TABLE eventbox.handlers ADD COLUMN batch boolean NOT NULL DEFAULT false;
+
+-- ---- 0.4.0: RabbitMQ destinations ----
+-- Messages sent to a topic that has one are published by the relay to a RabbitMQ exchange
+-- (eventbox.amqp_url), with publisher confirms and mandatory routing. The relay reads this
+-- table with the HTTP destinations: a change moves the same generation (the same trigger
+-- function) and shows in the same fingerprint.
+CREATE TABLE eventbox.amqp_destination_config (
+    topic       text        NOT NULL PRIMARY KEY,
+    exchange    text        NOT NULL,
+    routing_key text,
+    created_by  regrole     NOT NULL,
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT amqp_destination_exchange_check CHECK (octet_length(exchange) <= 255),
+    CONSTRAINT amqp_destination_routing_key_check
+        CHECK (routing_key IS NULL OR octet_length(routing_key) <= 255)
+);
+SELECT pg_catalog.pg_extension_config_dump('eventbox.amqp_destination_config', '');
+
+CREATE VIEW eventbox.amqp_destinations AS
+SELECT c.topic, c.exchange, c.routing_key, c.created_by, c.updated_at
+  FROM eventbox.amqp_destination_config c;
+COMMENT ON VIEW eventbox.amqp_destinations IS
+    'RabbitMQ destinations of outbox topics (routing_key NULL: the message key)';
+
+CREATE TRIGGER amqp_destinations_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON eventbox.amqp_destination_config
+    FOR EACH STATEMENT EXECUTE FUNCTION eventbox._http_destinations_trigger();
+
+CREATE FUNCTION eventbox._check_amqp_destination(topic text, exchange text, routing_key text)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF topic IS NULL THEN
+        PERFORM eventbox._http_error('22004', 'topic must not be NULL',
+            'Pass the topic whose messages go to this exchange.');
+    END IF;
+    IF topic !~ '^[A-Za-z0-9._-]{1,249}$' OR topic IN ('.', '..') THEN
+        PERFORM eventbox._http_error('22023', format('invalid topic name %s', eventbox._quote(topic)),
+            'Topic names are 1 to 249 characters of letters, digits, ''.'', ''_'' and ''-''.');
+    END IF;
+    IF exchange IS NULL OR exchange !~ '^[A-Za-z0-9._:-]{0,255}$' THEN
+        PERFORM eventbox._http_error('22023', 'exchange must be an AMQP exchange name',
+            'Up to 255 letters, digits, ''.'', ''_'', '':'' and ''-''; '''' is the default exchange (routing key = queue name).');
+    END IF;
+    IF routing_key IS NOT NULL AND octet_length(routing_key) > 255 THEN
+        PERFORM eventbox._http_error('22023', 'routing_key is longer than 255 bytes',
+            'AMQP routing keys are at most 255 bytes; NULL routes by the message key.');
+    END IF;
+END $$;
+
+CREATE FUNCTION eventbox._create_amqp_destination(caller oid, topic text, exchange text,
+                                                  routing_key text)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM eventbox._check_amqp_destination(topic, exchange, routing_key);
+    IF EXISTS (SELECT FROM eventbox.http_destination_config h WHERE h.topic = _create_amqp_destination.topic) THEN
+        PERFORM eventbox._http_error('42710', format('topic %s has an HTTP destination', eventbox._quote(topic)),
+            'A topic goes to one destination: drop it with eventbox.drop_http_destination() first.');
+    END IF;
+    BEGIN
+        INSERT INTO eventbox.amqp_destination_config (topic, exchange, routing_key, created_by)
+        VALUES (topic, exchange, routing_key, caller::regrole);
+    EXCEPTION WHEN unique_violation THEN
+        PERFORM eventbox._http_error('42710', format('topic %s has an AMQP destination already', eventbox._quote(topic)),
+            'Use eventbox.alter_amqp_destination() to change it.');
+    END;
+END $$;
+
+-- routing_key: NULL keeps it; '' or a key sets it; use_message_key => true goes back to
+-- routing by the message key.
+CREATE FUNCTION eventbox._alter_amqp_destination(caller oid, topic text, exchange text,
+                                                 routing_key text, use_message_key boolean)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    d eventbox.amqp_destination_config;
+BEGIN
+    SELECT * INTO d FROM eventbox.amqp_destination_config c
+     WHERE c.topic = _alter_amqp_destination.topic FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM eventbox._http_error('42704', format('topic %s has no AMQP destination', coalesce(eventbox._quote(topic), 'NULL')),
+            'See eventbox.amqp_destinations; create one with eventbox.create_amqp_destination().');
+    END IF;
+    d.exchange := coalesce(exchange, d.exchange);
+    d.routing_key := CASE WHEN use_message_key THEN NULL ELSE coalesce(routing_key, d.routing_key) END;
+    PERFORM eventbox._check_amqp_destination(d.topic, d.exchange, d.routing_key);
+    UPDATE eventbox.amqp_destination_config c
+       SET exchange = d.exchange, routing_key = d.routing_key, updated_at = now()
+     WHERE c.topic = d.topic;
+END $$;
+
+CREATE FUNCTION eventbox._drop_amqp_destination(caller oid, topic text)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    DELETE FROM eventbox.amqp_destination_config c WHERE c.topic = _drop_amqp_destination.topic;
+    IF NOT FOUND THEN
+        PERFORM eventbox._http_error('42704', format('topic %s has no AMQP destination', coalesce(eventbox._quote(topic), 'NULL')),
+            'See eventbox.amqp_destinations.');
+    END IF;
+END $$;
+
+CREATE FUNCTION eventbox.create_amqp_destination(topic text, exchange text,
+                                                 routing_key text DEFAULT NULL)
+RETURNS void LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
+CREATE FUNCTION eventbox.alter_amqp_destination(topic text, exchange text DEFAULT NULL,
+                                                routing_key text DEFAULT NULL,
+                                                use_message_key boolean DEFAULT false)
+RETURNS void LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
+CREATE FUNCTION eventbox.drop_amqp_destination(topic text)
+RETURNS void LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
+COMMENT ON FUNCTION eventbox.create_amqp_destination(text, text, text) IS
+    'Publish the messages of a topic to a RabbitMQ exchange instead of Kafka';
+
+REVOKE ALL ON TABLE eventbox.amqp_destination_config, eventbox.amqp_destinations FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventbox._check_amqp_destination(text, text, text),
+    eventbox._create_amqp_destination(oid, text, text, text),
+    eventbox._alter_amqp_destination(oid, text, text, text, boolean),
+    eventbox._drop_amqp_destination(oid, text),
+    eventbox.create_amqp_destination(text, text, text),
+    eventbox.alter_amqp_destination(text, text, text, boolean),
+    eventbox.drop_amqp_destination(text) FROM PUBLIC;
+INSERT INTO eventbox._grant_names (name, kind, object)
+VALUES ('create_amqp_destination', 'admin', 'function'),
+       ('alter_amqp_destination', 'admin', 'function'),
+       ('drop_amqp_destination', 'admin', 'function'),
+       ('amqp_destinations', 'admin', 'table');
+
+-- ---- 0.4.0: subscriptions that consume RabbitMQ (source) ----
+-- A subscription reads Kafka topics (source 'kafka') or RabbitMQ queues and streams (source
+-- 'amqp', eventbox.amqp_url): its topics are then queue names. The API functions get `source`
+-- as their last parameter: they are created again, and the EXECUTE grants an administrator gave
+-- on the old ones are given on the new ones.
+ALTER TABLE eventbox.subscriptions
+    ADD COLUMN source text NOT NULL DEFAULT 'kafka',
+    ADD CONSTRAINT subscriptions_source_check CHECK (source IN ('kafka', 'amqp'));
+
+CREATE TABLE eventbox._upgrade_source_grants AS
+SELECT p.proname::text AS fn, a.grantee::regrole::text AS grantee, a.is_grantable
+  FROM pg_catalog.pg_proc p, LATERAL pg_catalog.aclexplode(p.proacl) a
+ WHERE p.oid IN ('eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text, text, integer, text, text[], text, text, text, boolean)'::regprocedure,
+                 'eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text, integer, text, boolean, text[], text, text, text)'::regprocedure)
+   AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner AND a.grantee <> 0;
+
+DROP FUNCTION eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text, text, integer, text, text[], text, text, text, boolean);
+DROP FUNCTION eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text, integer, text, boolean, text[], text, text, text);
+DROP FUNCTION eventbox._create_subscription(oid, text, text[], text, text, integer, interval, interval, text, text, integer, text, text[], text, text, text, boolean);
+DROP FUNCTION eventbox._alter_subscription(oid, text, text[], text, text, integer, interval, interval, text, text, integer, text, boolean, text[], text, text, text);
+
+-- A subscription's source; raises 22023 with a hint. A RabbitMQ queue keeps no history to
+-- backfill from.
+CREATE FUNCTION eventbox._check_subscription_source(source text, backfill boolean)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF source IS NULL OR source NOT IN ('kafka', 'amqp') THEN
+        RAISE EXCEPTION 'invalid source: %', coalesce(eventbox._quote(source), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use ''kafka'' (topics) or ''amqp'' (RabbitMQ queues and streams, '
+                         'eventbox.amqp_url).';
+    END IF;
+    IF source = 'amqp' AND backfill THEN
+        RAISE EXCEPTION 'backfill is not supported for source ''amqp'''
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Consume the stream from start_from ''earliest'' without backfill.';
+    END IF;
+END $$;
+
+CREATE FUNCTION eventbox._create_subscription(
+    caller oid, name text, topics text[], start_from text, ordering text, max_attempts integer,
+    backoff interval, backoff_max interval, message_id_field text, unhandled text,
+    batch_size integer, group_id text, non_retryable text[], on_dead text, dead_letter_topic text,
+    message_id_rule text, backfill boolean, source text)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    clean_topics text[];
+    clean_codes text[];
+BEGIN
+    IF name IS NULL OR name !~ '^[A-Za-z0-9_.-]{1,63}$' THEN
+        RAISE EXCEPTION 'invalid subscription name: %', coalesce(eventbox._quote(name), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use 1 to 63 letters, digits, ''_'', ''.'' or ''-''.';
+    END IF;
+    clean_topics := eventbox._check_subscription_options(topics, start_from, ordering,
+        max_attempts, backoff, backoff_max, unhandled, batch_size);
+    clean_codes := eventbox._check_dead_letter_options(non_retryable, on_dead, ordering,
+        dead_letter_topic);
+    IF group_id = '' THEN
+        RAISE EXCEPTION 'group_id must not be empty' USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'Pass NULL to derive it from the database and subscription names.';
+    END IF;
+    IF message_id_rule IS NULL OR message_id_rule NOT IN ('default', 'fingerprint') THEN
+        RAISE EXCEPTION 'invalid message_id_rule: %', coalesce(eventbox._quote(message_id_rule), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use ''default'' (header message_id, ce_id, message_id_field, else '
+                         'topic/partition/offset) or ''fingerprint'' (SHA-256 of the canonical payload).';
+    END IF;
+    IF message_id_field = '' THEN
+        RAISE EXCEPTION 'message_id_field must not be empty'
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Pass NULL for none.';
+    END IF;
+    IF backfill IS NULL THEN
+        RAISE EXCEPTION 'backfill must not be NULL' USING ERRCODE = 'null_value_not_allowed',
+            HINT = 'Pass true to run the history in mode ''backfill'', false for ''live''.';
+    END IF;
+    IF backfill AND start_from <> 'earliest' THEN
+        RAISE EXCEPTION 'backfill needs start_from ''earliest'''
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A subscription starting at ''latest'' reads no history to backfill.';
+    END IF;
+    PERFORM eventbox._check_subscription_source(source, backfill);
+    BEGIN
+        INSERT INTO eventbox.subscriptions (name, topics, owner, start_from, ordering,
+            max_attempts, backoff, backoff_max, message_id_field, unhandled, batch_size, group_id,
+            non_retryable, on_dead, dead_letter_topic, message_id_rule, backfill, source)
+        VALUES (name, clean_topics, caller::regrole, start_from, ordering, max_attempts, backoff,
+            backoff_max, message_id_field, unhandled, batch_size, group_id, clean_codes, on_dead,
+            dead_letter_topic, message_id_rule, backfill, source);
+    EXCEPTION WHEN unique_violation THEN
+        RAISE EXCEPTION 'subscription % already exists', eventbox._quote(name)
+            USING ERRCODE = 'duplicate_object',
+                  HINT = 'Use eventbox.alter_subscription() to change it.';
+    END;
+    PERFORM eventbox._notify_ingest();
+END $$;
+
+CREATE FUNCTION eventbox._alter_subscription(
+    caller oid, name text, topics text[], start_from text, ordering text, max_attempts integer,
+    backoff interval, backoff_max interval, message_id_field text, unhandled text,
+    batch_size integer, group_id text, enabled boolean, non_retryable text[], on_dead text,
+    dead_letter_topic text, message_id_rule text, source text)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s eventbox.subscriptions;
+    clean_topics text[];
+    clean_codes text[];
+BEGIN
+    s := eventbox._managed_subscription(caller, name);
+    clean_topics := eventbox._check_subscription_options(
+        coalesce(topics, s.topics), coalesce(start_from, s.start_from),
+        coalesce(ordering, s.ordering), coalesce(max_attempts, s.max_attempts),
+        coalesce(backoff, s.backoff), coalesce(backoff_max, s.backoff_max),
+        coalesce(unhandled, s.unhandled), coalesce(batch_size, s.batch_size));
+    clean_codes := eventbox._check_dead_letter_options(
+        coalesce(non_retryable, s.non_retryable), coalesce(on_dead, s.on_dead),
+        coalesce(ordering, s.ordering),
+        CASE WHEN dead_letter_topic IS NULL THEN s.dead_letter_topic
+             ELSE nullif(dead_letter_topic, '') END);
+    message_id_rule := coalesce(message_id_rule, s.message_id_rule);
+    IF message_id_rule IS NULL OR message_id_rule NOT IN ('default', 'fingerprint') THEN
+        RAISE EXCEPTION 'invalid message_id_rule: %', coalesce(eventbox._quote(message_id_rule), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use ''default'' (header message_id, ce_id, message_id_field, else '
+                         'topic/partition/offset) or ''fingerprint'' (SHA-256 of the canonical payload).';
+    END IF;
+    PERFORM eventbox._check_subscription_source(coalesce(source, s.source), s.backfill);
+    UPDATE eventbox.subscriptions SET
+        topics = clean_topics,
+        start_from = coalesce(_alter_subscription.start_from, s.start_from),
+        ordering = coalesce(_alter_subscription.ordering, s.ordering),
+        max_attempts = coalesce(_alter_subscription.max_attempts, s.max_attempts),
+        backoff = coalesce(_alter_subscription.backoff, s.backoff),
+        backoff_max = coalesce(_alter_subscription.backoff_max, s.backoff_max),
+        message_id_field = CASE WHEN _alter_subscription.message_id_field IS NULL
+                                THEN s.message_id_field
+                                ELSE nullif(_alter_subscription.message_id_field, '') END,
+        unhandled = coalesce(_alter_subscription.unhandled, s.unhandled),
+        batch_size = coalesce(_alter_subscription.batch_size, s.batch_size),
+        group_id = CASE WHEN _alter_subscription.group_id IS NULL THEN s.group_id
+                        ELSE nullif(_alter_subscription.group_id, '') END,
+        enabled = coalesce(_alter_subscription.enabled, s.enabled),
+        non_retryable = clean_codes,
+        on_dead = coalesce(_alter_subscription.on_dead, s.on_dead),
+        dead_letter_topic = CASE WHEN _alter_subscription.dead_letter_topic IS NULL
+                                 THEN s.dead_letter_topic
+                                 ELSE nullif(_alter_subscription.dead_letter_topic, '') END,
+        message_id_rule = _alter_subscription.message_id_rule,
+        source = coalesce(_alter_subscription.source, s.source)
+     WHERE subscriptions.name = s.name;
+    -- Back to 'continue': the keys it held are released.
+    IF coalesce(_alter_subscription.on_dead, s.on_dead) = 'continue' THEN
+        DELETE FROM eventbox.key_blocks b WHERE b.subscription = s.name;
+    END IF;
+    PERFORM eventbox._notify_ingest();
+END $$;
+
+CREATE FUNCTION eventbox.create_subscription(
+    name text, topics text[], start_from text DEFAULT 'earliest', ordering text DEFAULT 'partition',
+    max_attempts integer DEFAULT 10, backoff interval DEFAULT '1 second',
+    backoff_max interval DEFAULT '10 minutes', message_id_field text DEFAULT NULL,
+    unhandled text DEFAULT 'ignore', batch_size integer DEFAULT 1000, group_id text DEFAULT NULL,
+    non_retryable text[] DEFAULT '{22,23502,23514}', on_dead text DEFAULT 'continue',
+    dead_letter_topic text DEFAULT NULL, message_id_rule text DEFAULT 'default',
+    backfill boolean DEFAULT false, source text DEFAULT 'kafka')
+RETURNS void
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
+
+CREATE FUNCTION eventbox.alter_subscription(
+    name text, topics text[] DEFAULT NULL, start_from text DEFAULT NULL,
+    ordering text DEFAULT NULL, max_attempts integer DEFAULT NULL, backoff interval DEFAULT NULL,
+    backoff_max interval DEFAULT NULL, message_id_field text DEFAULT NULL,
+    unhandled text DEFAULT NULL, batch_size integer DEFAULT NULL, group_id text DEFAULT NULL,
+    enabled boolean DEFAULT NULL, non_retryable text[] DEFAULT NULL, on_dead text DEFAULT NULL,
+    dead_letter_topic text DEFAULT NULL, message_id_rule text DEFAULT NULL,
+    source text DEFAULT NULL)
+RETURNS void
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
+
+COMMENT ON FUNCTION eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text, integer, text, boolean, text[], text, text, text, text) IS
+    'Change a subscription''s options; NULL keeps an option (pass '''' to clear message_id_field, group_id or dead_letter_topic)';
+
+REVOKE ALL ON FUNCTION eventbox._check_subscription_source(text, boolean),
+    eventbox._create_subscription(oid, text, text[], text, text, integer, interval, interval, text, text, integer, text, text[], text, text, text, boolean, text),
+    eventbox._alter_subscription(oid, text, text[], text, text, integer, interval, interval, text, text, integer, text, boolean, text[], text, text, text, text),
+    eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text, text, integer, text, text[], text, text, text, boolean, text),
+    eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text, integer, text, boolean, text[], text, text, text, text)
+    FROM PUBLIC;
+
+DO $$
+DECLARE
+    g record;
+BEGIN
+    FOR g IN SELECT * FROM eventbox._upgrade_source_grants LOOP
+        EXECUTE format('GRANT EXECUTE ON FUNCTION eventbox.%I(%s) TO %s%s', g.fn,
+                       CASE g.fn
+                       WHEN 'create_subscription' THEN 'text, text[], text, text, integer, interval, interval, text, text, integer, text, text[], text, text, text, boolean, text'
+                       ELSE 'text, text[], text, text, integer, interval, interval, text, text, integer, text, boolean, text[], text, text, text, text' END,
+                       g.grantee, CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+    END LOOP;
+END $$;
+DROP TABLE eventbox._upgrade_source_grants;

@@ -323,9 +323,9 @@ GRANT USAGE ON SCHEMA eventbox TO regress_eventbox_admin1, regress_eventbox_admi
                                   regress_eventbox_noexec;
 GRANT EXECUTE ON FUNCTION
     eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text,
-                                 text, integer, text, text[], text, text, text, boolean),
+                                 text, integer, text, text[], text, text, text, boolean, text),
     eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text,
-                                integer, text, boolean, text[], text, text, text),
+                                integer, text, boolean, text[], text, text, text, text),
     eventbox.drop_subscription(text)
   TO regress_eventbox_admin1, regress_eventbox_admin2;
 
@@ -420,7 +420,7 @@ RESET ROLE;
 GRANT USAGE ON SCHEMA eventbox TO regress_eventbox_noinherit1;
 GRANT EXECUTE ON FUNCTION
     eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text,
-                                integer, text, boolean, text[], text, text, text)
+                                integer, text, boolean, text[], text, text, text, text)
   TO regress_eventbox_noinherit1;
 SET ROLE regress_eventbox_noinherit1;
 SELECT eventbox.alter_subscription('a1', enabled => true);
@@ -463,9 +463,9 @@ SELECT count(*) AS inbox_rows FROM eventbox.inbox;
 SELECT count(*) AS offset_rows FROM eventbox.offsets;
 REVOKE ALL ON FUNCTION
     eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text,
-                                 text, integer, text, text[], text, text, text, boolean),
+                                 text, integer, text, text[], text, text, text, boolean, text),
     eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text,
-                                integer, text, boolean, text[], text, text, text),
+                                integer, text, boolean, text[], text, text, text, text),
     eventbox.drop_subscription(text)
   FROM regress_eventbox_admin1, regress_eventbox_admin2, regress_eventbox_noinherit1;
 REVOKE ALL ON SCHEMA eventbox FROM regress_eventbox_admin1, regress_eventbox_admin2,

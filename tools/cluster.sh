@@ -14,9 +14,12 @@
 #     DIR/postgres.log                           server log (pg_ctl -l)
 #     DIR/.s.PGSQL.PORT                          unix socket (also TCP on 127.0.0.1:PORT)
 #     DIR/killed_pids                            empty; tests append PIDs they SIGKILL on purpose
+#     DIR/rabbitmq/                              a RabbitMQ node (tools/rabbitmq.sh) on 127.0.0.1
 #     DIR/env                                    sourceable: PGHOST PGPORT PGUSER PGDATABASE
 #                                                EVENTBOX_{DATADIR,LOG,BOOTSTRAP,CONTROL_HOST,
 #                                                CONTROL_PORT,DEVBROKER,PGBIN,ENV_DIR,KILLED_PIDS}
+#                                                EVENTBOX_AMQP_{URL,PORT,NODE,DIR} (empty
+#                                                without RabbitMQ)
 #   Default port 54329, default database eventbox_test (created, owned by postgres;
 #   the pg_eventbox extension is NOT created in it). If start fails, whatever it
 #   started is stopped again and the logs are printed; DIR is left in place.
@@ -32,6 +35,10 @@
 #   EVENTBOX_DEVBROKER  dev broker binary; default <repo>/tools/devbroker/eventbox-devbroker.
 #   EVENTBOX_PGBIN      PostgreSQL bin dir; default /usr/lib/postgresql/15/bin.
 #   EVENTBOX_BROKER_TIMEOUT  seconds to wait for DIR/broker.ready; default 30.
+#   EVENTBOX_NO_RABBITMQ =1: do not start a RabbitMQ node; eventbox.amqp_url = ''. Also when
+#                       rabbitmq-server is not installed (said in the output).
+#   EVENTBOX_AMQP_PORT  the node's AMQP port; default: the first free one from 5682 up (see
+#                       tools/rabbitmq.sh for the other ports it takes).
 #
 # Runs as root (initdb/pg_ctl are run as `postgres` via runuser) or as any
 # non-root user (then everything runs as that user; the DB superuser is still
@@ -142,6 +149,7 @@ do_stop() {
   local rc=0
   stop_postgres || rc=1
   stop_broker || rc=1
+  stop_rabbitmq || rc=1
   ((rc == 0)) && log "stopped ($DIR left in place)"
   return "$rc"
 }
@@ -204,6 +212,29 @@ start_broker() {
   log "dev broker ready: bootstrap=$BOOTSTRAP control=127.0.0.1:$CONTROL_PORT"
 }
 
+start_rabbitmq() {
+  AMQP_URL=""
+  if [[ "${EVENTBOX_NO_RABBITMQ:-}" == 1 ]]; then
+    log "EVENTBOX_NO_RABBITMQ=1: not starting RabbitMQ"
+    return 0
+  fi
+  if [[ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server && -z "${EVENTBOX_RABBITMQ_BIN:-}" ]]; then
+    log "rabbitmq-server is not installed: no RabbitMQ node (run tools/deps.sh)"
+    return 0
+  fi
+  local -a args=()
+  [[ -n "${EVENTBOX_AMQP_PORT:-}" ]] && args=(--port "$EVENTBOX_AMQP_PORT")
+  "$SCRIPT_DIR/rabbitmq.sh" start "$DIR/rabbitmq" "${args[@]}" ||
+    die "RabbitMQ did not start (logs in $DIR/rabbitmq/log)"
+  # shellcheck source=/dev/null
+  AMQP_URL=$(. "$DIR/rabbitmq/rabbitmq.env" && echo "$EVENTBOX_AMQP_URL")
+}
+
+stop_rabbitmq() {
+  [[ -f "$DIR/rabbitmq/port" ]] || return 0
+  "$SCRIPT_DIR/rabbitmq.sh" stop "$DIR/rabbitmq"
+}
+
 do_start() {
   local port=54329 db=eventbox_test
   local -a confs=()
@@ -259,6 +290,7 @@ do_start() {
   trap 'rc=$?; if ((rc != 0)); then show_logs; log "start failed, cleaning up"; do_stop || true; fi' EXIT
 
   start_broker
+  start_rabbitmq
 
   # --- initdb + configuration ------------------------------------------------
   log "initdb $DIR/data"
@@ -282,6 +314,8 @@ do_start() {
     fi
     echo "eventbox.database = $(sql_quote "$db")"
     echo "eventbox.brokers = $(sql_quote "$BOOTSTRAP")"
+    echo "eventbox.amqp_url = $(sql_quote "$AMQP_URL")"
+    [[ -n "$AMQP_URL" ]] && echo "eventbox.amqp_options = 'user=guest,password=guest'"
     echo "logging_collector = off"
     echo "log_line_prefix = '%m [%p] %b '"
     echo "max_worker_processes = 32"
@@ -319,6 +353,11 @@ do_start() {
     printf 'export EVENTBOX_PGBIN=%q\n' "$PGBIN"
     printf 'export EVENTBOX_ENV_DIR=%q\n' "$DIR"
     printf 'export EVENTBOX_KILLED_PIDS=%q\n' "$DIR/killed_pids"
+    if [[ -f "$DIR/rabbitmq/rabbitmq.env" ]]; then
+      cat "$DIR/rabbitmq/rabbitmq.env"
+    else
+      printf 'export EVENTBOX_AMQP_URL= EVENTBOX_AMQP_PORT= EVENTBOX_AMQP_NODE= EVENTBOX_AMQP_DIR=\n'
+    fi
   } >"$tmp"
   chmod 644 "$tmp"
   mv -f "$tmp" "$DIR/env"
@@ -354,6 +393,7 @@ DIR=$(abspath "$2")
 shift 2
 BOOTSTRAP=""
 CONTROL_PORT=""
+AMQP_URL=""
 
 case "$cmd" in
   start) do_start "$@" ;;

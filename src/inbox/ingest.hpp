@@ -235,6 +235,30 @@ struct Columns {
 void build_columns(Subscription* sub, rd_kafka_message_t* const* messages, Columns* columns,
                    worker::WorkContext* context);
 
+// What storing a batch's rows did.
+struct Inserted {
+    uint64 rows = 0;       // inserted
+    uint64 conflicts = 0;  // conflicting duplicates listed
+};
+
+// Whether a batch stores some lane's rows at offsets not above what this process stored there
+// before (asked only when the batch is expected to hold only new messages). A plain function
+// and its argument: no object with a destructor on the stack of a step that may raise an ERROR.
+struct Below {
+    bool (*ask)(const void* arg);
+    const void* arg;
+    bool operator()() const { return ask(arg); }
+};
+
+// Stores a batch's rows (in the current transaction): without ON CONFLICT when the last batch
+// had no duplicates and `below` says no, else with it; the unparsable ones go to the
+// dead-letter topic, if any, and conflicting duplicates to eventbox.conflicts
+// (ingest_store.cpp).
+Inserted store_rows(Subscription* sub, const Columns& c, const Below& below);
+// Stores the lanes' next offsets, compare-and-set from each one's `previous`; returns whether
+// one was moved under us (eventbox.replay) (ingest_store.cpp).
+bool store_lane_offsets(const Subscription* sub, const std::vector<kafka::PartitionEnd>& ends);
+
 // The worker's plain state (ingest_main.cpp).
 extern int member;                // this worker's index among the ingest workers
 extern int members;               // eventbox.ingest_workers, as of the last reload
@@ -252,6 +276,23 @@ inline SPIPlanPtr prepare(const char* sql, int nargs, Oid* types) {
 // Brings the consumer and its subscriptions in line with the subscriptions table
 // (ingest_reload.cpp).
 void reload();
+// The wait set: the latch, postmaster death, the Kafka consumer's queue fd and the RabbitMQ
+// socket (wait_set_amqp_fd, -1: none) (ingest_reload.cpp).
+void rebuild_wait_set();
+extern int wait_set_amqp_fd;
+
+// ---- RabbitMQ subscriptions (source 'amqp'; ingest_amqp.cpp)
+// Reads this worker's AMQP subscriptions and their stored offsets (in a transaction) and brings
+// its RabbitMQ consumer in line; returns how many it consumes.
+std::size_t amqp_reload(int64 now);
+// Reads what RabbitMQ delivered and stores each subscription's deliveries in one transaction,
+// acknowledging them after its commit; returns whether more deliveries wait.
+bool amqp_turn();
+// The consumer's socket (-1: none) and whether frames wait in its buffer already.
+int amqp_fd();
+bool amqp_buffered();
+// Deletes the consumer (before_shmem_exit, after an ERROR outside a batch).
+void amqp_destroy() noexcept;
 
 // Stores each subscription's records of the last poll, a failing one rolled back alone; returns
 // whether any records were stored (ingest_store.cpp).

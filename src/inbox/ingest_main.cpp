@@ -38,6 +38,7 @@ TimestampTz last_batch_at = 0;  // end of the last batch with messages
 
 void shutdown_ingest(int, Datum) {
     state.destroy();
+    amqp_destroy();
 }
 
 void start(MemoryContext turn_context) {
@@ -50,6 +51,7 @@ void start(MemoryContext turn_context) {
 // stored and are read again) after the backoff.
 void after_error() {
     state.destroy();
+    amqp_destroy();
     needs_reload = true;
 }
 
@@ -91,8 +93,13 @@ void turn(MemoryContext) {
     if (state.ready()) record_errors();
     MemoryContextSwitchTo(TopMemoryContext);
     MemoryContextReset(batch_context);
+    // RabbitMQ subscriptions: their deliveries stored, then acknowledged.
+    bool more_amqp = amqp_turn();
+    MemoryContextSwitchTo(TopMemoryContext);
+    MemoryContextReset(batch_context);
+    if (amqp_fd() != wait_set_amqp_fd) rebuild_wait_set();
     flush_stats(worked);
-    wait_for_more(n >= round_size);
+    wait_for_more(n >= round_size || more_amqp);
 }
 
 }  // namespace

@@ -101,7 +101,7 @@ void read_wanted() {
         "(extract(epoch FROM created_at) * 1000)::int8, message_id_rule = 'fingerprint', "
         "backfill "
         "FROM eventbox.subscriptions "
-        "WHERE enabled ORDER BY name",
+        "WHERE enabled AND source = 'kafka' ORDER BY name",
         true, 0);
     if (rc != SPI_OK_SELECT) elog(ERROR, "eventbox ingest: reading subscriptions failed");
     state.clear_wanted();
@@ -338,41 +338,52 @@ void go_idle() {
     shmem::set_state("idle: no brokers");
 }
 
+}  // namespace
+
+int wait_set_amqp_fd = -1;
+
 void rebuild_wait_set() {
     if (wait_set != nullptr) FreeWaitEventSet(wait_set);
-    wait_set = CreateWaitEventSet(TopMemoryContext, 3);
+    wait_set = CreateWaitEventSet(TopMemoryContext, 4);
     AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, nullptr);
     AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, nullptr, nullptr);
     if (state.has_consumer())
         AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, state.event_fd(), nullptr, nullptr);
+    wait_set_amqp_fd = amqp_fd();
+    if (wait_set_amqp_fd >= 0)
+        AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, wait_set_amqp_fd, nullptr, nullptr);
 }
-
-}  // namespace
 
 void reload() {
     state.make_lists();
-    if (guc::brokers[0] == '\0') {
-        go_idle();
-        rebuild_wait_set();
-        return;
-    }
-    announced_idle = false;
     members = guc::ingest_workers;
     loaded_generation = shmem::subscriptions_generation();
-    state.build_consumer(member, members);
+    bool kafka = guc::brokers[0] != '\0';
+    if (kafka) {
+        announced_idle = false;
+        state.build_consumer(member, members);
+    } else {
+        go_idle();
+    }
 
     worker::begin_work(kWho);
-    read_wanted();
     int64 now = worker::now_ms();
-    state.drop_unwanted(now);
-    std::size_t n_wanted = state.start_wanted();
-    apply_stored_offsets();
-    resume_fresh(now);
-    sync_error_rows();
+    std::size_t n_wanted = 0;
+    if (kafka) {
+        read_wanted();
+        state.drop_unwanted(now);
+        n_wanted = state.start_wanted();
+        apply_stored_offsets();
+        resume_fresh(now);
+        sync_error_rows();
+    }
+    // RabbitMQ subscriptions (source 'amqp'), whether or not Kafka brokers are set.
+    std::size_t n_amqp = amqp_reload(now);
     worker::end_work();
 
-    round_size = state.largest_batch_size();
-    shmem::set_state(n_wanted ? "running" : "idle: no subscriptions");
+    if (kafka) round_size = state.largest_batch_size();
+    if (kafka || n_amqp > 0)
+        shmem::set_state(n_wanted + n_amqp ? "running" : "idle: no subscriptions");
     rebuild_wait_set();
 }
 

@@ -126,16 +126,10 @@ bool insert_new(SPIPlanPtr plan, Datum* values, uint64* inserted, TransactionId*
     return ok;
 }
 
-// What storing a batch's rows did.
-struct Inserted {
-    uint64 rows = 0;       // inserted
-    uint64 conflicts = 0;  // conflicting duplicates listed
-};
-
 // Inserts the rows: without ON CONFLICT when the batch is expected to hold only new messages,
 // else (or when that found a duplicate) with it. `values` are the statement's 12 parameters.
-uint64 insert_rows(Subscription* sub, const Columns& c, Datum* values,
-                   rd_kafka_message_t* const* messages, TransactionId* writer) {
+uint64 insert_rows(Subscription* sub, const Columns& c, Datum* values, const Below& below,
+                   TransactionId* writer) {
     InsertPlans plans = insert_plans();
     Datum mode_values[13];
     Datum* args = values;
@@ -148,7 +142,7 @@ uint64 insert_rows(Subscription* sub, const Columns& c, Datum* values,
     // A batch below what this process stored in a lane (eventbox.replay(), a seek, the first one
     // after a start) goes straight to ON CONFLICT: it may hold only duplicates, and a refused
     // attempt would leave its rows' dead versions behind.
-    if (!sub->expect_new || state.stores_below(sub, messages, c.count, false) ||
+    if (!sub->expect_new || below() ||
         !insert_new(sub->backfill ? plans.insert_new_modes : plans.insert_new, args, &inserted,
                     writer)) {
         worker::exec_kept(kWho, sub->backfill ? plans.insert_modes : plans.insert, args, false,
@@ -181,9 +175,9 @@ worker::KeptStatement conflicts_statement{
      BYTEAARRAYOID},
     nullptr};
 
-// Stores the batch's rows; the unparsable ones go to the dead-letter topic, if any, and
-// conflicting duplicates to eventbox.conflicts.
-Inserted store_rows(Subscription* sub, const Columns& c, rd_kafka_message_t* const* messages) {
+}  // namespace
+
+Inserted store_rows(Subscription* sub, const Columns& c, const Below& below) {
     Inserted done;
     if (c.count == 0) return done;
     Datum name = CStringGetTextDatum(sub->name.c_str());
@@ -200,7 +194,7 @@ Inserted store_rows(Subscription* sub, const Columns& c, rd_kafka_message_t* con
                         c.statuses.get(),
                         c.notes.get()};
     TransactionId writer = InvalidTransactionId;  // the xmin of the rows inserted now
-    done.rows = insert_rows(sub, c, values, messages, &writer);
+    done.rows = insert_rows(sub, c, values, below, &writer);
     // The subscription's dead-letter topic, if any, gets the unparsable rows stored now.
     if (c.unparsable_rows > 0 && done.rows > 0)
         handlers::dead_letters::after_unparsable(name, c.unparsable_ids.get(c.unparsable_rows),
@@ -214,8 +208,6 @@ Inserted store_rows(Subscription* sub, const Columns& c, rd_kafka_message_t* con
     }
     return done;
 }
-
-}  // namespace
 
 bool IngestState::stores_below(const Subscription* sub, rd_kafka_message_t* const* messages, int n,
                                bool record) {
@@ -275,10 +267,9 @@ worker::KeptStatement offsets_statement{
     {TEXTOID, TEXTARRAYOID, INT4ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID},
     nullptr};
 
-// Stores the next offsets of the lanes of records [from, to) (and the positions to store);
-// returns whether one was moved under us (eventbox.replay).
-bool store_offsets(const Subscription* sub, std::size_t from, std::size_t to) {
-    const std::vector<kafka::PartitionEnd>& ends = state.partition_ends(sub, from, to);
+}  // namespace
+
+bool store_lane_offsets(const Subscription* sub, const std::vector<kafka::PartitionEnd>& ends) {
     int m = static_cast<int>(ends.size());
     pg::ArrayColumn end_topics(m, TEXTOID), end_partitions(m, INT4OID), end_offsets(m, INT8OID),
         end_high(m, INT8OID), end_previous(m, INT8OID), end_until(m, INT8OID);
@@ -300,6 +291,14 @@ bool store_offsets(const Subscription* sub, std::size_t from, std::size_t to) {
                               end_until.get()};
     worker::exec_kept(kWho, offsets_statement, offset_values, false, SPI_OK_INSERT);
     return SPI_processed < static_cast<uint64>(m);
+}
+
+namespace {
+
+// Stores the next offsets of the lanes of records [from, to) (and the positions to store);
+// returns whether one was moved under us (eventbox.replay).
+bool store_offsets(const Subscription* sub, std::size_t from, std::size_t to) {
+    return store_lane_offsets(sub, state.partition_ends(sub, from, to));
 }
 
 // ---- a batch --------------------------------------------------------------------------------
@@ -325,6 +324,18 @@ void after_commit(Subscription* sub, std::size_t n, const Columns& c, const Inse
     shmem::wake_handlers();
 }
 
+// A Kafka batch, for Below.
+struct KafkaBatch {
+    Subscription* sub;
+    rd_kafka_message_t* const* messages;
+    int n;
+};
+
+bool kafka_below(const void* arg) {
+    auto* b = static_cast<const KafkaBatch*>(arg);
+    return state.stores_below(b->sub, b->messages, b->n, false);
+}
+
 // Stores records [from, to) of `sub`'s batch (and the positions to store) in one transaction.
 void store_batch(Subscription* sub, std::size_t from, std::size_t to) {
     store_context.batch = ++batches_begun;
@@ -335,7 +346,8 @@ void store_batch(Subscription* sub, std::size_t from, std::size_t to) {
     worker::begin_work(kWho);
     Columns columns(static_cast<int>(to - from));
     build_columns(sub, messages, &columns, &store_context);
-    Inserted done = store_rows(sub, columns, messages);
+    KafkaBatch batch{sub, messages, columns.count};
+    Inserted done = store_rows(sub, columns, Below{kafka_below, &batch});
     if (done.rows > 0 && state.stores_below(sub, messages, columns.count, true))
         shmem::inbox_requeued_at_commit();
     bool moved = store_offsets(sub, from, to);

@@ -142,6 +142,10 @@ void build_subscriptions(const Counters& s, Exposition& e) {
         {"eventbox_ingest_conflicts_total",
          "Duplicates whose payload differs from the stored row's (see eventbox.conflicts).",
          &SubscriptionCounters::conflicts},
+        {"eventbox_ingest_redelivered_total",
+         "RabbitMQ deliveries flagged redelivered (delivered before, perhaps stored: not a "
+         "duplicate count).",
+         &SubscriptionCounters::redelivered},
         {"eventbox_handler_processed_total", "Messages whose handlers succeeded.",
          &SubscriptionCounters::processed},
         {"eventbox_handler_retries_total", "Failed handler attempts followed by a retry (backoff).",

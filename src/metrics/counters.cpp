@@ -30,6 +30,7 @@ struct SubscriptionEntry {
     uint32 absent_sweeps;  // the supervisor's, under the mutex (sweep_subscriptions())
     char name[NAMEDATALEN];
     pg_atomic_uint64 records, stored, duplicates, transport_ids, unparsable, conflicts;
+    pg_atomic_uint64 redelivered;  // RabbitMQ deliveries flagged redelivered
     pg_atomic_uint64 processed, retried, dead, ignored;
     AtomicHistogram duration;
 };
@@ -85,6 +86,7 @@ void startup_hook() {
             pg_atomic_init_u64(&e.transport_ids, 0);
             pg_atomic_init_u64(&e.unparsable, 0);
             pg_atomic_init_u64(&e.conflicts, 0);
+            pg_atomic_init_u64(&e.redelivered, 0);
             pg_atomic_init_u64(&e.processed, 0);
             pg_atomic_init_u64(&e.retried, 0);
             pg_atomic_init_u64(&e.dead, 0);
@@ -127,10 +129,10 @@ bool read_name(SubscriptionEntry& e, char* name, uint32* version) {
 void rename_entry(SubscriptionEntry& e, const char* name) {
     pg_atomic_fetch_add_u32(&e.version, 1);  // odd: readers without the mutex look again
     if (name[0] != '\0') {
-        pg_atomic_uint64* counters[] = {&e.records,       &e.stored,         &e.duplicates,
-                                        &e.transport_ids, &e.unparsable,     &e.conflicts,
-                                        &e.processed,     &e.retried,        &e.dead,
-                                        &e.ignored,       &e.duration.sum_us};
+        pg_atomic_uint64* counters[] = {&e.records,       &e.stored,          &e.duplicates,
+                                        &e.transport_ids, &e.unparsable,      &e.conflicts,
+                                        &e.processed,     &e.retried,         &e.dead,
+                                        &e.ignored,       &e.duration.sum_us, &e.redelivered};
         for (pg_atomic_uint64* c : counters) pg_atomic_write_u64(c, 0);
         for (pg_atomic_uint64& c : e.duration.counts) pg_atomic_write_u64(&c, 0);
     }
@@ -245,6 +247,11 @@ void ingested(const char* subscription, uint64 records, uint64 duplicates, uint6
     add(&e->duplicates, duplicates);
     add(&e->transport_ids, transport_ids);
     add(&e->unparsable, unparsable);
+}
+
+void ingest_redelivered(const char* subscription, uint64 n) {
+    if (shared == nullptr || n == 0) return;
+    add(&entry_of(subscription)->redelivered, n);
 }
 
 void ingest_conflicts(const char* subscription, uint64 n) {
@@ -417,6 +424,7 @@ void snapshot(Counters* out) {
         c.transport_ids = read(e.transport_ids);
         c.unparsable = read(e.unparsable);
         c.conflicts = read(e.conflicts);
+        c.redelivered = read(e.redelivered);
         c.processed = read(e.processed);
         c.retried = read(e.retried);
         c.dead = read(e.dead);

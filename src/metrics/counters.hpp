@@ -51,6 +51,8 @@ void ingested(const char* subscription, uint64 records, uint64 duplicates, uint6
               uint64 unparsable);
 // Ingest: duplicates of `subscription` whose payload differs from the stored row's.
 void ingest_conflicts(const char* subscription, uint64 n);
+// Ingest: RabbitMQ deliveries of `subscription` flagged redelivered (committed in a batch).
+void ingest_redelivered(const char* subscription, uint64 n);
 // Handlers: a process-local tally of the current pass, added to `subscription` by
 // handler_flush() (at the end of the pass).
 void handler_processed(int64 duration_us);
@@ -79,6 +81,7 @@ struct SubscriptionCounters {
     char name[NAMEDATALEN];
     bool overflow;
     uint64 records, stored, duplicates, transport_ids, unparsable, conflicts;
+    uint64 redelivered;
     uint64 processed, retried, dead, ignored;
     uint64 duration_counts[kBounds + 1];
     uint64 duration_sum_us;

@@ -21,6 +21,7 @@ extern "C" {
 #include <vector>
 
 #include "metrics/counters.hpp"
+#include "outbox/amqp_relay.hpp"
 #include "outbox/http_relay.hpp"
 #include "pg/boundary.hpp"
 #include "pg/shmem.hpp"
@@ -262,7 +263,9 @@ http::Client* build_client(const LoadedRow* rows, int n, std::size_t queue_limit
 }  // namespace
 
 char* fingerprint() {
-    if (!destinations_exist()) return pstrdup("");
+    // The AMQP destinations share the generation: a change of either kind shows here.
+    char* amqp = amqp_relay::fingerprint();
+    if (!destinations_exist()) return psprintf("amqp:%s", amqp);
     // Every column, as text: any change of a destination changes it.
     int rc = SPI_execute(
         "SELECT string_agg(c::text, E'\\n' ORDER BY c.topic) "
@@ -273,7 +276,7 @@ char* fingerprint() {
              SPI_result_code_string(rc));
     bool isnull;
     Datum value = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-    return isnull ? pstrdup("") : TextDatumGetCString(value);
+    return psprintf("%s\namqp:%s", isnull ? "" : TextDatumGetCString(value), amqp);
 }
 
 http::Client* load_client(std::size_t queue_limit, relay::RouteStamp* loaded, char** print) {

@@ -11,6 +11,7 @@ extern "C" {
 
 #include "kafka/options.hpp"
 #include "messages/message_rules.hpp"
+#include "outbox/amqp_relay.hpp"
 #include "outbox/http_relay.hpp"
 #include "pg/boundary.hpp"
 #include "pg/guc.hpp"
@@ -24,6 +25,7 @@ using pg::pg_guard;
 
 PgProducer producer;
 PgHttpClient http_client;
+PgAmqp amqp_publisher;
 PgDispatcher dispatcher;
 PgRechecks rechecks;
 
@@ -74,7 +76,11 @@ bool PgHttpClient::current(bool recheck) {
     return same;
 }
 
-void PgDispatcher::create(PgProducer& producer, PgHttpClient& http) {
+void PgAmqp::load(std::size_t queue_limit) {
+    publisher_ = amqp_relay::load_publisher(queue_limit);
+}
+
+void PgDispatcher::create(PgProducer& producer, PgHttpClient& http, PgAmqp& amqp) {
     call_cpp([&] {
         relay::Limits limits;
         limits.max_in_flight = static_cast<std::size_t>(guc::relay_max_in_flight);
@@ -85,8 +91,11 @@ void PgDispatcher::create(PgProducer& producer, PgHttpClient& http) {
         relay::Sink* kafka = producer.producer_;
         if (kafka == nullptr) kafka = no_kafka_ = new relay::NoKafka();
         if (http.client_ != nullptr) router_ = new http::Router(*kafka, *http.client_);
-        dispatcher_ = new relay::Dispatcher(
-            router_ != nullptr ? static_cast<relay::Sink&>(*router_) : *kafka, limits);
+        relay::Sink* sink = kafka;
+        if (router_ != nullptr) sink = router_;
+        if (amqp.publisher_ != nullptr)
+            sink = amqp_router_ = new amqp::Router(*sink, *amqp.publisher_);
+        dispatcher_ = new relay::Dispatcher(*sink, limits);
     });
 }
 
@@ -118,6 +127,10 @@ void PgDispatcher::take_deliveries(PgProducer& producer) {
 
 void PgDispatcher::take_http_outcomes(PgHttpClient& http) {
     http_relay::take_outcomes(*http.client_, *dispatcher_);
+}
+
+void PgDispatcher::take_amqp_outcomes(PgAmqp& amqp) {
+    amqp_relay::take_outcomes(*amqp.publisher_, *dispatcher_);
 }
 
 int64* PgDispatcher::due_ids(int64 now, std::size_t max, int* n) {
@@ -201,6 +214,10 @@ void destroy_state() {
     dispatcher.dispatcher_ = nullptr;
     delete dispatcher.router_;
     dispatcher.router_ = nullptr;
+    delete dispatcher.amqp_router_;
+    dispatcher.amqp_router_ = nullptr;
+    delete amqp_publisher.publisher_;
+    amqp_publisher.publisher_ = nullptr;
     delete dispatcher.no_kafka_;
     dispatcher.no_kafka_ = nullptr;
     delete http_client.client_;

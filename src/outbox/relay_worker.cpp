@@ -32,15 +32,16 @@ TimestampTz last_sweep = 0;          // last full re-read of pending rows
 char* config_fingerprint = nullptr;  // settings the current producer was built with
 bool needs_reset = true;             // rebuild producer and dispatcher before the next pass
 WaitEventSet* wait_set = nullptr;
+int amqp_fd = -1;  // the AMQP connection's socket in wait_set (-1: none)
 int64 passes = 0;  // numbers the passes in the CONTEXT line of their errors
 
 // Settings that require a new producer and dispatcher when they change.
 char* current_fingerprint() {
     return MemoryContextStrdup(
         TopMemoryContext,
-        psprintf("%s|%d|%d|%d|%d|%d|%d|%d|%d", guc::brokers, guc::max_message_bytes,
-                 guc::relay_max_in_flight, guc::relay_message_timeout_ms, guc::relay_linger_ms,
-                 guc::relay_retry_backoff_ms, guc::relay_retry_backoff_max_ms,
+        psprintf("%s|%s|%d|%d|%d|%d|%d|%d|%d|%d", guc::brokers, guc::amqp_url,
+                 guc::max_message_bytes, guc::relay_max_in_flight, guc::relay_message_timeout_ms,
+                 guc::relay_linger_ms, guc::relay_retry_backoff_ms, guc::relay_retry_backoff_max_ms,
                  guc::relay_max_attempts, guc::relay_batch_size));
 }
 
@@ -53,6 +54,8 @@ void rebuild_wait_set() {
         AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, producer.event_fd(), nullptr, nullptr);
     if (http_client.active())
         AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, http_client.event_fd(), nullptr, nullptr);
+    amqp_fd = amqp_publisher.active() ? amqp_publisher.fd() : -1;
+    if (amqp_fd >= 0) AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, amqp_fd, nullptr, nullptr);
 }
 
 void shutdown_relay(int, Datum) {
@@ -99,10 +102,11 @@ void announce(Mode mode) {
             return;
         case Mode::kHttpOnly:
             if (changed) {
-                ereport(LOG, (errmsg("eventbox relay delivering to HTTP destinations only: "
-                                     "eventbox.brokers is empty"),
-                              errhint("Messages for topics without an HTTP destination wait in "
-                                      "the outbox until eventbox.brokers is set.")));
+                ereport(LOG,
+                        (errmsg("eventbox relay delivering to HTTP and AMQP destinations only: "
+                                "eventbox.brokers is empty"),
+                         errhint("Messages for topics without an HTTP destination wait in "
+                                 "the outbox until eventbox.brokers is set.")));
                 unrouted_rate = worker::LogRate{1, 60000};  // the first such row is said at once
             }
             shmem::set_state("HTTP only: no Kafka brokers");
@@ -129,12 +133,15 @@ void reset() {
     // share): endpoints that hang leave the other half to Kafka. Without Kafka, all of them.
     int share = kafka ? Max(guc::relay_max_in_flight / 2, 1) : guc::relay_max_in_flight;
     http_client.load(static_cast<std::size_t>(share));
+    amqp_publisher.load(static_cast<std::size_t>(share));
     if (kafka) producer.create();
-    if (kafka || http_client.active()) {
-        dispatcher.create(producer, http_client);
+    if (kafka || http_client.active() || amqp_publisher.active()) {
+        dispatcher.create(producer, http_client, amqp_publisher);
         rechecks.create();
     }
-    announce(kafka ? Mode::kKafka : http_client.active() ? Mode::kHttpOnly : Mode::kIdle);
+    announce(kafka                                             ? Mode::kKafka
+             : http_client.active() || amqp_publisher.active() ? Mode::kHttpOnly
+                                                               : Mode::kIdle);
     rebuild_wait_set();
 }
 
@@ -206,7 +213,15 @@ bool work() {
         dispatcher.take_deliveries(producer);
     }
     if (http_client.active()) dispatcher.take_http_outcomes(http_client);
-    return iterate();
+    if (amqp_publisher.active()) dispatcher.take_amqp_outcomes(amqp_publisher);
+    bool more = iterate();
+    // Publishing in the pass may have connected (or lost) RabbitMQ: wait on its socket.
+    if (amqp_publisher.active()) {
+        if (amqp_publisher.fd() != amqp_fd) rebuild_wait_set();
+        dispatcher.take_amqp_outcomes(amqp_publisher);
+        more = more || !dispatcher.failed().empty();
+    }
+    return more;
 }
 
 // How long to sleep: until the next retry or HTTP timeout is due, at most
@@ -221,6 +236,10 @@ long wait_timeout(bool more) {
     if (http_client.active()) {
         long http_due = http_client.timeout_ms(worker::now_ms());
         if (http_due >= 0) timeout = Min(timeout, http_due);
+    }
+    if (amqp_publisher.active()) {
+        long amqp_due = amqp_publisher.timeout_ms(worker::now_ms());
+        if (amqp_due >= 0) timeout = Min(timeout, amqp_due);
     }
     return timeout;
 }

@@ -22,6 +22,7 @@ extern "C" {
 #include <cstddef>
 #include <vector>
 
+#include "amqp/publisher.hpp"
 #include "kafka/producer.hpp"
 #include "outbox/http_client.hpp"
 #include "outbox/relay_dispatch.hpp"
@@ -83,13 +84,30 @@ class PgHttpClient {
     char* fingerprint_ = nullptr;        // their text (http_relay::fingerprint()), TopMemoryContext
 };
 
+// The AMQP destinations' publisher (amqp::Publisher); inactive when there are none or
+// eventbox.amqp_url is empty. Loaded with the HTTP destinations, after them (their fingerprint
+// covers both: outbox/amqp_relay.hpp).
+class PgAmqp {
+  public:
+    void load(std::size_t queue_limit);
+    bool active() const noexcept { return publisher_ != nullptr; }
+    // The connection's socket, -1 while not connected (it changes when it reconnects).
+    int fd() const noexcept { return publisher_->fd(); }
+    long timeout_ms(int64 now) const noexcept { return publisher_->timeout_ms(now); }
+
+  private:
+    friend class PgDispatcher;
+    friend void destroy_state();
+    amqp::Publisher* publisher_ = nullptr;
+};
+
 // The dispatcher (relay::Dispatcher), and the router in front of it when HTTP destinations exist.
 class PgDispatcher {
   public:
     // Builds the dispatcher for the current settings, sending to `producer` and, when active,
     // to `http` by topic; rows for Kafka go nowhere while the producer is inactive (they stay
     // pending: relay::NoKafka).
-    void create(PgProducer& producer, PgHttpClient& http);
+    void create(PgProducer& producer, PgHttpClient& http, PgAmqp& amqp);
     bool active() const noexcept { return dispatcher_ != nullptr; }
     // Outcomes waiting to be written back, oldest first.
     const std::vector<relay::Acked>& acked() const noexcept { return dispatcher_->acked(); }
@@ -103,6 +121,7 @@ class PgDispatcher {
     // Feeds the producer's delivery reports, and the HTTP client's finished requests, to it.
     void take_deliveries(PgProducer& producer);
     void take_http_outcomes(PgHttpClient& http);
+    void take_amqp_outcomes(PgAmqp& amqp);
     // The ids of waiting rows whose turn has come (at most `max`), palloc'd; *n gets their
     // count. After they were read and offered, refetch_done().
     int64* due_ids(int64 now, std::size_t max, int* n);
@@ -117,6 +136,7 @@ class PgDispatcher {
     friend void destroy_state();
     relay::Dispatcher* dispatcher_ = nullptr;
     http::Router* router_ = nullptr;
+    amqp::Router* amqp_router_ = nullptr;
     relay::NoKafka* no_kafka_ = nullptr;  // Kafka's place while eventbox.brokers is empty
 };
 
@@ -149,6 +169,7 @@ class PgRechecks {
 
 extern PgProducer producer;
 extern PgHttpClient http_client;
+extern PgAmqp amqp_publisher;
 extern PgDispatcher dispatcher;
 extern PgRechecks rechecks;
 

@@ -7,6 +7,7 @@ extern "C" {
 #include "utils/guc.h"
 }
 
+#include "amqp/settings.hpp"
 #include "metrics/http_server.hpp"
 #include "pg/shmem.hpp"
 
@@ -22,6 +23,8 @@ namespace eventbox::guc {
 char* database = nullptr;
 char* brokers = nullptr;
 char* kafka_options = nullptr;
+char* amqp_url = nullptr;
+char* amqp_options = nullptr;
 int max_message_bytes = 1000000;
 int outbox_retention_s = 0;
 int relay_batch_size = 1000;
@@ -106,6 +109,34 @@ bool check_metrics_address(char** newval, void**, GucSource) {
         GUC_check_errhint("Example: '127.0.0.1:9187'; '' turns the endpoint off.");
     }
     return ok;
+}
+
+// Accepts '' or amqp[s]://host[:port][/vhost] without credentials (amqp/settings.hpp).
+bool check_amqp_url(char** newval, void**, GucSource) {
+    if (*newval == nullptr || (*newval)[0] == '\0') return true;
+    char why[256];
+    if (amqp::url_valid(*newval, why, sizeof why)) return true;
+    GUC_check_errdetail("%s", why);
+    GUC_check_errhint(
+        "Example: 'amqp://127.0.0.1:5672/%%2f'; credentials go in "
+        "eventbox.amqp_options.");
+    return false;
+}
+
+// RabbitMQ's connection (the relay's AMQP destinations).
+void define_amqp() {
+    DefineCustomStringVariable(
+        "eventbox.amqp_url", "RabbitMQ server (amqp://host:port/vhost or amqps://...).",
+        "Empty: no RabbitMQ; messages for AMQP destinations wait in the outbox.", &amqp_url, "",
+        PGC_SIGHUP, 0, check_amqp_url, nullptr, nullptr);
+    // As eventbox.kafka_options: no check hook (a rejected value would be echoed),
+    // postmaster-level (a reload logs new values), parsed and reported by the relay.
+    DefineCustomStringVariable(
+        "eventbox.amqp_options",
+        "RabbitMQ credentials and TLS (key=value, comma-separated: user, password, tls_ca_file, "
+        "tls_cert_file, tls_key_file, tls_verify, connect_timeout, confirm_timeout).",
+        "Superuser-only; never shown in logs or errors.", &amqp_options, "", PGC_POSTMASTER,
+        GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL, nullptr, nullptr, nullptr);
 }
 
 // Where the workers connect and what send() and the relay's outbox accept and keep.
@@ -224,6 +255,7 @@ void define() {
     define_connection_and_outbox();
     define_relay();
     define_workers();
+    define_amqp();
     MarkGUCPrefixReserved("eventbox");
 }
 

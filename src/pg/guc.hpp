@@ -6,6 +6,8 @@ namespace eventbox::guc {
 extern char* database;       // eventbox.database
 extern char* brokers;        // eventbox.brokers
 extern char* kafka_options;  // eventbox.kafka_options (superuser-only, never logged)
+extern char* amqp_url;       // eventbox.amqp_url ('' = no RabbitMQ)
+extern char* amqp_options;   // eventbox.amqp_options (superuser-only, never logged)
 extern int max_message_bytes;
 extern int outbox_retention_s;
 extern int relay_batch_size;
