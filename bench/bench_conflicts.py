@@ -49,7 +49,7 @@ class Side:
         os.chmod(self.dir, 0o755)
         subprocess.run([CLUSTER_SH, "start", self.dir, "--port", str(port),
                         "--conf", "eventbox.handler_workers=0"],
-                       check=True, env=dict(os.environ, EVENTBOX_PGBIN=pgbin),
+                       check=True, env=dict(os.environ, EVENTBOX_PGBIN=pgbin, EVENTBOX_NO_RABBITMQ="1"),
                        stdout=subprocess.DEVNULL)
         self.env = Env(self.dir)
         self.conn = self.env.connect()

@@ -37,8 +37,10 @@
 #   EVENTBOX_BROKER_TIMEOUT  seconds to wait for DIR/broker.ready; default 30.
 #   EVENTBOX_NO_RABBITMQ =1: do not start a RabbitMQ node; eventbox.amqp_url = ''. Also when
 #                       rabbitmq-server is not installed (said in the output).
-#   EVENTBOX_AMQP_PORT  the node's AMQP port; default: the first free one from 5682 up (see
-#                       tools/rabbitmq.sh for the other ports it takes).
+#   EVENTBOX_RABBITMQ_PORT  the node's AMQP port; default: the first free one from 5682 up (see
+#                       tools/rabbitmq.sh for the other ports it takes). Not EVENTBOX_AMQP_PORT:
+#                       the env file exports that one, and a cluster started from inside a test
+#                       environment (tests start their own) must not ask for the same port.
 #
 # Runs as root (initdb/pg_ctl are run as `postgres` via runuser) or as any
 # non-root user (then everything runs as that user; the DB superuser is still
@@ -223,7 +225,7 @@ start_rabbitmq() {
     return 0
   fi
   local -a args=()
-  [[ -n "${EVENTBOX_AMQP_PORT:-}" ]] && args=(--port "$EVENTBOX_AMQP_PORT")
+  [[ -n "${EVENTBOX_RABBITMQ_PORT:-}" ]] && args=(--port "$EVENTBOX_RABBITMQ_PORT")
   "$SCRIPT_DIR/rabbitmq.sh" start "$DIR/rabbitmq" "${args[@]}" ||
     die "RabbitMQ did not start (logs in $DIR/rabbitmq/log)"
   # shellcheck source=/dev/null

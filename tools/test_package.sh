@@ -114,7 +114,7 @@ if [[ -z "$port" ]]; then
 fi
 ENV_DIR=$(mktemp -d /tmp/eventbox-package.XXXXXX)
 say "cluster in $ENV_DIR (port $port), the packaged extension preloaded"
-EVENTBOX_PGBIN=$SYS_PGBIN "$SCRIPT_DIR/cluster.sh" start "$ENV_DIR" --port "$port"
+EVENTBOX_NO_RABBITMQ=1 EVENTBOX_PGBIN=$SYS_PGBIN "$SCRIPT_DIR/cluster.sh" start "$ENV_DIR" --port "$port"
 # shellcheck source=/dev/null
 . "$ENV_DIR/env"
 "$SYS_PGBIN/psql" -X -At -v ON_ERROR_STOP=1 -c "SELECT default_version FROM pg_available_extensions WHERE name = 'pg_eventbox'" |

@@ -53,6 +53,7 @@ class OwnCluster:
         self.port = port
         env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
         env["EVENTBOX_NO_BROKER"] = "1"
+        env["EVENTBOX_NO_RABBITMQ"] = "1"
         self.env = env
         subprocess.run(
             [str(REPO / "tools" / "cluster.sh"), "start", self.dir, "--port", str(port),
