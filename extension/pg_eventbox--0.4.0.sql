@@ -131,7 +131,7 @@ CREATE TABLE eventbox.subscriptions (
     CONSTRAINT subscriptions_batch_size_check CHECK (batch_size BETWEEN 1 AND 100000),
     CONSTRAINT subscriptions_on_dead_check CHECK (on_dead IN ('continue', 'block_key')),
     CONSTRAINT subscriptions_message_id_rule_check
-        CHECK (message_id_rule IN ('default', 'fingerprint'))
+        CHECK (message_id_rule IN ('default', 'fingerprint', 'debezium', 'cockroachdb'))
 );
 SELECT pg_catalog.pg_extension_config_dump('eventbox.subscriptions', '');
 
@@ -379,7 +379,7 @@ CREATE FUNCTION eventbox._create_subscription(
     caller oid, name text, topics text[], start_from text, ordering text, max_attempts integer,
     backoff interval, backoff_max interval, message_id_field text, unhandled text,
     batch_size integer, group_id text, non_retryable text[], on_dead text, dead_letter_topic text,
-    message_id_rule text, backfill boolean)
+    message_id_rule text, backfill boolean, keep_raw boolean)
 RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -399,11 +399,13 @@ BEGIN
         RAISE EXCEPTION 'group_id must not be empty' USING ERRCODE = 'invalid_parameter_value',
             HINT = 'Pass NULL to derive it from the database and subscription names.';
     END IF;
-    IF message_id_rule IS NULL OR message_id_rule NOT IN ('default', 'fingerprint') THEN
+    IF message_id_rule IS NULL
+       OR message_id_rule NOT IN ('default', 'fingerprint', 'debezium', 'cockroachdb') THEN
         RAISE EXCEPTION 'invalid message_id_rule: %', coalesce(eventbox._quote(message_id_rule), 'NULL')
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Use ''default'' (header message_id, ce_id, message_id_field, else '
-                         'topic/partition/offset) or ''fingerprint'' (SHA-256 of the canonical payload).';
+                         'topic/partition/offset), ''fingerprint'' (SHA-256 of the canonical '
+                         'payload), ''debezium'' or ''cockroachdb'' (the change event''s position).';
     END IF;
     IF message_id_field = '' THEN
         RAISE EXCEPTION 'message_id_field must not be empty'
@@ -413,6 +415,11 @@ BEGIN
         RAISE EXCEPTION 'backfill must not be NULL' USING ERRCODE = 'null_value_not_allowed',
             HINT = 'Pass true to run the history in mode ''backfill'', false for ''live''.';
     END IF;
+    IF keep_raw IS NULL THEN
+        RAISE EXCEPTION 'keep_raw must not be NULL' USING ERRCODE = 'null_value_not_allowed',
+            HINT = 'Pass true to keep every record''s value bytes in raw_payload, false to keep '
+                   'them only when a dead-letter topic or the value''s format needs them.';
+    END IF;
     IF backfill AND start_from <> 'earliest' THEN
         RAISE EXCEPTION 'backfill needs start_from ''earliest'''
             USING ERRCODE = 'invalid_parameter_value',
@@ -421,10 +428,10 @@ BEGIN
     BEGIN
         INSERT INTO eventbox.subscriptions (name, topics, owner, start_from, ordering,
             max_attempts, backoff, backoff_max, message_id_field, unhandled, batch_size, group_id,
-            non_retryable, on_dead, dead_letter_topic, message_id_rule, backfill)
+            non_retryable, on_dead, dead_letter_topic, message_id_rule, backfill, keep_raw)
         VALUES (name, clean_topics, caller::regrole, start_from, ordering, max_attempts, backoff,
             backoff_max, message_id_field, unhandled, batch_size, group_id, clean_codes, on_dead,
-            dead_letter_topic, message_id_rule, backfill);
+            dead_letter_topic, message_id_rule, backfill, keep_raw);
     EXCEPTION WHEN unique_violation THEN
         RAISE EXCEPTION 'subscription % already exists', eventbox._quote(name)
             USING ERRCODE = 'duplicate_object',
@@ -437,7 +444,7 @@ CREATE FUNCTION eventbox._alter_subscription(
     caller oid, name text, topics text[], start_from text, ordering text, max_attempts integer,
     backoff interval, backoff_max interval, message_id_field text, unhandled text,
     batch_size integer, group_id text, enabled boolean, non_retryable text[], on_dead text,
-    dead_letter_topic text, message_id_rule text)
+    dead_letter_topic text, message_id_rule text, keep_raw boolean)
 RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -457,11 +464,13 @@ BEGIN
         CASE WHEN dead_letter_topic IS NULL THEN s.dead_letter_topic
              ELSE nullif(dead_letter_topic, '') END);
     message_id_rule := coalesce(message_id_rule, s.message_id_rule);
-    IF message_id_rule IS NULL OR message_id_rule NOT IN ('default', 'fingerprint') THEN
+    IF message_id_rule IS NULL
+       OR message_id_rule NOT IN ('default', 'fingerprint', 'debezium', 'cockroachdb') THEN
         RAISE EXCEPTION 'invalid message_id_rule: %', coalesce(eventbox._quote(message_id_rule), 'NULL')
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Use ''default'' (header message_id, ce_id, message_id_field, else '
-                         'topic/partition/offset) or ''fingerprint'' (SHA-256 of the canonical payload).';
+                         'topic/partition/offset), ''fingerprint'' (SHA-256 of the canonical '
+                         'payload), ''debezium'' or ''cockroachdb'' (the change event''s position).';
     END IF;
     UPDATE eventbox.subscriptions SET
         topics = clean_topics,
@@ -483,7 +492,8 @@ BEGIN
         dead_letter_topic = CASE WHEN _alter_subscription.dead_letter_topic IS NULL
                                  THEN s.dead_letter_topic
                                  ELSE nullif(_alter_subscription.dead_letter_topic, '') END,
-        message_id_rule = _alter_subscription.message_id_rule
+        message_id_rule = _alter_subscription.message_id_rule,
+        keep_raw = coalesce(_alter_subscription.keep_raw, s.keep_raw)
      WHERE subscriptions.name = s.name;
     -- Back to 'continue': the keys it held are released.
     IF coalesce(_alter_subscription.on_dead, s.on_dead) = 'continue' THEN
@@ -518,7 +528,7 @@ CREATE FUNCTION eventbox.create_subscription(
     unhandled text DEFAULT 'ignore', batch_size integer DEFAULT 1000, group_id text DEFAULT NULL,
     non_retryable text[] DEFAULT '{22,23502,23514}', on_dead text DEFAULT 'continue',
     dead_letter_topic text DEFAULT NULL, message_id_rule text DEFAULT 'default',
-    backfill boolean DEFAULT false)
+    backfill boolean DEFAULT false, keep_raw boolean DEFAULT false)
 RETURNS void
 LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
 
@@ -528,7 +538,8 @@ CREATE FUNCTION eventbox.alter_subscription(
     backoff_max interval DEFAULT NULL, message_id_field text DEFAULT NULL,
     unhandled text DEFAULT NULL, batch_size integer DEFAULT NULL, group_id text DEFAULT NULL,
     enabled boolean DEFAULT NULL, non_retryable text[] DEFAULT NULL, on_dead text DEFAULT NULL,
-    dead_letter_topic text DEFAULT NULL, message_id_rule text DEFAULT NULL)
+    dead_letter_topic text DEFAULT NULL, message_id_rule text DEFAULT NULL,
+    keep_raw boolean DEFAULT NULL)
 RETURNS void
 LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
 
@@ -537,7 +548,7 @@ RETURNS void
 LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
 
 COMMENT ON FUNCTION eventbox.alter_subscription(text, text[], text, text, integer, interval,
-    interval, text, text, integer, text, boolean, text[], text, text, text) IS
+    interval, text, text, integer, text, boolean, text[], text, text, text, boolean) IS
     'Change a subscription''s options; NULL keeps an option (pass '''' to clear message_id_field, group_id or dead_letter_topic)';
 
 
@@ -873,14 +884,15 @@ REVOKE ALL ON eventbox.key_blocks, eventbox.blocked_keys FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventbox._check_dead_letter_options(text[], text, text, text),
     eventbox._create_subscription(oid, text, text[], text, text, integer, interval, interval,
                                   text, text, integer, text, text[], text, text, text,
-                                  boolean),
+                                  boolean, boolean),
     eventbox._alter_subscription(oid, text, text[], text, text, integer, interval, interval,
-                                 text, text, integer, text, boolean, text[], text, text, text),
+                                 text, text, integer, text, boolean, text[], text, text, text,
+                                 boolean),
     eventbox._drop_subscription(oid, text),
     eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text,
-                                 text, integer, text, text[], text, text, text, boolean),
+                                 text, integer, text, text[], text, text, text, boolean, boolean),
     eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text,
-                                text, integer, text, boolean, text[], text, text, text),
+                                text, integer, text, boolean, text[], text, text, text, boolean),
     eventbox.drop_subscription(text)
     FROM PUBLIC;
 
@@ -1403,3 +1415,9 @@ REVOKE ALL ON FUNCTION eventbox._check_dead_letter_loop(), eventbox._grant_set(t
     eventbox.grant_writer(name), eventbox.grant_admin(name), eventbox.revoke_writer(name),
     eventbox.revoke_admin(name), eventbox._regrant()
     FROM PUBLIC;
+
+-- ---- 0.4.0: keep_raw, and message ids of change events ------------------------------------
+-- Subscription option keep_raw: every record's value bytes kept in raw_payload (they are kept
+-- anyway when the subscription has a dead-letter topic, or its values are not JSON). The
+-- message_id_rule values 'debezium' and 'cockroachdb' are in the check of the table above.
+ALTER TABLE eventbox.subscriptions ADD COLUMN keep_raw boolean NOT NULL DEFAULT false;

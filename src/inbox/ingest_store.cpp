@@ -148,7 +148,7 @@ uint64 insert_rows(Subscription* sub, const Columns& c, Datum* values,
     // A batch below what this process stored in a lane (eventbox.replay(), a seek, the first one
     // after a start) goes straight to ON CONFLICT: it may hold only duplicates, and a refused
     // attempt would leave its rows' dead versions behind.
-    if (!sub->expect_new || state.stores_below(sub, messages, c.count, false) ||
+    if (!sub->expect_new || state.stores_below(sub, messages, c.records, false) ||
         !insert_new(sub->backfill ? plans.insert_new_modes : plans.insert_new, args, &inserted,
                     writer)) {
         worker::exec_kept(kWho, sub->backfill ? plans.insert_modes : plans.insert, args, false,
@@ -162,7 +162,9 @@ uint64 insert_rows(Subscription* sub, const Columns& c, Datum* values,
 
 // Conflicting duplicates, looked for only when the insert above left records out: those whose id
 // is in the inbox under another transport identity (not the row this batch stored, not a
-// redelivery of the stored record) with another payload. Each is listed once.
+// redelivery of the stored record) with another payload. Each is listed once. Values stored as
+// jsonb are compared as jsonb even when their bytes are kept too (keep_raw): the same JSON
+// written with other whitespace or key order is not a conflict.
 // Index: inbox_pkey, one probe per id (EVENTBOX_INBOX_BY_ID), and conflicts_pkey (the arbiter).
 worker::KeptStatement conflicts_statement{
     "INSERT INTO eventbox.conflicts (subscription, message_id, stored_topic, "
@@ -174,7 +176,8 @@ worker::KeptStatement conflicts_statement{
     EVENTBOX_INBOX_BY_ID("x.message_id, x.topic, x.\"partition\", x.\"offset\", "
                          "x.payload, x.raw_payload", "")
     "WHERE (x.topic, x.\"partition\", x.\"offset\") IS DISTINCT FROM (u.topic, u.p, u.o) "
-    "AND (x.payload IS DISTINCT FROM u.payload OR x.raw_payload IS DISTINCT FROM u.raw) "
+    "AND CASE WHEN x.payload IS NULL AND u.payload IS NULL "
+    "THEN x.raw_payload IS DISTINCT FROM u.raw ELSE x.payload IS DISTINCT FROM u.payload END "
     "ON CONFLICT DO NOTHING",
     7,
     {TEXTOID, TEXTARRAYOID, TEXTARRAYOID, INT4ARRAYOID, INT8ARRAYOID, JSONBARRAYOID,
@@ -307,6 +310,7 @@ bool store_offsets(const Subscription* sub, std::size_t from, std::size_t to) {
 // After the batch committed: the consumer, the counters and the handler workers learn of it.
 void after_commit(Subscription* sub, std::size_t n, const Columns& c, const Inserted& done,
                   bool moved) {
+    uint64 duplicates = static_cast<uint64>(c.count) - done.rows;
     // Right after the commit: a handler worker that read the count before its pass saw these
     // rows (handlers/quiet.hpp).
     if (done.rows > 0) shmem::inbox_stored(sub->name.c_str());
@@ -318,9 +322,9 @@ void after_commit(Subscription* sub, std::size_t n, const Columns& c, const Inse
     }
     shmem::count_messages(n);
     shmem::count_transport_ids(static_cast<uint64>(c.transport_ids));
-    shmem::count_duplicates(n - done.rows);
-    metrics::ingested(sub->name.c_str(), n, n - done.rows, static_cast<uint64>(c.transport_ids),
-                      static_cast<uint64>(c.unparsable_rows));
+    shmem::count_duplicates(duplicates);
+    metrics::ingested(sub->name.c_str(), n, duplicates, static_cast<uint64>(c.transport_ids),
+                      static_cast<uint64>(c.unparsable_rows), sub->skipped);
     metrics::ingest_conflicts(sub->name.c_str(), done.conflicts);
     shmem::wake_handlers();
 }
@@ -333,10 +337,11 @@ void store_batch(Subscription* sub, std::size_t from, std::size_t to) {
     state.classify(sub, from, to);
     rd_kafka_message_t* const* messages = state.records(sub, from);
     worker::begin_work(kWho);
-    Columns columns(static_cast<int>(to - from));
+    Columns columns(static_cast<int>(sub->order.size()));
+    columns.records = static_cast<int>(to - from);
     build_columns(sub, messages, &columns, &store_context);
     Inserted done = store_rows(sub, columns, messages);
-    if (done.rows > 0 && state.stores_below(sub, messages, columns.count, true))
+    if (done.rows > 0 && state.stores_below(sub, messages, columns.records, true))
         shmem::inbox_requeued_at_commit();
     bool moved = store_offsets(sub, from, to);
     worker::end_work();
