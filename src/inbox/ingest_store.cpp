@@ -208,8 +208,12 @@ Inserted store_rows(Subscription* sub, const Columns& c, rd_kafka_message_t* con
     if (c.unparsable_rows > 0 && done.rows > 0)
         handlers::dead_letters::after_unparsable(name, c.unparsable_ids.get(c.unparsable_rows),
                                                  writer);
-    // Only a batch with duplicates pays for comparing them with the stored rows.
-    if (done.rows < static_cast<uint64>(c.count)) {
+    // Only a batch with duplicates pays for comparing them with the stored rows. Under the CDC
+    // rules a duplicate is a change emitted again, whose envelope differs in when the connector
+    // emitted it (ts_ms): not a conflict.
+    bool cdc = sub->options.id_rule == inbox::IdRule::kDebezium ||
+               sub->options.id_rule == inbox::IdRule::kCockroachDb;
+    if (done.rows < static_cast<uint64>(c.count) && !cdc) {
         Datum conflict_values[7] = {name,      values[1], values[2], values[3],
                                     values[4], values[7], values[8]};
         worker::exec_kept(kWho, conflicts_statement, conflict_values, false, SPI_OK_INSERT);
