@@ -303,24 +303,11 @@ VALUES ('create_amqp_destination', 'admin', 'function'),
 
 -- ---- 0.4.0: subscriptions that consume RabbitMQ (source) ----
 -- A subscription reads Kafka topics (source 'kafka') or RabbitMQ queues and streams (source
--- 'amqp', eventbox.amqp_url): its topics are then queue names. The API functions get `source`
--- as their last parameter: they are created again, and the EXECUTE grants an administrator gave
--- on the old ones are given on the new ones.
+-- 'amqp', eventbox.amqp_url): its topics are then queue names. The subscription API takes it as
+-- `source`: the functions are created again in the next section.
 ALTER TABLE eventbox.subscriptions
     ADD COLUMN source text NOT NULL DEFAULT 'kafka',
     ADD CONSTRAINT subscriptions_source_check CHECK (source IN ('kafka', 'amqp'));
-
-CREATE TABLE eventbox._upgrade_source_grants AS
-SELECT p.proname::text AS fn, a.grantee::regrole::text AS grantee, a.is_grantable
-  FROM pg_catalog.pg_proc p, LATERAL pg_catalog.aclexplode(p.proacl) a
- WHERE p.oid IN ('eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text, text, integer, text, text[], text, text, text, boolean)'::regprocedure,
-                 'eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text, integer, text, boolean, text[], text, text, text)'::regprocedure)
-   AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner AND a.grantee <> 0;
-
-DROP FUNCTION eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text, text, integer, text, text[], text, text, text, boolean);
-DROP FUNCTION eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text, integer, text, boolean, text[], text, text, text);
-DROP FUNCTION eventbox._create_subscription(oid, text, text[], text, text, integer, interval, interval, text, text, integer, text, text[], text, text, text, boolean);
-DROP FUNCTION eventbox._alter_subscription(oid, text, text[], text, text, integer, interval, interval, text, text, integer, text, boolean, text[], text, text, text);
 
 -- A subscription's source; raises 22023 with a hint. A RabbitMQ queue keeps no history to
 -- backfill from.
@@ -340,12 +327,44 @@ BEGIN
                   HINT = 'Consume the stream from start_from ''earliest'' without backfill.';
     END IF;
 END $$;
+REVOKE ALL ON FUNCTION eventbox._check_subscription_source(text, boolean) FROM PUBLIC;
+
+-- ---- 0.4.0: keep_raw, and message ids of change events ------------------------------------
+-- Subscription option keep_raw: every record's value bytes kept in raw_payload (they are kept
+-- anyway when the subscription has a dead-letter topic, or its values are not JSON), and the
+-- message_id_rule values 'debezium' and 'cockroachdb'. The API functions get `source`
+-- (previous section) and keep_raw as their last parameters: they are created again, and the
+-- EXECUTE grants given on the old ones are given on the new ones (as 0.2.0 did).
+ALTER TABLE eventbox.subscriptions ADD COLUMN keep_raw boolean NOT NULL DEFAULT false;
+ALTER TABLE eventbox.subscriptions DROP CONSTRAINT subscriptions_message_id_rule_check,
+    ADD CONSTRAINT subscriptions_message_id_rule_check
+        CHECK (message_id_rule IN ('default', 'fingerprint', 'debezium', 'cockroachdb'));
+
+CREATE TABLE eventbox._upgrade_grants AS
+SELECT p.proname::text AS fn, a.grantee::regrole::text AS grantee, a.is_grantable
+  FROM pg_catalog.pg_proc p, LATERAL pg_catalog.aclexplode(p.proacl) a
+ WHERE p.oid IN ('eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text, text, integer, text, text[], text, text, text, boolean)'::regprocedure,
+                 'eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text, integer, text, boolean, text[], text, text, text)'::regprocedure)
+   AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner AND a.grantee <> 0;
+
+DROP FUNCTION eventbox.create_subscription(text, text[], text, text, integer, interval, interval,
+                                           text, text, integer, text, text[], text, text, text,
+                                           boolean);
+DROP FUNCTION eventbox.alter_subscription(text, text[], text, text, integer, interval, interval,
+                                          text, text, integer, text, boolean, text[], text, text,
+                                          text);
+DROP FUNCTION eventbox._create_subscription(oid, text, text[], text, text, integer, interval,
+                                            interval, text, text, integer, text, text[], text,
+                                            text, text, boolean);
+DROP FUNCTION eventbox._alter_subscription(oid, text, text[], text, text, integer, interval,
+                                           interval, text, text, integer, text, boolean, text[],
+                                           text, text, text);
 
 CREATE FUNCTION eventbox._create_subscription(
     caller oid, name text, topics text[], start_from text, ordering text, max_attempts integer,
     backoff interval, backoff_max interval, message_id_field text, unhandled text,
     batch_size integer, group_id text, non_retryable text[], on_dead text, dead_letter_topic text,
-    message_id_rule text, backfill boolean, source text)
+    message_id_rule text, backfill boolean, source text, keep_raw boolean)
 RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -365,11 +384,13 @@ BEGIN
         RAISE EXCEPTION 'group_id must not be empty' USING ERRCODE = 'invalid_parameter_value',
             HINT = 'Pass NULL to derive it from the database and subscription names.';
     END IF;
-    IF message_id_rule IS NULL OR message_id_rule NOT IN ('default', 'fingerprint') THEN
+    IF message_id_rule IS NULL
+       OR message_id_rule NOT IN ('default', 'fingerprint', 'debezium', 'cockroachdb') THEN
         RAISE EXCEPTION 'invalid message_id_rule: %', coalesce(eventbox._quote(message_id_rule), 'NULL')
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Use ''default'' (header message_id, ce_id, message_id_field, else '
-                         'topic/partition/offset) or ''fingerprint'' (SHA-256 of the canonical payload).';
+                         'topic/partition/offset), ''fingerprint'' (SHA-256 of the canonical '
+                         'payload), ''debezium'' or ''cockroachdb'' (the change event''s position).';
     END IF;
     IF message_id_field = '' THEN
         RAISE EXCEPTION 'message_id_field must not be empty'
@@ -378,6 +399,11 @@ BEGIN
     IF backfill IS NULL THEN
         RAISE EXCEPTION 'backfill must not be NULL' USING ERRCODE = 'null_value_not_allowed',
             HINT = 'Pass true to run the history in mode ''backfill'', false for ''live''.';
+    END IF;
+    IF keep_raw IS NULL THEN
+        RAISE EXCEPTION 'keep_raw must not be NULL' USING ERRCODE = 'null_value_not_allowed',
+            HINT = 'Pass true to keep every record''s value bytes in raw_payload, false to keep '
+                   'them only when a dead-letter topic or the value''s format needs them.';
     END IF;
     IF backfill AND start_from <> 'earliest' THEN
         RAISE EXCEPTION 'backfill needs start_from ''earliest'''
@@ -388,10 +414,10 @@ BEGIN
     BEGIN
         INSERT INTO eventbox.subscriptions (name, topics, owner, start_from, ordering,
             max_attempts, backoff, backoff_max, message_id_field, unhandled, batch_size, group_id,
-            non_retryable, on_dead, dead_letter_topic, message_id_rule, backfill, source)
+            non_retryable, on_dead, dead_letter_topic, message_id_rule, backfill, source, keep_raw)
         VALUES (name, clean_topics, caller::regrole, start_from, ordering, max_attempts, backoff,
             backoff_max, message_id_field, unhandled, batch_size, group_id, clean_codes, on_dead,
-            dead_letter_topic, message_id_rule, backfill, source);
+            dead_letter_topic, message_id_rule, backfill, source, keep_raw);
     EXCEPTION WHEN unique_violation THEN
         RAISE EXCEPTION 'subscription % already exists', eventbox._quote(name)
             USING ERRCODE = 'duplicate_object',
@@ -404,7 +430,7 @@ CREATE FUNCTION eventbox._alter_subscription(
     caller oid, name text, topics text[], start_from text, ordering text, max_attempts integer,
     backoff interval, backoff_max interval, message_id_field text, unhandled text,
     batch_size integer, group_id text, enabled boolean, non_retryable text[], on_dead text,
-    dead_letter_topic text, message_id_rule text, source text)
+    dead_letter_topic text, message_id_rule text, source text, keep_raw boolean)
 RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -424,11 +450,13 @@ BEGIN
         CASE WHEN dead_letter_topic IS NULL THEN s.dead_letter_topic
              ELSE nullif(dead_letter_topic, '') END);
     message_id_rule := coalesce(message_id_rule, s.message_id_rule);
-    IF message_id_rule IS NULL OR message_id_rule NOT IN ('default', 'fingerprint') THEN
+    IF message_id_rule IS NULL
+       OR message_id_rule NOT IN ('default', 'fingerprint', 'debezium', 'cockroachdb') THEN
         RAISE EXCEPTION 'invalid message_id_rule: %', coalesce(eventbox._quote(message_id_rule), 'NULL')
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Use ''default'' (header message_id, ce_id, message_id_field, else '
-                         'topic/partition/offset) or ''fingerprint'' (SHA-256 of the canonical payload).';
+                         'topic/partition/offset), ''fingerprint'' (SHA-256 of the canonical '
+                         'payload), ''debezium'' or ''cockroachdb'' (the change event''s position).';
     END IF;
     PERFORM eventbox._check_subscription_source(coalesce(source, s.source), s.backfill);
     UPDATE eventbox.subscriptions SET
@@ -452,7 +480,8 @@ BEGIN
                                  THEN s.dead_letter_topic
                                  ELSE nullif(_alter_subscription.dead_letter_topic, '') END,
         message_id_rule = _alter_subscription.message_id_rule,
-        source = coalesce(_alter_subscription.source, s.source)
+        source = coalesce(_alter_subscription.source, s.source),
+        keep_raw = coalesce(_alter_subscription.keep_raw, s.keep_raw)
      WHERE subscriptions.name = s.name;
     -- Back to 'continue': the keys it held are released.
     IF coalesce(_alter_subscription.on_dead, s.on_dead) = 'continue' THEN
@@ -468,7 +497,7 @@ CREATE FUNCTION eventbox.create_subscription(
     unhandled text DEFAULT 'ignore', batch_size integer DEFAULT 1000, group_id text DEFAULT NULL,
     non_retryable text[] DEFAULT '{22,23502,23514}', on_dead text DEFAULT 'continue',
     dead_letter_topic text DEFAULT NULL, message_id_rule text DEFAULT 'default',
-    backfill boolean DEFAULT false, source text DEFAULT 'kafka')
+    backfill boolean DEFAULT false, source text DEFAULT 'kafka', keep_raw boolean DEFAULT false)
 RETURNS void
 LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
 
@@ -479,33 +508,45 @@ CREATE FUNCTION eventbox.alter_subscription(
     unhandled text DEFAULT NULL, batch_size integer DEFAULT NULL, group_id text DEFAULT NULL,
     enabled boolean DEFAULT NULL, non_retryable text[] DEFAULT NULL, on_dead text DEFAULT NULL,
     dead_letter_topic text DEFAULT NULL, message_id_rule text DEFAULT NULL,
-    source text DEFAULT NULL)
+    source text DEFAULT NULL, keep_raw boolean DEFAULT NULL)
 RETURNS void
 LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
 
-COMMENT ON FUNCTION eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text, integer, text, boolean, text[], text, text, text, text) IS
+COMMENT ON FUNCTION eventbox.alter_subscription(text, text[], text, text, integer, interval,
+    interval, text, text, integer, text, boolean, text[], text, text, text, text, boolean) IS
     'Change a subscription''s options; NULL keeps an option (pass '''' to clear message_id_field, group_id or dead_letter_topic)';
 
-REVOKE ALL ON FUNCTION eventbox._check_subscription_source(text, boolean),
-    eventbox._create_subscription(oid, text, text[], text, text, integer, interval, interval, text, text, integer, text, text[], text, text, text, boolean, text),
-    eventbox._alter_subscription(oid, text, text[], text, text, integer, interval, interval, text, text, integer, text, boolean, text[], text, text, text, text),
-    eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text, text, integer, text, text[], text, text, text, boolean, text),
-    eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text, integer, text, boolean, text[], text, text, text, text)
+REVOKE ALL ON FUNCTION
+    eventbox._create_subscription(oid, text, text[], text, text, integer, interval, interval,
+                                  text, text, integer, text, text[], text, text, text,
+                                  boolean, text, boolean),
+    eventbox._alter_subscription(oid, text, text[], text, text, integer, interval, interval,
+                                 text, text, integer, text, boolean, text[], text, text, text,
+                                 text, boolean),
+    eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text,
+                                 text, integer, text, text[], text, text, text, boolean, text,
+                                 boolean),
+    eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text,
+                                text, integer, text, boolean, text[], text, text, text, text,
+                                boolean)
     FROM PUBLIC;
 
 DO $$
 DECLARE
     g record;
 BEGIN
-    FOR g IN SELECT * FROM eventbox._upgrade_source_grants LOOP
+    FOR g IN SELECT * FROM eventbox._upgrade_grants LOOP
         EXECUTE format('GRANT EXECUTE ON FUNCTION eventbox.%I(%s) TO %s%s', g.fn,
                        CASE g.fn
-                       WHEN 'create_subscription' THEN 'text, text[], text, text, integer, interval, interval, text, text, integer, text, text[], text, text, text, boolean, text'
-                       ELSE 'text, text[], text, text, integer, interval, interval, text, text, integer, text, boolean, text[], text, text, text, text' END,
+                       WHEN 'create_subscription' THEN 'text, text[], text, text, integer, interval, '
+                           'interval, text, text, integer, text, text[], text, text, text, boolean, '
+                           'text, boolean'
+                       ELSE 'text, text[], text, text, integer, interval, interval, text, text, '
+                           'integer, text, boolean, text[], text, text, text, text, boolean' END,
                        g.grantee, CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
     END LOOP;
 END $$;
-DROP TABLE eventbox._upgrade_source_grants;
+DROP TABLE eventbox._upgrade_grants;
 
 -- Each change of 0.4.0 goes in its own section above this line, headed
 -- "-- ---- 0.4.0: <what> ----", and the same objects in the full install script.

@@ -131,7 +131,7 @@ CREATE TABLE eventbox.subscriptions (
     CONSTRAINT subscriptions_batch_size_check CHECK (batch_size BETWEEN 1 AND 100000),
     CONSTRAINT subscriptions_on_dead_check CHECK (on_dead IN ('continue', 'block_key')),
     CONSTRAINT subscriptions_message_id_rule_check
-        CHECK (message_id_rule IN ('default', 'fingerprint'))
+        CHECK (message_id_rule IN ('default', 'fingerprint', 'debezium', 'cockroachdb'))
 );
 SELECT pg_catalog.pg_extension_config_dump('eventbox.subscriptions', '');
 
@@ -379,7 +379,7 @@ CREATE FUNCTION eventbox._create_subscription(
     caller oid, name text, topics text[], start_from text, ordering text, max_attempts integer,
     backoff interval, backoff_max interval, message_id_field text, unhandled text,
     batch_size integer, group_id text, non_retryable text[], on_dead text, dead_letter_topic text,
-    message_id_rule text, backfill boolean)
+    message_id_rule text, backfill boolean, source text, keep_raw boolean)
 RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -399,11 +399,13 @@ BEGIN
         RAISE EXCEPTION 'group_id must not be empty' USING ERRCODE = 'invalid_parameter_value',
             HINT = 'Pass NULL to derive it from the database and subscription names.';
     END IF;
-    IF message_id_rule IS NULL OR message_id_rule NOT IN ('default', 'fingerprint') THEN
+    IF message_id_rule IS NULL
+       OR message_id_rule NOT IN ('default', 'fingerprint', 'debezium', 'cockroachdb') THEN
         RAISE EXCEPTION 'invalid message_id_rule: %', coalesce(eventbox._quote(message_id_rule), 'NULL')
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Use ''default'' (header message_id, ce_id, message_id_field, else '
-                         'topic/partition/offset) or ''fingerprint'' (SHA-256 of the canonical payload).';
+                         'topic/partition/offset), ''fingerprint'' (SHA-256 of the canonical '
+                         'payload), ''debezium'' or ''cockroachdb'' (the change event''s position).';
     END IF;
     IF message_id_field = '' THEN
         RAISE EXCEPTION 'message_id_field must not be empty'
@@ -413,18 +415,24 @@ BEGIN
         RAISE EXCEPTION 'backfill must not be NULL' USING ERRCODE = 'null_value_not_allowed',
             HINT = 'Pass true to run the history in mode ''backfill'', false for ''live''.';
     END IF;
+    IF keep_raw IS NULL THEN
+        RAISE EXCEPTION 'keep_raw must not be NULL' USING ERRCODE = 'null_value_not_allowed',
+            HINT = 'Pass true to keep every record''s value bytes in raw_payload, false to keep '
+                   'them only when a dead-letter topic or the value''s format needs them.';
+    END IF;
     IF backfill AND start_from <> 'earliest' THEN
         RAISE EXCEPTION 'backfill needs start_from ''earliest'''
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'A subscription starting at ''latest'' reads no history to backfill.';
     END IF;
+    PERFORM eventbox._check_subscription_source(source, backfill);
     BEGIN
         INSERT INTO eventbox.subscriptions (name, topics, owner, start_from, ordering,
             max_attempts, backoff, backoff_max, message_id_field, unhandled, batch_size, group_id,
-            non_retryable, on_dead, dead_letter_topic, message_id_rule, backfill)
+            non_retryable, on_dead, dead_letter_topic, message_id_rule, backfill, source, keep_raw)
         VALUES (name, clean_topics, caller::regrole, start_from, ordering, max_attempts, backoff,
             backoff_max, message_id_field, unhandled, batch_size, group_id, clean_codes, on_dead,
-            dead_letter_topic, message_id_rule, backfill);
+            dead_letter_topic, message_id_rule, backfill, source, keep_raw);
     EXCEPTION WHEN unique_violation THEN
         RAISE EXCEPTION 'subscription % already exists', eventbox._quote(name)
             USING ERRCODE = 'duplicate_object',
@@ -437,7 +445,7 @@ CREATE FUNCTION eventbox._alter_subscription(
     caller oid, name text, topics text[], start_from text, ordering text, max_attempts integer,
     backoff interval, backoff_max interval, message_id_field text, unhandled text,
     batch_size integer, group_id text, enabled boolean, non_retryable text[], on_dead text,
-    dead_letter_topic text, message_id_rule text)
+    dead_letter_topic text, message_id_rule text, source text, keep_raw boolean)
 RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -457,12 +465,15 @@ BEGIN
         CASE WHEN dead_letter_topic IS NULL THEN s.dead_letter_topic
              ELSE nullif(dead_letter_topic, '') END);
     message_id_rule := coalesce(message_id_rule, s.message_id_rule);
-    IF message_id_rule IS NULL OR message_id_rule NOT IN ('default', 'fingerprint') THEN
+    IF message_id_rule IS NULL
+       OR message_id_rule NOT IN ('default', 'fingerprint', 'debezium', 'cockroachdb') THEN
         RAISE EXCEPTION 'invalid message_id_rule: %', coalesce(eventbox._quote(message_id_rule), 'NULL')
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Use ''default'' (header message_id, ce_id, message_id_field, else '
-                         'topic/partition/offset) or ''fingerprint'' (SHA-256 of the canonical payload).';
+                         'topic/partition/offset), ''fingerprint'' (SHA-256 of the canonical '
+                         'payload), ''debezium'' or ''cockroachdb'' (the change event''s position).';
     END IF;
+    PERFORM eventbox._check_subscription_source(coalesce(source, s.source), s.backfill);
     UPDATE eventbox.subscriptions SET
         topics = clean_topics,
         start_from = coalesce(_alter_subscription.start_from, s.start_from),
@@ -483,7 +494,9 @@ BEGIN
         dead_letter_topic = CASE WHEN _alter_subscription.dead_letter_topic IS NULL
                                  THEN s.dead_letter_topic
                                  ELSE nullif(_alter_subscription.dead_letter_topic, '') END,
-        message_id_rule = _alter_subscription.message_id_rule
+        message_id_rule = _alter_subscription.message_id_rule,
+        source = coalesce(_alter_subscription.source, s.source),
+        keep_raw = coalesce(_alter_subscription.keep_raw, s.keep_raw)
      WHERE subscriptions.name = s.name;
     -- Back to 'continue': the keys it held are released.
     IF coalesce(_alter_subscription.on_dead, s.on_dead) = 'continue' THEN
@@ -518,7 +531,7 @@ CREATE FUNCTION eventbox.create_subscription(
     unhandled text DEFAULT 'ignore', batch_size integer DEFAULT 1000, group_id text DEFAULT NULL,
     non_retryable text[] DEFAULT '{22,23502,23514}', on_dead text DEFAULT 'continue',
     dead_letter_topic text DEFAULT NULL, message_id_rule text DEFAULT 'default',
-    backfill boolean DEFAULT false)
+    backfill boolean DEFAULT false, source text DEFAULT 'kafka', keep_raw boolean DEFAULT false)
 RETURNS void
 LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
 
@@ -528,7 +541,8 @@ CREATE FUNCTION eventbox.alter_subscription(
     backoff_max interval DEFAULT NULL, message_id_field text DEFAULT NULL,
     unhandled text DEFAULT NULL, batch_size integer DEFAULT NULL, group_id text DEFAULT NULL,
     enabled boolean DEFAULT NULL, non_retryable text[] DEFAULT NULL, on_dead text DEFAULT NULL,
-    dead_letter_topic text DEFAULT NULL, message_id_rule text DEFAULT NULL)
+    dead_letter_topic text DEFAULT NULL, message_id_rule text DEFAULT NULL,
+    source text DEFAULT NULL, keep_raw boolean DEFAULT NULL)
 RETURNS void
 LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
 
@@ -537,7 +551,7 @@ RETURNS void
 LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
 
 COMMENT ON FUNCTION eventbox.alter_subscription(text, text[], text, text, integer, interval,
-    interval, text, text, integer, text, boolean, text[], text, text, text) IS
+    interval, text, text, integer, text, boolean, text[], text, text, text, text, boolean) IS
     'Change a subscription''s options; NULL keeps an option (pass '''' to clear message_id_field, group_id or dead_letter_topic)';
 
 
@@ -895,14 +909,17 @@ REVOKE ALL ON eventbox.key_blocks, eventbox.blocked_keys FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventbox._check_dead_letter_options(text[], text, text, text),
     eventbox._create_subscription(oid, text, text[], text, text, integer, interval, interval,
                                   text, text, integer, text, text[], text, text, text,
-                                  boolean),
+                                  boolean, text, boolean),
     eventbox._alter_subscription(oid, text, text[], text, text, integer, interval, interval,
-                                 text, text, integer, text, boolean, text[], text, text, text),
+                                 text, text, integer, text, boolean, text[], text, text, text,
+                                 text, boolean),
     eventbox._drop_subscription(oid, text),
     eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text,
-                                 text, integer, text, text[], text, text, text, boolean),
+                                 text, integer, text, text[], text, text, text, boolean, text,
+                                 boolean),
     eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text,
-                                text, integer, text, boolean, text[], text, text, text),
+                                text, integer, text, boolean, text[], text, text, text, text,
+                                boolean),
     eventbox.drop_subscription(text)
     FROM PUBLIC;
 
@@ -1561,24 +1578,11 @@ VALUES ('create_amqp_destination', 'admin', 'function'),
 
 -- ---- 0.4.0: subscriptions that consume RabbitMQ (source) ----
 -- A subscription reads Kafka topics (source 'kafka') or RabbitMQ queues and streams (source
--- 'amqp', eventbox.amqp_url): its topics are then queue names. The API functions get `source`
--- as their last parameter: they are created again, and the EXECUTE grants an administrator gave
--- on the old ones are given on the new ones.
+-- 'amqp', eventbox.amqp_url): its topics are then queue names. The subscription API takes it as
+-- `source` (create_subscription() and alter_subscription(), above).
 ALTER TABLE eventbox.subscriptions
     ADD COLUMN source text NOT NULL DEFAULT 'kafka',
     ADD CONSTRAINT subscriptions_source_check CHECK (source IN ('kafka', 'amqp'));
-
-CREATE TABLE eventbox._upgrade_source_grants AS
-SELECT p.proname::text AS fn, a.grantee::regrole::text AS grantee, a.is_grantable
-  FROM pg_catalog.pg_proc p, LATERAL pg_catalog.aclexplode(p.proacl) a
- WHERE p.oid IN ('eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text, text, integer, text, text[], text, text, text, boolean)'::regprocedure,
-                 'eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text, integer, text, boolean, text[], text, text, text)'::regprocedure)
-   AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner AND a.grantee <> 0;
-
-DROP FUNCTION eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text, text, integer, text, text[], text, text, text, boolean);
-DROP FUNCTION eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text, integer, text, boolean, text[], text, text, text);
-DROP FUNCTION eventbox._create_subscription(oid, text, text[], text, text, integer, interval, interval, text, text, integer, text, text[], text, text, text, boolean);
-DROP FUNCTION eventbox._alter_subscription(oid, text, text[], text, text, integer, interval, interval, text, text, integer, text, boolean, text[], text, text, text);
 
 -- A subscription's source; raises 22023 with a hint. A RabbitMQ queue keeps no history to
 -- backfill from.
@@ -1598,169 +1602,10 @@ BEGIN
                   HINT = 'Consume the stream from start_from ''earliest'' without backfill.';
     END IF;
 END $$;
+REVOKE ALL ON FUNCTION eventbox._check_subscription_source(text, boolean) FROM PUBLIC;
 
-CREATE FUNCTION eventbox._create_subscription(
-    caller oid, name text, topics text[], start_from text, ordering text, max_attempts integer,
-    backoff interval, backoff_max interval, message_id_field text, unhandled text,
-    batch_size integer, group_id text, non_retryable text[], on_dead text, dead_letter_topic text,
-    message_id_rule text, backfill boolean, source text)
-RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    clean_topics text[];
-    clean_codes text[];
-BEGIN
-    IF name IS NULL OR name !~ '^[A-Za-z0-9_.-]{1,63}$' THEN
-        RAISE EXCEPTION 'invalid subscription name: %', coalesce(eventbox._quote(name), 'NULL')
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Use 1 to 63 letters, digits, ''_'', ''.'' or ''-''.';
-    END IF;
-    clean_topics := eventbox._check_subscription_options(topics, start_from, ordering,
-        max_attempts, backoff, backoff_max, unhandled, batch_size);
-    clean_codes := eventbox._check_dead_letter_options(non_retryable, on_dead, ordering,
-        dead_letter_topic);
-    IF group_id = '' THEN
-        RAISE EXCEPTION 'group_id must not be empty' USING ERRCODE = 'invalid_parameter_value',
-            HINT = 'Pass NULL to derive it from the database and subscription names.';
-    END IF;
-    IF message_id_rule IS NULL OR message_id_rule NOT IN ('default', 'fingerprint') THEN
-        RAISE EXCEPTION 'invalid message_id_rule: %', coalesce(eventbox._quote(message_id_rule), 'NULL')
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Use ''default'' (header message_id, ce_id, message_id_field, else '
-                         'topic/partition/offset) or ''fingerprint'' (SHA-256 of the canonical payload).';
-    END IF;
-    IF message_id_field = '' THEN
-        RAISE EXCEPTION 'message_id_field must not be empty'
-            USING ERRCODE = 'invalid_parameter_value', HINT = 'Pass NULL for none.';
-    END IF;
-    IF backfill IS NULL THEN
-        RAISE EXCEPTION 'backfill must not be NULL' USING ERRCODE = 'null_value_not_allowed',
-            HINT = 'Pass true to run the history in mode ''backfill'', false for ''live''.';
-    END IF;
-    IF backfill AND start_from <> 'earliest' THEN
-        RAISE EXCEPTION 'backfill needs start_from ''earliest'''
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'A subscription starting at ''latest'' reads no history to backfill.';
-    END IF;
-    PERFORM eventbox._check_subscription_source(source, backfill);
-    BEGIN
-        INSERT INTO eventbox.subscriptions (name, topics, owner, start_from, ordering,
-            max_attempts, backoff, backoff_max, message_id_field, unhandled, batch_size, group_id,
-            non_retryable, on_dead, dead_letter_topic, message_id_rule, backfill, source)
-        VALUES (name, clean_topics, caller::regrole, start_from, ordering, max_attempts, backoff,
-            backoff_max, message_id_field, unhandled, batch_size, group_id, clean_codes, on_dead,
-            dead_letter_topic, message_id_rule, backfill, source);
-    EXCEPTION WHEN unique_violation THEN
-        RAISE EXCEPTION 'subscription % already exists', eventbox._quote(name)
-            USING ERRCODE = 'duplicate_object',
-                  HINT = 'Use eventbox.alter_subscription() to change it.';
-    END;
-    PERFORM eventbox._notify_ingest();
-END $$;
-
-CREATE FUNCTION eventbox._alter_subscription(
-    caller oid, name text, topics text[], start_from text, ordering text, max_attempts integer,
-    backoff interval, backoff_max interval, message_id_field text, unhandled text,
-    batch_size integer, group_id text, enabled boolean, non_retryable text[], on_dead text,
-    dead_letter_topic text, message_id_rule text, source text)
-RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    s eventbox.subscriptions;
-    clean_topics text[];
-    clean_codes text[];
-BEGIN
-    s := eventbox._managed_subscription(caller, name);
-    clean_topics := eventbox._check_subscription_options(
-        coalesce(topics, s.topics), coalesce(start_from, s.start_from),
-        coalesce(ordering, s.ordering), coalesce(max_attempts, s.max_attempts),
-        coalesce(backoff, s.backoff), coalesce(backoff_max, s.backoff_max),
-        coalesce(unhandled, s.unhandled), coalesce(batch_size, s.batch_size));
-    clean_codes := eventbox._check_dead_letter_options(
-        coalesce(non_retryable, s.non_retryable), coalesce(on_dead, s.on_dead),
-        coalesce(ordering, s.ordering),
-        CASE WHEN dead_letter_topic IS NULL THEN s.dead_letter_topic
-             ELSE nullif(dead_letter_topic, '') END);
-    message_id_rule := coalesce(message_id_rule, s.message_id_rule);
-    IF message_id_rule IS NULL OR message_id_rule NOT IN ('default', 'fingerprint') THEN
-        RAISE EXCEPTION 'invalid message_id_rule: %', coalesce(eventbox._quote(message_id_rule), 'NULL')
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Use ''default'' (header message_id, ce_id, message_id_field, else '
-                         'topic/partition/offset) or ''fingerprint'' (SHA-256 of the canonical payload).';
-    END IF;
-    PERFORM eventbox._check_subscription_source(coalesce(source, s.source), s.backfill);
-    UPDATE eventbox.subscriptions SET
-        topics = clean_topics,
-        start_from = coalesce(_alter_subscription.start_from, s.start_from),
-        ordering = coalesce(_alter_subscription.ordering, s.ordering),
-        max_attempts = coalesce(_alter_subscription.max_attempts, s.max_attempts),
-        backoff = coalesce(_alter_subscription.backoff, s.backoff),
-        backoff_max = coalesce(_alter_subscription.backoff_max, s.backoff_max),
-        message_id_field = CASE WHEN _alter_subscription.message_id_field IS NULL
-                                THEN s.message_id_field
-                                ELSE nullif(_alter_subscription.message_id_field, '') END,
-        unhandled = coalesce(_alter_subscription.unhandled, s.unhandled),
-        batch_size = coalesce(_alter_subscription.batch_size, s.batch_size),
-        group_id = CASE WHEN _alter_subscription.group_id IS NULL THEN s.group_id
-                        ELSE nullif(_alter_subscription.group_id, '') END,
-        enabled = coalesce(_alter_subscription.enabled, s.enabled),
-        non_retryable = clean_codes,
-        on_dead = coalesce(_alter_subscription.on_dead, s.on_dead),
-        dead_letter_topic = CASE WHEN _alter_subscription.dead_letter_topic IS NULL
-                                 THEN s.dead_letter_topic
-                                 ELSE nullif(_alter_subscription.dead_letter_topic, '') END,
-        message_id_rule = _alter_subscription.message_id_rule,
-        source = coalesce(_alter_subscription.source, s.source)
-     WHERE subscriptions.name = s.name;
-    -- Back to 'continue': the keys it held are released.
-    IF coalesce(_alter_subscription.on_dead, s.on_dead) = 'continue' THEN
-        DELETE FROM eventbox.key_blocks b WHERE b.subscription = s.name;
-    END IF;
-    PERFORM eventbox._notify_ingest();
-END $$;
-
-CREATE FUNCTION eventbox.create_subscription(
-    name text, topics text[], start_from text DEFAULT 'earliest', ordering text DEFAULT 'partition',
-    max_attempts integer DEFAULT 10, backoff interval DEFAULT '1 second',
-    backoff_max interval DEFAULT '10 minutes', message_id_field text DEFAULT NULL,
-    unhandled text DEFAULT 'ignore', batch_size integer DEFAULT 1000, group_id text DEFAULT NULL,
-    non_retryable text[] DEFAULT '{22,23502,23514}', on_dead text DEFAULT 'continue',
-    dead_letter_topic text DEFAULT NULL, message_id_rule text DEFAULT 'default',
-    backfill boolean DEFAULT false, source text DEFAULT 'kafka')
-RETURNS void
-LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
-
-CREATE FUNCTION eventbox.alter_subscription(
-    name text, topics text[] DEFAULT NULL, start_from text DEFAULT NULL,
-    ordering text DEFAULT NULL, max_attempts integer DEFAULT NULL, backoff interval DEFAULT NULL,
-    backoff_max interval DEFAULT NULL, message_id_field text DEFAULT NULL,
-    unhandled text DEFAULT NULL, batch_size integer DEFAULT NULL, group_id text DEFAULT NULL,
-    enabled boolean DEFAULT NULL, non_retryable text[] DEFAULT NULL, on_dead text DEFAULT NULL,
-    dead_letter_topic text DEFAULT NULL, message_id_rule text DEFAULT NULL,
-    source text DEFAULT NULL)
-RETURNS void
-LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
-
-COMMENT ON FUNCTION eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text, integer, text, boolean, text[], text, text, text, text) IS
-    'Change a subscription''s options; NULL keeps an option (pass '''' to clear message_id_field, group_id or dead_letter_topic)';
-
-REVOKE ALL ON FUNCTION eventbox._check_subscription_source(text, boolean),
-    eventbox._create_subscription(oid, text, text[], text, text, integer, interval, interval, text, text, integer, text, text[], text, text, text, boolean, text),
-    eventbox._alter_subscription(oid, text, text[], text, text, integer, interval, interval, text, text, integer, text, boolean, text[], text, text, text, text),
-    eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text, text, integer, text, text[], text, text, text, boolean, text),
-    eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text, integer, text, boolean, text[], text, text, text, text)
-    FROM PUBLIC;
-
-DO $$
-DECLARE
-    g record;
-BEGIN
-    FOR g IN SELECT * FROM eventbox._upgrade_source_grants LOOP
-        EXECUTE format('GRANT EXECUTE ON FUNCTION eventbox.%I(%s) TO %s%s', g.fn,
-                       CASE g.fn
-                       WHEN 'create_subscription' THEN 'text, text[], text, text, integer, interval, interval, text, text, integer, text, text[], text, text, text, boolean, text'
-                       ELSE 'text, text[], text, text, integer, interval, interval, text, text, integer, text, boolean, text[], text, text, text, text' END,
-                       g.grantee, CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
-    END LOOP;
-END $$;
-DROP TABLE eventbox._upgrade_source_grants;
+-- ---- 0.4.0: keep_raw, and message ids of change events ------------------------------------
+-- Subscription option keep_raw: every record's value bytes kept in raw_payload (they are kept
+-- anyway when the subscription has a dead-letter topic, or its values are not JSON). The
+-- message_id_rule values 'debezium' and 'cockroachdb' are in the check of the table above.
+ALTER TABLE eventbox.subscriptions ADD COLUMN keep_raw boolean NOT NULL DEFAULT false;

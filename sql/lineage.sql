@@ -81,6 +81,18 @@ SELECT eventbox.alter_subscription('lineage', message_id_rule => 'fingerprint');
 SELECT eventbox.alter_subscription('lineage-fp', message_id_rule => 'sha1');
 SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
 SELECT name, message_id_rule FROM eventbox.subscriptions WHERE name LIKE 'lineage%' ORDER BY name;
+-- The change-data-capture rules, and keep_raw (false by default; NULL keeps it on alter).
+SELECT eventbox.create_subscription('lineage-dbz', ARRAY['t'], message_id_rule => 'debezium',
+                                    keep_raw => true);
+SELECT eventbox.create_subscription('lineage-bad', ARRAY['t'], keep_raw => NULL);
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
+SELECT eventbox.alter_subscription('lineage-fp', message_id_rule => 'cockroachdb');
+SELECT eventbox.alter_subscription('lineage-dbz', batch_size => 10);
+SELECT name, message_id_rule, keep_raw FROM eventbox.subscriptions
+ WHERE name LIKE 'lineage%' ORDER BY name;
+SELECT eventbox.alter_subscription('lineage-dbz', keep_raw => false);
+SELECT keep_raw FROM eventbox.subscriptions WHERE name = 'lineage-dbz';
+SELECT eventbox.drop_subscription('lineage-dbz');
 
 -- A subscription's conflicts go with it.
 INSERT INTO eventbox.conflicts (subscription, message_id, stored_topic, stored_partition,

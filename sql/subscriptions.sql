@@ -323,9 +323,9 @@ GRANT USAGE ON SCHEMA eventbox TO regress_eventbox_admin1, regress_eventbox_admi
                                   regress_eventbox_noexec;
 GRANT EXECUTE ON FUNCTION
     eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text,
-                                 text, integer, text, text[], text, text, text, boolean, text),
+                                 text, integer, text, text[], text, text, text, boolean, text, boolean),
     eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text,
-                                integer, text, boolean, text[], text, text, text, text),
+                                integer, text, boolean, text[], text, text, text, text, boolean),
     eventbox.drop_subscription(text)
   TO regress_eventbox_admin1, regress_eventbox_admin2;
 
@@ -355,8 +355,8 @@ INSERT INTO bypass VALUES
  (11, $$UPDATE eventbox.offsets SET next_offset = 0$$),
  (12, $$DELETE FROM eventbox.offsets$$),
  (13, $$TRUNCATE eventbox.offsets$$),
- (14, $$SELECT eventbox._create_subscription('regress_eventbox_admin1'::regrole::oid, 'forged', ARRAY['t'], 'earliest', 'partition', 10, '1 second', '10 minutes', NULL, 'ignore', 1000, NULL, '{}', 'continue', NULL, 'default', false)$$),
- (15, $$SELECT eventbox._alter_subscription('regress_eventbox_admin1'::regrole::oid, 'a1', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, false, NULL, NULL, NULL, NULL)$$),
+ (14, $$SELECT eventbox._create_subscription('regress_eventbox_admin1'::regrole::oid, 'forged', ARRAY['t'], 'earliest', 'partition', 10, '1 second', '10 minutes', NULL, 'ignore', 1000, NULL, '{}', 'continue', NULL, 'default', false, 'kafka', false)$$),
+ (15, $$SELECT eventbox._alter_subscription('regress_eventbox_admin1'::regrole::oid, 'a1', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, false, NULL, NULL, NULL, NULL, NULL, NULL)$$),
  (16, $$SELECT eventbox._drop_subscription('regress_eventbox_admin1'::regrole::oid, 'a1')$$),
  (17, $$SELECT eventbox._managed_subscription('regress_eventbox_admin1'::regrole::oid, 'a1')$$),
  (18, $$SELECT eventbox._check_subscription_options(ARRAY['t'], 'earliest', 'partition', 1, '1 second', '1 second', 'ignore', 1)$$),
@@ -420,7 +420,7 @@ RESET ROLE;
 GRANT USAGE ON SCHEMA eventbox TO regress_eventbox_noinherit1;
 GRANT EXECUTE ON FUNCTION
     eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text,
-                                integer, text, boolean, text[], text, text, text, text)
+                                integer, text, boolean, text[], text, text, text, text, boolean)
   TO regress_eventbox_noinherit1;
 SET ROLE regress_eventbox_noinherit1;
 SELECT eventbox.alter_subscription('a1', enabled => true);
@@ -463,9 +463,9 @@ SELECT count(*) AS inbox_rows FROM eventbox.inbox;
 SELECT count(*) AS offset_rows FROM eventbox.offsets;
 REVOKE ALL ON FUNCTION
     eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text,
-                                 text, integer, text, text[], text, text, text, boolean, text),
+                                 text, integer, text, text[], text, text, text, boolean, text, boolean),
     eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text,
-                                integer, text, boolean, text[], text, text, text, text),
+                                integer, text, boolean, text[], text, text, text, text, boolean),
     eventbox.drop_subscription(text)
   FROM regress_eventbox_admin1, regress_eventbox_admin2, regress_eventbox_noinherit1;
 REVOKE ALL ON SCHEMA eventbox FROM regress_eventbox_admin1, regress_eventbox_admin2,

@@ -107,9 +107,9 @@ SELECT p.oid::regprocedure AS function, a.privilege_type, a.is_grantable
  WHERE a.grantee = 'regress_upgrade_app'::regrole ORDER BY 1;
 REVOKE ALL ON FUNCTION
     eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text, text,
-                                 integer, text, text[], text, text, text, boolean, text),
+                                 integer, text, text[], text, text, text, boolean, text, boolean),
     eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text,
-                                integer, text, boolean, text[], text, text, text, text)
+                                integer, text, boolean, text[], text, text, text, text, boolean)
   FROM regress_upgrade_app;
 CREATE TEMP TABLE upgraded AS SELECT * FROM upgrade_check.eventbox_catalog() AS line;
 

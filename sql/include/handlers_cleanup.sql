@@ -13,9 +13,9 @@ DROP SCHEMA regress_eventbox_fn CASCADE;
 RESET client_min_messages;
 REVOKE ALL ON FUNCTION
     eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text,
-                                 text, integer, text, text[], text, text, text, boolean, text),
+                                 text, integer, text, text[], text, text, text, boolean, text, boolean),
     eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text,
-                                integer, text, boolean, text[], text, text, text, text),
+                                integer, text, boolean, text[], text, text, text, text, boolean),
     eventbox.drop_subscription(text),
     eventbox.register_handler(text, regprocedure, text, name, boolean),
     eventbox.unregister_handler(text, regprocedure, text),

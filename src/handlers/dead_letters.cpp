@@ -27,10 +27,12 @@ using worker::KeptStatement;
 const char* const kWho = "eventbox dead letters";
 Policy current{false, false, ""};
 
-// The record a dead-letter topic receives for inbox row `d`: its key, its value bytes (the raw
-// bytes when they were not JSON, else the stored JSON's text), its headers (string values; the
-// message_id header is the outbox row's own), and the headers saying where it came from and
-// why it failed, named after Kafka Connect's dead-letter headers where one fits.
+// The record a dead-letter topic receives for inbox row `d`: its key, its value bytes (the
+// producer's, in raw_payload: a subscription with a dead-letter topic keeps them for every
+// record, inbox::keeps_raw(); the stored JSON's text only for a row stored before it had one),
+// its headers (string values; the message_id header is the outbox row's own), and the headers
+// saying where it came from and why it failed, named after Kafka Connect's dead-letter headers
+// where one fits.
 #define DLT_COLUMNS                                                                              \
     "gen_random_uuid(), d.key, "                                                                 \
     "coalesce(d.raw_payload, convert_to(d.payload::text, 'UTF8')), "                             \

@@ -64,6 +64,7 @@ struct Subscription {
     bool backfill = false;                // created with backfill => true: rows get a mode
     std::vector<inbox::Classified> rows;  // the current batch, classified
     std::vector<int> order;               // its rows by message id (see IngestState::classify())
+    std::size_t skipped = 0;              // records of the batch that get no row
     bool fresh = true;  // paused in the consumer until reload() gives it its stored offsets
     // The last batch had no duplicates: the next one is tried without ON CONFLICT (insert_new()).
     bool expect_new = true;
@@ -92,9 +93,10 @@ struct Wanted {
     std::string name, fingerprint, group_id, message_id_field;
     std::vector<std::string> topics;
     bool start_latest;
-    bool fingerprint_ids;  // message_id_rule 'fingerprint'
-    bool backfill;         // backfill => true
-    int64_t created_ms;    // Unix epoch ms: where start_from 'latest' starts
+    inbox::IdRule id_rule;  // message_id_rule
+    bool keep_raw;          // inbox::keeps_raw() of its options
+    bool backfill;          // backfill => true
+    int64_t created_ms;     // Unix epoch ms: where start_from 'latest' starts
     int batch_size;
 };
 
@@ -108,7 +110,9 @@ struct WantedRow {
     const char* database;
     int batch_size;
     int64 created_ms;
-    bool fingerprint_ids;
+    const char* message_id_rule;
+    bool keep_raw;           // the option keep_raw
+    bool dead_letter_topic;  // it has one
     bool backfill;
 };
 
@@ -222,7 +226,8 @@ extern IngestState state;
 // (ingest_columns.cpp).
 struct Columns {
     explicit Columns(int n);
-    int count;
+    int count;        // rows
+    int records = 0;  // records of the batch: the rows and those skipped (sub->skipped)
     pg::ArrayColumn ids, topics, partitions, offsets, keys, headers, payloads, raws, types,
         statuses, notes, modes;
     pg::ArrayColumn unparsable_ids;  // for the dead-letter topic

@@ -61,7 +61,9 @@ struct AmqpSub {
 struct Wanted {
     std::string name, settings, message_id_field;
     std::vector<std::string> queues;
-    bool start_first, fingerprint_ids;
+    bool start_first;
+    inbox::IdRule id_rule;  // message_id_rule
+    bool keep_raw;          // inbox::keeps_raw() of its options
     int batch_size;
 };
 
@@ -99,7 +101,8 @@ char* text_at(HeapTuple tuple, TupleDesc desc, int column) {
 void read_wanted() {
     int rc = SPI_execute(
         "SELECT name, array_to_string(topics, ','), start_from, "
-        "coalesce(message_id_field, ''), batch_size, message_id_rule = 'fingerprint' "
+        "coalesce(message_id_field, ''), batch_size, message_id_rule, keep_raw, "
+        "dead_letter_topic IS NOT NULL "
         "FROM eventbox.subscriptions WHERE enabled AND source = 'amqp' ORDER BY name",
         true, 0);
     if (rc != SPI_OK_SELECT) elog(ERROR, "eventbox ingest: reading subscriptions failed");
@@ -113,14 +116,17 @@ void read_wanted() {
         const char* start = text_at(tuple, desc, 3);
         const char* field = text_at(tuple, desc, 4);
         int batch_size = DatumGetInt32(SPI_getbinval(tuple, desc, 5, &isnull));
-        bool fingerprint_ids = DatumGetBool(SPI_getbinval(tuple, desc, 6, &isnull));
+        const char* id_rule = text_at(tuple, desc, 6);
+        bool keep_raw = DatumGetBool(SPI_getbinval(tuple, desc, 7, &isnull));
+        bool dead_letters = DatumGetBool(SPI_getbinval(tuple, desc, 8, &isnull));
         call_cpp([&] {
             if (owner_of(name, members) != member) return;
             Wanted w;
             w.name = name;
             w.message_id_field = field;
             w.start_first = std::string(start) == "earliest";
-            w.fingerprint_ids = fingerprint_ids;
+            w.id_rule = inbox::id_rule_named(id_rule);
+            w.keep_raw = inbox::keeps_raw(inbox::RawNeeds{keep_raw, dead_letters});
             w.batch_size = batch_size;
             std::string list = queues;
             for (std::size_t from = 0; from <= list.size();) {
@@ -129,8 +135,8 @@ void read_wanted() {
                 w.queues.push_back(list.substr(from, comma - from));
                 from = comma + 1;
             }
-            w.settings = list + "|" + start + "|" + field + "|" + std::to_string(batch_size) +
-                         (fingerprint_ids ? "|fingerprint" : "");
+            w.settings = list + "|" + start + "|" + field + "|" + std::to_string(batch_size) + "|" +
+                         id_rule + (w.keep_raw ? "|raw" : "");
             amqp_state->wanted.push_back(std::move(w));
         });
     }
@@ -162,7 +168,8 @@ void apply_wanted() {
             s->sub.name = w.name;
             s->settings = w.settings;
             s->sub.options.message_id_field = w.message_id_field;
-            s->sub.options.fingerprint_ids = w.fingerprint_ids;
+            s->sub.options.id_rule = w.id_rule;
+            s->sub.options.keep_raw = w.keep_raw;
             s->sub.batch_size = static_cast<std::size_t>(w.batch_size);
             s->sub.fresh = true;
             amqp::ConsumerSubscription config;
@@ -366,6 +373,8 @@ void build(AmqpSub* s, const std::vector<amqp::Delivery>& batch, Columns* c) {
         if (row.parsable &&
             inbox::payload_jsonb(row, d.body.data(), d.body.size(), &payload, &row.note)) {
             c->payloads.set(i, payload);
+            if (s->sub.options.keep_raw)  // the bytes too (inbox::keeps_raw())
+                c->raws.set(i, PointerGetDatum(to_bytea(d.body.data(), d.body.size())));
         } else {
             if (row.parsable) row.raw_len = d.body.size();  // jsonb refused what looked like JSON
             row.parsable = false;
@@ -420,7 +429,7 @@ void store(AmqpSub* s) {
     shmem::count_duplicates(n - done.rows);
     metrics::ingested(s->sub.name.c_str(), n, n - done.rows,
                       static_cast<uint64>(columns.transport_ids),
-                      static_cast<uint64>(columns.unparsable_rows));
+                      static_cast<uint64>(columns.unparsable_rows), 0);
     metrics::ingest_conflicts(s->sub.name.c_str(), done.conflicts);
     metrics::ingest_redelivered(s->sub.name.c_str(), static_cast<uint64>(s->redelivered));
     shmem::wake_handlers();

@@ -48,6 +48,8 @@ void IngestState::classify(Subscription* sub, std::size_t from, std::size_t to) 
             record.offset = msg->offset;
             record.value = static_cast<const char*>(msg->payload);
             record.value_len = msg->len;
+            record.key = static_cast<const char*>(msg->key);
+            record.key_len = msg->key_len;
             record.headers = headers.data();
             record.n_headers = headers.size();
             // NOENT: the record has no headers. Anything else: it has some we cannot read.
@@ -60,9 +62,16 @@ void IngestState::classify(Subscription* sub, std::size_t from, std::size_t to) 
         // Rows go in by message id: ingest workers inserting the same ids at once (a message
         // republished to partitions of two workers; a partition read by its old and new owner
         // while eventbox.ingest_workers changes) then wait for each other in one order, never
-        // in a cycle. Every worker sorts, whatever it believes the worker count is.
-        sub->order.resize(n);
-        for (std::size_t k = 0; k < n; ++k) sub->order[k] = static_cast<int>(k);
+        // in a cycle. Every worker sorts, whatever it believes the worker count is. Records the
+        // rule skips (tombstones, resolved timestamps) get no row: only their offsets are stored.
+        sub->order.clear();
+        sub->skipped = 0;
+        for (std::size_t k = 0; k < n; ++k) {
+            if (sub->rows[k].skip)
+                ++sub->skipped;
+            else
+                sub->order.push_back(static_cast<int>(k));
+        }
         std::stable_sort(sub->order.begin(), sub->order.end(), [&](int a, int b) {
             return sub->rows[a].message_id < sub->rows[b].message_id;
         });
@@ -150,12 +159,15 @@ class ColumnBuilder {
         return type_;
     }
 
-    // The value as jsonb, or else as raw bytes with the reason it is unparsable.
+    // The value as jsonb, or else as raw bytes with the reason it is unparsable. The bytes of
+    // a value stored as jsonb too when the subscription keeps them (inbox::keeps_raw()).
     void payload(int i, rd_kafka_message_t* msg, inbox::Classified& row) {
         Datum payload;
         if (row.parsable && inbox::payload_jsonb(row, static_cast<const char*>(msg->payload),
                                                  msg->len, &payload, &row.note)) {
             c_->payloads.set(i, payload);
+            if (sub_->options.keep_raw)
+                c_->raws.set(i, PointerGetDatum(to_bytea(msg->payload, msg->len)));
             return;
         }
         if (row.parsable) row.raw_len = msg->len;  // jsonb refused what looked like JSON

@@ -68,7 +68,8 @@ void IngestState::add_wanted(const WantedRow& row) {
         w.start_latest = std::string_view(row.start_from) == "latest";
         w.created_ms = row.created_ms;
         w.batch_size = row.batch_size;
-        w.fingerprint_ids = row.fingerprint_ids;
+        w.id_rule = inbox::id_rule_named(row.message_id_rule);
+        w.keep_raw = inbox::keeps_raw(inbox::RawNeeds{row.keep_raw, row.dead_letter_topic});
         w.backfill = row.backfill;
         std::string list = row.topics;
         for (std::size_t start = 0; start <= list.size();) {
@@ -78,9 +79,8 @@ void IngestState::add_wanted(const WantedRow& row) {
             start = comma + 1;
         }
         w.fingerprint = list + "|" + w.group_id + "|" + row.start_from + "|" +
-                        row.message_id_field + "|" + std::to_string(row.batch_size) +
-                        (row.fingerprint_ids ? "|fingerprint" : "") +
-                        (row.backfill ? "|backfill" : "");
+                        row.message_id_field + "|" + std::to_string(row.batch_size) + "|" +
+                        row.message_id_rule + (row.backfill ? "|backfill" : "");
         wanted_->push_back(std::move(w));
     });
 }
@@ -98,8 +98,8 @@ void read_wanted() {
     int rc = SPI_execute(
         "SELECT name, array_to_string(topics, ','), coalesce(group_id, ''), start_from, "
         "coalesce(message_id_field, ''), batch_size, "
-        "(extract(epoch FROM created_at) * 1000)::int8, message_id_rule = 'fingerprint', "
-        "backfill "
+        "(extract(epoch FROM created_at) * 1000)::int8, message_id_rule, "
+        "backfill, keep_raw, dead_letter_topic IS NOT NULL "
         "FROM eventbox.subscriptions "
         "WHERE enabled AND source = 'kafka' ORDER BY name",
         true, 0);
@@ -119,8 +119,10 @@ void read_wanted() {
         row.database = database;
         row.batch_size = DatumGetInt32(SPI_getbinval(tuple, desc, 6, &isnull));
         row.created_ms = DatumGetInt64(SPI_getbinval(tuple, desc, 7, &isnull));
-        row.fingerprint_ids = DatumGetBool(SPI_getbinval(tuple, desc, 8, &isnull));
+        row.message_id_rule = text_at(tuple, desc, 8);
         row.backfill = DatumGetBool(SPI_getbinval(tuple, desc, 9, &isnull));
+        row.keep_raw = DatumGetBool(SPI_getbinval(tuple, desc, 10, &isnull));
+        row.dead_letter_topic = DatumGetBool(SPI_getbinval(tuple, desc, 11, &isnull));
         state.add_wanted(row);
     }
 }
@@ -144,6 +146,8 @@ void IngestState::drop_unwanted(int64 now) {
         *subscriptions_ = std::move(keep);
         for (Subscription* s : *subscriptions_) {
             s->options.max_message_bytes = static_cast<std::size_t>(guc::max_message_bytes);
+            for (const Wanted& w : *wanted_)
+                if (w.name == s->name) s->options.keep_raw = w.keep_raw;
             if (s->failing && consumer_->paused(s->id) && now >= s->retry_at_ms) s->fresh = true;
         }
     });
@@ -161,7 +165,8 @@ std::size_t IngestState::start_wanted() {
             s->name = w.name;
             s->fingerprint = w.fingerprint;
             s->options.message_id_field = w.message_id_field;
-            s->options.fingerprint_ids = w.fingerprint_ids;
+            s->options.id_rule = w.id_rule;
+            s->options.keep_raw = w.keep_raw;
             s->options.max_message_bytes = static_cast<std::size_t>(guc::max_message_bytes);
             s->batch_size = static_cast<std::size_t>(w.batch_size);
             kafka::SubscriptionConfig config;

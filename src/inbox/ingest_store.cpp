@@ -156,7 +156,9 @@ uint64 insert_rows(Subscription* sub, const Columns& c, Datum* values, const Bel
 
 // Conflicting duplicates, looked for only when the insert above left records out: those whose id
 // is in the inbox under another transport identity (not the row this batch stored, not a
-// redelivery of the stored record) with another payload. Each is listed once.
+// redelivery of the stored record) with another payload. Each is listed once. Values stored as
+// jsonb are compared as jsonb even when their bytes are kept too (keep_raw): the same JSON
+// written with other whitespace or key order is not a conflict.
 // Index: inbox_pkey, one probe per id (EVENTBOX_INBOX_BY_ID), and conflicts_pkey (the arbiter).
 worker::KeptStatement conflicts_statement{
     "INSERT INTO eventbox.conflicts (subscription, message_id, stored_topic, "
@@ -168,7 +170,8 @@ worker::KeptStatement conflicts_statement{
     EVENTBOX_INBOX_BY_ID("x.message_id, x.topic, x.\"partition\", x.\"offset\", "
                          "x.payload, x.raw_payload", "")
     "WHERE (x.topic, x.\"partition\", x.\"offset\") IS DISTINCT FROM (u.topic, u.p, u.o) "
-    "AND (x.payload IS DISTINCT FROM u.payload OR x.raw_payload IS DISTINCT FROM u.raw) "
+    "AND CASE WHEN x.payload IS NULL AND u.payload IS NULL "
+    "THEN x.raw_payload IS DISTINCT FROM u.raw ELSE x.payload IS DISTINCT FROM u.payload END "
     "ON CONFLICT DO NOTHING",
     7,
     {TEXTOID, TEXTARRAYOID, TEXTARRAYOID, INT4ARRAYOID, INT8ARRAYOID, JSONBARRAYOID,
@@ -199,8 +202,12 @@ Inserted store_rows(Subscription* sub, const Columns& c, const Below& below) {
     if (c.unparsable_rows > 0 && done.rows > 0)
         handlers::dead_letters::after_unparsable(name, c.unparsable_ids.get(c.unparsable_rows),
                                                  writer);
-    // Only a batch with duplicates pays for comparing them with the stored rows.
-    if (done.rows < static_cast<uint64>(c.count)) {
+    // Only a batch with duplicates pays for comparing them with the stored rows. Under the CDC
+    // rules a duplicate is a change emitted again, whose envelope differs in when the connector
+    // emitted it (ts_ms): not a conflict.
+    bool cdc = sub->options.id_rule == inbox::IdRule::kDebezium ||
+               sub->options.id_rule == inbox::IdRule::kCockroachDb;
+    if (done.rows < static_cast<uint64>(c.count) && !cdc) {
         Datum conflict_values[7] = {name,      values[1], values[2], values[3],
                                     values[4], values[7], values[8]};
         worker::exec_kept(kWho, conflicts_statement, conflict_values, false, SPI_OK_INSERT);
@@ -306,6 +313,7 @@ bool store_offsets(const Subscription* sub, std::size_t from, std::size_t to) {
 // After the batch committed: the consumer, the counters and the handler workers learn of it.
 void after_commit(Subscription* sub, std::size_t n, const Columns& c, const Inserted& done,
                   bool moved) {
+    uint64 duplicates = static_cast<uint64>(c.count) - done.rows;
     // Right after the commit: a handler worker that read the count before its pass saw these
     // rows (handlers/quiet.hpp).
     if (done.rows > 0) shmem::inbox_stored(sub->name.c_str());
@@ -317,9 +325,9 @@ void after_commit(Subscription* sub, std::size_t n, const Columns& c, const Inse
     }
     shmem::count_messages(n);
     shmem::count_transport_ids(static_cast<uint64>(c.transport_ids));
-    shmem::count_duplicates(n - done.rows);
-    metrics::ingested(sub->name.c_str(), n, n - done.rows, static_cast<uint64>(c.transport_ids),
-                      static_cast<uint64>(c.unparsable_rows));
+    shmem::count_duplicates(duplicates);
+    metrics::ingested(sub->name.c_str(), n, duplicates, static_cast<uint64>(c.transport_ids),
+                      static_cast<uint64>(c.unparsable_rows), sub->skipped);
     metrics::ingest_conflicts(sub->name.c_str(), done.conflicts);
     shmem::wake_handlers();
 }
@@ -344,11 +352,12 @@ void store_batch(Subscription* sub, std::size_t from, std::size_t to) {
     state.classify(sub, from, to);
     rd_kafka_message_t* const* messages = state.records(sub, from);
     worker::begin_work(kWho);
-    Columns columns(static_cast<int>(to - from));
+    Columns columns(static_cast<int>(sub->order.size()));
+    columns.records = static_cast<int>(to - from);
     build_columns(sub, messages, &columns, &store_context);
-    KafkaBatch batch{sub, messages, columns.count};
+    KafkaBatch batch{sub, messages, columns.records};
     Inserted done = store_rows(sub, columns, Below{kafka_below, &batch});
-    if (done.rows > 0 && state.stores_below(sub, messages, columns.count, true))
+    if (done.rows > 0 && state.stores_below(sub, messages, columns.records, true))
         shmem::inbox_requeued_at_commit();
     bool moved = store_offsets(sub, from, to);
     worker::end_work();

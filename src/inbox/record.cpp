@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "inbox/cdc.hpp"
 #include "inbox/fingerprint.hpp"
 #include "messages/json_scan.hpp"
 
@@ -164,6 +165,8 @@ namespace {
 // grew are given back.
 void reset(Classified& out) {
     out.transport_id = false;
+    out.skip = false;
+    out.skipped.clear();
     out.parsable = false;
     out.raw_len = 0;
     out.raw_null = false;
@@ -219,19 +222,39 @@ void transport_id(const Record& r, Classified& out) {
     out.message_id += "/" + std::to_string(r.partition) + "/" + std::to_string(r.offset);
 }
 
+// The change event a CDC rule reads from the record (Kind::kOther under the other rules).
+ChangeEvent change_event(const Record& r, const Options& options) {
+    if (options.id_rule != IdRule::kDebezium && options.id_rule != IdRule::kCockroachDb)
+        return ChangeEvent{};
+    ChangeRecord change{r.topic, r.key, r.key_len, r.value, r.value_len};
+    return options.id_rule == IdRule::kDebezium ? debezium_event(change)
+                                                : cockroachdb_event(change);
+}
+
+// The id the subscription's rule reads from the record's content, whatever its headers say:
+// its fingerprint, or the change event's position. False when the rule has none for it.
+bool content_id(const Record& r, const Options& options, const ChangeEvent& change,
+                std::string* id) {
+    if (options.id_rule == IdRule::kFingerprint) return fingerprint_id(r, id);
+    if (change.kind != ChangeEvent::Kind::kEvent) return false;
+    id->assign(change.message_id);
+    return true;
+}
+
 // Headers the client could not read: the record's identity and type are unknown. It is kept as
 // unparsable (no handler can take it by a type it may not have), with the value's bytes and a
 // note, under its transport identity: never silently routed or deduplicated as if it had no
 // headers.
-void classify_unreadable(const Record& r, const Options& options, Classified& out) {
+void classify_unreadable(const Record& r, const Options& options, const ChangeEvent& change,
+                         Classified& out) {
     if (out.parsable) {
         out.parsable = false;
         out.payload.tokens.clear();
         out.payload.text.clear();
         out.raw_len = std::min(r.value_len, options.max_message_bytes);
     }
-    // Under message_id_rule 'fingerprint' the id does not depend on the headers.
-    bool by_content = options.fingerprint_ids && fingerprint_id(r, &out.message_id);
+    // Under message_id_rule 'fingerprint' and the CDC rules the id does not depend on the headers.
+    bool by_content = content_id(r, options, change, &out.message_id);
     std::string why = "headers could not be read (" + std::string(r.headers_error) +
                       (by_content ? "): event_type unknown"
                                   : "): message_id and event_type unknown; stored by its "
@@ -242,16 +265,16 @@ void classify_unreadable(const Record& r, const Options& options, Classified& ou
 }
 
 // Message id: the fingerprint under message_id_rule 'fingerprint' (the value's own; headers and
-// fields do not count); else header message_id, CloudEvents ce_id, the configured field; else the
-// transport identity.
+// fields do not count), the change event's position under the CDC rules; else header
+// message_id, CloudEvents ce_id, the configured field; else the transport identity.
 void choose_message_id(const Record& r, const Options& options, const JsonScan& scan,
-                       Classified& out) {
+                       const ChangeEvent& change, Classified& out) {
     std::optional<std::string_view> id_header = id_candidate(r, "message_id");
     std::optional<std::string_view> ce_id = id_candidate(r, "ce_id");
     const std::optional<std::string>* id_field =
         scan.valid && !options.message_id_field.empty() ? &scan.fields[0] : nullptr;
-    if (options.fingerprint_ids && fingerprint_id(r, &out.message_id)) {
-        // out.message_id holds the fingerprint
+    if (content_id(r, options, change, &out.message_id)) {
+        // out.message_id holds the fingerprint or the change's position
     } else if (id_header) {
         out.message_id.assign(*id_header);
     } else if (ce_id) {
@@ -263,8 +286,14 @@ void choose_message_id(const Record& r, const Options& options, const JsonScan& 
     }
 }
 
-// Event type: header event_type, CloudEvents ce_type, JSON field "type", else none.
-void choose_event_type(const Record& r, const JsonScan& scan, Classified& out) {
+// Event type: a change event's operation; else header event_type, CloudEvents ce_type, JSON
+// field "type", else none.
+void choose_event_type(const Record& r, const JsonScan& scan, const ChangeEvent& change,
+                       Classified& out) {
+    if (change.kind == ChangeEvent::Kind::kEvent) {
+        set(out.event_type, change.event_type);
+        return;
+    }
     std::optional<std::string_view> type_header = header_text(r, "event_type");
     std::optional<std::string_view> ce_type = header_text(r, "ce_type");
     const std::optional<std::string>* type_field = scan.valid ? &scan.fields.back() : nullptr;
@@ -285,12 +314,32 @@ void classify(const Record& r, const Options& options, Classified& out) {
     reset(out);
     header_fields(r, out.headers);
     JsonScan scan = classify_value(r, options, out);
-    if (r.headers_unreadable) {
-        classify_unreadable(r, options, out);
+    // A change event is read only from a value jsonb accepts (or a tombstone): one that is not
+    // JSON gets the default rule, and is stored unparsable with its bytes.
+    ChangeEvent change =
+        out.parsable || r.value == nullptr ? change_event(r, options) : ChangeEvent{};
+    if (change.kind == ChangeEvent::Kind::kSkip) {
+        out.skip = true;
+        out.skipped = change.skipped;
         return;
     }
-    choose_message_id(r, options, scan, out);
-    choose_event_type(r, scan, out);
+    if (r.headers_unreadable) {
+        classify_unreadable(r, options, change, out);
+        return;
+    }
+    choose_message_id(r, options, scan, change, out);
+    choose_event_type(r, scan, change, out);
+}
+
+IdRule id_rule_named(std::string_view name) {
+    if (name == "fingerprint") return IdRule::kFingerprint;
+    if (name == "debezium") return IdRule::kDebezium;
+    if (name == "cockroachdb") return IdRule::kCockroachDb;
+    return IdRule::kDefault;
+}
+
+bool keeps_raw(const RawNeeds& needs) {
+    return needs.keep_raw || needs.dead_letter_topic || !needs.json_values;
 }
 
 std::string headers_json(const Classified& c) {

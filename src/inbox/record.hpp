@@ -26,6 +26,8 @@ struct Record {
     int64_t offset = 0;
     const char* value = nullptr;  // nullptr: null value (tombstone)
     std::size_t value_len = 0;
+    const char* key = nullptr;  // nullptr: no key
+    std::size_t key_len = 0;
     const KafkaHeader* headers = nullptr;
     std::size_t n_headers = 0;
     // The client could not parse the record's headers (e.g. librdkafka with very many of
@@ -34,13 +36,34 @@ struct Record {
     std::string_view headers_error;  // the client's reason, when unreadable
 };
 
+// A subscription's message_id_rule. 'fingerprint': the id is the SHA-256 of the value in
+// canonical JSON (raw bytes when it is not JSON), whatever the headers and fields say (see
+// inbox/fingerprint.hpp). 'debezium', 'cockroachdb': the change event's position (see
+// inbox/cdc.hpp), with its operation as the event type; records that are not change events of
+// that source get the default rule.
+enum class IdRule { kDefault, kFingerprint, kDebezium, kCockroachDb };
+
+// The rule named `name` (as in eventbox.subscriptions.message_id_rule); kDefault if unknown.
+IdRule id_rule_named(std::string_view name);
+
 struct Options {
     std::string message_id_field;  // top-level JSON field used as message id; empty: none
     std::size_t max_message_bytes = 1000000;
-    // message_id_rule 'fingerprint': the id is the SHA-256 of the value in canonical JSON (raw
-    // bytes when it is not JSON), whatever the headers and fields say (see inbox/fingerprint.hpp).
-    bool fingerprint_ids = false;
+    IdRule id_rule = IdRule::kDefault;
+    // Every record's value bytes go to raw_payload, JSON ones too (see keeps_raw()).
+    bool keep_raw = false;
 };
+
+// What decides whether a subscription keeps the value bytes of every record in raw_payload.
+struct RawNeeds {
+    bool keep_raw = false;           // the subscription option keep_raw
+    bool dead_letter_topic = false;  // dead letters carry the producer's bytes
+    bool json_values = true;         // values are JSON text (value_format 'json')
+};
+
+// Whether the bytes are kept: when asked for, when a dead-letter topic needs them, and when the
+// stored payload is not the value's own text. The one place that decides it.
+bool keeps_raw(const RawNeeds& needs);
 
 // Message ids longer than this fall back to the transport identity (the primary key index has a
 // size limit, and an id this long is not an id).
@@ -65,6 +88,10 @@ struct Classified {
     std::size_t raw_len = 0;  // bytes of the value kept in raw_payload when not parsable
     bool raw_null = false;    // no value at all (tombstone): raw_payload NULL
     std::string note;         // why the record is unparsable (goes to last_error)
+    // Not stored (a Debezium tombstone, a CockroachDB resolved timestamp): `skipped` says which.
+    // Its offset is stored with the batch's like any other.
+    bool skip = false;
+    std::string skipped;
 };
 
 Classified classify(const Record& record, const Options& options);

@@ -146,6 +146,10 @@ void build_subscriptions(const Counters& s, Exposition& e) {
          "RabbitMQ deliveries flagged redelivered (delivered before, perhaps stored: not a "
          "duplicate count).",
          &SubscriptionCounters::redelivered},
+        {"eventbox_ingest_skipped_total",
+         "Records not stored as messages: Debezium tombstones and CockroachDB resolved "
+         "timestamps (message_id_rule 'debezium' or 'cockroachdb'); their offsets are stored.",
+         &SubscriptionCounters::skipped},
         {"eventbox_handler_processed_total", "Messages whose handlers succeeded.",
          &SubscriptionCounters::processed},
         {"eventbox_handler_retries_total", "Failed handler attempts followed by a retry (backoff).",

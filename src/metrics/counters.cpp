@@ -29,7 +29,7 @@ struct SubscriptionEntry {
     pg_atomic_uint32 version;
     uint32 absent_sweeps;  // the supervisor's, under the mutex (sweep_subscriptions())
     char name[NAMEDATALEN];
-    pg_atomic_uint64 records, stored, duplicates, transport_ids, unparsable, conflicts;
+    pg_atomic_uint64 records, stored, duplicates, transport_ids, unparsable, conflicts, skipped;
     pg_atomic_uint64 redelivered;  // RabbitMQ deliveries flagged redelivered
     pg_atomic_uint64 processed, retried, dead, ignored;
     AtomicHistogram duration;
@@ -87,6 +87,7 @@ void startup_hook() {
             pg_atomic_init_u64(&e.unparsable, 0);
             pg_atomic_init_u64(&e.conflicts, 0);
             pg_atomic_init_u64(&e.redelivered, 0);
+            pg_atomic_init_u64(&e.skipped, 0);
             pg_atomic_init_u64(&e.processed, 0);
             pg_atomic_init_u64(&e.retried, 0);
             pg_atomic_init_u64(&e.dead, 0);
@@ -129,10 +130,10 @@ bool read_name(SubscriptionEntry& e, char* name, uint32* version) {
 void rename_entry(SubscriptionEntry& e, const char* name) {
     pg_atomic_fetch_add_u32(&e.version, 1);  // odd: readers without the mutex look again
     if (name[0] != '\0') {
-        pg_atomic_uint64* counters[] = {&e.records,       &e.stored,          &e.duplicates,
-                                        &e.transport_ids, &e.unparsable,      &e.conflicts,
-                                        &e.processed,     &e.retried,         &e.dead,
-                                        &e.ignored,       &e.duration.sum_us, &e.redelivered};
+        pg_atomic_uint64* counters[] = {
+            &e.records,         &e.stored,    &e.duplicates, &e.transport_ids, &e.unparsable,
+            &e.conflicts,       &e.processed, &e.retried,    &e.dead,          &e.ignored,
+            &e.duration.sum_us, &e.skipped,   &e.redelivered};
         for (pg_atomic_uint64* c : counters) pg_atomic_write_u64(c, 0);
         for (pg_atomic_uint64& c : e.duration.counts) pg_atomic_write_u64(&c, 0);
     }
@@ -239,11 +240,12 @@ void relay_failures(uint64 n) {
 }
 
 void ingested(const char* subscription, uint64 records, uint64 duplicates, uint64 transport_ids,
-              uint64 unparsable) {
+              uint64 unparsable, uint64 skipped) {
     if (shared == nullptr || records == 0) return;
     SubscriptionEntry* e = entry_of(subscription);
     add(&e->records, records);
-    add(&e->stored, records - duplicates);
+    add(&e->stored, records - duplicates - skipped);
+    add(&e->skipped, skipped);
     add(&e->duplicates, duplicates);
     add(&e->transport_ids, transport_ids);
     add(&e->unparsable, unparsable);
@@ -425,6 +427,7 @@ void snapshot(Counters* out) {
         c.unparsable = read(e.unparsable);
         c.conflicts = read(e.conflicts);
         c.redelivered = read(e.redelivered);
+        c.skipped = read(e.skipped);
         c.processed = read(e.processed);
         c.retried = read(e.retried);
         c.dead = read(e.dead);

@@ -46,9 +46,10 @@ void install_hooks();
 void relay_published(uint64 n, const LocalHistogram& latency);
 void relay_failures(uint64 n);
 // Ingest: one batch of `records` read for `subscription`, of which `duplicates` were in the inbox
-// already, `transport_ids` identified by topic/partition/offset, `unparsable` not JSON.
+// already, `transport_ids` identified by topic/partition/offset, `unparsable` not JSON, and
+// `skipped` not stored (tombstones and resolved timestamps under the CDC message-id rules).
 void ingested(const char* subscription, uint64 records, uint64 duplicates, uint64 transport_ids,
-              uint64 unparsable);
+              uint64 unparsable, uint64 skipped);
 // Ingest: duplicates of `subscription` whose payload differs from the stored row's.
 void ingest_conflicts(const char* subscription, uint64 n);
 // Ingest: RabbitMQ deliveries of `subscription` flagged redelivered (committed in a batch).
@@ -80,7 +81,7 @@ void sweep_subscriptions(char** names, int n_names);
 struct SubscriptionCounters {
     char name[NAMEDATALEN];
     bool overflow;
-    uint64 records, stored, duplicates, transport_ids, unparsable, conflicts;
+    uint64 records, stored, duplicates, transport_ids, unparsable, conflicts, skipped;
     uint64 redelivered;
     uint64 processed, retried, dead, ignored;
     uint64 duration_counts[kBounds + 1];

@@ -4,7 +4,7 @@
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pg_eventbox;
 
-SELECT plan(317);
+SELECT plan(321);
 
 -- ---- tables: exactly these columns, with these types, nullability and defaults -------------
 
@@ -14,7 +14,7 @@ SELECT has_table('eventbox', 'offsets', 'table eventbox.offsets exists');
 SELECT columns_are('eventbox', 'subscriptions', ARRAY[
     'name', 'topics', 'owner', 'start_from', 'ordering', 'max_attempts', 'backoff', 'backoff_max',
     'message_id_field', 'unhandled', 'batch_size', 'group_id', 'enabled', 'created_at',
-    'non_retryable', 'on_dead', 'dead_letter_topic', 'message_id_rule', 'backfill', 'source']);
+    'non_retryable', 'on_dead', 'dead_letter_topic', 'message_id_rule', 'backfill', 'source', 'keep_raw']);
 SELECT columns_are('eventbox', 'inbox', ARRAY[
     'subscription', 'message_id', 'topic', 'partition', 'offset', 'key', 'headers', 'payload',
     'raw_payload', 'event_type', 'status', 'attempts', 'next_attempt_at', 'received_at',
@@ -49,6 +49,7 @@ INSERT INTO expected_columns VALUES
     ('subscriptions', 'dead_letter_topic', 'text',                    false, NULL),
     ('subscriptions', 'message_id_rule',  'text',                     true,  'default'),
     ('subscriptions', 'backfill',         'boolean',                  true,  'false'),
+    ('subscriptions', 'keep_raw',         'boolean',                  true,  'false'),
     ('inbox',         'subscription',     'text',                     true,  NULL),
     ('inbox',         'message_id',       'text',                     true,  NULL),
     ('inbox',         'topic',            'text',                     true,  NULL),
@@ -74,7 +75,7 @@ INSERT INTO expected_columns VALUES
     ('offsets',       'updated_at',       'timestamp with time zone', true,  'now()'),
     ('offsets',       'backfill_until',   'bigint',                   false, NULL);
 
--- 43 columns: has_column + col_type_is + nullability + default (or none) = 172 tests.
+-- 44 columns: has_column + col_type_is + nullability + default (or none) = 176 tests.
 SELECT has_column('eventbox', tbl, col, tbl || ' has column ' || col)
   FROM expected_columns ORDER BY tbl, col;
 SELECT col_type_is('eventbox', tbl, col, typ, tbl || '.' || col || ' is ' || typ)
@@ -205,18 +206,18 @@ CREATE TEMP TABLE expected_functions (fn name, args name[], lang name, api boole
 INSERT INTO expected_functions VALUES
     ('create_subscription',
      ARRAY['text', 'text[]', 'text', 'text', 'integer', 'interval', 'interval', 'text', 'text',
-           'integer', 'text', 'text[]', 'text', 'text', 'text', 'boolean', 'text'], 'c', true),
+           'integer', 'text', 'text[]', 'text', 'text', 'text', 'boolean', 'text', 'boolean'], 'c', true),
     ('alter_subscription',
      ARRAY['text', 'text[]', 'text', 'text', 'integer', 'interval', 'interval', 'text', 'text',
-           'integer', 'text', 'boolean', 'text[]', 'text', 'text', 'text', 'text'], 'c', true),
+           'integer', 'text', 'boolean', 'text[]', 'text', 'text', 'text', 'text', 'boolean'], 'c', true),
     ('drop_subscription', ARRAY['text'], 'c', true),
     ('_create_subscription',
      ARRAY['oid', 'text', 'text[]', 'text', 'text', 'integer', 'interval', 'interval', 'text',
-           'text', 'integer', 'text', 'text[]', 'text', 'text', 'text', 'boolean', 'text'],
+           'text', 'integer', 'text', 'text[]', 'text', 'text', 'text', 'boolean', 'text', 'boolean'],
      'plpgsql', false),
     ('_alter_subscription',
      ARRAY['oid', 'text', 'text[]', 'text', 'text', 'integer', 'interval', 'interval', 'text',
-           'text', 'integer', 'text', 'boolean', 'text[]', 'text', 'text', 'text', 'text'],
+           'text', 'integer', 'text', 'boolean', 'text[]', 'text', 'text', 'text', 'text', 'boolean'],
      'plpgsql', false),
     ('_drop_subscription', ARRAY['oid', 'text'], 'plpgsql', false),
     ('_managed_subscription', ARRAY['oid', 'text'], 'plpgsql', false),
@@ -248,8 +249,8 @@ SELECT function_privs_are('eventbox', fn, args, 'public', '{}'::text[],
 SELECT is(pg_get_function_arguments(format('eventbox.%s(%s)', fn, array_to_string(args, ', '))::regprocedure),
           want, fn || ' has the documented argument names and defaults')
   FROM expected_functions JOIN (VALUES
-    ('create_subscription', 'name text, topics text[], start_from text DEFAULT ''earliest''::text, ordering text DEFAULT ''partition''::text, max_attempts integer DEFAULT 10, backoff interval DEFAULT ''00:00:01''::interval, backoff_max interval DEFAULT ''00:10:00''::interval, message_id_field text DEFAULT NULL::text, unhandled text DEFAULT ''ignore''::text, batch_size integer DEFAULT 1000, group_id text DEFAULT NULL::text, non_retryable text[] DEFAULT ''{22,23502,23514}''::text[], on_dead text DEFAULT ''continue''::text, dead_letter_topic text DEFAULT NULL::text, message_id_rule text DEFAULT ''default''::text, backfill boolean DEFAULT false, source text DEFAULT ''kafka''::text'),
-    ('alter_subscription', 'name text, topics text[] DEFAULT NULL::text[], start_from text DEFAULT NULL::text, ordering text DEFAULT NULL::text, max_attempts integer DEFAULT NULL::integer, backoff interval DEFAULT NULL::interval, backoff_max interval DEFAULT NULL::interval, message_id_field text DEFAULT NULL::text, unhandled text DEFAULT NULL::text, batch_size integer DEFAULT NULL::integer, group_id text DEFAULT NULL::text, enabled boolean DEFAULT NULL::boolean, non_retryable text[] DEFAULT NULL::text[], on_dead text DEFAULT NULL::text, dead_letter_topic text DEFAULT NULL::text, message_id_rule text DEFAULT NULL::text, source text DEFAULT NULL::text'),
+    ('create_subscription', 'name text, topics text[], start_from text DEFAULT ''earliest''::text, ordering text DEFAULT ''partition''::text, max_attempts integer DEFAULT 10, backoff interval DEFAULT ''00:00:01''::interval, backoff_max interval DEFAULT ''00:10:00''::interval, message_id_field text DEFAULT NULL::text, unhandled text DEFAULT ''ignore''::text, batch_size integer DEFAULT 1000, group_id text DEFAULT NULL::text, non_retryable text[] DEFAULT ''{22,23502,23514}''::text[], on_dead text DEFAULT ''continue''::text, dead_letter_topic text DEFAULT NULL::text, message_id_rule text DEFAULT ''default''::text, backfill boolean DEFAULT false, source text DEFAULT ''kafka''::text, keep_raw boolean DEFAULT false'),
+    ('alter_subscription', 'name text, topics text[] DEFAULT NULL::text[], start_from text DEFAULT NULL::text, ordering text DEFAULT NULL::text, max_attempts integer DEFAULT NULL::integer, backoff interval DEFAULT NULL::interval, backoff_max interval DEFAULT NULL::interval, message_id_field text DEFAULT NULL::text, unhandled text DEFAULT NULL::text, batch_size integer DEFAULT NULL::integer, group_id text DEFAULT NULL::text, enabled boolean DEFAULT NULL::boolean, non_retryable text[] DEFAULT NULL::text[], on_dead text DEFAULT NULL::text, dead_letter_topic text DEFAULT NULL::text, message_id_rule text DEFAULT NULL::text, source text DEFAULT NULL::text, keep_raw boolean DEFAULT NULL::boolean'),
     ('drop_subscription', 'name text')) AS w(f, want) ON w.f = fn
  ORDER BY fn;
 SELECT function_returns('eventbox', fn, args, 'void', fn || ' returns void')

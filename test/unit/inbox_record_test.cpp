@@ -25,6 +25,11 @@ class Rec {
         has_value_ = false;
         return *this;
     }
+    Rec& key(std::string k) {
+        key_ = std::move(k);
+        has_key_ = true;
+        return *this;
+    }
     Rec& header(std::string name, std::string value) {
         headers_.push_back({std::move(name), std::move(value), false});
         return *this;
@@ -67,6 +72,8 @@ class Rec {
         r.offset = offset_;
         r.value = has_value_ ? value_.data() : nullptr;
         r.value_len = has_value_ ? value_.size() : 0;
+        r.key = has_key_ ? key_.data() : nullptr;
+        r.key_len = has_key_ ? key_.size() : 0;
         r.headers = views_.empty() ? nullptr : views_.data();
         r.n_headers = views_.size();
         r.headers_unreadable = !unreadable_.empty();
@@ -88,6 +95,8 @@ class Rec {
     int64_t offset_ = 41;
     std::string value_ = "{}";
     bool has_value_ = true;
+    std::string key_;
+    bool has_key_ = false;
     std::vector<Header> headers_;
     std::vector<KafkaHeader> views_;
     std::string unreadable_;
@@ -884,7 +893,7 @@ TEST(Reuse, BuffersALargeRecordGrewAreGivenBack) {
 
 Options fingerprint_rule() {
     Options o;
-    o.fingerprint_ids = true;
+    o.id_rule = IdRule::kFingerprint;
     o.message_id_field = "id";
     return o;
 }
@@ -939,6 +948,120 @@ TEST(ClassifyFingerprint, UnreadableHeadersKeepTheFingerprint) {
     EXPECT_FALSE(c.transport_id);
     EXPECT_FALSE(c.parsable);
     EXPECT_NE(c.note.find("event_type unknown"), std::string::npos);
+}
+
+// ---- message_id_rule 'debezium' / 'cockroachdb' ---------------------------------------------
+
+Options rule(IdRule r) {
+    Options o;
+    o.id_rule = r;
+    o.message_id_field = "id";
+    return o;
+}
+
+const char* const kDebeziumCreate =
+    R"({"before":null,"after":{"id":1004,"first_name":"Anne"},)"
+    R"("source":{"version":"2.7.0.Final","connector":"postgresql","name":"PostgreSQL_server",)"
+    R"("ts_ms":1559033904863,"snapshot":"false","db":"postgres",)"
+    R"("sequence":"[\"24023119\",\"24023128\"]","schema":"public","table":"customers",)"
+    R"("txId":555,"lsn":24023128,"xmin":null},"op":"c","ts_ms":1559033904863})";
+
+// The change's position and operation decide, whatever the headers and the id field say.
+TEST(ClassifyChangeEvents, DebeziumPositionIsTheIdAndOpTheType) {
+    Classified c = Rec()
+                       .value(kDebeziumCreate)
+                       .key(R"({"id":1004})")
+                       .header("message_id", "producer-1")
+                       .header("event_type", "Other")
+                       .classify(rule(IdRule::kDebezium));
+    ASSERT_TRUE(c.parsable);
+    EXPECT_FALSE(c.skip);
+    EXPECT_FALSE(c.transport_id);
+    EXPECT_EQ(c.message_id.rfind("postgresql:PostgreSQL_server:postgres.public.customers:"
+                                 "lsn=24023128,txId=555:c:",
+                                 0),
+              0u)
+        << c.message_id;
+    ASSERT_TRUE(c.event_type);
+    EXPECT_EQ(*c.event_type, "create");
+}
+
+// A tombstone is skipped under the Debezium rule (and stays unparsable under the others).
+TEST(ClassifyChangeEvents, DebeziumTombstoneIsSkipped) {
+    Classified c = Rec().tombstone().key(R"({"id":1004})").classify(rule(IdRule::kDebezium));
+    EXPECT_TRUE(c.skip);
+    EXPECT_EQ(c.skipped, "tombstone");
+    Classified d = Rec().tombstone().key(R"({"id":1004})").classify(rule(IdRule::kCockroachDb));
+    EXPECT_FALSE(d.skip);
+    EXPECT_FALSE(d.parsable);
+    EXPECT_TRUE(d.raw_null);
+}
+
+// A value that is not a change event gets the default rule: its header, then the id field.
+TEST(ClassifyChangeEvents, OtherRecordsGetTheDefaultRule) {
+    Classified heartbeat = Rec()
+                               .value(R"({"ts_ms":1})")
+                               .header("message_id", "hb-1")
+                               .classify(rule(IdRule::kDebezium));
+    EXPECT_EQ(heartbeat.message_id, "hb-1");
+    EXPECT_FALSE(heartbeat.event_type);
+    Classified plain =
+        Rec().value(R"({"id":"o-7","type":"T"})").classify(rule(IdRule::kCockroachDb));
+    EXPECT_EQ(plain.message_id, "o-7");
+    ASSERT_TRUE(plain.event_type);
+    EXPECT_EQ(*plain.event_type, "T");
+    Classified bad = Rec().value("{not json").key("[1]").classify(rule(IdRule::kCockroachDb));
+    EXPECT_FALSE(bad.parsable);
+    EXPECT_TRUE(bad.transport_id);
+}
+
+// CockroachDB: key + updated; a resolved timestamp is skipped.
+TEST(ClassifyChangeEvents, CockroachDbKeyAndUpdated) {
+    Classified c = Rec()
+                       .value(R"({"after": {"id": 1, "name": "Petee H"},)"
+                              R"( "updated": "1563898016883227000.0000000000"})")
+                       .key("[1]")
+                       .at("office_dogs", 0, 5)
+                       .classify(rule(IdRule::kCockroachDb));
+    EXPECT_EQ(c.message_id.rfind("cockroachdb:office_dogs:1563898016883227000.0000000000:", 0), 0u)
+        << c.message_id;
+    ASSERT_TRUE(c.event_type);
+    EXPECT_EQ(*c.event_type, "upsert");
+    Classified r = Rec()
+                       .value(R"({"resolved": "1563898016883227000.0000000000"})")
+                       .classify(rule(IdRule::kCockroachDb));
+    EXPECT_TRUE(r.skip);
+    EXPECT_EQ(r.skipped, "resolved");
+}
+
+// Headers the client could not read: the change's id still holds (it does not depend on them).
+TEST(ClassifyChangeEvents, UnreadableHeadersKeepTheChangeId) {
+    Classified ok =
+        Rec().value(kDebeziumCreate).key(R"({"id":1004})").classify(rule(IdRule::kDebezium));
+    Classified c = Rec()
+                       .value(kDebeziumCreate)
+                       .key(R"({"id":1004})")
+                       .unreadable_headers("Local: Bad message format")
+                       .classify(rule(IdRule::kDebezium));
+    EXPECT_FALSE(c.parsable);
+    EXPECT_FALSE(c.transport_id);
+    EXPECT_EQ(c.message_id, ok.message_id);
+}
+
+TEST(IdRules, Named) {
+    EXPECT_EQ(id_rule_named("default"), IdRule::kDefault);
+    EXPECT_EQ(id_rule_named("fingerprint"), IdRule::kFingerprint);
+    EXPECT_EQ(id_rule_named("debezium"), IdRule::kDebezium);
+    EXPECT_EQ(id_rule_named("cockroachdb"), IdRule::kCockroachDb);
+    EXPECT_EQ(id_rule_named("other"), IdRule::kDefault);
+}
+
+// The one rule for keeping value bytes: asked for, needed by dead letters, or values not JSON.
+TEST(KeepsRaw, AnyReasonKeepsTheBytes) {
+    EXPECT_FALSE(keeps_raw(RawNeeds{}));
+    EXPECT_TRUE(keeps_raw(RawNeeds{true, false, true}));
+    EXPECT_TRUE(keeps_raw(RawNeeds{false, true, true}));
+    EXPECT_TRUE(keeps_raw(RawNeeds{false, false, false}));
 }
 
 }  // namespace
