@@ -259,7 +259,7 @@ def notes(res, args):
         out.append("handler batch: the same rows for another disabled subscription with "
                    "public.bench_on_msgs(eventbox.inbox[]) registered with batch => true (PL/"
                    "pgSQL, INSERT INTO bench_sink SELECT message_id, (payload->>'id')::bigint "
-                   "FROM unnest(ms): one call per chunk of up to 64 messages of a lane), run "
+                   "FROM unnest(ms): one call per chunk of up to 256 messages of a lane (a pass)), run "
                    "after the per-message run of each repetition, same clock and checks; "
                    "baseline: the best multi-row INSERT of that size in this run. Runs (msg/s): "
                    + "; ".join("%s %s" % (size, " ".join("%.0f" % x["rate"] for x in r))

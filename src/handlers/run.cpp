@@ -407,28 +407,65 @@ void commit_run_transaction() {
     worker::end_work();
 }
 
+// Where the run transaction of chosen messages [from, n_chosen) ends. Without batch handlers
+// (or in a dry run) after kMessagesPerTransaction messages: each may take a subtransaction of
+// its own. With them, a chunk takes one subtransaction whatever its size, so a transaction ends
+// once it would hold more than kMessagesPerTransaction subtransactions: counted before the run
+// as a chunk per run of one lane's messages with the same batch handlers (two per lane, for its
+// live and replay messages), and one per message some plain handler takes. A failed chunk's
+// halves are subtransactions too, but rolled back ones leave the cache.
+int transaction_end(const Pass& p, int from, int n_chosen, bool chunks, HandlerRef** scratch,
+                    HandlerRef** previous) {
+    if (!chunks) return Min(n_chosen, from + kMessagesPerTransaction);
+    int units = 0, n_previous = -1;
+    std::size_t lane = SIZE_MAX;
+    for (int c = from; c < n_chosen; ++c) {
+        ChosenMessage m = p.work.chosen(c);
+        int n = handlers_taking(p.setup, m.event_type, scratch);
+        bool batch = all_batch(scratch, n);
+        int cost = 0;
+        if (!batch)
+            cost = 1;
+        else if (m.lane != lane)
+            cost = 2;
+        else if (n != n_previous || !same_handlers(scratch, previous, n))
+            cost = 1;
+        if (c > from && units + cost > kMessagesPerTransaction) return c;
+        units += cost;
+        lane = m.lane;
+        n_previous = batch ? n : -1;
+        for (int i = 0; i < n && batch; ++i) previous[i] = scratch[i];
+    }
+    return n_chosen;
+}
+
 // In lane order, fetching each transaction's rows first; a failure holds back the rest of its
 // lane (or key) in this pass. A transaction's messages run together (run_together()) until one
-// fails, or, with batch handlers, in chunks (run_chunks()). A worker records the outcomes of
+// fails, or, with batch handlers, in chunks (run_chunks()), which a transaction holds as many
+// messages of as its subtransactions allow (transaction_end()). A worker records the outcomes of
 // each transaction's messages and commits it; process() records all of its own in the caller's
 // transaction.
 int run_messages(Pass& p, int n_chosen, const bool* to_run) {
-    int outcome_room = p.own_transactions ? Min(n_chosen, kMessagesPerTransaction) : n_chosen;
+    // A dry run reports each message on its own: batch handlers get one-element arrays there.
+    bool chunks = p.setup.any_batch && !dry_running();
+    int outcome_room =
+        p.own_transactions && !chunks ? Min(n_chosen, kMessagesPerTransaction) : n_chosen;
     Outcomes out(outcome_room);
     Datum* rows = static_cast<Datum*>(palloc0(sizeof(Datum) * n_chosen));
     bool* replays = static_cast<bool*>(palloc0(sizeof(bool) * n_chosen));
     HandlerRef** matching =
         static_cast<HandlerRef**>(palloc(sizeof(HandlerRef*) * Max(p.setup.n_handlers, 1)));
     RanTogether* ran = static_cast<RanTogether*>(palloc0(sizeof(RanTogether) * n_chosen));
-    // A dry run reports each message on its own: batch handlers get one-element arrays there.
-    bool chunks = p.setup.any_batch && !dry_running();
+    int room = Max(p.setup.n_handlers, 1);
+    auto** scratch = static_cast<HandlerRef**>(palloc(sizeof(HandlerRef*) * room));
+    auto** previous = static_cast<HandlerRef**>(palloc(sizeof(HandlerRef*) * room));
     int handled = 0;
     // The handlers' settings are pinned around their calls only (from each batch's fetch to its
     // end): eventbox's own statements run with the worker's (or _process()'s) search_path,
     // pg_catalog first.
-    for (int from = 0; from < n_chosen; from += kMessagesPerTransaction) {
+    for (int from = 0, to = 0; from < n_chosen; from = to) {
         if (from > 0) end_batch(p, &out, outcome_room);
-        int to = Min(n_chosen, from + kMessagesPerTransaction);
+        to = transaction_end(p, from, n_chosen, chunks, scratch, previous);
         fetch_rows(p, to_run, from, to, rows, replays);
         pin_handler_settings();
         handled += chunks ? run_chunks(p, from, to, rows, replays, &out)

@@ -4,6 +4,7 @@ per chunk of a lane's messages. Each lane's effects come in offset order, each
 message's exactly once, and a poison message is isolated by splitting its
 chunk: it alone is retried and goes dead, its neighbours are processed."""
 
+import time
 import uuid
 
 from eventbox_fixtures import query, query_one, report
@@ -73,3 +74,44 @@ def test_batch_handler_order_and_poison_isolated(case):
     # chunks were processed at their first attempt.
     assert attempts == {1: total - 1, 3: 1}, attempts
     assert retry_conn(lambda c: inbox_status(c, hc.sub)) == status
+
+
+def test_batch_chunks_are_not_cut_at_64_messages(case):
+    """A backlog of 1000 messages in one partition, stored while no handler
+    takes them (unhandled 'keep'), then a batch handler registered: a chunk
+    takes one subtransaction, so a run transaction holds more than the 64
+    messages a transaction of plain handlers holds, and a call gets them all
+    (docs/design/handlers.md, "Batch handlers"). Every message once, in
+    offset order."""
+    hc = case(1)
+    hc.setup(BATCH_LEDGER_DDL, handler="{s}.handle(eventbox.inbox[])", batch=True,
+             register=False, unhandled="keep", ordering="partition")
+    total = 1000
+    msgs = [Msg(str(uuid.uuid4()), 0, "k%d" % (i % 7), {"seq": i, "poison": False}, "Batch")
+            for i in range(total)]
+    produce(hc.topic, msgs)
+
+    deadline = time.monotonic() + 120
+    while retry_conn(lambda c: query_one(c, "SELECT count(*) FROM eventbox.inbox "
+                                            "WHERE subscription = %s", (hc.sub,))) < total:
+        assert time.monotonic() < deadline, "the backlog was not stored in 120 s"
+        time.sleep(0.2)
+    hc.register()
+    status = wait_settled(hc.sub, total, timeout=180)
+
+    def check(c):
+        figures = ledger_figures(c, hc.q("{s}.ledger"), [m.mid for m in msgs])
+        out_of_order = query_one(c, hc.q("""
+            SELECT count(*) FROM (SELECT off < lag(off) OVER (ORDER BY n) AS back
+                                    FROM {s}.ledger) x WHERE back"""))
+        max_call = query_one(c, hc.q("SELECT max(call_size) FROM {s}.ledger"))
+        return figures, out_of_order, max_call
+
+    (rows, distinct, lost, dups, unexpected), out_of_order, max_call = retry_conn(check)
+    report("batch_chunks_past_64", messages=total, ledger_rows=rows, lost=lost,
+           duplicated=dups, inbox=status, out_of_order=out_of_order, max_call=max_call)
+    assert status == {"processed": total}, status
+    assert (lost, dups, unexpected) == (0, 0, 0)
+    assert rows == distinct == total
+    assert out_of_order == 0
+    assert max_call > 64, max_call
