@@ -66,17 +66,6 @@ def channel(rabbit):
         pass
 
 
-def drain(channel, queue, limit=100000):
-    """Every message waiting in `queue` as (properties, body), acknowledged."""
-    got = []
-    for _ in range(limit):
-        method, props, body = channel.basic_get(queue, auto_ack=True)
-        if method is None:
-            break
-        got.append((props, body))
-    return got
-
-
 @pytest.fixture
 def amqp_topic(extension):
     """amqp_topic(exchange, routing_key=None) -> a fresh topic published to `exchange`."""

@@ -5,7 +5,7 @@ import json
 import time
 import uuid
 
-from conftest import drain
+from amqp_support import drain
 from eventbox_fixtures import (connect, query, query_one, report, wait_outbox_drained,
                                wait_until)
 
