@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "outbox/http_bulk.hpp"
 #include "outbox/relay_dispatch.hpp"
 
 namespace eventbox::http {
@@ -37,6 +38,13 @@ struct Destination {
     int64_t timeout_ms = 10000;
     std::size_t max_in_flight = 32;
     int metrics_slot = -1;  // its counters in shared memory (the relay fills this in)
+    // Bulk requests (outbox/http_bulk.hpp): up to batch_size messages a request, a request
+    // started when it is full or its oldest message waited batch_wait_ms. 1: one message a
+    // request, the payload as the body.
+    std::size_t batch_size = 1;
+    int64_t batch_wait_ms = 100;
+    BatchFormat batch_format = BatchFormat::kJsonArray;
+    std::vector<std::string> signing_keys;  // Standard Webhooks keys (decoded): never logged
 };
 
 // The end of one request, for the dispatcher and the metrics.
@@ -50,6 +58,7 @@ struct Outcome {
     int64_t retry_after_ms;   // from Retry-After (0 when absent)
     int64_t latency_us;       // request start to end (0 when never sent)
     std::string error;        // for last_error: status and body excerpt, or curl's reason
+    bool request;             // the first outcome of a request (counts it in the metrics)
 };
 
 // What a response means: 2xx delivered; 408, 429 and 5xx transient; the rest permanent.
@@ -59,6 +68,8 @@ Verdict classify(int status);
 int64_t parse_retry_after(std::string_view value, int64_t now_epoch_s);
 // A message header name as an HTTP token: bytes outside tchar (and '%') as %XX.
 std::string header_token(std::string_view name);
+// Whether `text` is valid UTF-8.
+bool is_utf8(std::string_view text);
 // Whether `payload` is UTF-8 JSON (Content-Type application/json) or not (octet-stream).
 bool is_json(const char* payload, std::size_t len);
 // `status` and the start of `body`, printable, for last_error.
@@ -81,7 +92,7 @@ class Client final : public relay::Sink {
 
     // The epoll fd to wait on (readable when a socket is ready).
     int event_fd() const noexcept { return epoll_fd_; }
-    // Milliseconds until curl's next timeout (-1: none).
+    // Milliseconds until curl's next timeout or a bulk request's batch_wait ends (-1: none).
     long timeout_ms(int64_t now_ms) const noexcept;
     // Serves ready sockets and due timeouts, starts queued requests, collects finished ones.
     void poll(int64_t now_ms);
@@ -90,20 +101,23 @@ class Client final : public relay::Sink {
     std::size_t open_requests() const noexcept;
 
   private:
-    struct Request;
+    struct Item;     // one row
+    struct Request;  // one HTTP request: one row, or a bulk request of several
     struct Queue {
-        std::size_t active = 0;
-        std::size_t held = 0;        // active + ready + behind a key
-        std::deque<Request*> ready;  // may start now
-        std::unordered_map<std::string, std::deque<Request*>> keys;  // behind an open request
+        std::size_t active = 0;   // requests open
+        std::size_t held = 0;     // rows open, ready or behind a key
+        std::deque<Item*> ready;  // may start now (oldest first)
+        std::unordered_map<std::string, std::deque<Item*>> keys;  // behind an open row
     };
 
     static int on_socket(void* easy, int fd, int what, void* self, void* socket_data);
     static int on_timer(void* multi, long timeout_ms, void* self);
     void start_ready();
+    Request* make_request(std::size_t dest, std::vector<Item*> items);
     void start(Request* r);
     void finish(Request* r, int curl_code, int64_t now_ms);
-    void release_key(Request* r, bool delivered);
+    void settle(Request* r, int curl_code, std::vector<Outcome>& out);
+    void release_key(std::size_t dest, Item* item, bool delivered);
     void drive(int fd, int mask);
 
     std::vector<Destination> destinations_;

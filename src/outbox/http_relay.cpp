@@ -3,6 +3,7 @@ extern "C" {
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
@@ -11,6 +12,7 @@ extern "C" {
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
@@ -40,6 +42,7 @@ struct DestinationCounters {
     pg_atomic_uint64 retries;
     pg_atomic_uint64 latency[metrics::kBounds + 1];
     pg_atomic_uint64 latency_sum_us;
+    pg_atomic_uint64 messages[3];  // delivered, retried, rejected (per message of any request)
 };
 
 struct Shared {
@@ -78,6 +81,7 @@ void startup_hook() {
             pg_atomic_init_u64(&c.retries, 0);
             for (auto& l : c.latency) pg_atomic_init_u64(&l, 0);
             pg_atomic_init_u64(&c.latency_sum_us, 0);
+            for (auto& m : c.messages) pg_atomic_init_u64(&m, 0);
         }
     }
     LWLockRelease(AddinShmemInitLock);
@@ -154,6 +158,11 @@ struct LoadedRow {
     int n_headers;
     int64 timeout_ms;
     int max_in_flight;
+    int batch_size;
+    int64 batch_wait_ms;
+    char* batch_format;
+    char** signing_secrets;
+    int n_secrets;
 };
 
 }  // namespace
@@ -192,17 +201,36 @@ bool destinations_exist() {
     return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
 
+// Whether the destinations have the options of 0.4.0 (bulk requests, signing secrets): not
+// before the extension is updated to 0.4.0.
+bool destinations_have_batches() {
+    int rc = SPI_execute(
+        "SELECT EXISTS (SELECT FROM pg_catalog.pg_attribute WHERE attrelid = "
+        "'eventbox.http_destination_config'::regclass AND attname = 'batch_size' "
+        "AND NOT attisdropped)",
+        true, 1);
+    bool isnull;
+    if (rc != SPI_OK_SELECT) elog(ERROR, "eventbox relay: SPI_execute failed");
+    return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
 // Runs the statement reading the destinations (none before the extension's 0.2.0).
 void query_destinations() {
     if (!destinations_exist()) {
         SPI_processed = 0;
         return;
     }
-    int rc = SPI_execute(
-        "SELECT topic, url, method, headers, "
-        "(extract(epoch FROM timeout) * 1000)::int8, max_in_flight "
-        "FROM eventbox.http_destination_config ORDER BY topic",
-        true, 0);
+    const char* sql =
+        destinations_have_batches()
+            ? "SELECT topic, url, method, headers, "
+              "(extract(epoch FROM timeout) * 1000)::int8, max_in_flight, batch_size, "
+              "(extract(epoch FROM batch_wait) * 1000)::int8, batch_format, signing_secrets "
+              "FROM eventbox.http_destination_config ORDER BY topic"
+            : "SELECT topic, url, method, headers, "
+              "(extract(epoch FROM timeout) * 1000)::int8, max_in_flight, 1, 100::int8, "
+              "'json_array', '{}'::text[] "
+              "FROM eventbox.http_destination_config ORDER BY topic";
+    int rc = SPI_execute(sql, true, 0);
     if (rc != SPI_OK_SELECT)
         elog(ERROR, "eventbox relay: reading HTTP destinations failed: %s",
              SPI_result_code_string(rc));
@@ -235,6 +263,16 @@ void copy_destination(int i, LoadedRow& r) {
     }
     r.timeout_ms = DatumGetInt64(SPI_getbinval(tuple, desc, 5, &isnull));
     r.max_in_flight = DatumGetInt32(SPI_getbinval(tuple, desc, 6, &isnull));
+    r.batch_size = DatumGetInt32(SPI_getbinval(tuple, desc, 7, &isnull));
+    r.batch_wait_ms = DatumGetInt64(SPI_getbinval(tuple, desc, 8, &isnull));
+    r.batch_format = TextDatumGetCString(SPI_getbinval(tuple, desc, 9, &isnull));
+    Datum* secrets;
+    bool* nulls;
+    deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(tuple, desc, 10, &isnull)), TEXTOID, -1,
+                      false, TYPALIGN_INT, &secrets, &nulls, &r.n_secrets);
+    r.signing_secrets = static_cast<char**>(palloc0(sizeof(char*) * Max(r.n_secrets, 1)));
+    for (int k = 0; k < r.n_secrets; ++k)
+        r.signing_secrets[k] = nulls[k] ? pstrdup("") : TextDatumGetCString(secrets[k]);
 }
 
 // A client for the `n` destinations `rows`.
@@ -253,6 +291,16 @@ http::Client* build_client(const LoadedRow* rows, int n, std::size_t queue_limit
             d.timeout_ms = rows[i].timeout_ms;
             d.max_in_flight = static_cast<std::size_t>(rows[i].max_in_flight);
             d.metrics_slot = slots[i];
+            d.batch_size = static_cast<std::size_t>(Max(rows[i].batch_size, 1));
+            d.batch_wait_ms = rows[i].batch_wait_ms;
+            if (!http::parse_batch_format(rows[i].batch_format, &d.batch_format))
+                d.batch_format = http::BatchFormat::kJsonArray;  // the table's CHECK forbids it
+            for (int k = 0; k < rows[i].n_secrets; ++k) {
+                std::string key;
+                // Malformed secrets are refused by the API; one that is not is never sent.
+                if (http::decode_webhook_secret(rows[i].signing_secrets[k], &key))
+                    d.signing_keys.push_back(std::move(key));
+            }
             destinations.push_back(std::move(d));
         }
         return new http::Client(std::move(destinations), queue_limit);
@@ -314,11 +362,14 @@ void take_outcomes(http::Client& client, relay::Dispatcher& dispatcher) {
             int slot = client.destinations()[o.destination].metrics_slot;
             if (shared == nullptr || slot < 0 || !o.counts) continue;
             DestinationCounters& c = shared->slots[slot];
+            pg_atomic_fetch_add_u64(&c.messages[o.delivered ? 0 : o.permanent ? 2 : 1], 1);
+            if (!o.request) continue;  // the request is counted with its first message
             pg_atomic_fetch_add_u64(&c.requests, 1);
             int cls = o.status >= 200 && o.status < 600 ? o.status / 100 - 2 : 4;
             if (o.status >= 100 && o.status < 200) cls = 4;
             pg_atomic_fetch_add_u64(&c.responses[cls], 1);
-            if (!o.delivered && !o.permanent) pg_atomic_fetch_add_u64(&c.retries, 1);
+            bool answered_2xx = o.status >= 200 && o.status < 300;
+            if (!answered_2xx && !o.permanent) pg_atomic_fetch_add_u64(&c.retries, 1);
             int bucket = metrics::kBounds;
             for (int b = 0; b < metrics::kBounds; ++b)
                 if (o.latency_us <= metrics::kBoundsSeconds[b] * 1e6) {
@@ -350,6 +401,12 @@ void add_families(metrics::Exposition& e) {
                                T::kCounter);
     Family& latency = e.family("eventbox_http_request_duration_seconds",
                                "Time from starting an HTTP request to its end.", T::kHistogram);
+    Family& messages = e.family("eventbox_http_messages_total",
+                                "Messages the relay's HTTP requests settled, per destination "
+                                "topic: delivered, retried (transient failure) or rejected "
+                                "(permanent failure); a bulk request settles each of its "
+                                "messages on its own.",
+                                T::kCounter);
     if (shared == nullptr) return;
     SpinLockAcquire(&shared->mutex);
     int used = shared->used;
@@ -367,6 +424,12 @@ void add_families(metrics::Exposition& e) {
             e.add(responses, l, static_cast<double>(pg_atomic_read_u64(&c.responses[k])));
         }
         e.add(retries, label, static_cast<double>(pg_atomic_read_u64(&c.retries)));
+        static constexpr const char* kResults[3] = {"delivered", "retried", "rejected"};
+        for (int k = 0; k < 3; ++k) {
+            Labels l = label;
+            l.emplace_back("result", kResults[k]);
+            e.add(messages, l, static_cast<double>(pg_atomic_read_u64(&c.messages[k])));
+        }
         std::vector<uint64_t> counts;
         for (auto& l : c.latency) counts.push_back(pg_atomic_read_u64(&l));
         e.add_histogram(latency, label, bounds, counts,
