@@ -9,9 +9,9 @@ CREATE ROLE regress_http_other;
 GRANT USAGE ON SCHEMA eventbox TO regress_http_admin_member, regress_http_other;
 GRANT EXECUTE ON FUNCTION
     eventbox.create_http_destination(text, text, jsonb, text, interval, integer, integer,
-                                     interval, text, text),
+        interval, text, text, double precision, integer, double precision, integer, interval),
     eventbox.alter_http_destination(text, text, jsonb, text, interval, integer, integer,
-                                    interval, text, text),
+        interval, text, text, double precision, integer, double precision, integer, interval),
     eventbox.drop_http_destination(text)
   TO regress_http_admin_member, regress_http_other;
 GRANT SELECT ON eventbox.http_destinations TO regress_http_admin_member, regress_http_other;
@@ -102,6 +102,21 @@ SELECT eventbox.alter_http_destination('crm.bulk', batch_size => 50,
 SELECT topic, batch_size, batch_wait, batch_format, signing_secrets
   FROM eventbox.http_destinations WHERE topic = 'crm.bulk';
 SELECT eventbox.alter_http_destination('crm.bulk', signing_secret => '');
+-- Rate limits and the circuit breaker.
+SELECT eventbox.alter_http_destination('crm.bulk', rate_limit => -1);
+\echo :LAST_ERROR_SQLSTATE
+SELECT eventbox.alter_http_destination('crm.bulk', rate_burst => 0);
+\echo :LAST_ERROR_SQLSTATE
+SELECT eventbox.alter_http_destination('crm.bulk', max_messages_per_second => 'NaN');
+\echo :LAST_ERROR_SQLSTATE
+SELECT eventbox.alter_http_destination('crm.bulk', breaker_failures => 1001);
+\echo :LAST_ERROR_SQLSTATE
+SELECT eventbox.alter_http_destination('crm.bulk', breaker_cooldown => '10ms');
+\echo :LAST_ERROR_SQLSTATE
+SELECT eventbox.alter_http_destination('crm.bulk', rate_limit => 25, rate_burst => 5,
+    max_messages_per_second => 2000, breaker_failures => 5, breaker_cooldown => '1 minute');
+SELECT rate_limit, rate_burst, max_messages_per_second, breaker_failures, breaker_cooldown
+  FROM eventbox.http_destinations WHERE topic = 'crm.bulk';
 SELECT eventbox.alter_http_destination('crm.bulk', batch_format => 'csv');
 \echo :LAST_ERROR_SQLSTATE
 SELECT topic, batch_size, batch_format, signing_secrets
@@ -121,9 +136,9 @@ SELECT count(*) AS destinations FROM eventbox.http_destination_config;
 
 REVOKE ALL ON FUNCTION
     eventbox.create_http_destination(text, text, jsonb, text, interval, integer, integer,
-                                     interval, text, text),
+        interval, text, text, double precision, integer, double precision, integer, interval),
     eventbox.alter_http_destination(text, text, jsonb, text, interval, integer, integer,
-                                    interval, text, text),
+        interval, text, text, double precision, integer, double precision, integer, interval),
     eventbox.drop_http_destination(text)
   FROM regress_http_admin_member, regress_http_other;
 REVOKE ALL ON eventbox.http_destinations FROM regress_http_admin_member, regress_http_other;

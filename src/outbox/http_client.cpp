@@ -145,6 +145,13 @@ std::string describe_response(int status, std::string_view body) {
 
 namespace {
 
+// The response headers the relay reads.
+struct ResponseHeaders {
+    std::string retry_after;
+    std::string remaining;  // RateLimit-Remaining or X-RateLimit-Remaining
+    std::string reset;      // RateLimit-Reset or X-RateLimit-Reset
+};
+
 // A response's body, up to `limit` bytes.
 struct ResponseBody {
     std::string data;
@@ -156,6 +163,7 @@ struct ResponseBody {
 
 struct Client::Item {
     int64_t id = 0;
+    int64_t created_ms = 0;
     bool keyed = false;
     int64_t ready_ms = 0;  // when it joined the ready queue (steady clock)
     BulkRecord record;     // message id, key, payload, headers
@@ -169,7 +177,8 @@ struct Client::Request {
     curl_slist* headers = nullptr;
     CURL* easy = nullptr;
     ResponseBody response;
-    std::string retry_after;
+    ResponseHeaders answered;
+    bool probe = false;  // the circuit breaker's probe
     int64_t started_us = 0;
     char errbuf[CURL_ERROR_SIZE] = {0};
 };
@@ -184,15 +193,24 @@ size_t on_body(char* data, size_t size, size_t nmemb, void* user) {
     return n;
 }
 
+// Whether the header line `line` is `name` (lower case, with its colon); its value in `value`.
+bool header_is(std::string_view line, std::string_view name, std::string* value) {
+    if (line.size() <= name.size()) return false;
+    for (std::size_t i = 0; i < name.size(); ++i)
+        if (std::tolower(static_cast<unsigned char>(line[i])) != name[i]) return false;
+    value->assign(line.substr(name.size()));
+    return true;
+}
+
 size_t on_header(char* data, size_t size, size_t nmemb, void* user) {
     size_t n = size * nmemb;
-    static constexpr std::string_view kName = "retry-after:";
-    if (n > kName.size()) {
-        bool match = true;
-        for (std::size_t i = 0; i < kName.size() && match; ++i)
-            match = std::tolower(static_cast<unsigned char>(data[i])) == kName[i];
-        if (match) static_cast<std::string*>(user)->assign(data + kName.size(), n - kName.size());
-    }
+    auto* h = static_cast<ResponseHeaders*>(user);
+    std::string_view line(data, n);
+    (void)(header_is(line, "retry-after:", &h->retry_after) ||
+           header_is(line, "ratelimit-remaining:", &h->remaining) ||
+           header_is(line, "x-ratelimit-remaining:", &h->remaining) ||
+           header_is(line, "ratelimit-reset:", &h->reset) ||
+           header_is(line, "x-ratelimit-reset:", &h->reset));
     return n;
 }
 
@@ -209,6 +227,15 @@ Client::Client(std::vector<Destination> destinations, std::size_t queue_limit)
     }
     for (std::size_t i = 0; i < destinations_.size(); ++i) by_topic_[destinations_[i].topic] = i;
     queues_.resize(destinations_.size());
+    for (std::size_t i = 0; i < destinations_.size(); ++i) {
+        const Destination& d = destinations_[i];
+        queues_[i].requests = TokenBucket(d.rate_limit, d.rate_burst);
+        // A bulk request takes its messages at once: the bucket holds at least one request's.
+        queues_[i].messages =
+            TokenBucket(d.max_messages_per_second,
+                        std::max(d.max_messages_per_second, static_cast<double>(d.batch_size)));
+        queues_[i].breaker = Breaker(d.breaker_failures, d.breaker_cooldown_ms);
+    }
     epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
     if (epoll_fd_ < 0)
         throw Error(sqlstate::kInternalError, "could not create an epoll set for HTTP requests");
@@ -273,6 +300,7 @@ relay::Produced Client::produce(const relay::Row& row, std::string& error) {
     }
     auto* item = new Item();
     item->id = row.id;
+    item->created_ms = row.created_ms;
     BulkRecord& rec = item->record;
     rec.message_id.assign(row.message_id);
     if (row.key != nullptr) {
@@ -310,29 +338,41 @@ relay::Produced Client::produce(const relay::Row& row, std::string& error) {
     return relay::Produced::kQueued;
 }
 
+int64_t Client::next_start_ms(std::size_t i, int64_t now) const noexcept {
+    const Queue& q = queues_[i];
+    const Destination& d = destinations_[i];
+    if (q.ready.empty() || q.active >= d.max_in_flight) return -1;
+    int64_t due = now;
+    // A bulk request goes when it is full or its oldest row has waited batch_wait.
+    if (d.batch_size > 1 && q.ready.size() < d.batch_size)
+        due = std::max(due, q.ready.front()->ready_ms + d.batch_wait_ms);
+    due = std::max(due, q.paused_until_ms);
+    if (q.breaker.state() == Breaker::State::kOpen) due = std::max(due, q.breaker.due_ms());
+    std::size_t n = std::min(d.batch_size, q.ready.size());
+    due = std::max(due, now + q.requests.wait_ms(1, now));
+    due = std::max(due, now + q.messages.wait_ms(static_cast<double>(n), now));
+    return due <= now ? 0 : due;
+}
+
 void Client::start_ready() {
-    int64_t now = -1;
     for (std::size_t i = 0; i < queues_.size(); ++i) {
         Queue& q = queues_[i];
         const Destination& d = destinations_[i];
-        while (!q.ready.empty() && q.active < d.max_in_flight) {
-            if (d.batch_size <= 1) {
-                Item* item = q.ready.front();
-                q.ready.pop_front();
-                start(make_request(i, {item}));
-                continue;
-            }
-            // A bulk request goes when it is full or its oldest row has waited batch_wait.
-            if (q.ready.size() < d.batch_size) {
-                if (now < 0) now = steady_ms();
-                if (now < q.ready.front()->ready_ms + d.batch_wait_ms) break;
-            }
-            std::size_t n = std::min(d.batch_size, q.ready.size());
+        for (;;) {
+            int64_t now = steady_ms();
+            if (next_start_ms(i, now) != 0) break;
+            // Open: rows wait here, without requests and without attempts; half-open: one probe.
+            if (!q.breaker.allow(now)) break;
+            std::size_t n = d.batch_size <= 1 ? 1 : std::min(d.batch_size, q.ready.size());
             std::vector<Item*> items(q.ready.begin(), q.ready.begin() + n);
             q.ready.erase(q.ready.begin(), q.ready.begin() + n);
             std::sort(items.begin(), items.end(),
                       [](const Item* a, const Item* b) { return a->id < b->id; });
-            start(make_request(i, std::move(items)));
+            q.requests.take(1, now);
+            q.messages.take(static_cast<double>(n), now);
+            Request* r = make_request(i, std::move(items));
+            r->probe = q.breaker.started();
+            start(r);
         }
     }
 }
@@ -430,7 +470,7 @@ void Client::start(Request* r) {
     curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, &on_body);
     curl_easy_setopt(easy, CURLOPT_WRITEDATA, &r->response);
     curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, &on_header);
-    curl_easy_setopt(easy, CURLOPT_HEADERDATA, &r->retry_after);
+    curl_easy_setopt(easy, CURLOPT_HEADERDATA, &r->answered);
     curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, r->errbuf);
     curl_easy_setopt(easy, CURLOPT_PRIVATE, r);
     ++queues_[r->dest].active;
@@ -458,7 +498,8 @@ void Client::release_key(std::size_t dest, Item* item, bool delivered) {
     // Not delivered: the rows behind it go back to the dispatcher, which holds them behind it.
     for (Item* behind : it->second) {
         outcomes_.push_back(Outcome{behind->id, dest, false, false, false, 0, 0, 0,
-                                    "held back behind an earlier message of its key", false});
+                                    "held back behind an earlier message of its key", false,
+                                    behind->created_ms});
         --q.held;
         delete behind;
     }
@@ -467,7 +508,7 @@ void Client::release_key(std::size_t dest, Item* item, bool delivered) {
 
 void Client::settle(Request* r, int curl_code, std::vector<Outcome>& out) {
     const Destination& d = destinations_[r->dest];
-    Outcome base{0, r->dest, false, false, true, 0, 0, steady_us() - r->started_us, {}, false};
+    Outcome base{0, r->dest, false, false, true, 0, 0, steady_us() - r->started_us, {}, false, 0};
     std::vector<RecordResult> results;
     if (curl_code == CURLE_OK) {
         long status = 0;
@@ -487,7 +528,7 @@ void Client::settle(Request* r, int curl_code, std::vector<Outcome>& out) {
             case Verdict::kTransient: {
                 base.error = describe_response(base.status, r->response.data);
                 int64_t after =
-                    parse_retry_after(r->retry_after, static_cast<int64_t>(time(nullptr)));
+                    parse_retry_after(r->answered.retry_after, static_cast<int64_t>(time(nullptr)));
                 base.retry_after_ms = after > 0 ? after : 0;
                 break;
             }
@@ -505,6 +546,7 @@ void Client::settle(Request* r, int curl_code, std::vector<Outcome>& out) {
         Outcome o = base;
         o.id = r->items[i]->id;
         o.request = i == 0;
+        o.created_ms = r->items[i]->created_ms;
         if (!results.empty()) {
             o.delivered = results[i].settled == Settled::kDelivered;
             o.permanent = results[i].settled == Settled::kPermanent;
@@ -519,6 +561,15 @@ void Client::finish(Request* r, int curl_code, int64_t now_ms) {
     std::size_t first = outcomes_.size();
     settle(r, curl_code, outcomes_);
     Queue& q = queues_[r->dest];
+    const Outcome& said = outcomes_[first];
+    bool failed = said.status == 0 || classify(said.status) == Verdict::kTransient;
+    int64_t now = steady_ms();
+    q.breaker.ended(r->probe, failed, now);
+    // The endpoint's own limits: no new request before its window resets or Retry-After ends.
+    int64_t pause = limit_pause_ms(r->answered.remaining, r->answered.reset,
+                                   static_cast<int64_t>(time(nullptr)));
+    if (failed && said.retry_after_ms > 0) pause = std::max(pause, said.retry_after_ms);
+    if (pause > 0) q.paused_until_ms = std::max(q.paused_until_ms, now + pause);
     if (r->easy != nullptr) {
         curl_multi_remove_handle(static_cast<CURLM*>(multi_), r->easy);
         curl_easy_cleanup(r->easy);
@@ -578,13 +629,11 @@ long Client::timeout_ms(int64_t now_ms) const noexcept {
     (void)now_ms;
     int64_t now = steady_ms();
     int64_t due = timer_due_ms_;
-    // A partial bulk request starts when its oldest row has waited batch_wait.
+    // Rows waiting for batch_wait, a rate limit, a pause or the breaker's cooldown.
     for (std::size_t i = 0; i < queues_.size(); ++i) {
-        const Queue& q = queues_[i];
-        const Destination& d = destinations_[i];
-        if (d.batch_size <= 1 || q.ready.empty() || q.active >= d.max_in_flight) continue;
-        int64_t batch_due = q.ready.front()->ready_ms + d.batch_wait_ms;
-        due = due < 0 ? batch_due : std::min(due, batch_due);
+        int64_t start = next_start_ms(i, now);
+        if (start < 0) continue;
+        due = due < 0 ? start : std::min(due, start);
     }
     if (due < 0) return -1;
     return static_cast<long>(std::max<int64_t>(due - now, 0));

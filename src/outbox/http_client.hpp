@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "outbox/http_bulk.hpp"
+#include "outbox/http_limits.hpp"
 #include "outbox/relay_dispatch.hpp"
 
 namespace eventbox::http {
@@ -45,6 +46,12 @@ struct Destination {
     int64_t batch_wait_ms = 100;
     BatchFormat batch_format = BatchFormat::kJsonArray;
     std::vector<std::string> signing_keys;  // Standard Webhooks keys (decoded): never logged
+    // Rate limits (outbox/http_limits.hpp), 0: none; and the circuit breaker, 0: none.
+    double rate_limit = 0;  // requests per second
+    double rate_burst = 1;  // requests
+    double max_messages_per_second = 0;
+    int breaker_failures = 0;
+    int64_t breaker_cooldown_ms = 30000;
 };
 
 // The end of one request, for the dispatcher and the metrics.
@@ -59,6 +66,7 @@ struct Outcome {
     int64_t latency_us;       // request start to end (0 when never sent)
     std::string error;        // for last_error: status and body excerpt, or curl's reason
     bool request;             // the first outcome of a request (counts it in the metrics)
+    int64_t created_ms;       // the row's created_at (epoch ms), for the delivery histogram
 };
 
 // What a response means: 2xx delivered; 408, 429 and 5xx transient; the rest permanent.
@@ -98,21 +106,30 @@ class Client final : public relay::Sink {
     void poll(int64_t now_ms);
     std::vector<Outcome>& outcomes() noexcept { return outcomes_; }
     const std::vector<Destination>& destinations() const noexcept { return destinations_; }
+    // The circuit breaker of destination `index`.
+    Breaker& breaker(std::size_t index) noexcept { return queues_[index].breaker; }
     std::size_t open_requests() const noexcept;
 
   private:
     struct Item;     // one row
     struct Request;  // one HTTP request: one row, or a bulk request of several
     struct Queue {
-        std::size_t active = 0;   // requests open
-        std::size_t held = 0;     // rows open, ready or behind a key
-        std::deque<Item*> ready;  // may start now (oldest first)
+        TokenBucket requests;  // rate_limit
+        TokenBucket messages;  // max_messages_per_second
+        Breaker breaker;
+        int64_t paused_until_ms = 0;  // limit headers or Retry-After: no new request before
+        std::size_t active = 0;       // requests open
+        std::size_t held = 0;         // rows open, ready or behind a key
+        std::deque<Item*> ready;      // may start now (oldest first)
         std::unordered_map<std::string, std::deque<Item*>> keys;  // behind an open row
     };
 
     static int on_socket(void* easy, int fd, int what, void* self, void* socket_data);
     static int on_timer(void* multi, long timeout_ms, void* self);
     void start_ready();
+    // When destination `i` may start its next request: 0 now, -1 not by time (nothing ready,
+    // or max_in_flight reached), else the steady-clock ms.
+    int64_t next_start_ms(std::size_t i, int64_t now) const noexcept;
     Request* make_request(std::size_t dest, std::vector<Item*> items);
     void start(Request* r);
     void finish(Request* r, int curl_code, int64_t now_ms);
