@@ -341,7 +341,8 @@ relay::Produced Client::produce(const relay::Row& row, std::string& error) {
 int64_t Client::next_start_ms(std::size_t i, int64_t now) const noexcept {
     const Queue& q = queues_[i];
     const Destination& d = destinations_[i];
-    if (q.ready.empty() || q.active >= d.max_in_flight) return -1;
+    // Nothing to start, or only the end of a request can change that.
+    if (q.ready.empty() || q.active >= d.max_in_flight || q.breaker.probing()) return -1;
     int64_t due = now;
     // A bulk request goes when it is full or its oldest row has waited batch_wait.
     if (d.batch_size > 1 && q.ready.size() < d.batch_size)

@@ -48,6 +48,8 @@ class Breaker {
     // A request ended: `failed` when it failed transiently (408, 429, 5xx, no response).
     void ended(bool probe, bool failed, int64_t now_ms) noexcept;
     State state() const noexcept { return state_; }
+    // Half-open with its probe out: no request until the probe ends.
+    bool probing() const noexcept { return state_ == State::kHalfOpen && probe_out_; }
     // When an open breaker half-opens (-1 when it is not open).
     int64_t due_ms() const noexcept { return state_ == State::kOpen ? open_until_ms_ : -1; }
     // Transitions into each state since the last call (indexed by State), then zeroes them.

@@ -75,7 +75,9 @@ TEST(HttpBreaker, OpensProbesAndCloses) {
     EXPECT_EQ(b.state(), Breaker::State::kOpen);
     EXPECT_TRUE(b.allow(1005));
     EXPECT_EQ(b.state(), Breaker::State::kHalfOpen);
+    EXPECT_FALSE(b.probing());
     EXPECT_TRUE(b.started());
+    EXPECT_TRUE(b.probing());
     EXPECT_FALSE(b.allow(1006));  // one probe at a time
     b.ended(true, true, 1100);    // the probe failed: open again
     EXPECT_EQ(b.state(), Breaker::State::kOpen);
