@@ -246,7 +246,7 @@ void query_destinations() {
               "FROM eventbox.http_destination_config ORDER BY topic"
             : "SELECT topic, url, method, headers, "
               "(extract(epoch FROM timeout) * 1000)::int8, max_in_flight, 1, 100::int8, "
-              "'json_array', '{}'::text[], 0::float8, 1, 0::float8, 0, 30000::int8 "
+              "'json_array'::text, '{}'::text[], 0::float8, 1, 0::float8, 0, 30000::int8 "
               "FROM eventbox.http_destination_config ORDER BY topic";
     int rc = SPI_execute(sql, true, 0);
     if (rc != SPI_OK_SELECT)
