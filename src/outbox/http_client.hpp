@@ -4,9 +4,12 @@
 // its WaitEventSet, next to its latch and librdkafka's fd; curl's timer becomes the wait's
 // timeout. Nothing here blocks and no thread is started. Pure C++.
 //
-// Per-key order: a key has at most one request open; its later rows queue behind it here. When
-// a request fails, the rows queued behind it are handed back uncounted, so the dispatcher holds
-// them behind the failed one (relay::Dispatcher keeps the order of a lane across retries).
+// Per-key order: a key has at most one row open; its later rows queue behind it here. When a
+// row fails, the rows queued behind it are handed back uncounted, so the dispatcher holds them
+// behind the failed one (relay::Dispatcher keeps the order of a lane across retries). A bulk
+// destination puts several ready rows (so each key at most once) in one request and settles
+// each row from the response (outbox/http_bulk.hpp); requests start only as the destination's
+// rate limits and circuit breaker allow (outbox/http_limits.hpp).
 #pragma once
 
 #include <cstddef>
