@@ -8,8 +8,10 @@ CREATE ROLE regress_http_admin_member;
 CREATE ROLE regress_http_other;
 GRANT USAGE ON SCHEMA eventbox TO regress_http_admin_member, regress_http_other;
 GRANT EXECUTE ON FUNCTION
-    eventbox.create_http_destination(text, text, jsonb, text, interval, integer),
-    eventbox.alter_http_destination(text, text, jsonb, text, interval, integer),
+    eventbox.create_http_destination(text, text, jsonb, text, interval, integer, integer,
+        interval, text, text, double precision, integer, double precision, integer, interval),
+    eventbox.alter_http_destination(text, text, jsonb, text, interval, integer, integer,
+        interval, text, text, double precision, integer, double precision, integer, interval),
     eventbox.drop_http_destination(text)
   TO regress_http_admin_member, regress_http_other;
 GRANT SELECT ON eventbox.http_destinations TO regress_http_admin_member, regress_http_other;
@@ -71,6 +73,56 @@ SELECT eventbox.create_http_destination('crm.bad', 'https://crm.example.com/', '
 \echo :LAST_ERROR_SQLSTATE
 SELECT eventbox.create_http_destination('crm.bad', 'https://crm.example.com/', '{"eventbox-topic": "x"}');
 \echo :LAST_ERROR_SQLSTATE
+-- Bulk requests and signing secrets (0.4.0): the secrets are never echoed, the view shows
+-- their number.
+SELECT eventbox.create_http_destination('crm.bad', 'https://crm.example.com/', batch_size => 0);
+\echo :LAST_ERROR_SQLSTATE
+SELECT eventbox.create_http_destination('crm.bad', 'https://crm.example.com/', batch_size => 1001);
+\echo :LAST_ERROR_SQLSTATE
+SELECT eventbox.create_http_destination('crm.bad', 'https://crm.example.com/', batch_wait => '-1 second');
+\echo :LAST_ERROR_SQLSTATE
+SELECT eventbox.create_http_destination('crm.bad', 'https://crm.example.com/', batch_wait => '2 minutes');
+\echo :LAST_ERROR_SQLSTATE
+SELECT eventbox.create_http_destination('crm.bad', 'https://crm.example.com/', batch_format => 'xml');
+\echo :LAST_ERROR_SQLSTATE
+SELECT eventbox.create_http_destination('crm.bad', 'https://crm.example.com/', signing_secret => 'TOPSECRET-5');
+\echo :LAST_ERROR_SQLSTATE
+SELECT eventbox.create_http_destination('crm.bad', 'https://crm.example.com/', signing_secret => 'whsec_dG9vc2hvcnQ=');
+\echo :LAST_ERROR_SQLSTATE
+SELECT eventbox.create_http_destination('crm.bad', 'https://crm.example.com/',
+    signing_secret => 'whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3 whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3 whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3');
+\echo :LAST_ERROR_SQLSTATE
+SELECT eventbox.create_http_destination('crm.bad', 'https://crm.example.com/', '{"webhook-signature": "x"}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT eventbox.create_http_destination('crm.bulk', 'https://crm.example.com/composite/sobjects',
+    batch_size => 200, batch_wait => '250ms', batch_format => 'SObject_Collections',
+    signing_secret => 'whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3');
+SELECT eventbox.alter_http_destination('crm.bulk', batch_size => 50,
+    signing_secret => 'whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3 whsec_YWJjZGVmZ2hpamtsbW5vcHFyc3R1dnd4');
+SELECT topic, batch_size, batch_wait, batch_format, signing_secrets
+  FROM eventbox.http_destinations WHERE topic = 'crm.bulk';
+SELECT eventbox.alter_http_destination('crm.bulk', signing_secret => '');
+-- Rate limits and the circuit breaker.
+SELECT eventbox.alter_http_destination('crm.bulk', rate_limit => -1);
+\echo :LAST_ERROR_SQLSTATE
+SELECT eventbox.alter_http_destination('crm.bulk', rate_burst => 0);
+\echo :LAST_ERROR_SQLSTATE
+SELECT eventbox.alter_http_destination('crm.bulk', max_messages_per_second => 'NaN');
+\echo :LAST_ERROR_SQLSTATE
+SELECT eventbox.alter_http_destination('crm.bulk', breaker_failures => 1001);
+\echo :LAST_ERROR_SQLSTATE
+SELECT eventbox.alter_http_destination('crm.bulk', breaker_cooldown => '10ms');
+\echo :LAST_ERROR_SQLSTATE
+SELECT eventbox.alter_http_destination('crm.bulk', rate_limit => 25, rate_burst => 5,
+    max_messages_per_second => 2000, breaker_failures => 5, breaker_cooldown => '1 minute');
+SELECT rate_limit, rate_burst, max_messages_per_second, breaker_failures, breaker_cooldown
+  FROM eventbox.http_destinations WHERE topic = 'crm.bulk';
+SELECT eventbox.alter_http_destination('crm.bulk', batch_format => 'csv');
+\echo :LAST_ERROR_SQLSTATE
+SELECT topic, batch_size, batch_format, signing_secrets
+  FROM eventbox.http_destinations WHERE topic = 'crm.bulk';
+SELECT eventbox.drop_http_destination('crm.bulk');
+
 SELECT eventbox.alter_http_destination('crm.nothing', url => 'https://crm.example.com/');
 \echo :LAST_ERROR_SQLSTATE
 SELECT eventbox.drop_http_destination('crm.nothing');
@@ -83,8 +135,10 @@ SELECT eventbox.drop_http_destination('crm.invoices');
 SELECT count(*) AS destinations FROM eventbox.http_destination_config;
 
 REVOKE ALL ON FUNCTION
-    eventbox.create_http_destination(text, text, jsonb, text, interval, integer),
-    eventbox.alter_http_destination(text, text, jsonb, text, interval, integer),
+    eventbox.create_http_destination(text, text, jsonb, text, interval, integer, integer,
+        interval, text, text, double precision, integer, double precision, integer, interval),
+    eventbox.alter_http_destination(text, text, jsonb, text, interval, integer, integer,
+        interval, text, text, double precision, integer, double precision, integer, interval),
     eventbox.drop_http_destination(text)
   FROM regress_http_admin_member, regress_http_other;
 REVOKE ALL ON eventbox.http_destinations FROM regress_http_admin_member, regress_http_other;

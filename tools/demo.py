@@ -4,12 +4,18 @@ An independent Kafka client (kafka-python) produces orders, one of them poison, 
 malformed. The ingest worker stores them in eventbox.inbox; a handler (billing.on_order, run as the
 role billing_app) writes an invoice and sends it with eventbox.send() in the same transaction; the
 relay publishes the invoices; kafka-python reads them back. The handler also sends each invoice
-to topic 'crm.invoices', which has an HTTP destination: a local "CRM" endpoint that fails now and
-then (503 with Retry-After, 500, 429); the relay retries until each invoice is accepted, and the
-CRM dedupes on the Idempotency-Key header. The app also sends notifications
+to topic 'crm.invoices', which has an HTTP destination sending bulk requests (up to 50 invoices a
+request, signed with a Standard Webhooks secret, at most 20 requests a second): a local "CRM"
+endpoint that verifies the signatures and answers 207 with a result per record, failing about 7%
+of the records on their first attempt (503, 429), and now and then a whole request (503 with
+Retry-After); the relay retries the failed records alone until each invoice is accepted, and the
+CRM dedupes on each record's message id. The app also sends notifications
 directly, every 10th transaction rolled back. Shown live, then checked: every order invoiced
 exactly once except the poison one (dead after its attempts), no rolled-back notification
 published, malformed payments kept as 'unparsable' with their bytes."""
+import base64
+import hashlib
+import hmac
 import json
 import os
 import sys
@@ -65,27 +71,58 @@ SELECT eventbox.register_handler('billing', 'billing.on_order(eventbox.inbox)'::
 """
 
 
+CRM_SECRET = "whsec_" + base64.b64encode(b"demo-crm-signing-key-32-bytes!!!").decode()
+
+
 class Crm:
-    """The CRM: accepts invoices, but fails the first attempt of about 7% of them (503 with
-    Retry-After: 1, 500, or 429 with Retry-After: 1); dedupes on the Idempotency-Key."""
+    """The CRM's bulk endpoint: verifies each request's Standard Webhooks signature, answers 503
+    with Retry-After: 1 to the first attempt of about 1 request in 20, and otherwise 207 with a
+    result per record, failing the first attempt of about 7% of the records (503 or 429); dedupes
+    on each record's message id."""
 
     def __init__(self):
-        self.accepted = {}  # Idempotency-Key -> invoice id
-        self.failures = 0
+        self.lock = threading.Lock()
+        self.accepted = {}  # message id -> invoice id
+        self.record_attempts = {}  # message id -> attempts seen
+        self.failures = 0  # records answered 503/429 in a 207
+        self.request_failures = 0  # whole requests answered 503
+        self.duplicates = 0  # records sent again after they were accepted
+        self.signed = self.bad_signatures = 0
         self.endpoint = Endpoint(self.answer)
 
+    def verify(self, rec):
+        key = base64.b64decode(CRM_SECRET[len("whsec_"):])
+        signed = b"%s.%s.%s" % (rec.headers.get("webhook-id", "").encode(),
+                                rec.headers.get("webhook-timestamp", "").encode(), rec.body)
+        mac = "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+        return mac in rec.headers.get("webhook-signature", "").split(" ")
+
     def answer(self, attempt, rec):
-        invoice = rec.json()["id"]
-        roll = zlib.crc32(str(invoice).encode()) % 100
-        if attempt == 1 and roll < 7:
-            self.failures += 1
-            if roll < 4:
+        with self.lock:
+            if not self.verify(rec):
+                self.bad_signatures += 1
+                return ("status", 401, {}, b"bad signature")
+            self.signed += 1
+            if attempt == 1 and zlib.crc32(rec.key.encode()) % 20 == 0:
+                self.request_failures += 1
                 return ("status", 503, {"Retry-After": "1"}, b"maintenance")
-            if roll < 6:
-                return ("status", 500, {}, b"internal error")
-            return ("status", 429, {"Retry-After": "1"}, b"slow down")
-        self.accepted.setdefault(rec.key, invoice)
-        return ("status", 201)
+            results = []
+            for record in rec.json():
+                mid, invoice = record["id"], record["payload"]["id"]
+                n = self.record_attempts.get(mid, 0) + 1
+                self.record_attempts[mid] = n
+                roll = zlib.crc32(str(invoice).encode()) % 100
+                if n == 1 and roll < 7:
+                    self.failures += 1
+                    results.append({"id": mid, "status": 503 if roll < 4 else 429,
+                                    "error": "try again"})
+                    continue
+                if mid in self.accepted:
+                    self.duplicates += 1
+                self.accepted.setdefault(mid, invoice)
+                results.append({"id": mid, "status": 201})
+        return ("status", 207, {"Content-Type": "application/json"},
+                json.dumps(results).encode())
 
 
 def connect():
@@ -193,9 +230,12 @@ def main():
     crm = Crm()
     cur.execute(SETUP)
     cur.execute("SELECT eventbox.create_http_destination('crm.invoices', %s, "
-                "headers => '{\"Authorization\": \"Bearer demo-token\"}', max_in_flight => 8)",
-                (crm.endpoint.url,))
-    print("demo: topic 'crm.invoices' delivered over HTTP to the CRM at %s" % crm.endpoint.url)
+                "headers => '{\"Authorization\": \"Bearer demo-token\"}', max_in_flight => 8, "
+                "batch_size => 50, batch_wait => '100 milliseconds', batch_format => 'json_array', "
+                "signing_secret => %s, rate_limit => 20, rate_burst => 4, breaker_failures => 10, "
+                "breaker_cooldown => '2 seconds')", (crm.endpoint.url, CRM_SECRET))
+    print("demo: topic 'crm.invoices' delivered over HTTP to the CRM at %s (bulk requests of up "
+          "to 50, signed, at most 20 requests/s)" % crm.endpoint.url)
     print("demo: extension, role billing_app, handler billing.on_order and subscription "
           "'billing' (orders + payments) created; waiting for the workers ...")
     wait_for_workers(cur)
@@ -252,17 +292,19 @@ def main():
           f"read back, {leaked} of {len(rolled_back)} rolled back published")
     crm_requests = len(crm.endpoint.snapshot())
     crm_invoices = set(crm.accepted.values())
-    print(f"demo: CRM (HTTP): {len(crm_invoices)} of {expected_invoices} invoices accepted, "
-          f"{crm_requests} requests: {crm.failures} answered 503/500/429 and retried by the relay "
-          f"(Retry-After honoured), {crm_requests - crm.failures - len(crm.accepted)} "
-          f"duplicate(s) deduped on Idempotency-Key")
-    cur.execute("SELECT name, labels->>'class', value FROM eventbox.metrics "
-                "WHERE labels->>'destination' = 'crm.invoices' AND name IN "
-                "('eventbox_http_responses_total', 'eventbox_http_retries_total') AND value > 0 "
-                "ORDER BY 1, 2")
+    print(f"demo: CRM (HTTP, bulk): {len(crm_invoices)} of {expected_invoices} invoices accepted "
+          f"in {crm_requests} requests; {crm.failures} records answered 503/429 in a 207 and "
+          f"retried alone, {crm.request_failures} whole requests answered 503 (Retry-After "
+          f"honoured), {crm.duplicates} record(s) sent again after acceptance; signatures: "
+          f"{crm.signed} verified, {crm.bad_signatures} bad")
+    cur.execute("SELECT name, coalesce(labels->>'class', labels->>'result'), value "
+                "FROM eventbox.metrics WHERE labels->>'destination' = 'crm.invoices' AND name IN "
+                "('eventbox_http_responses_total', 'eventbox_http_retries_total', "
+                "'eventbox_http_messages_total') AND value > 0 ORDER BY 1, 2")
     print("demo: metrics: " + ", ".join("%s%s %d" % (n, "{%s}" % c if c else "", v)
                                         for n, c, v in cur.fetchall()))
-    ok = (len(crm_invoices) == expected_invoices
+    ok = (len(crm_invoices) == expected_invoices and crm.bad_signatures == 0
+          and crm.failures > 0 and crm.duplicates == 0
           and distinct_invoices == invoices == expected_invoices and dead == 1 and poison
           and poison[0] == 3 and len(invoices_read.ids) == expected_invoices
           and payments == PAYMENTS and unparsable == PAYMENTS // 20 and leaked == 0

@@ -6,6 +6,10 @@ N ~1 KiB JSON messages over 64 keys to a local nginx (`return 204`, one worker, 
     row answered 2xx);
   - baseline: `curl --parallel --parallel-max 32` posting the same bodies (with the same
     Content-Type and Idempotency-Key headers) from a config file, whole command timed;
+  - bulk: the same bodies through a destination with batch_size 100 (json_array, batch_wait
+    100 ms, max_in_flight 32), over BULK_KEYS keys (a key is at most once per request, so 64
+    keys would cap a request at 64 records); same clock as the relay's. Compared with the
+    relay one per request and with curl of the same run;
   - information: `wrk` with 32 connections posting one such body for a few seconds (an upper
     bound of what nginx answers on this machine).
 nginx's stub_status counts the requests of each side.
@@ -26,6 +30,8 @@ from lib.proc import TICKS, proc_cpu
 from lib.table import ROW, best
 
 KEYS = 64
+BULK_KEYS = 4096
+BULK_SIZE = 100
 PARALLEL = 32
 BODY_BYTES = 1024
 NGINX_PORT = 54336
@@ -134,13 +140,14 @@ def run_curl(nginx, cfg, n):
     return {"n": n, "elapsed": elapsed, "rate": n / elapsed, "requests": done}
 
 
-def run_relay(env, cur, nginx, topic, bodies, ids):
+def run_relay(env, cur, nginx, topic, bodies, ids, keys=KEYS, batch_size=1):
     n = len(bodies)
     if q1(cur, "SELECT count(*) FROM eventbox.outbox") != 0:
         raise BenchError("eventbox.outbox is not empty before the run")
     cur.execute("VACUUM eventbox.outbox")
-    cur.execute("SELECT eventbox.create_http_destination(%s, %s, max_in_flight => %s)",
-                (topic, "http://127.0.0.1:%d/in" % nginx.port, PARALLEL))
+    cur.execute("SELECT eventbox.create_http_destination(%s, %s, max_in_flight => %s, "
+                "batch_size => %s, batch_wait => '100ms')",
+                (topic, "http://127.0.0.1:%d/in" % nginx.port, PARALLEL, batch_size))
     # The backlog is sent in one transaction: the relay sees none of it until it commits (it
     # delivers to HTTP destinations with or without Kafka), and the clock starts at the commit.
     sender = env.connect(autocommit=False)
@@ -150,7 +157,7 @@ def run_relay(env, cur, nginx, topic, bodies, ids):
     for i in range(0, n, step):
         scur.execute("SELECT count(eventbox.send(%s, u.b::jsonb, key => u.k, message_id => u.m)) "
                      "FROM unnest(%s::text[], %s::text[], %s::uuid[]) AS u(b, k, m)",
-                     (topic, bodies[i:i + step], ["k%d" % (j % KEYS) for j in range(i, i + step)],
+                     (topic, bodies[i:i + step], ["k%d" % (j % keys) for j in range(i, i + step)],
                       ids[i:i + step]))
     insert_s = time.monotonic() - t0
     pid = relay_pid(cur)
@@ -168,8 +175,10 @@ def run_relay(env, cur, nginx, topic, bodies, ids):
     cpu = (proc_cpu(pid) - cpu0) / TICKS
     done = nginx.requests() - before
     cur.execute("SELECT eventbox.drop_http_destination(%s)", (topic,))
-    if done < n:
-        raise BenchError("relay: nginx counted %d requests, expected %d" % (done, n))
+    expected = -(-n // batch_size)
+    if done < expected:
+        raise BenchError("relay: nginx counted %d requests, expected at least %d"
+                         % (done, expected))
     return {"n": n, "elapsed": elapsed, "rate": n / elapsed, "requests": done,
             "relay_cpu_us": cpu / n * 1e6, "insert_rate": n / insert_s}
 
@@ -212,6 +221,14 @@ def run(ctx):
             out["relay"].append(x)
             log("  %.0f msg/s in %.2fs (relay %.1f us/msg)"
                 % (x["rate"], x["elapsed"], x["relay_cpu_us"]))
+            log("http: relay bulk (batch_size %d, %d keys), run %d" % (BULK_SIZE, BULK_KEYS,
+                                                                       rep + 1))
+            x = run_relay(env, cur, nginx, "bench_http_bulk_%d" % (rep + 1), bodies,
+                          [str(uuid.uuid4()) for _ in range(n)], keys=BULK_KEYS,
+                          batch_size=BULK_SIZE)
+            out.setdefault("bulk", []).append(x)
+            log("  %.0f msg/s in %.2fs, %d requests (relay %.1f us/msg)"
+                % (x["rate"], x["elapsed"], x["requests"], x["relay_cpu_us"]))
         log("http: wrk -c %d for 5 s" % PARALLEL)
         out["wrk"] = run_wrk(nginx, bodies[0])
         log("  %.0f req/s" % out["wrk"])
@@ -232,6 +249,22 @@ def table_rows(res):
                "%.2f" % ratio, ">= 0.5 " + ("ok" if ratio >= 0.5 else "BELOW")),
         ROW % ("  wrk -c %d (req/s)" % PARALLEL, "-", "%.0f" % h["wrk"],
                "%.2f" % (r["rate"] / h["wrk"]), "info (server bound)"),
+    ] + bulk_rows(h, r, c)
+
+
+def bulk_rows(h, r, c):
+    if "bulk" not in h:
+        return []
+    b = best(h["bulk"])
+    vs_relay = b["rate"] / r["rate"]
+    vs_curl = b["rate"] / c["rate"]
+    return [
+        ROW % ("http bulk %d/request (msg/s)" % BULK_SIZE, "%.0f" % b["rate"],
+               "relay 1/req %.0f" % r["rate"], "%.2f" % vs_relay,
+               ">= 5 " + ("ok" if vs_relay >= 5 else "BELOW")),
+        ROW % ("http bulk %d/request (msg/s)" % BULK_SIZE, "%.0f" % b["rate"],
+               "curl -Z %.0f" % c["rate"], "%.2f" % vs_curl,
+               ">= 3 " + ("ok" if vs_curl >= 3 else "BELOW")),
     ]
 
 
@@ -247,6 +280,13 @@ def notes(res, args):
         "--parallel-max %d -K (one entry per body, same headers), whole command timed; counts "
         "checked with nginx stub_status"
         % (args.http_messages, h["avg_body"], KEYS, args.http_repeat, PARALLEL, PARALLEL),
+        "http bulk: the same bodies over %d keys to a destination with batch_size %d "
+        "(json_array, batch_wait 100 ms, max_in_flight %d), same clock; runs %s msg/s in %s "
+        "requests (relay CPU %s us/msg)"
+        % (BULK_KEYS, BULK_SIZE, PARALLEL,
+           " ".join("%.0f" % x["rate"] for x in h.get("bulk", [])),
+           " ".join("%d" % x["requests"] for x in h.get("bulk", [])),
+           " ".join("%.1f" % x["relay_cpu_us"] for x in h.get("bulk", []))),
         "http runs: relay %s msg/s (relay CPU %s us/msg, send() %s rows/s); curl %s req/s"
         % (" ".join("%.0f" % x["rate"] for x in h["relay"]),
            " ".join("%.1f" % x["relay_cpu_us"] for x in h["relay"]),

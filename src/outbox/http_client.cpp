@@ -133,23 +133,52 @@ bool is_json(const char* payload, std::size_t len) {
     return inbox::scan_json(std::string_view(payload, len), {}).valid;
 }
 
+bool is_utf8(std::string_view text) {
+    return valid_utf8(reinterpret_cast<const unsigned char*>(text.data()), text.size());
+}
+
 std::string describe_response(int status, std::string_view body) {
     std::string out = "HTTP " + std::to_string(status);
     if (!body.empty()) out += ": " + printable(body, kBodyExcerpt);
     return out;
 }
 
-struct Client::Request {
+namespace {
+
+// The response headers the relay reads.
+struct ResponseHeaders {
+    std::string retry_after;
+    std::string remaining;  // RateLimit-Remaining or X-RateLimit-Remaining
+    std::string reset;      // RateLimit-Reset or X-RateLimit-Reset
+};
+
+// A response's body, up to `limit` bytes.
+struct ResponseBody {
+    std::string data;
+    std::size_t limit = kBodyExcerpt * 4;
+    bool truncated = false;
+};
+
+}  // namespace
+
+struct Client::Item {
     int64_t id = 0;
-    std::size_t dest = 0;
+    int64_t created_ms = 0;
     bool keyed = false;
-    std::string key;
-    std::string body;
-    bool has_body = false;
+    int64_t ready_ms = 0;  // when it joined the ready queue (steady clock)
+    BulkRecord record;     // message id, key, payload, headers
+};
+
+struct Client::Request {
+    std::size_t dest = 0;
+    std::vector<Item*> items;  // in id order
+    bool bulk = false;
+    std::string body;  // a bulk request's; a single one sends its item's payload
     curl_slist* headers = nullptr;
     CURL* easy = nullptr;
-    std::string response;  // the start of the body
-    std::string retry_after;
+    ResponseBody response;
+    ResponseHeaders answered;
+    bool probe = false;  // the circuit breaker's probe
     int64_t started_us = 0;
     char errbuf[CURL_ERROR_SIZE] = {0};
 };
@@ -157,22 +186,31 @@ struct Client::Request {
 namespace {
 
 size_t on_body(char* data, size_t size, size_t nmemb, void* user) {
-    auto* response = static_cast<std::string*>(user);
+    auto* r = static_cast<ResponseBody*>(user);
     size_t n = size * nmemb;
-    if (response->size() < kBodyExcerpt * 4)
-        response->append(data, std::min(n, kBodyExcerpt * 4 - response->size()));
+    if (r->data.size() < r->limit) r->data.append(data, std::min(n, r->limit - r->data.size()));
+    if (n > 0 && r->data.size() >= r->limit) r->truncated = true;
     return n;
+}
+
+// Whether the header line `line` is `name` (lower case, with its colon); its value in `value`.
+bool header_is(std::string_view line, std::string_view name, std::string* value) {
+    if (line.size() <= name.size()) return false;
+    for (std::size_t i = 0; i < name.size(); ++i)
+        if (std::tolower(static_cast<unsigned char>(line[i])) != name[i]) return false;
+    value->assign(line.substr(name.size()));
+    return true;
 }
 
 size_t on_header(char* data, size_t size, size_t nmemb, void* user) {
     size_t n = size * nmemb;
-    static constexpr std::string_view kName = "retry-after:";
-    if (n > kName.size()) {
-        bool match = true;
-        for (std::size_t i = 0; i < kName.size() && match; ++i)
-            match = std::tolower(static_cast<unsigned char>(data[i])) == kName[i];
-        if (match) static_cast<std::string*>(user)->assign(data + kName.size(), n - kName.size());
-    }
+    auto* h = static_cast<ResponseHeaders*>(user);
+    std::string_view line(data, n);
+    (void)(header_is(line, "retry-after:", &h->retry_after) ||
+           header_is(line, "ratelimit-remaining:", &h->remaining) ||
+           header_is(line, "x-ratelimit-remaining:", &h->remaining) ||
+           header_is(line, "ratelimit-reset:", &h->reset) ||
+           header_is(line, "x-ratelimit-reset:", &h->reset));
     return n;
 }
 
@@ -189,6 +227,15 @@ Client::Client(std::vector<Destination> destinations, std::size_t queue_limit)
     }
     for (std::size_t i = 0; i < destinations_.size(); ++i) by_topic_[destinations_[i].topic] = i;
     queues_.resize(destinations_.size());
+    for (std::size_t i = 0; i < destinations_.size(); ++i) {
+        const Destination& d = destinations_[i];
+        queues_[i].requests = TokenBucket(d.rate_limit, d.rate_burst);
+        // A bulk request takes its messages at once: the bucket holds at least one request's.
+        queues_[i].messages =
+            TokenBucket(d.max_messages_per_second,
+                        std::max(d.max_messages_per_second, static_cast<double>(d.batch_size)));
+        queues_[i].breaker = Breaker(d.breaker_failures, d.breaker_cooldown_ms);
+    }
     epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
     if (epoll_fd_ < 0)
         throw Error(sqlstate::kInternalError, "could not create an epoll set for HTTP requests");
@@ -213,14 +260,15 @@ Client::Client(std::vector<Destination> destinations, std::size_t queue_limit)
 Client::~Client() {
     auto* multi = static_cast<CURLM*>(multi_);
     for (Queue& q : queues_) {
-        for (Request* r : q.ready) delete r;
+        for (Item* item : q.ready) delete item;
         for (auto& entry : q.keys)
-            for (Request* r : entry.second) delete r;
+            for (Item* item : entry.second) delete item;
     }
     for (Request* r : open_) {
         curl_multi_remove_handle(multi, r->easy);
         curl_easy_cleanup(r->easy);
         curl_slist_free_all(r->headers);
+        for (Item* item : r->items) delete item;
         delete r;
     }
     curl_multi_cleanup(multi);
@@ -244,71 +292,148 @@ relay::Produced Client::produce(const relay::Row& row, std::string& error) {
         return relay::Produced::kFailed;
     }
     Queue& q = queues_[static_cast<std::size_t>(index)];
-    if (q.held >=
-        std::max(queue_limit_, destinations_[static_cast<std::size_t>(index)].max_in_flight)) {
+    const Destination& d = destinations_[static_cast<std::size_t>(index)];
+    // A destination may hold at least enough rows to fill its requests.
+    if (q.held >= std::max(queue_limit_, d.max_in_flight * d.batch_size)) {
         error = "HTTP destination busy";
         return relay::Produced::kBusy;
     }
-    const Destination& d = destinations_[static_cast<std::size_t>(index)];
-    auto* r = new Request();
-    r->id = row.id;
-    r->dest = static_cast<std::size_t>(index);
+    auto* item = new Item();
+    item->id = row.id;
+    item->created_ms = row.created_ms;
+    BulkRecord& rec = item->record;
+    rec.message_id.assign(row.message_id);
     if (row.key != nullptr) {
-        r->keyed = true;
-        r->key.assign(row.key, row.key_len);
+        item->keyed = true;
+        rec.has_key = true;
+        rec.key.assign(row.key, row.key_len);
     }
     if (row.payload != nullptr) {
-        r->has_body = true;
-        r->body.assign(row.payload, row.payload_len);
+        rec.has_payload = true;
+        rec.payload.assign(row.payload, row.payload_len);
+        rec.json = is_json(row.payload, row.payload_len);
     }
-    curl_slist* h = nullptr;
-    auto add = [&](const std::string& line) {
-        curl_slist* next = curl_slist_append(h, line.c_str());
-        if (next == nullptr) {
-            curl_slist_free_all(h);
-            delete r;
-            throw std::bad_alloc();
-        }
-        h = next;
-    };
-    if (r->has_body)
-        add(is_json(row.payload, row.payload_len) ? "Content-Type: application/json"
-                                                  : "Content-Type: application/octet-stream");
-    else
-        add("Content-Type:");  // no body: no type
-    // IETF httpapi Idempotency-Key: a structured-field string.
-    add("Idempotency-Key: \"" + std::string(row.message_id) + "\"");
-    add("Eventbox-Topic: " + std::string(row.topic));
+    rec.headers.reserve(row.n_headers);
     for (std::size_t i = 0; i < row.n_headers; ++i)
-        add(std::string(kHeaderPrefix) + header_token(row.headers[i].name) + ": " +
-            std::string(row.headers[i].value));
-    for (const auto& header : d.headers) add(header.first + ": " + header.second);
-    add("Expect:");  // no 100-continue round trip
-    r->headers = h;
+        rec.headers.emplace_back(std::string(row.headers[i].name),
+                                 std::string(row.headers[i].value));
+    if (d.batch_size > 1 && !bulk_accepts(d.batch_format, rec)) {
+        delete item;
+        error = "batch_format sobject_collections needs a JSON object payload";
+        return relay::Produced::kFailedPermanently;
+    }
 
     ++q.held;
-    if (r->keyed) {
-        auto it = q.keys.find(r->key);
+    if (item->keyed) {
+        auto it = q.keys.find(rec.key);
         if (it != q.keys.end()) {
-            it->second.push_back(r);  // behind the open request of its key
+            it->second.push_back(item);  // behind the open row of its key
             return relay::Produced::kQueued;
         }
-        q.keys.emplace(r->key, std::deque<Request*>());
+        q.keys.emplace(rec.key, std::deque<Item*>());
     }
-    q.ready.push_back(r);
+    item->ready_ms = steady_ms();
+    q.ready.push_back(item);
     start_ready();
     return relay::Produced::kQueued;
+}
+
+int64_t Client::next_start_ms(std::size_t i, int64_t now) const noexcept {
+    const Queue& q = queues_[i];
+    const Destination& d = destinations_[i];
+    // Nothing to start, or only the end of a request can change that.
+    if (q.ready.empty() || q.active >= d.max_in_flight || q.breaker.probing()) return -1;
+    int64_t due = now;
+    // A bulk request goes when it is full or its oldest row has waited batch_wait.
+    if (d.batch_size > 1 && q.ready.size() < d.batch_size)
+        due = std::max(due, q.ready.front()->ready_ms + d.batch_wait_ms);
+    due = std::max(due, q.paused_until_ms);
+    if (q.breaker.state() == Breaker::State::kOpen) due = std::max(due, q.breaker.due_ms());
+    std::size_t n = std::min(d.batch_size, q.ready.size());
+    due = std::max(due, now + q.requests.wait_ms(1, now));
+    due = std::max(due, now + q.messages.wait_ms(static_cast<double>(n), now));
+    return due <= now ? 0 : due;
 }
 
 void Client::start_ready() {
     for (std::size_t i = 0; i < queues_.size(); ++i) {
         Queue& q = queues_[i];
-        while (!q.ready.empty() && q.active < destinations_[i].max_in_flight) {
-            Request* r = q.ready.front();
-            q.ready.pop_front();
+        const Destination& d = destinations_[i];
+        for (;;) {
+            int64_t now = steady_ms();
+            if (next_start_ms(i, now) != 0) break;
+            // Open: rows wait here, without requests and without attempts; half-open: one probe.
+            if (!q.breaker.allow(now)) break;
+            std::size_t n = d.batch_size <= 1 ? 1 : std::min(d.batch_size, q.ready.size());
+            std::vector<Item*> items(q.ready.begin(), q.ready.begin() + n);
+            q.ready.erase(q.ready.begin(), q.ready.begin() + n);
+            std::sort(items.begin(), items.end(),
+                      [](const Item* a, const Item* b) { return a->id < b->id; });
+            q.requests.take(1, now);
+            q.messages.take(static_cast<double>(n), now);
+            Request* r = make_request(i, std::move(items));
+            r->probe = q.breaker.started();
             start(r);
         }
     }
+}
+
+Client::Request* Client::make_request(std::size_t dest, std::vector<Item*> items) {
+    const Destination& d = destinations_[dest];
+    auto* r = new Request();
+    r->dest = dest;
+    r->items = std::move(items);
+    r->bulk = d.batch_size > 1;
+    curl_slist* h = nullptr;
+    auto add = [&](const std::string& line) {
+        curl_slist* next = curl_slist_append(h, line.c_str());
+        if (next == nullptr) {
+            curl_slist_free_all(h);
+            for (Item* item : r->items) delete item;
+            delete r;
+            throw std::bad_alloc();
+        }
+        h = next;
+    };
+    std::string id;  // the request's Idempotency-Key and webhook-id
+    const std::string* body = &r->body;
+    if (r->bulk) {
+        std::vector<const BulkRecord*> records;
+        std::vector<std::string_view> ids;
+        for (const Item* item : r->items) {
+            records.push_back(&item->record);
+            ids.push_back(item->record.message_id);
+        }
+        r->body = bulk_body(d.batch_format, d.topic, records);
+        r->response.limit = kMaxBulkResponse;
+        id = bulk_idempotency_key(ids);
+        add(std::string("Content-Type: ") + bulk_content_type(d.batch_format));
+        add("Eventbox-Message-Count: " + std::to_string(r->items.size()));
+    } else {
+        const BulkRecord& rec = r->items[0]->record;
+        id = rec.message_id;
+        body = &rec.payload;
+        if (rec.has_payload)
+            add(rec.json ? "Content-Type: application/json"
+                         : "Content-Type: application/octet-stream");
+        else
+            add("Content-Type:");  // no body: no type
+        for (const auto& header : rec.headers)
+            add(std::string(kHeaderPrefix) + header_token(header.first) + ": " + header.second);
+    }
+    // IETF httpapi Idempotency-Key: a structured-field string.
+    add("Idempotency-Key: \"" + id + "\"");
+    add("Eventbox-Topic: " + d.topic);
+    if (!d.signing_keys.empty()) {
+        int64_t now = static_cast<int64_t>(time(nullptr));
+        add("webhook-id: " + id);
+        add("webhook-timestamp: " + std::to_string(now));
+        add("webhook-signature: " + webhook_signature(d.signing_keys, id, now, *body));
+    }
+    for (const auto& header : d.headers) add(header.first + ": " + header.second);
+    add("Expect:");  // no 100-continue round trip
+    r->headers = h;
+    return r;
 }
 
 void Client::start(Request* r) {
@@ -323,6 +448,7 @@ void Client::start(Request* r) {
         return;
     }
     r->easy = easy;
+    const std::string& body = r->bulk ? r->body : r->items[0]->record.payload;
     curl_easy_setopt(easy, CURLOPT_URL, d.url.c_str());
     curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -339,13 +465,13 @@ void Client::start(Request* r) {
     curl_easy_setopt(easy, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(easy, CURLOPT_USERAGENT, "pg_eventbox relay");
     curl_easy_setopt(easy, CURLOPT_HTTPHEADER, r->headers);
-    curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(r->body.size()));
-    curl_easy_setopt(easy, CURLOPT_POSTFIELDS, r->body.data());
+    curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
+    curl_easy_setopt(easy, CURLOPT_POSTFIELDS, body.data());
     if (d.method != "POST") curl_easy_setopt(easy, CURLOPT_CUSTOMREQUEST, d.method.c_str());
     curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, &on_body);
     curl_easy_setopt(easy, CURLOPT_WRITEDATA, &r->response);
     curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, &on_header);
-    curl_easy_setopt(easy, CURLOPT_HEADERDATA, &r->retry_after);
+    curl_easy_setopt(easy, CURLOPT_HEADERDATA, &r->answered);
     curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, r->errbuf);
     curl_easy_setopt(easy, CURLOPT_PRIVATE, r);
     ++queues_[r->dest].active;
@@ -354,71 +480,109 @@ void Client::start(Request* r) {
     if (rc != CURLM_OK) finish(r, CURLE_FAILED_INIT, steady_ms());
 }
 
-void Client::release_key(Request* r, bool delivered) {
-    if (!r->keyed) return;
-    Queue& q = queues_[r->dest];
-    auto it = q.keys.find(r->key);
+void Client::release_key(std::size_t dest, Item* item, bool delivered) {
+    if (!item->keyed) return;
+    Queue& q = queues_[dest];
+    auto it = q.keys.find(item->record.key);
     if (it == q.keys.end()) return;
     if (delivered) {
         if (it->second.empty()) {
             q.keys.erase(it);
         } else {
-            q.ready.push_back(it->second.front());
+            Item* next = it->second.front();
             it->second.pop_front();
+            next->ready_ms = steady_ms();
+            q.ready.push_back(next);
         }
         return;
     }
     // Not delivered: the rows behind it go back to the dispatcher, which holds them behind it.
-    for (Request* behind : it->second) {
-        outcomes_.push_back(Outcome{behind->id, behind->dest, false, false, false, 0, 0, 0,
-                                    "held back behind an earlier message of its key"});
+    for (Item* behind : it->second) {
+        outcomes_.push_back(Outcome{behind->id, dest, false, false, false, 0, 0, 0,
+                                    "held back behind an earlier message of its key", false,
+                                    behind->created_ms});
         --q.held;
-        curl_slist_free_all(behind->headers);
         delete behind;
     }
     q.keys.erase(it);
 }
 
-void Client::finish(Request* r, int curl_code, int64_t now_ms) {
-    (void)now_ms;
-    Outcome out{r->id, r->dest, false, false, true, 0, 0, steady_us() - r->started_us, {}};
+void Client::settle(Request* r, int curl_code, std::vector<Outcome>& out) {
+    const Destination& d = destinations_[r->dest];
+    Outcome base{0, r->dest, false, false, true, 0, 0, steady_us() - r->started_us, {}, false, 0};
+    std::vector<RecordResult> results;
     if (curl_code == CURLE_OK) {
         long status = 0;
         curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
-        out.status = static_cast<int>(status);
-        switch (classify(out.status)) {
+        base.status = static_cast<int>(status);
+        switch (classify(base.status)) {
             case Verdict::kDelivered:
-                out.delivered = true;
+                if (r->bulk) {
+                    std::vector<std::string_view> ids;
+                    for (const Item* item : r->items) ids.push_back(item->record.message_id);
+                    results = settle_bulk(d.batch_format, base.status, r->response.data,
+                                          r->response.truncated, ids);
+                } else {
+                    base.delivered = true;
+                }
                 break;
             case Verdict::kTransient: {
-                out.error = describe_response(out.status, r->response);
+                base.error = describe_response(base.status, r->response.data);
                 int64_t after =
-                    parse_retry_after(r->retry_after, static_cast<int64_t>(time(nullptr)));
-                out.retry_after_ms = after > 0 ? after : 0;
+                    parse_retry_after(r->answered.retry_after, static_cast<int64_t>(time(nullptr)));
+                base.retry_after_ms = after > 0 ? after : 0;
                 break;
             }
             case Verdict::kPermanent:
-                out.permanent = true;
-                out.error = describe_response(out.status, r->response);
+                base.permanent = true;
+                base.error = describe_response(base.status, r->response.data);
                 break;
         }
     } else {
-        out.error = std::string("HTTP request failed: ") +
-                    curl_easy_strerror(static_cast<CURLcode>(curl_code));
-        if (r->errbuf[0] != '\0') out.error += std::string(" (") + r->errbuf + ")";
+        base.error = std::string("HTTP request failed: ") +
+                     curl_easy_strerror(static_cast<CURLcode>(curl_code));
+        if (r->errbuf[0] != '\0') base.error += std::string(" (") + r->errbuf + ")";
     }
-    outcomes_.push_back(std::move(out));
+    for (std::size_t i = 0; i < r->items.size(); ++i) {
+        Outcome o = base;
+        o.id = r->items[i]->id;
+        o.request = i == 0;
+        o.created_ms = r->items[i]->created_ms;
+        if (!results.empty()) {
+            o.delivered = results[i].settled == Settled::kDelivered;
+            o.permanent = results[i].settled == Settled::kPermanent;
+            o.error = std::move(results[i].error);
+        }
+        out.push_back(std::move(o));
+    }
+}
 
+void Client::finish(Request* r, int curl_code, int64_t now_ms) {
+    (void)now_ms;
+    std::size_t first = outcomes_.size();
+    settle(r, curl_code, outcomes_);
     Queue& q = queues_[r->dest];
+    const Outcome& said = outcomes_[first];
+    bool failed = said.status == 0 || classify(said.status) == Verdict::kTransient;
+    int64_t now = steady_ms();
+    q.breaker.ended(r->probe, failed, now);
+    // The endpoint's own limits: no new request before its window resets or Retry-After ends.
+    int64_t pause = limit_pause_ms(r->answered.remaining, r->answered.reset,
+                                   static_cast<int64_t>(time(nullptr)));
+    if (failed && said.retry_after_ms > 0) pause = std::max(pause, said.retry_after_ms);
+    if (pause > 0) q.paused_until_ms = std::max(q.paused_until_ms, now + pause);
     if (r->easy != nullptr) {
         curl_multi_remove_handle(static_cast<CURLM*>(multi_), r->easy);
         curl_easy_cleanup(r->easy);
     }
     curl_slist_free_all(r->headers);
     --q.active;
-    --q.held;
+    q.held -= r->items.size();
     open_.erase(std::find(open_.begin(), open_.end(), r));
-    release_key(r, outcomes_.back().delivered);
+    for (std::size_t i = 0; i < r->items.size(); ++i) {
+        release_key(r->dest, r->items[i], outcomes_[first + i].delivered);
+        delete r->items[i];
+    }
     delete r;
 }
 
@@ -464,8 +628,16 @@ void Client::poll(int64_t now_ms) {
 
 long Client::timeout_ms(int64_t now_ms) const noexcept {
     (void)now_ms;
-    if (timer_due_ms_ < 0) return -1;
-    return static_cast<long>(std::max<int64_t>(timer_due_ms_ - steady_ms(), 0));
+    int64_t now = steady_ms();
+    int64_t due = timer_due_ms_;
+    // Rows waiting for batch_wait, a rate limit, a pause or the breaker's cooldown.
+    for (std::size_t i = 0; i < queues_.size(); ++i) {
+        int64_t start = next_start_ms(i, now);
+        if (start < 0) continue;
+        due = due < 0 ? start : std::min(due, start);
+    }
+    if (due < 0) return -1;
+    return static_cast<long>(std::max<int64_t>(due - now, 0));
 }
 
 int Client::on_socket(void*, int fd, int what, void* self, void*) {

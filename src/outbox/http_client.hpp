@@ -4,9 +4,12 @@
 // its WaitEventSet, next to its latch and librdkafka's fd; curl's timer becomes the wait's
 // timeout. Nothing here blocks and no thread is started. Pure C++.
 //
-// Per-key order: a key has at most one request open; its later rows queue behind it here. When
-// a request fails, the rows queued behind it are handed back uncounted, so the dispatcher holds
-// them behind the failed one (relay::Dispatcher keeps the order of a lane across retries).
+// Per-key order: a key has at most one row open; its later rows queue behind it here. When a
+// row fails, the rows queued behind it are handed back uncounted, so the dispatcher holds them
+// behind the failed one (relay::Dispatcher keeps the order of a lane across retries). A bulk
+// destination puts several ready rows (so each key at most once) in one request and settles
+// each row from the response (outbox/http_bulk.hpp); requests start only as the destination's
+// rate limits and circuit breaker allow (outbox/http_limits.hpp).
 #pragma once
 
 #include <cstddef>
@@ -18,6 +21,8 @@
 #include <utility>
 #include <vector>
 
+#include "outbox/http_bulk.hpp"
+#include "outbox/http_limits.hpp"
 #include "outbox/relay_dispatch.hpp"
 
 namespace eventbox::http {
@@ -37,6 +42,19 @@ struct Destination {
     int64_t timeout_ms = 10000;
     std::size_t max_in_flight = 32;
     int metrics_slot = -1;  // its counters in shared memory (the relay fills this in)
+    // Bulk requests (outbox/http_bulk.hpp): up to batch_size messages a request, a request
+    // started when it is full or its oldest message waited batch_wait_ms. 1: one message a
+    // request, the payload as the body.
+    std::size_t batch_size = 1;
+    int64_t batch_wait_ms = 100;
+    BatchFormat batch_format = BatchFormat::kJsonArray;
+    std::vector<std::string> signing_keys;  // Standard Webhooks keys (decoded): never logged
+    // Rate limits (outbox/http_limits.hpp), 0: none; and the circuit breaker, 0: none.
+    double rate_limit = 0;  // requests per second
+    double rate_burst = 1;  // requests
+    double max_messages_per_second = 0;
+    int breaker_failures = 0;
+    int64_t breaker_cooldown_ms = 30000;
 };
 
 // The end of one request, for the dispatcher and the metrics.
@@ -50,6 +68,8 @@ struct Outcome {
     int64_t retry_after_ms;   // from Retry-After (0 when absent)
     int64_t latency_us;       // request start to end (0 when never sent)
     std::string error;        // for last_error: status and body excerpt, or curl's reason
+    bool request;             // the first outcome of a request (counts it in the metrics)
+    int64_t created_ms;       // the row's created_at (epoch ms), for the delivery histogram
 };
 
 // What a response means: 2xx delivered; 408, 429 and 5xx transient; the rest permanent.
@@ -59,6 +79,8 @@ Verdict classify(int status);
 int64_t parse_retry_after(std::string_view value, int64_t now_epoch_s);
 // A message header name as an HTTP token: bytes outside tchar (and '%') as %XX.
 std::string header_token(std::string_view name);
+// Whether `text` is valid UTF-8.
+bool is_utf8(std::string_view text);
 // Whether `payload` is UTF-8 JSON (Content-Type application/json) or not (octet-stream).
 bool is_json(const char* payload, std::size_t len);
 // `status` and the start of `body`, printable, for last_error.
@@ -81,29 +103,41 @@ class Client final : public relay::Sink {
 
     // The epoll fd to wait on (readable when a socket is ready).
     int event_fd() const noexcept { return epoll_fd_; }
-    // Milliseconds until curl's next timeout (-1: none).
+    // Milliseconds until curl's next timeout or a bulk request's batch_wait ends (-1: none).
     long timeout_ms(int64_t now_ms) const noexcept;
     // Serves ready sockets and due timeouts, starts queued requests, collects finished ones.
     void poll(int64_t now_ms);
     std::vector<Outcome>& outcomes() noexcept { return outcomes_; }
     const std::vector<Destination>& destinations() const noexcept { return destinations_; }
+    // The circuit breaker of destination `index`.
+    Breaker& breaker(std::size_t index) noexcept { return queues_[index].breaker; }
     std::size_t open_requests() const noexcept;
 
   private:
-    struct Request;
+    struct Item;     // one row
+    struct Request;  // one HTTP request: one row, or a bulk request of several
     struct Queue {
-        std::size_t active = 0;
-        std::size_t held = 0;        // active + ready + behind a key
-        std::deque<Request*> ready;  // may start now
-        std::unordered_map<std::string, std::deque<Request*>> keys;  // behind an open request
+        TokenBucket requests;  // rate_limit
+        TokenBucket messages;  // max_messages_per_second
+        Breaker breaker;
+        int64_t paused_until_ms = 0;  // limit headers or Retry-After: no new request before
+        std::size_t active = 0;       // requests open
+        std::size_t held = 0;         // rows open, ready or behind a key
+        std::deque<Item*> ready;      // may start now (oldest first)
+        std::unordered_map<std::string, std::deque<Item*>> keys;  // behind an open row
     };
 
     static int on_socket(void* easy, int fd, int what, void* self, void* socket_data);
     static int on_timer(void* multi, long timeout_ms, void* self);
     void start_ready();
+    // When destination `i` may start its next request: 0 now, -1 not by time (nothing ready,
+    // or max_in_flight reached), else the steady-clock ms.
+    int64_t next_start_ms(std::size_t i, int64_t now) const noexcept;
+    Request* make_request(std::size_t dest, std::vector<Item*> items);
     void start(Request* r);
     void finish(Request* r, int curl_code, int64_t now_ms);
-    void release_key(Request* r, bool delivered);
+    void settle(Request* r, int curl_code, std::vector<Outcome>& out);
+    void release_key(std::size_t dest, Item* item, bool delivered);
     void drive(int fd, int mask);
 
     std::vector<Destination> destinations_;

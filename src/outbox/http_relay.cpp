@@ -3,6 +3,7 @@ extern "C" {
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
@@ -11,12 +12,14 @@ extern "C" {
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 }
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -41,6 +44,12 @@ struct DestinationCounters {
     pg_atomic_uint64 retries;
     pg_atomic_uint64 latency[metrics::kBounds + 1];
     pg_atomic_uint64 latency_sum_us;
+    pg_atomic_uint64 messages[3];  // delivered, retried, rejected (per message of any request)
+    pg_atomic_uint64 delivery[metrics::kBounds + 1];  // created_at -> 2xx, per message
+    pg_atomic_uint64 delivery_sum_ms;
+    pg_atomic_uint32 breaker;                 // 0: none, else 1 + http::Breaker::State
+    pg_atomic_uint64 breaker_since;           // TimestampTz of its last transition (0: none yet)
+    pg_atomic_uint64 breaker_transitions[3];  // into closed, open, half-open
 };
 
 struct Shared {
@@ -79,6 +88,12 @@ void startup_hook() {
             pg_atomic_init_u64(&c.retries, 0);
             for (auto& l : c.latency) pg_atomic_init_u64(&l, 0);
             pg_atomic_init_u64(&c.latency_sum_us, 0);
+            for (auto& m : c.messages) pg_atomic_init_u64(&m, 0);
+            for (auto& d : c.delivery) pg_atomic_init_u64(&d, 0);
+            pg_atomic_init_u64(&c.delivery_sum_ms, 0);
+            pg_atomic_init_u32(&c.breaker, 0);
+            pg_atomic_init_u64(&c.breaker_since, 0);
+            for (auto& t : c.breaker_transitions) pg_atomic_init_u64(&t, 0);
         }
     }
     LWLockRelease(AddinShmemInitLock);
@@ -155,6 +170,16 @@ struct LoadedRow {
     int n_headers;
     int64 timeout_ms;
     int max_in_flight;
+    int batch_size;
+    int64 batch_wait_ms;
+    char* batch_format;
+    char** signing_secrets;
+    int n_secrets;
+    double rate_limit;
+    int rate_burst;
+    double max_messages_per_second;
+    int breaker_failures;
+    int64 breaker_cooldown_ms;
 };
 
 }  // namespace
@@ -193,17 +218,38 @@ bool destinations_exist() {
     return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
 
+// Whether the destinations have the options of 0.4.0 (bulk requests, signing secrets): not
+// before the extension is updated to 0.4.0.
+bool destinations_have_batches() {
+    int rc = SPI_execute(
+        "SELECT EXISTS (SELECT FROM pg_catalog.pg_attribute WHERE attrelid = "
+        "'eventbox.http_destination_config'::regclass AND attname = 'batch_size' "
+        "AND NOT attisdropped)",
+        true, 1);
+    bool isnull;
+    if (rc != SPI_OK_SELECT) elog(ERROR, "eventbox relay: SPI_execute failed");
+    return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
 // Runs the statement reading the destinations (none before the extension's 0.2.0).
 void query_destinations() {
     if (!destinations_exist()) {
         SPI_processed = 0;
         return;
     }
-    int rc = SPI_execute(
-        "SELECT topic, url, method, headers, "
-        "(extract(epoch FROM timeout) * 1000)::int8, max_in_flight "
-        "FROM eventbox.http_destination_config ORDER BY topic",
-        true, 0);
+    const char* sql =
+        destinations_have_batches()
+            ? "SELECT topic, url, method, headers, "
+              "(extract(epoch FROM timeout) * 1000)::int8, max_in_flight, batch_size, "
+              "(extract(epoch FROM batch_wait) * 1000)::int8, batch_format, signing_secrets, "
+              "rate_limit, rate_burst, max_messages_per_second, breaker_failures, "
+              "(extract(epoch FROM breaker_cooldown) * 1000)::int8 "
+              "FROM eventbox.http_destination_config ORDER BY topic"
+            : "SELECT topic, url, method, headers, "
+              "(extract(epoch FROM timeout) * 1000)::int8, max_in_flight, 1, 100::int8, "
+              "'json_array'::text, '{}'::text[], 0::float8, 1, 0::float8, 0, 30000::int8 "
+              "FROM eventbox.http_destination_config ORDER BY topic";
+    int rc = SPI_execute(sql, true, 0);
     if (rc != SPI_OK_SELECT)
         elog(ERROR, "eventbox relay: reading HTTP destinations failed: %s",
              SPI_result_code_string(rc));
@@ -236,6 +282,21 @@ void copy_destination(int i, LoadedRow& r) {
     }
     r.timeout_ms = DatumGetInt64(SPI_getbinval(tuple, desc, 5, &isnull));
     r.max_in_flight = DatumGetInt32(SPI_getbinval(tuple, desc, 6, &isnull));
+    r.batch_size = DatumGetInt32(SPI_getbinval(tuple, desc, 7, &isnull));
+    r.batch_wait_ms = DatumGetInt64(SPI_getbinval(tuple, desc, 8, &isnull));
+    r.batch_format = TextDatumGetCString(SPI_getbinval(tuple, desc, 9, &isnull));
+    Datum* secrets;
+    bool* nulls;
+    deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(tuple, desc, 10, &isnull)), TEXTOID, -1,
+                      false, TYPALIGN_INT, &secrets, &nulls, &r.n_secrets);
+    r.signing_secrets = static_cast<char**>(palloc0(sizeof(char*) * Max(r.n_secrets, 1)));
+    for (int k = 0; k < r.n_secrets; ++k)
+        r.signing_secrets[k] = nulls[k] ? pstrdup("") : TextDatumGetCString(secrets[k]);
+    r.rate_limit = DatumGetFloat8(SPI_getbinval(tuple, desc, 11, &isnull));
+    r.rate_burst = DatumGetInt32(SPI_getbinval(tuple, desc, 12, &isnull));
+    r.max_messages_per_second = DatumGetFloat8(SPI_getbinval(tuple, desc, 13, &isnull));
+    r.breaker_failures = DatumGetInt32(SPI_getbinval(tuple, desc, 14, &isnull));
+    r.breaker_cooldown_ms = DatumGetInt64(SPI_getbinval(tuple, desc, 15, &isnull));
 }
 
 // A client for the `n` destinations `rows`.
@@ -254,6 +315,21 @@ http::Client* build_client(const LoadedRow* rows, int n, std::size_t queue_limit
             d.timeout_ms = rows[i].timeout_ms;
             d.max_in_flight = static_cast<std::size_t>(rows[i].max_in_flight);
             d.metrics_slot = slots[i];
+            d.batch_size = static_cast<std::size_t>(Max(rows[i].batch_size, 1));
+            d.batch_wait_ms = rows[i].batch_wait_ms;
+            if (!http::parse_batch_format(rows[i].batch_format, &d.batch_format))
+                d.batch_format = http::BatchFormat::kJsonArray;  // the table's CHECK forbids it
+            for (int k = 0; k < rows[i].n_secrets; ++k) {
+                std::string key;
+                // Malformed secrets are refused by the API; one that is not is never sent.
+                if (http::decode_webhook_secret(rows[i].signing_secrets[k], &key))
+                    d.signing_keys.push_back(std::move(key));
+            }
+            d.rate_limit = rows[i].rate_limit;
+            d.rate_burst = rows[i].rate_burst;
+            d.max_messages_per_second = rows[i].max_messages_per_second;
+            d.breaker_failures = rows[i].breaker_failures;
+            d.breaker_cooldown_ms = rows[i].breaker_cooldown_ms;
             destinations.push_back(std::move(d));
         }
         return new http::Client(std::move(destinations), queue_limit);
@@ -307,6 +383,38 @@ http::Client* load_client(std::size_t queue_limit, relay::RouteStamp* loaded, ch
     return client;
 }
 
+namespace {
+
+int bucket_of(double seconds) {
+    for (int b = 0; b < metrics::kBounds; ++b)
+        if (seconds <= metrics::kBoundsSeconds[b]) return b;
+    return metrics::kBounds;
+}
+
+// The breakers' states and transitions into shared memory.
+void publish_breakers(http::Client& client) {
+    if (shared == nullptr) return;
+    for (std::size_t i = 0; i < client.destinations().size(); ++i) {
+        const http::Destination& d = client.destinations()[i];
+        if (d.metrics_slot < 0) continue;
+        DestinationCounters& c = shared->slots[d.metrics_slot];
+        http::Breaker& b = client.breaker(i);
+        uint64_t moved[3];
+        b.take_transitions(moved);
+        bool any = false;
+        for (int k = 0; k < 3; ++k) {
+            if (moved[k] == 0) continue;
+            pg_atomic_fetch_add_u64(&c.breaker_transitions[k], moved[k]);
+            any = true;
+        }
+        if (any) pg_atomic_write_u64(&c.breaker_since, static_cast<uint64>(GetCurrentTimestamp()));
+        uint32 state = d.breaker_failures > 0 ? 1 + static_cast<uint32>(b.state()) : 0;
+        pg_atomic_write_u32(&c.breaker, state);
+    }
+}
+
+}  // namespace
+
 void take_outcomes(http::Client& client, relay::Dispatcher& dispatcher) {
     pg::call_cpp([&] {
         int64_t now = worker::now_ms();
@@ -317,22 +425,47 @@ void take_outcomes(http::Client& client, relay::Dispatcher& dispatcher) {
             int slot = client.destinations()[o.destination].metrics_slot;
             if (shared == nullptr || slot < 0 || !o.counts) continue;
             DestinationCounters& c = shared->slots[slot];
+            pg_atomic_fetch_add_u64(&c.messages[o.delivered ? 0 : o.permanent ? 2 : 1], 1);
+            if (o.delivered && o.created_ms > 0) {
+                // The SLO's latency: the row's created_at to its 2xx (epoch clocks both).
+                int64_t ms = std::max<int64_t>(now - o.created_ms, 0);
+                pg_atomic_fetch_add_u64(&c.delivery[bucket_of(static_cast<double>(ms) / 1e3)], 1);
+                pg_atomic_fetch_add_u64(&c.delivery_sum_ms, static_cast<uint64>(ms));
+            }
+            if (!o.request) continue;  // the request is counted with its first message
             pg_atomic_fetch_add_u64(&c.requests, 1);
             int cls = o.status >= 200 && o.status < 600 ? o.status / 100 - 2 : 4;
             if (o.status >= 100 && o.status < 200) cls = 4;
             pg_atomic_fetch_add_u64(&c.responses[cls], 1);
-            if (!o.delivered && !o.permanent) pg_atomic_fetch_add_u64(&c.retries, 1);
-            int bucket = metrics::kBounds;
-            for (int b = 0; b < metrics::kBounds; ++b)
-                if (o.latency_us <= metrics::kBoundsSeconds[b] * 1e6) {
-                    bucket = b;
-                    break;
-                }
-            pg_atomic_fetch_add_u64(&c.latency[bucket], 1);
+            bool answered_2xx = o.status >= 200 && o.status < 300;
+            if (!answered_2xx && !o.permanent) pg_atomic_fetch_add_u64(&c.retries, 1);
+            pg_atomic_fetch_add_u64(&c.latency[bucket_of(static_cast<double>(o.latency_us) / 1e6)],
+                                    1);
             pg_atomic_fetch_add_u64(&c.latency_sum_us, static_cast<uint64>(o.latency_us));
         }
         client.outcomes().clear();
+        publish_breakers(client);
     });
+}
+
+int read_breakers(BreakerRow* rows, int max) {
+    if (shared == nullptr) return 0;
+    SpinLockAcquire(&shared->mutex);
+    int used = shared->used;
+    SpinLockRelease(&shared->mutex);
+    int n = 0;
+    for (int i = 1; i < used && n < max; ++i) {
+        DestinationCounters& c = shared->slots[i];
+        uint32 state = pg_atomic_read_u32(&c.breaker);
+        if (state == 0) continue;
+        BreakerRow& r = rows[n++];
+        strlcpy(r.topic, c.topic, sizeof(r.topic));
+        r.state = static_cast<int>(state) - 1;
+        r.since = static_cast<TimestampTz>(pg_atomic_read_u64(&c.breaker_since));
+        for (int k = 0; k < 3; ++k)
+            r.transitions[k] = static_cast<int64>(pg_atomic_read_u64(&c.breaker_transitions[k]));
+    }
+    return n;
 }
 
 void add_families(metrics::Exposition& e) {
@@ -353,6 +486,23 @@ void add_families(metrics::Exposition& e) {
                                T::kCounter);
     Family& latency = e.family("eventbox_http_request_duration_seconds",
                                "Time from starting an HTTP request to its end.", T::kHistogram);
+    Family& delivery = e.family("eventbox_http_delivery_seconds",
+                                "Time from a message's created_at (its send() in the committing "
+                                "transaction) to the 2xx that delivered it, per destination "
+                                "topic.",
+                                T::kHistogram);
+    Family& breaker = e.family("eventbox_http_breaker_state",
+                               "Circuit breaker of a destination with breaker_failures: 0 "
+                               "closed, 1 open, 2 half-open.",
+                               T::kGauge);
+    Family& moves = e.family("eventbox_http_breaker_transitions_total",
+                             "Circuit breaker transitions, by the state moved into.", T::kCounter);
+    Family& messages = e.family("eventbox_http_messages_total",
+                                "Messages the relay's HTTP requests settled, per destination "
+                                "topic: delivered, retried (transient failure) or rejected "
+                                "(permanent failure); a bulk request settles each of its "
+                                "messages on its own.",
+                                T::kCounter);
     if (shared == nullptr) return;
     SpinLockAcquire(&shared->mutex);
     int used = shared->used;
@@ -370,10 +520,29 @@ void add_families(metrics::Exposition& e) {
             e.add(responses, l, static_cast<double>(pg_atomic_read_u64(&c.responses[k])));
         }
         e.add(retries, label, static_cast<double>(pg_atomic_read_u64(&c.retries)));
+        static constexpr const char* kResults[3] = {"delivered", "retried", "rejected"};
+        for (int k = 0; k < 3; ++k) {
+            Labels l = label;
+            l.emplace_back("result", kResults[k]);
+            e.add(messages, l, static_cast<double>(pg_atomic_read_u64(&c.messages[k])));
+        }
         std::vector<uint64_t> counts;
         for (auto& l : c.latency) counts.push_back(pg_atomic_read_u64(&l));
         e.add_histogram(latency, label, bounds, counts,
                         static_cast<double>(pg_atomic_read_u64(&c.latency_sum_us)) / 1e6);
+        counts.clear();
+        for (auto& d : c.delivery) counts.push_back(pg_atomic_read_u64(&d));
+        e.add_histogram(delivery, label, bounds, counts,
+                        static_cast<double>(pg_atomic_read_u64(&c.delivery_sum_ms)) / 1e3);
+        uint32 state = pg_atomic_read_u32(&c.breaker);
+        if (state == 0) continue;
+        e.add(breaker, label, static_cast<double>(state - 1));
+        static constexpr const char* kStates[3] = {"closed", "open", "half_open"};
+        for (int k = 0; k < 3; ++k) {
+            Labels l = label;
+            l.emplace_back("to", kStates[k]);
+            e.add(moves, l, static_cast<double>(pg_atomic_read_u64(&c.breaker_transitions[k])));
+        }
     }
 }
 

@@ -8,6 +8,8 @@
 
 extern "C" {
 #include "postgres.h"
+
+#include "utils/timestamp.h"
 }
 
 #include <cstddef>
@@ -34,6 +36,15 @@ http::Client* load_client(std::size_t queue_limit, relay::RouteStamp* loaded, ch
 char* fingerprint();
 // Serves the client's sockets and timers and hands finished requests to the dispatcher.
 void take_outcomes(http::Client& client, relay::Dispatcher& dispatcher);
+// A destination's circuit breaker as shared memory shows it (eventbox.http_breakers).
+struct BreakerRow {
+    char topic[256];
+    int state;             // http::Breaker::State
+    TimestampTz since;     // its last transition (0: none since the relay loaded it)
+    int64 transitions[3];  // into closed, open, half-open
+};
+// Fills up to `max` rows (destinations with a breaker the relay has loaded); returns how many.
+int read_breakers(BreakerRow* rows, int max);
 // Adds the eventbox_http_* families (reads shared memory only).
 void add_families(metrics::Exposition& e);
 // The relay reloads its destinations once the current transaction commits.

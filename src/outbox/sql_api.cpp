@@ -5,6 +5,7 @@
 extern "C" {
 #include "postgres.h"
 
+#include "funcapi.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 }
@@ -82,4 +83,28 @@ EVENTBOX_SQL_FUNCTION(eventbox_http_destinations_changed) {
     (void)fcinfo;
     eventbox::http_relay::destinations_changed_at_commit();
     PG_RETURN_VOID();
+}
+
+// eventbox.http_breakers(): the circuit breaker of each HTTP destination that has one, as the
+// relay last published it.
+EVENTBOX_SQL_FUNCTION(eventbox_http_breakers) {
+    using eventbox::http_relay::BreakerRow;
+    ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
+    InitMaterializedSRF(fcinfo, 0);
+    constexpr int kMax = 65;
+    BreakerRow* rows = static_cast<BreakerRow*>(palloc(sizeof(BreakerRow) * kMax));
+    int n = eventbox::http_relay::read_breakers(rows, kMax);
+    static const char* const kStates[3] = {"closed", "open", "half_open"};
+    for (int i = 0; i < n; ++i) {
+        Datum values[6];
+        bool nulls[6] = {false, false, rows[i].since == 0, false, false, false};
+        values[0] = CStringGetTextDatum(rows[i].topic);
+        values[1] = CStringGetTextDatum(kStates[rows[i].state]);
+        values[2] = TimestampTzGetDatum(rows[i].since);
+        values[3] = Int64GetDatum(rows[i].transitions[1]);
+        values[4] = Int64GetDatum(rows[i].transitions[2]);
+        values[5] = Int64GetDatum(rows[i].transitions[0]);
+        tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+    }
+    return (Datum)0;
 }

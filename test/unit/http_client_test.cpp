@@ -243,6 +243,38 @@ TEST(HttpClient, FailureHandsBackTheRowsBehindItUncounted) {
     EXPECT_EQ(server.bodies().size(), 2u);
 }
 
+// While the breaker's probe is out no request can start: the client's timeout must not ask the
+// relay to come back at once (before the fix it was 0 all along the probe: a busy loop).
+TEST(HttpClient, NoBusyWaitWhileTheProbeIsOut) {
+    Server server;
+    Destination d = dest(server.url(), 4);
+    d.breaker_failures = 1;
+    d.breaker_cooldown_ms = 100;
+    Client client({d}, 100);
+    std::string error;
+    client.produce(row(1, nullptr, "fail"), error);
+    std::vector<Outcome> out = run_until(client, 1);
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(client.breaker(0).state(), Breaker::State::kOpen);
+    client.produce(row(2, nullptr, "slow"), error);
+    client.produce(row(3, nullptr, "{}"), error);
+    long wait = client.timeout_ms(0);
+    EXPECT_GT(wait, 0);  // the cooldown
+    EXPECT_LE(wait, 100);
+    std::this_thread::sleep_for(std::chrono::milliseconds(110));
+    client.poll(0);  // half-open: the probe (row 2, answered after 2 s) starts
+    EXPECT_TRUE(client.breaker(0).probing());
+    EXPECT_EQ(client.open_requests(), 1u);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    client.poll(0);
+    EXPECT_NE(client.timeout_ms(0), 0);
+    out = run_until(client, 2);
+    ASSERT_EQ(out.size(), 2u);
+    EXPECT_TRUE(out[0].delivered && out[1].delivered);
+    EXPECT_EQ(client.breaker(0).state(), Breaker::State::kClosed);
+    EXPECT_EQ(server.bodies().size(), 3u);
+}
+
 TEST(HttpClient, BusyAtTheQueueLimitAndTimeouts) {
     Server server;
     Client client({dest(server.url(), 1, 300)}, 2);
