@@ -29,13 +29,13 @@ from lib.cluster import Env
 from lib.common import BenchError, Context
 from lib.eventbox import relay_pid, set_brokers
 from lib.table import ROW
-from sections import e2e, e2e_peer, handlers, http, ingest, ingest_raw, ops, relay, topics
+from sections import amqp, e2e, e2e_peer, handlers, http, ingest, ingest_raw, ops, relay, topics
 
 # Run in this order (e2e_peer last: its kill test restarts every backend) ...
-RUN_ORDER = (relay, ingest, ingest_raw, handlers, e2e, ops, http, topics, e2e_peer)
+RUN_ORDER = (relay, ingest, ingest_raw, handlers, e2e, ops, http, amqp, topics, e2e_peer)
 # ... and printed in this one.
-PRINT_ORDER = (relay, ingest, ingest_raw, handlers, e2e, e2e_peer, ops, http, topics)
-SECTIONS = "relay,ingest,ingest_raw,handlers,e2e,ops,e2e_peer,http,topics"
+PRINT_ORDER = (relay, ingest, ingest_raw, handlers, e2e, e2e_peer, ops, http, amqp, topics)
+SECTIONS = "relay,ingest,ingest_raw,handlers,e2e,ops,e2e_peer,http,topics,amqp"
 
 
 def section_name(module):
@@ -92,7 +92,9 @@ KNOBS = [
          "-> handler -> Kafka vs bench/peer.py, kill test, backlog scaling; wants a fresh "
          "cluster: run it alone), http (outbox -> HTTP to a local nginx vs curl --parallel), "
          "topics (subscriptions on as many topics: time to store, fds, idle CPU, exit), "
-         "ingest_raw (ingest with raw_payload kept vs not, and the inbox's bytes per row)"),
+         "ingest_raw (ingest with raw_payload kept vs not, and the inbox's bytes per row), amqp "
+         "(outbox -> RabbitMQ vs a librabbitmq publisher, queue and stream -> inbox vs a plain "
+         "consumer)"),
     Knob("BENCH_MESSAGES", "300000", "positive", "messages per relay throughput run"),
     Knob("BENCH_REPEAT", "3", "positive",
          "runs per side and payload size, best kept (relay, ingest, handlers)"),
@@ -133,6 +135,11 @@ KNOBS = [
     Knob("BENCH_TOPICS_SIZES", "1,100,1000,5000", "list",
          "topics: subscriptions (each on a topic of its own) per run; the first is the "
          "baseline"),
+    Knob("BENCH_AMQP_MESSAGES", "50000", "positive",
+         "amqp: messages per run, ~1 KiB JSON over 64 keys (each direction)"),
+    Knob("BENCH_AMQP_REPEAT", "2", "positive", "amqp: runs per side, best kept"),
+    Knob("BENCH_AMQP_BATCH", "1000", "positive",
+         "amqp: the subscriptions' batch_size (prefetch) and the plain consumer's batch"),
 ]
 
 

@@ -169,6 +169,27 @@ void Consumer::restart(int id, int64_t delay_ms, int64_t now_ms) {
     s.open_at_ms = now_ms + delay_ms;
 }
 
+int64_t stream_offset_of(const amqp_field_value_t& v) {
+    return integer_of(v);
+}
+
+void read_properties(const amqp_basic_properties_t& p, Delivery& d) {
+    if ((p._flags & AMQP_BASIC_MESSAGE_ID_FLAG) != 0) d.message_id = text(p.message_id);
+    if ((p._flags & AMQP_BASIC_TYPE_FLAG) != 0) d.type = text(p.type);
+    if ((p._flags & AMQP_BASIC_CONTENT_TYPE_FLAG) != 0) d.content_type = text(p.content_type);
+    if ((p._flags & AMQP_BASIC_HEADERS_FLAG) == 0) return;
+    for (int i = 0; i < p.headers.num_entries; ++i) {
+        const amqp_table_entry_t& e = p.headers.entries[i];
+        std::string name = text(e.key);
+        if (name == "x-stream-offset") {
+            d.stream_offset = stream_offset_of(e.value);
+            continue;
+        }
+        std::optional<std::string> value;
+        if (value_text(e.value, &value)) d.headers.emplace_back(name, value);
+    }
+}
+
 void record_headers(const Delivery& d, std::vector<inbox::KafkaHeader>& out) {
     out.clear();
     auto add = [&](std::string_view name, const std::optional<std::string>& value) {
@@ -382,24 +403,9 @@ bool Consumer::read_frames(std::size_t max, std::size_t* read) {
                     break;
             }
         } else if (frame.frame_type == AMQP_FRAME_HEADER && s != nullptr && s->pending) {
-            auto* p = static_cast<amqp_basic_properties_t*>(frame.payload.properties.decoded);
             Delivery& d = s->partial;
-            if ((p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG) != 0) d.message_id = text(p->message_id);
-            if ((p->_flags & AMQP_BASIC_TYPE_FLAG) != 0) d.type = text(p->type);
-            if ((p->_flags & AMQP_BASIC_CONTENT_TYPE_FLAG) != 0)
-                d.content_type = text(p->content_type);
-            if ((p->_flags & AMQP_BASIC_HEADERS_FLAG) != 0) {
-                for (int i = 0; i < p->headers.num_entries; ++i) {
-                    const amqp_table_entry_t& e = p->headers.entries[i];
-                    std::string name = text(e.key);
-                    if (name == "x-stream-offset") {
-                        d.stream_offset = integer_of(e.value);
-                        continue;
-                    }
-                    std::optional<std::string> value;
-                    if (value_text(e.value, &value)) d.headers.emplace_back(name, value);
-                }
-            }
+            read_properties(
+                *static_cast<amqp_basic_properties_t*>(frame.payload.properties.decoded), d);
             s->body_left = frame.payload.properties.body_size;
             d.body.reserve(s->body_left);
         } else if (frame.frame_type == AMQP_FRAME_BODY && s != nullptr && s->pending) {

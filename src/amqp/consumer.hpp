@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include <amqp.h>
+
 #include "amqp/settings.hpp"
 #include "inbox/record.hpp"
 
@@ -39,6 +41,14 @@ struct ConsumerSubscription {
     int prefetch = 1000;      // basic.qos: unacknowledged deliveries at most
     bool start_first = true;  // a stream without stored offset: 'first' (else 'next')
 };
+
+// A delivery's properties into `d`: message_id, type, content_type, the headers whose values
+// have a text form (void: nullopt; tables and arrays left out) and a stream's x-stream-offset
+// header as stream_offset (not a header).
+void read_properties(const amqp_basic_properties_t& p, Delivery& d);
+// An x-stream-offset value: a signed or unsigned integer of 32 or 64 bits; -1 for any other
+// kind or an unsigned value beyond int64.
+int64_t stream_offset_of(const amqp_field_value_t& v);
 
 // The delivery's headers as the inbox's rules read them (inbox/record.hpp): the message_id
 // property as the header message_id (replacing one of that name: the property is the message
