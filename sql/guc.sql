@@ -68,6 +68,15 @@ ALTER SYSTEM SET eventbox.database = '';
 :show_sqlstate
 ALTER SYSTEM SET eventbox.database = 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa';
 :show_sqlstate
+-- A list of databases (one supervisor each): no empty item, no name twice, at most 8.
+ALTER SYSTEM SET eventbox.database = 'app,';
+:show_sqlstate
+ALTER SYSTEM SET eventbox.database = 'app, app';
+:show_sqlstate
+ALTER SYSTEM SET eventbox.database = 'a,b,c,d,e,f,g,h,i';
+:show_sqlstate
+ALTER SYSTEM SET eventbox.database = ' app , billing ';
+ALTER SYSTEM RESET eventbox.database;
 ALTER SYSTEM SET eventbox.max_message_bytes = 100;
 :show_sqlstate
 ALTER SYSTEM SET eventbox.max_message_bytes = '200MB';

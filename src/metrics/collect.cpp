@@ -4,9 +4,11 @@
 
 extern "C" {
 #include "catalog/pg_type.h"
+#include "commands/dbcommands.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/snapmgr.h"
@@ -19,6 +21,7 @@ extern "C" {
 #include "metrics/exposition.hpp"
 #include "outbox/http_relay.hpp"
 #include "pg/boundary.hpp"
+#include "pg/guc.hpp"
 #include "pg/sql_function.hpp"
 #include "workers/common.hpp"
 
@@ -311,12 +314,18 @@ void query_gauges(Gauges* out, MemoryContext context, GaugeCost cost) {
     out->valid = true;
 }
 
-char* render(const Counters& counters, const Gauges* gauges, size_t* len) {
+const char* session_database_label() {
+    if (guc::database == nullptr || strchr(guc::database, ',') == nullptr) return nullptr;
+    return get_database_name(MyDatabaseId);
+}
+
+char* render(const Counters& counters, const Gauges* gauges, size_t* len, const char* database) {
     char* out = nullptr;
     size_t size = 0;
     pg::call_cpp([&] {
         Exposition e;
         build(counters, gauges, e);
+        if (database != nullptr) e.label_all("database", database);
         std::string text = e.render();
         out = static_cast<char*>(pg::pg_guard([&] { return palloc(text.size() + 1); }));
         memcpy(out, text.c_str(), text.size() + 1);
@@ -336,7 +345,7 @@ EVENTBOX_SQL_FUNCTION(eventbox_metrics) {
     Gauges gauges;
     collect_here(&counters, &gauges);
     size_t len;
-    char* text = render(counters, &gauges, &len);
+    char* text = render(counters, &gauges, &len, session_database_label());
     PG_RETURN_TEXT_P(cstring_to_text_with_len(text, static_cast<int>(len)));
 }
 
@@ -360,11 +369,13 @@ EVENTBOX_SQL_FUNCTION(eventbox_metric_samples) {
     Counters counters;
     Gauges gauges;
     collect_here(&counters, &gauges);
+    const char* database = session_database_label();
     int n_rows = 0;
     Row* rows = nullptr;
     eventbox::pg::call_cpp([&] {
         Exposition e;
         build(counters, &gauges, e);
+        if (database != nullptr) e.label_all("database", database);
         std::size_t total = 0;
         for (const Family& f : e.families()) total += f.samples.size();
         rows = static_cast<Row*>(

@@ -52,6 +52,12 @@ enum class GaugeCost { kCounted, kHeads };
 void query_gauges(Gauges* out, MemoryContext context, GaugeCost cost);
 
 // The text exposition of `counters` and (when valid) `gauges`, palloc'd; *len gets its length.
-char* render(const Counters& counters, const Gauges* gauges, size_t* len);
+// `database`, when not null, labels every series database="..." (eventbox.database lists
+// several databases).
+char* render(const Counters& counters, const Gauges* gauges, size_t* len,
+             const char* database = nullptr);
+// The database label of the calling session's series: its database's name when
+// eventbox.database lists several, else null (palloc'd).
+const char* session_database_label();
 
 }  // namespace eventbox::metrics

@@ -11,6 +11,8 @@ extern "C" {
 #include "storage/spin.h"
 }
 
+#include "pg/shmem.hpp"
+
 #include <cstring>
 
 namespace eventbox::metrics {
@@ -47,13 +49,16 @@ struct Shared {
     SubscriptionEntry entries[kMaxSubscriptions + 1];  // the last one: overflow
 };
 
-Shared* shared = nullptr;
+// One block per database group (pg/shmem.hpp), and a last one for the sessions of databases
+// eventbox.database does not list (their send() counts; no worker reads them).
+constexpr int kBlocks = shmem::kMaxDatabases + 1;
+Shared* blocks = nullptr;
 shmem_request_hook_type prev_request_hook = nullptr;
 shmem_startup_hook_type prev_startup_hook = nullptr;
 
 void request_hook() {
     if (prev_request_hook) prev_request_hook();
-    RequestAddinShmemSpace(sizeof(Shared));
+    RequestAddinShmemSpace(mul_size(sizeof(Shared), kBlocks));
 }
 
 void init_histogram(AtomicHistogram& h) {
@@ -65,8 +70,10 @@ void startup_hook() {
     if (prev_startup_hook) prev_startup_hook();
     LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
     bool found = false;
-    shared = static_cast<Shared*>(ShmemInitStruct("pg_eventbox metrics", sizeof(Shared), &found));
-    if (!found) {
+    blocks = static_cast<Shared*>(
+        ShmemInitStruct("pg_eventbox metrics", mul_size(sizeof(Shared), kBlocks), &found));
+    for (int b = 0; b < kBlocks && !found; ++b) {
+        Shared* shared = &blocks[b];
         memset(shared, 0, sizeof(Shared));
         SpinLockInit(&shared->mutex);
         pg_atomic_init_u32(&shared->n_used, 0);
@@ -96,6 +103,22 @@ void startup_hook() {
         }
     }
     LWLockRelease(AddinShmemInitLock);
+}
+
+// The block of the calling process's database: its group's (kept once found; a process's
+// database never changes), else the last one.
+Shared* this_block() {
+    static int group = -1;
+    if (blocks == nullptr) return nullptr;
+    if (group < 0) group = shmem::database_group(MyDatabaseId);
+    return &blocks[group < 0 ? kBlocks - 1 : group];
+}
+
+// The block of `database`'s group (the launcher counts the supervisors' restarts).
+Shared* block_of(Oid database) {
+    if (blocks == nullptr) return nullptr;
+    int group = shmem::database_group(database);
+    return &blocks[group < 0 ? kBlocks - 1 : group];
 }
 
 inline void add(pg_atomic_uint64* counter, uint64 n) {
@@ -146,6 +169,7 @@ void rename_entry(SubscriptionEntry& e, const char* name) {
 // The entry of `name`, added on first use (in a free entry if there is one); the overflow entry
 // when the table is full.
 SubscriptionEntry* entry_of(const char* name) {
+    Shared* shared = this_block();
     if (cached_entry != nullptr && strncmp(cached_name, name, NAMEDATALEN) == 0 &&
         pg_atomic_read_u32(&cached_entry->version) == cached_version)
         return cached_entry;
@@ -230,17 +254,20 @@ void install_hooks() {
 }
 
 void relay_published(uint64 n, const LocalHistogram& latency) {
+    Shared* shared = this_block();
     if (shared == nullptr) return;
     add(&shared->published, n);
     add_histogram(shared->latency, latency);
 }
 
 void relay_failures(uint64 n) {
+    Shared* shared = this_block();
     if (shared != nullptr) add(&shared->delivery_failures, n);
 }
 
 void ingested(const char* subscription, uint64 records, uint64 duplicates, uint64 transport_ids,
               uint64 unparsable, uint64 skipped) {
+    Shared* shared = this_block();
     if (shared == nullptr || records == 0) return;
     SubscriptionEntry* e = entry_of(subscription);
     add(&e->records, records);
@@ -252,11 +279,13 @@ void ingested(const char* subscription, uint64 records, uint64 duplicates, uint6
 }
 
 void ingest_redelivered(const char* subscription, uint64 n) {
+    Shared* shared = this_block();
     if (shared == nullptr || n == 0) return;
     add(&entry_of(subscription)->redelivered, n);
 }
 
 void ingest_conflicts(const char* subscription, uint64 n) {
+    Shared* shared = this_block();
     if (shared == nullptr || n == 0) return;
     add(&entry_of(subscription)->conflicts, n);
 }
@@ -279,6 +308,7 @@ void handler_dead(uint64 n) {
 }
 
 void handler_flush(const char* subscription) {
+    Shared* shared = this_block();
     if (shared != nullptr && (tally.processed | tally.retried | tally.dead | tally.ignored) != 0) {
         SubscriptionEntry* e = entry_of(subscription);
         add(&e->processed, tally.processed);
@@ -308,6 +338,7 @@ int added_level() {
 }
 
 void on_added_xact(XactEvent event, void*) {
+    Shared* shared = this_block();
     switch (event) {
         case XACT_EVENT_COMMIT:
         case XACT_EVENT_PARALLEL_COMMIT: {
@@ -340,6 +371,7 @@ void on_added_subxact(SubXactEvent event, SubTransactionId, SubTransactionId, vo
 }  // namespace
 
 void outbox_added_at_commit(uint64 n) {
+    Shared* shared = this_block();
     if (shared == nullptr || n == 0) return;
     if (!added_callbacks) {
         RegisterXactCallback(on_added_xact, nullptr);
@@ -350,14 +382,17 @@ void outbox_added_at_commit(uint64 n) {
 }
 
 void outbox_settled(uint64 n) {
+    Shared* shared = this_block();
     if (shared != nullptr) add(&shared->outbox_settled, n);
 }
 
-void worker_restarted(WorkerRole role) {
+void worker_restarted(WorkerRole role, Oid database) {
+    Shared* shared = OidIsValid(database) ? block_of(database) : this_block();
     if (shared != nullptr) add(&shared->restarts[static_cast<int>(role)], 1);
 }
 
 void purged(PurgedTable table, uint64 rows) {
+    Shared* shared = this_block();
     if (shared != nullptr) add(&shared->purged[static_cast<int>(table)], rows);
 }
 
@@ -376,6 +411,7 @@ uint64 read(const pg_atomic_uint64& c) {
 }  // namespace
 
 void sweep_subscriptions(char** names, int n_names) {
+    Shared* shared = this_block();
     if (shared == nullptr) return;
     qsort(names, static_cast<size_t>(n_names), sizeof(char*), compare_names);
     SpinLockAcquire(&shared->mutex);
@@ -393,6 +429,7 @@ void sweep_subscriptions(char** names, int n_names) {
 }
 
 void snapshot(Counters* out) {
+    Shared* shared = this_block();
     memset(out, 0, sizeof *out);
     if (shared == nullptr) return;
     out->available = true;

@@ -69,7 +69,8 @@ void handler_discard();
 void outbox_added_at_commit(uint64 n);
 void outbox_settled(uint64 n);
 // Supervision and retention.
-void worker_restarted(WorkerRole role);
+// A restart of a worker of `database` (default: the calling process's database).
+void worker_restarted(WorkerRole role, Oid database = InvalidOid);
 void purged(PurgedTable table, uint64 rows);
 
 // The supervisor's sweep, with the names of every subscription (reordered here): entries of
@@ -77,7 +78,8 @@ void purged(PurgedTable table, uint64 rows);
 // the caller's snapshot may already count.
 void sweep_subscriptions(char** names, int n_names);
 
-// A copy of every counter, for rendering.
+// A copy of every counter of the calling process's database, for rendering (each database
+// eventbox.database lists has counters of its own).
 struct SubscriptionCounters {
     char name[NAMEDATALEN];
     bool overflow;

@@ -94,6 +94,23 @@ void close_http(int, Datum) {
     release_descriptors();
 }
 
+// This supervisor's place in eventbox.database (see start()).
+int port_offset = 0;
+const char* label = nullptr;
+char listen_address[300];
+
+// eventbox.metrics_address with its port moved by port_offset (checked by its GUC hook).
+const char* address_to_listen() {
+    strlcpy(listen_address, guc::metrics_address, sizeof listen_address);
+    char* colon = strrchr(listen_address, ':');
+    if (port_offset > 0 && colon != nullptr) {
+        int port = atoi(colon + 1) + port_offset;
+        snprintf(colon + 1, sizeof listen_address - (colon + 1 - listen_address), "%d",
+                 Min(port, 65535));
+    }
+    return listen_address;
+}
+
 // Pending counts between exact counts (metrics/pending_estimate.hpp).
 PendingEstimate* pending_estimate = nullptr;
 
@@ -163,7 +180,9 @@ void refresh_gauges(void* arg) {
 
 }  // namespace
 
-void start() {
+void start(int group, const char* database_label) {
+    port_offset = group;
+    label = database_label;
     before_shmem_exit(close_http, 0);
     gauge_context =
         AllocSetContextCreate(TopMemoryContext, "eventbox metrics gauges", ALLOCSET_SMALL_SIZES);
@@ -182,9 +201,10 @@ void open_listener() {
     char error[256] = "";
     HttpLimits limits;
     limits.max_connections = reserve_descriptors();
+    const char* address = address_to_listen();
     http = call_cpp([&]() -> HttpServer* {
         try {
-            return new HttpServer(guc::metrics_address, limits);
+            return new HttpServer(address, limits);
         } catch (const std::exception& e) {
             snprintf(error, sizeof error, "%s", e.what());
             return nullptr;
@@ -197,8 +217,7 @@ void open_listener() {
         next_listen_attempt = TimestampTzPlusMilliseconds(now, 60000);
     } else {
         AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, http->event_fd(), nullptr, nullptr);
-        ereport(LOG, (errmsg("eventbox supervisor serving metrics on http://%s/metrics",
-                             guc::metrics_address)));
+        ereport(LOG, (errmsg("eventbox supervisor serving metrics on http://%s/metrics", address)));
     }
 }
 
@@ -217,7 +236,7 @@ void serve_scrapes(bool schema_ok) {
     Counters counters;
     snapshot(&counters);
     size_t len;
-    char* text = render(counters, &gauges, &len);
+    char* text = render(counters, &gauges, &len, label);
     int64 at = worker::now_ms();
     call_cpp([&] { http->respond(std::string_view(text, len), at); });
 }

@@ -9,10 +9,13 @@ extern "C" {
 
 namespace eventbox::metrics::endpoint {
 
-// Once, when the supervisor starts: the gauges' memory and the endpoint's close at exit.
-void start();
-// Listens on eventbox.metrics_address when it is set and nothing listens yet (a failure is a
-// WARNING, tried again after 60 s).
+// Once, when the supervisor starts: the gauges' memory and the endpoint's close at exit. The
+// supervisor of the database at position `group` of eventbox.database listens on the port of
+// eventbox.metrics_address plus `group`; `database_label`, when not null, labels every series
+// database="...".
+void start(int group, const char* database_label);
+// Listens on eventbox.metrics_address (its port moved by the group) when it is set and nothing
+// listens yet (a failure is a WARNING, tried again after 60 s).
 void open_listener();
 // Answers the scrapes waiting for a body; the gauges need the current schema (`schema_ok`),
 // else they are left out.

@@ -173,6 +173,12 @@ void Exposition::add_histogram(Family& family, const Labels& labels,
         Sample{family.name + "_count", labels, static_cast<double>(cumulative)});
 }
 
+void Exposition::label_all(std::string_view name, std::string_view value) {
+    for (Family& f : families_)
+        for (Sample& s : f.samples)
+            s.labels.insert(s.labels.begin(), {std::string(name), std::string(value)});
+}
+
 std::string Exposition::render() const {
     std::string out;
     for (const Family& f : families_) {

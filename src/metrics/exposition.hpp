@@ -42,6 +42,9 @@ class Exposition {
     void add_histogram(Family& family, const Labels& labels, const std::vector<double>& bounds,
                        const std::vector<uint64_t>& counts, double sum);
 
+    // Puts label `name`="value" first on every sample added so far (the database label).
+    void label_all(std::string_view name, std::string_view value);
+
     const std::deque<Family>& families() const { return families_; }
     std::string render() const;
 

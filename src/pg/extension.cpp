@@ -10,6 +10,7 @@ extern "C" {
 #include "catalog/objectaccess.h"
 #include "catalog/pg_extension.h"
 #include "catalog/pg_namespace.h"
+#include "commands/dbcommands.h"
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
 #include "postmaster/bgworker.h"
@@ -23,6 +24,7 @@ extern "C" {
 #include "utils/syscache.h"
 }
 
+#include "pg/guc.hpp"
 #include "pg/shmem.hpp"
 
 namespace eventbox::pg {
@@ -104,6 +106,19 @@ LOCKTAG schema_tag() {
 
 ProcessUtility_hook_type prev_utility_hook = nullptr;
 
+// CREATE EXTENSION in a database eventbox.database does not list: send() works, but no worker
+// relays its outbox or fills its inbox. Said once, at creation.
+void warn_if_not_served() {
+    const char* name = get_database_name(MyDatabaseId);
+    if (name == nullptr || guc::database_listed(name)) return;
+    ereport(WARNING,
+            (errmsg("database \"%s\" is not in eventbox.database: no pg_eventbox worker serves it",
+                    name),
+             errdetail("send() stores messages in eventbox.outbox, but nothing relays them, and "
+                       "no subscription of this database is consumed."),
+             errhint("Add the database to eventbox.database and restart the server.")));
+}
+
 bool names(const List* objects, const char* name) {
     ListCell* lc;
     foreach (lc, objects) {
@@ -141,6 +156,10 @@ void on_utility(PlannedStmt* pstmt, const char* query, bool read_only_tree,
         prev_utility_hook(pstmt, query, read_only_tree, context, params, env, dest, qc);
     else
         standard_ProcessUtility(pstmt, query, read_only_tree, context, params, env, dest, qc);
+    if (IsA(pstmt->utilityStmt, CreateExtensionStmt) &&
+        strcmp(reinterpret_cast<const CreateExtensionStmt*>(pstmt->utilityStmt)->extname,
+               "pg_eventbox") == 0)
+        warn_if_not_served();
 }
 
 }  // namespace

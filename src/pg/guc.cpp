@@ -10,7 +10,9 @@ extern "C" {
 #include "amqp/settings.hpp"
 #include "metrics/http_server.hpp"
 #include "pg/shmem.hpp"
+#include "workers/database_list.hpp"
 
+#include <exception>
 #include <string>
 
 #include <cctype>
@@ -46,16 +48,21 @@ char* metrics_address = nullptr;
 
 namespace {
 
+// Accepts a comma-separated list of database names (workers/database_list.hpp).
 bool check_database(char** newval, void**, GucSource) {
-    if (*newval == nullptr || (*newval)[0] == '\0') {
-        GUC_check_errdetail("eventbox.database must name a database.");
-        return false;
+    const char* value = *newval ? *newval : "";
+    char detail[256] = "";
+    try {
+        (void)worker::parse_database_list(value);
+    } catch (const std::exception& e) {
+        snprintf(detail, sizeof detail, "%s", e.what());
+    } catch (...) {
+        snprintf(detail, sizeof detail, "eventbox.database is not a list of databases");
     }
-    if (strlen(*newval) >= NAMEDATALEN) {
-        GUC_check_errdetail("Database names are at most %d bytes.", NAMEDATALEN - 1);
-        return false;
-    }
-    return true;
+    if (detail[0] == '\0') return true;
+    GUC_check_errdetail("%s.", detail);
+    GUC_check_errhint("List database names separated by commas, for example 'app, billing'.");
+    return false;
 }
 
 // Accepts "" or a comma-separated list of host:port with a port in 1..65535.
@@ -139,11 +146,30 @@ void define_amqp() {
         GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL, nullptr, nullptr, nullptr);
 }
 
+}  // namespace
+
+bool database_listed(const char* name) {
+    const char* item = database;
+    size_t want = strlen(name);
+    while (item != nullptr) {
+        const char* comma = strchr(item, ',');
+        size_t len = comma ? static_cast<size_t>(comma - item) : strlen(item);
+        while (len > 0 && (*item == ' ' || *item == '\t')) ++item, --len;
+        while (len > 0 && (item[len - 1] == ' ' || item[len - 1] == '\t')) --len;
+        if (len == want && strncmp(item, name, len) == 0) return true;
+        item = comma ? comma + 1 : nullptr;
+    }
+    return false;
+}
+
+namespace {
+
 // Where the workers connect and what send() and the relay's outbox accept and keep.
 void define_connection_and_outbox() {
     DefineCustomStringVariable(
-        "eventbox.database", "Database whose outbox and inbox the eventbox workers serve.", nullptr,
-        &database, "postgres", PGC_POSTMASTER, 0, check_database, nullptr, nullptr);
+        "eventbox.database",
+        "Databases whose outbox and inbox the eventbox workers serve (a comma-separated list).",
+        nullptr, &database, "postgres", PGC_POSTMASTER, 0, check_database, nullptr, nullptr);
     DefineCustomStringVariable("eventbox.brokers",
                                "Kafka bootstrap servers (host:port, comma-separated).",
                                "Empty leaves the workers idle until a reload sets it.", &brokers,

@@ -27,6 +27,9 @@ extern int inbox_retention_s;  // eventbox.inbox_retention (0: keep forever)
 extern int dead_retention_s;   // eventbox.dead_retention (0: keep until an operator acts)
 extern char* metrics_address;  // eventbox.metrics_address ('' = no HTTP endpoint)
 
+// Whether eventbox.database lists database `name`.
+bool database_listed(const char* name);
+
 // Defines the settings; called once from _PG_init.
 void define();
 

@@ -21,12 +21,14 @@ namespace eventbox::shmem {
 
 namespace {
 
-// Slots: the supervisor, the relay, the ingest workers, the handler workers.
+// Slots of one database's group: the supervisor, the relay, the ingest workers, the handler
+// workers. The groups follow each other.
 constexpr int kIngestSlots = static_cast<int>(Role::kIngest);
 constexpr int kHandlerSlots = kIngestSlots + kMaxIngestWorkers;
 constexpr int kSlots = kHandlerSlots + kMaxHandlerWorkers;
+constexpr int kAllSlots = kSlots * kMaxDatabases;
 
-// The slot of a worker; -1 when the index is out of range.
+// The slot of a worker within its group; -1 when the index is out of range.
 int slot_of(Role role, int index) {
     switch (role) {
         case Role::kIngest:
@@ -57,7 +59,8 @@ constexpr int kStoredSlots = 1024;
 
 struct Shared {
     slock_t mutex;
-    WorkerSlot slots[kSlots];
+    pg_atomic_uint32 databases[kMaxDatabases];  // the Oid of each group (set_database())
+    WorkerSlot slots[kAllSlots];
     pg_atomic_uint64 subscriptions_generation;
     pg_atomic_uint64 schema_changes;  // see schema_changing()
     // Changes that can make inbox rows wait again below a handler worker's low-water marks
@@ -81,6 +84,7 @@ constexpr int kLaneMarkProbes = 64;
 struct LaneMarkSlot {
     bool used;
     uint32 hash;
+    Oid database;
     int32 partition;
     uint64 generation;
     int64 mark;
@@ -133,6 +137,7 @@ void startup_hook() {
     if (!found) {
         memset(shared, 0, offsetof(Shared, writers));
         SpinLockInit(&shared->mutex);
+        for (auto& db : shared->databases) pg_atomic_init_u32(&db, InvalidOid);
         pg_atomic_init_u64(&shared->subscriptions_generation, 1);
         pg_atomic_init_u64(&shared->schema_changes, 0);
         pg_atomic_init_u64(&shared->inbox_generation, 1);
@@ -168,7 +173,14 @@ void detach_worker(int, Datum) {
     my_slot = -1;
 }
 
-// Sets the latch in `slot`, if its worker runs.
+// The first slot of the group of the calling process's database; -1 when it has none.
+int my_group_base() {
+    if (shared == nullptr) return -1;
+    int group = database_group(MyDatabaseId);
+    return group < 0 ? -1 : group * kSlots;
+}
+
+// Sets the latch in `slot` (an index over all groups), if its worker runs.
 void wake_slot(int slot) {
     SpinLockAcquire(&shared->mutex);
     Latch* latch = shared->slots[slot].latch;
@@ -189,10 +201,23 @@ bool available() {
     return shared != nullptr;
 }
 
+void set_database(int group, Oid database) {
+    if (shared != nullptr && group >= 0 && group < kMaxDatabases)
+        pg_atomic_write_u32(&shared->databases[group], database);
+}
+
+int database_group(Oid database) {
+    if (shared == nullptr || !OidIsValid(database)) return -1;
+    for (int g = 0; g < kMaxDatabases; ++g)
+        if (pg_atomic_read_u32(&shared->databases[g]) == database) return g;
+    return -1;
+}
+
 void attach_worker(Role role, int index) {
-    if (shared == nullptr) return;
+    int base = my_group_base();
     int slot = slot_of(role, index);
-    if (slot < 0) return;
+    if (base < 0 || slot < 0) return;
+    slot += base;
     SpinLockAcquire(&shared->mutex);
     WorkerSlot& s = shared->slots[slot];
     s.pid = MyProcPid;
@@ -226,10 +251,11 @@ void count_messages(uint64 n) {
 }
 
 uint64 inflow_messages() {
-    if (shared == nullptr) return 0;
+    int base = my_group_base();
+    if (base < 0) return 0;
     uint64 total = 0;
     SpinLockAcquire(&shared->mutex);
-    for (int i = kIngestSlots; i < kHandlerSlots + kMaxHandlerWorkers; ++i)
+    for (int i = base + kIngestSlots; i < base + kHandlerSlots + kMaxHandlerWorkers; ++i)
         if (shared->slots[i].pid != 0) total += shared->slots[i].messages;
     SpinLockRelease(&shared->mutex);
     return total;
@@ -258,18 +284,24 @@ void record_error(const char* message) {
 }
 
 void wake_relay() {
-    if (shared != nullptr) wake_slot(static_cast<int>(Role::kRelay));
+    int base = my_group_base();
+    if (base >= 0) wake_slot(base + static_cast<int>(Role::kRelay));
 }
 
 void wake_handlers() {
-    if (shared == nullptr) return;
-    for (int i = 0; i < kMaxHandlerWorkers; ++i) wake_slot(kHandlerSlots + i);
+    int base = my_group_base();
+    if (base < 0) return;
+    for (int i = 0; i < kMaxHandlerWorkers; ++i) wake_slot(base + kHandlerSlots + i);
 }
 
+// The generation is shared by all databases: a change in one makes the others' workers re-read
+// their configuration too, which costs them a few statements and nothing else.
 void subscriptions_changed() {
     if (shared == nullptr) return;
     pg_atomic_fetch_add_u64(&shared->subscriptions_generation, 1);
-    for (int i = 0; i < kMaxIngestWorkers; ++i) wake_slot(kIngestSlots + i);
+    int base = my_group_base();
+    if (base < 0) return;
+    for (int i = 0; i < kMaxIngestWorkers; ++i) wake_slot(base + kIngestSlots + i);
     // Enabled subscriptions, new handlers, retried messages: the handler workers may have work.
     wake_handlers();
 }
@@ -313,8 +345,8 @@ void on_xact_event(XactEvent event, void*) {
     if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT) {
         if (relay_at_commit) wake_relay();
         if (changes_at_commit) subscriptions_changed();
-        if (supervisor_at_commit && shared != nullptr)
-            wake_slot(static_cast<int>(Role::kSupervisor));
+        if (supervisor_at_commit && my_group_base() >= 0)
+            wake_slot(my_group_base() + static_cast<int>(Role::kSupervisor));
     } else if (event != XACT_EVENT_ABORT && event != XACT_EVENT_PARALLEL_ABORT &&
                event != XACT_EVENT_PREPARE) {
         return;
@@ -389,13 +421,14 @@ LaneMarkSlot* lane_mark_slot(const char* subscription, const char* topic, int32 
         hash_bytes(reinterpret_cast<const unsigned char*>(subscription), static_cast<int>(sl)) ^
         (hash_bytes(reinterpret_cast<const unsigned char*>(topic), static_cast<int>(tl)) *
          2654435761u) ^
-        static_cast<uint32>(partition);
+        static_cast<uint32>(partition) ^ (static_cast<uint32>(MyDatabaseId) * 40503u);
     for (int k = 0; k < kLaneMarkProbes; ++k) {
         LaneMarkSlot* slot = &lane_marks->slots[(hash + k) % kLaneMarkSlots];
         if (!slot->used) {
             if (!claim) return nullptr;
             slot->used = true;
             slot->hash = hash;
+            slot->database = MyDatabaseId;
             slot->partition = partition;
             slot->generation = 0;
             slot->mark = -1;
@@ -403,7 +436,7 @@ LaneMarkSlot* lane_mark_slot(const char* subscription, const char* topic, int32 
             memcpy(slot->topic, topic, tl + 1);
             return slot;
         }
-        if (slot->hash == hash && slot->partition == partition &&
+        if (slot->hash == hash && slot->partition == partition && slot->database == MyDatabaseId &&
             strcmp(slot->subscription, subscription) == 0 && strcmp(slot->topic, topic) == 0)
             return slot;
     }
@@ -531,10 +564,11 @@ int worker_slots() {
 }
 
 bool read_worker(int slot, WorkerInfo* out) {
-    if (shared == nullptr) return false;
+    int base = my_group_base();
+    if (base < 0 || slot < 0 || slot >= kSlots) return false;
     WorkerSlot copy;
     SpinLockAcquire(&shared->mutex);
-    copy = shared->slots[slot];
+    copy = shared->slots[base + slot];
     SpinLockRelease(&shared->mutex);
     if (copy.pid == 0) return false;
     out->pid = copy.pid;

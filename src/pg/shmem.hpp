@@ -12,16 +12,28 @@ extern "C" {
 #include <cstdint>
 #include <vector>
 
+#include "workers/database_list.hpp"
+
 namespace eventbox::shmem {
 
 enum class Role : int { kSupervisor = 0, kRelay = 1, kIngest = 2, kHandler = 3 };
 inline constexpr int kMaxIngestWorkers = 8;
 inline constexpr int kMaxHandlerWorkers = 12;
+// Every database eventbox.database lists has a group of worker slots of its own: its workers
+// claim, wake and show (eventbox.workers) only the slots of their database's group.
+inline constexpr int kMaxDatabases = worker::kMaxDatabases;
 
 // Registers the shared memory request and startup hooks; called from _PG_init.
 void install_hooks();
 // True when the library was preloaded and the shared state exists.
 bool available();
+
+// Gives group `group` (its position in eventbox.database) to `database` (the launcher, before
+// it starts that database's supervisor).
+void set_database(int group, Oid database);
+// The group of `database`; -1 when eventbox.database does not list it (or its supervisor has not
+// been started yet).
+int database_group(Oid database);
 
 // Claims the slot of `role` (plus `index` for ingest and handler workers) for this process,
 // released automatically at exit.
@@ -35,6 +47,8 @@ void record_error(const char* message);
 // a value that moved means they have been working since it was last read.
 uint64 inflow_messages();
 
+// The wake-ups below reach the workers of the calling process's database (none when
+// eventbox.database does not list it).
 // Sets the relay's latch, if a relay is running.
 void wake_relay();
 // Sets the latches of all running handler workers.
@@ -106,7 +120,7 @@ bool take_handler_timeout_note(const char* subscription, const char* topic, int3
 // updated or dropped).
 void wake_supervisor_at_commit();
 
-// A worker's slot as eventbox.workers() shows it.
+// A worker's slot as eventbox.workers() shows it (the slots of the caller's database).
 struct WorkerInfo {
     pid_t pid;
     const char* role;  // "supervisor", "relay", "ingest" or "handler"

@@ -1,7 +1,8 @@
-// Two processes keep the workers running:
-// - the launcher (registered in _PG_init, connected to no database) waits for eventbox.database
-//   to exist, saying so once as a WARNING while it does not, and keeps the supervisor running;
-// - the supervisor (connected to that database) waits for the extension at the schema version
+// Two kinds of process keep the workers running:
+// - the launcher (registered in _PG_init, connected to no database) waits for each database
+//   eventbox.database lists to exist, saying so once as a WARNING while one does not, and keeps
+//   one supervisor per database running;
+// - a supervisor (connected to its database) waits for the extension at the schema version
 //   of this library, starts the dynamic workers, restarts a dead one with backoff, and stops
 //   them when the extension is dropped, re-created or its schema is not this library's.
 // Extension changes wake the supervisor when they commit (pg/extension.cpp); a one-second
@@ -54,8 +55,10 @@ struct Managed {
     int backoff_ms;
 };
 
-Managed supervisor_worker = {
-    "eventbox_supervisor_main", "eventbox supervisor", 0, nullptr, nullptr, 0, 0, 1000};
+// The launcher's: one supervisor per database of eventbox.database (index: its group).
+Managed supervisors[shmem::kMaxDatabases];
+// In a supervisor: the name of its database (passed in bgw_extra after the index).
+char served_name[NAMEDATALEN] = "";
 Managed relay = {"eventbox_relay_main", "eventbox relay", 0, nullptr, nullptr, 0, 0, 1000};
 Managed ingest_workers[shmem::kMaxIngestWorkers];
 Managed handler_workers[shmem::kMaxHandlerWorkers];
@@ -65,7 +68,7 @@ constexpr int kMaxBackoffMs = 60000;
 // A worker that lived this long before dying is restarted without growing the backoff.
 constexpr int kHealthyRunMs = 60000;
 
-// The database the started workers connect to.
+// The database the started workers connect to (the launcher: of the supervisor at hand).
 Oid served_database = InvalidOid;
 
 pg::ExtensionState read_extension_state() {
@@ -81,14 +84,14 @@ pg::ExtensionState read_extension_state() {
 // entry must be built from pg_class (an ERROR, hence FATAL and a restart every 10 s, without a
 // database) unless a backend has already written the shared relcache init file, which is not
 // the case after a start.
-Oid lookup_database() {
+Oid lookup_database(const char* name) {
     SetCurrentStatementStartTimestamp();
     StartTransactionCommand();
     (void)GetTransactionSnapshot();
     Relation rel = table_open(DatabaseRelationId, AccessShareLock);
     ScanKeyData key;
     ScanKeyInit(&key, Anum_pg_database_datname, BTEqualStrategyNumber, F_NAMEEQ,
-                CStringGetDatum(guc::database));
+                CStringGetDatum(name));
     TableScanDesc scan = table_beginscan_catalog(rel, 1, &key);
     HeapTuple tuple = heap_getnext(scan, ForwardScanDirection);
     Oid db = HeapTupleIsValid(tuple) ? reinterpret_cast<Form_pg_database>(GETSTRUCT(tuple))->oid
@@ -120,12 +123,12 @@ bool is_running(Managed& w) {
     w.next_start = TimestampTzPlusMilliseconds(now, w.backoff_ms);
     pfree(w.handle);
     w.handle = nullptr;
-    metrics::worker_restarted(role_of(w));
+    metrics::worker_restarted(role_of(w), served_database);
     ereport(LOG, (errmsg("%s exited; restarting it in %d ms", w.type, w.backoff_ms)));
     return false;
 }
 
-void start(Managed& w) {
+void start(Managed& w, const char* database_name) {
     BackgroundWorker worker;
     memset(&worker, 0, sizeof worker);
     worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
@@ -137,6 +140,7 @@ void start(Managed& w) {
     snprintf(worker.bgw_type, BGW_MAXLEN, "%s", w.type);
     worker.bgw_main_arg = ObjectIdGetDatum(served_database);
     memcpy(worker.bgw_extra, &w.index, sizeof w.index);
+    strlcpy(worker.bgw_extra + sizeof w.index, database_name, NAMEDATALEN);
     worker.bgw_notify_pid = MyProcPid;
     w.started_at = GetCurrentTimestamp();
     if (!RegisterDynamicBackgroundWorker(&worker, &w.handle)) {
@@ -170,12 +174,12 @@ bool still_stopping(Managed& w) {
 }
 
 // Keeps `w` running; returns milliseconds until it next needs attention.
-long supervise(Managed& w) {
+long supervise(Managed& w, const char* database_name = served_name) {
     if (is_running(w)) return LONG_MAX;
     if (still_stopping(w)) return 100;
     TimestampTz now = GetCurrentTimestamp();
     if (now < w.next_start) return TimestampDifferenceMilliseconds(now, w.next_start);
-    start(w);
+    start(w, database_name);
     return w.handle ? LONG_MAX : w.backoff_ms;
 }
 
@@ -235,7 +239,7 @@ Oid served_extension = InvalidOid;  // the extension the running workers were st
 long serve_extension(const pg::ExtensionState& ext) {
     if (announced_wait || announced_version[0] != '\0')
         ereport(LOG, (errmsg("pg_eventbox %s found in database \"%s\"; starting workers",
-                             ext.version, guc::database)));
+                             ext.version, served_name)));
     announced_wait = false;
     announced_version[0] = '\0';
     served_extension = ext.oid;
@@ -262,7 +266,7 @@ void wait_for_update(const pg::ExtensionState& ext) {
     if (strcmp(announced_version, ext.version) != 0)
         ereport(WARNING, (errmsg("pg_eventbox library %s does not match the schema version %s "
                                  "installed in database \"%s\"; its workers wait",
-                                 pg::kLibraryVersion, ext.version, guc::database),
+                                 pg::kLibraryVersion, ext.version, served_name),
                           errhint("Run ALTER EXTENSION pg_eventbox UPDATE in that database.")));
     strlcpy(announced_version, ext.version, sizeof announced_version);
     stop_all_workers();
@@ -273,7 +277,7 @@ void wait_for_extension() {
     if (!announced_wait)
         ereport(LOG, (errmsg("eventbox launcher waiting for CREATE EXTENSION pg_eventbox "
                              "in database \"%s\"",
-                             guc::database)));
+                             served_name)));
     announced_wait = true;
     announced_version[0] = '\0';
     stop_all_workers();
@@ -282,8 +286,13 @@ void wait_for_extension() {
 
 void supervisor_start(MemoryContext) {
     served_database = MyDatabaseId;
+    strlcpy(served_name, MyBgworkerEntry->bgw_extra + sizeof(int), sizeof served_name);
+    int group = 0;
+    memcpy(&group, MyBgworkerEntry->bgw_extra, sizeof group);
     pgstat_report_activity(STATE_IDLE, nullptr);
-    metrics::endpoint::start();
+    // With several databases, each supervisor serves its own database's metrics, on the port of
+    // eventbox.metrics_address plus its position in the list, each series labelled database.
+    metrics::endpoint::start(group, strchr(guc::database, ',') != nullptr ? served_name : nullptr);
     for (int i = 0; i < shmem::kMaxIngestWorkers; ++i)
         ingest_workers[i] = {
             "eventbox_ingest_main", "eventbox ingest", i, nullptr, nullptr, 0, 0, 1000};
@@ -303,7 +312,7 @@ void supervisor_turn(MemoryContext) {
         // plans, row types and cursors. They stop; fresh ones start for the new one.
         ereport(LOG, (errmsg("pg_eventbox was dropped or re-created in database \"%s\"; "
                              "restarting its workers",
-                             guc::database)));
+                             served_name)));
         stop_all_workers();
         served_extension = InvalidOid;
     }
@@ -322,6 +331,65 @@ void supervisor_turn(MemoryContext) {
     worker::reload_if_requested();
 }
 
+// The launcher's view of each database of eventbox.database.
+struct ListedDatabase {
+    char name[NAMEDATALEN];
+    Oid oid;
+    bool warned;  // that it does not exist
+    int missing_backoff_ms;
+    TimestampTz next_lookup;
+};
+ListedDatabase listed[shmem::kMaxDatabases];
+
+// Splits eventbox.database (checked by its GUC hook) into `listed`; returns how many.
+int split_database_list() {
+    int n = 0;
+    const char* item = guc::database;
+    while (item != nullptr && n < shmem::kMaxDatabases) {
+        const char* comma = strchr(item, ',');
+        size_t len = comma ? static_cast<size_t>(comma - item) : strlen(item);
+        while (len > 0 && (*item == ' ' || *item == '\t')) ++item, --len;
+        while (len > 0 && (item[len - 1] == ' ' || item[len - 1] == '\t')) --len;
+        ListedDatabase& d = listed[n++];
+        memset(&d, 0, sizeof d);
+        memcpy(d.name, item, Min(len, static_cast<size_t>(NAMEDATALEN - 1)));
+        d.missing_backoff_ms = 1000;
+        item = comma ? comma + 1 : nullptr;
+    }
+    return n;
+}
+
+// Keeps the supervisor of listed database `i` running while the database exists; returns
+// milliseconds until it next needs attention.
+long keep_supervisor(int i) {
+    ListedDatabase& d = listed[i];
+    Managed& w = supervisors[i];
+    served_database = d.oid;
+    if (is_running(w) || still_stopping(w)) return 10000;
+    TimestampTz now = GetCurrentTimestamp();
+    if (now < d.next_lookup) return TimestampDifferenceMilliseconds(now, d.next_lookup);
+    d.oid = served_database = lookup_database(d.name);
+    if (!OidIsValid(d.oid)) {
+        if (!d.warned)
+            ereport(WARNING,
+                    (errmsg("eventbox.database \"%s\" does not exist", d.name),
+                     errdetail("The pg_eventbox workers of that database start once it exists; "
+                               "checked again with a backoff of up to 60 s."),
+                     errhint("Create the database, or remove it from eventbox.database and "
+                             "restart the server.")));
+        d.warned = true;
+        d.next_lookup = TimestampTzPlusMilliseconds(now, d.missing_backoff_ms);
+        long wait = d.missing_backoff_ms;
+        d.missing_backoff_ms = Min(d.missing_backoff_ms * 2, 60000);
+        return wait;
+    }
+    if (d.warned) ereport(LOG, (errmsg("eventbox.database \"%s\" exists now", d.name)));
+    d.warned = false;
+    d.missing_backoff_ms = 1000;
+    shmem::set_database(i, d.oid);
+    return Min(supervise(w, d.name), 10000L);
+}
+
 }  // namespace
 
 }  // namespace eventbox
@@ -338,31 +406,13 @@ extern "C" void eventbox_launcher_main(Datum) {
     // say so once and wait for it.
     BackgroundWorkerInitializeConnection(nullptr, nullptr, 0);
     pgstat_report_activity(STATE_IDLE, nullptr);
-    bool warned = false;
-    int missing_backoff_ms = 1000;
+    int n = split_database_list();
+    for (int i = 0; i < n; ++i)
+        supervisors[i] = {
+            "eventbox_supervisor_main", "eventbox supervisor", i, nullptr, nullptr, 0, 0, 1000};
     for (;;) {
-        long timeout_ms = 10000;  // the supervisor's exit sets our latch (bgw_notify_pid)
-        if (!is_running(supervisor_worker) && !still_stopping(supervisor_worker)) {
-            served_database = lookup_database();
-            if (!OidIsValid(served_database)) {
-                if (!warned)
-                    ereport(WARNING,
-                            (errmsg("eventbox.database \"%s\" does not exist", guc::database),
-                             errdetail("The pg_eventbox workers start once it exists; checked "
-                                       "again with a backoff of up to 60 s."),
-                             errhint("Create the database, or set eventbox.database to an "
-                                     "existing one and restart the server.")));
-                warned = true;
-                timeout_ms = missing_backoff_ms;
-                missing_backoff_ms = Min(missing_backoff_ms * 2, 60000);
-            } else {
-                if (warned)
-                    ereport(LOG, (errmsg("eventbox.database \"%s\" exists now", guc::database)));
-                warned = false;
-                missing_backoff_ms = 1000;
-                timeout_ms = Min(supervise(supervisor_worker), 10000L);
-            }
-        }
+        long timeout_ms = 10000;  // a supervisor's exit sets our latch (bgw_notify_pid)
+        for (int i = 0; i < n; ++i) timeout_ms = Min(timeout_ms, keep_supervisor(i));
         (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
                         Max(timeout_ms, 1L), PG_WAIT_EXTENSION);
         ResetLatch(MyLatch);

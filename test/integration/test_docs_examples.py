@@ -43,7 +43,7 @@ NOT_RUN = [p for p in [ROOT / "CONTRIBUTING.md", ROOT / "docs" / "README.md"] if
     + sorted((ROOT / "docs" / "design").glob("*.md"))
 GUIDE_PAGES = ["outbox", "inbox", "handlers", "dead-letters", "cdc", "http", "rabbitmq",
                "replay", "security", "upgrading", "retention", "operations", "monitoring",
-               "limits"]
+               "limits", "scaling"]
 # Guide pages with nothing to run (what they say is checked by the tests they name).
 NO_EXAMPLES = {"limits.md"}
 RUN = "sql"
