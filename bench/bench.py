@@ -29,13 +29,14 @@ from lib.cluster import Env
 from lib.common import BenchError, Context
 from lib.eventbox import relay_pid, set_brokers
 from lib.table import ROW
-from sections import e2e, e2e_peer, handlers, http, ingest, ingest_raw, ops, relay, topics
+from sections import (e2e, e2e_peer, handlers, http, ingest, ingest_dup, ingest_raw, ops, relay,
+                      topics)
 
 # Run in this order (e2e_peer last: its kill test restarts every backend) ...
-RUN_ORDER = (relay, ingest, ingest_raw, handlers, e2e, ops, http, topics, e2e_peer)
+RUN_ORDER = (relay, ingest, ingest_raw, ingest_dup, handlers, e2e, ops, http, topics, e2e_peer)
 # ... and printed in this one.
-PRINT_ORDER = (relay, ingest, ingest_raw, handlers, e2e, e2e_peer, ops, http, topics)
-SECTIONS = "relay,ingest,ingest_raw,handlers,e2e,ops,e2e_peer,http,topics"
+PRINT_ORDER = (relay, ingest, ingest_raw, ingest_dup, handlers, e2e, e2e_peer, ops, http, topics)
+SECTIONS = "relay,ingest,ingest_raw,ingest_dup,handlers,e2e,ops,e2e_peer,http,topics"
 
 
 def section_name(module):
@@ -92,7 +93,8 @@ KNOBS = [
          "-> handler -> Kafka vs bench/peer.py, kill test, backlog scaling; wants a fresh "
          "cluster: run it alone), http (outbox -> HTTP to a local nginx vs curl --parallel), "
          "topics (subscriptions on as many topics: time to store, fds, idle CPU, exit), "
-         "ingest_raw (ingest with raw_payload kept vs not, and the inbox's bytes per row)"),
+         "ingest_raw (ingest with raw_payload kept vs not, and the inbox's bytes per row), "
+         "ingest_dup (ingest worker CPU per record with 5% producer duplicates vs without)"),
     Knob("BENCH_MESSAGES", "300000", "positive", "messages per relay throughput run"),
     Knob("BENCH_REPEAT", "3", "positive",
          "runs per side and payload size, best kept (relay, ingest, handlers)"),
