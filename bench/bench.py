@@ -29,13 +29,16 @@ from lib.cluster import Env
 from lib.common import BenchError, Context
 from lib.eventbox import relay_pid, set_brokers
 from lib.table import ROW
-from sections import amqp, e2e, e2e_peer, handlers, http, ingest, ingest_raw, ops, relay, topics
+from sections import (amqp, e2e, e2e_peer, handlers, http, ingest, ingest_dup, ingest_raw, ops,
+                      relay, topics)
 
 # Run in this order (e2e_peer last: its kill test restarts every backend) ...
-RUN_ORDER = (relay, ingest, ingest_raw, handlers, e2e, ops, http, amqp, topics, e2e_peer)
+RUN_ORDER = (relay, ingest, ingest_raw, ingest_dup, handlers, e2e, ops, http, amqp, topics,
+             e2e_peer)
 # ... and printed in this one.
-PRINT_ORDER = (relay, ingest, ingest_raw, handlers, e2e, e2e_peer, ops, http, amqp, topics)
-SECTIONS = "relay,ingest,ingest_raw,handlers,e2e,ops,e2e_peer,http,topics,amqp"
+PRINT_ORDER = (relay, ingest, ingest_raw, ingest_dup, handlers, e2e, e2e_peer, ops, http, amqp,
+               topics)
+SECTIONS = "relay,ingest,ingest_raw,ingest_dup,handlers,e2e,ops,e2e_peer,http,topics,amqp"
 
 
 def section_name(module):
@@ -92,7 +95,8 @@ KNOBS = [
          "-> handler -> Kafka vs bench/peer.py, kill test, backlog scaling; wants a fresh "
          "cluster: run it alone), http (outbox -> HTTP to a local nginx vs curl --parallel), "
          "topics (subscriptions on as many topics: time to store, fds, idle CPU, exit), "
-         "ingest_raw (ingest with raw_payload kept vs not, and the inbox's bytes per row), amqp "
+         "ingest_raw (ingest with raw_payload kept vs not, and the inbox's bytes per row), "
+         "ingest_dup (ingest worker CPU per record with 5% producer duplicates vs without), amqp "
          "(outbox -> RabbitMQ vs a librabbitmq publisher, queue and stream -> inbox vs a plain "
          "consumer)"),
     Knob("BENCH_MESSAGES", "300000", "positive", "messages per relay throughput run"),

@@ -40,6 +40,7 @@ extern "C" {
 #include <string>
 #include <vector>
 
+#include "inbox/recent_ids.hpp"
 #include "inbox/record.hpp"
 #include "kafka/consumer.hpp"
 #include "pg/arrays.hpp"
@@ -66,8 +67,10 @@ struct Subscription {
     std::vector<int> order;               // its rows by message id (see IngestState::classify())
     std::size_t skipped = 0;              // records of the batch that get no row
     bool fresh = true;  // paused in the consumer until reload() gives it its stored offsets
-    // The last batch had no duplicates: the next one is tried without ON CONFLICT (insert_new()).
+    // The last batch had no duplicates but those foreseen (repeats of a record of the batch, ids
+    // in `recent`): the next one is tried without ON CONFLICT (insert_new()).
     bool expect_new = true;
+    inbox::RecentIds recent;  // the ids its lanes stored last (ingest_store.cpp)
     // A batch that could not be stored: paused until retry_at_ms, then read again from the
     // stored offsets; failing until a batch is stored (or it stays quiet a while after resuming).
     bool failing = false;
@@ -260,6 +263,8 @@ struct Below {
 // dead-letter topic, if any, and conflicting duplicates to eventbox.conflicts
 // (ingest_store.cpp).
 Inserted store_rows(Subscription* sub, const Columns& c, const Below& below);
+// After the commit of a batch stored by store_rows(): its ids become recent (ingest_store.cpp).
+void rows_committed(Subscription* sub);
 // Stores the lanes' next offsets, compare-and-set from each one's `previous`; returns whether
 // one was moved under us (eventbox.replay) (ingest_store.cpp).
 bool store_lane_offsets(const Subscription* sub, const std::vector<kafka::PartitionEnd>& ends);

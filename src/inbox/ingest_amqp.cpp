@@ -409,6 +409,7 @@ void store(AmqpSub* s) {
     // The worker commits asynchronously (Kafka is read again from the stored offsets after a
     // lost commit); a queue forgets what was acknowledged, so the commit is flushed first.
     XLogFlush(XactLastCommitEnd);
+    rows_committed(&s->sub);
     // Committed: only now are the deliveries acknowledged (a crash before redelivers them).
     uint64 n = batch->size();
     call_cpp([&] {

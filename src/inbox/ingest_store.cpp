@@ -14,6 +14,7 @@ extern "C" {
 
 #include <algorithm>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "handlers/dead_letters.hpp"
@@ -126,35 +127,108 @@ bool insert_new(SPIPlanPtr plan, Datum* values, uint64* inserted, TransactionId*
     return ok;
 }
 
-// Inserts the rows: without ON CONFLICT when the batch is expected to hold only new messages,
-// else (or when that found a duplicate) with it. `values` are the statement's 12 parameters.
-uint64 insert_rows(Subscription* sub, const Columns& c, Datum* values, const Below& below,
-                   TransactionId* writer) {
+// The old way, for a batch not expected to hold only new messages and foreseen duplicates (below
+// what this process stored in a lane, after a batch with unforeseen duplicates, unparsable rows
+// with ids stored before) and when the fast way found an unforeseen duplicate: every row with ON
+// CONFLICT, then every row compared with the stored one. `values` are the statement's 12
+// parameters (13 with the modes).
+uint64 insert_all(Subscription* sub, Datum* values, TransactionId* writer) {
     InsertPlans plans = insert_plans();
-    Datum mode_values[13];
-    Datum* args = values;
-    if (sub->backfill) {
-        memcpy(mode_values, values, 12 * sizeof(Datum));
-        mode_values[12] = c.modes.get();
-        args = mode_values;
-    }
-    uint64 inserted = 0;
-    // A batch below what this process stored in a lane (eventbox.replay(), a seek, the first one
-    // after a start) goes straight to ON CONFLICT: it may hold only duplicates, and a refused
-    // attempt would leave its rows' dead versions behind.
-    if (!sub->expect_new || below() ||
-        !insert_new(sub->backfill ? plans.insert_new_modes : plans.insert_new, args, &inserted,
-                    writer)) {
-        worker::exec_kept(kWho, sub->backfill ? plans.insert_modes : plans.insert, args, false,
-                          SPI_OK_INSERT);
-        inserted = SPI_processed;
-        *writer = GetCurrentTransactionIdIfAny();
-    }
-    sub->expect_new = inserted == static_cast<uint64>(c.count);
-    return inserted;
+    worker::exec_kept(kWho, sub->backfill ? plans.insert_modes : plans.insert, values, false,
+                      SPI_OK_INSERT);
+    *writer = GetCurrentTransactionIdIfAny();
+    return SPI_processed;
 }
 
-// Conflicting duplicates, looked for only when the insert above left records out: those whose id
+// The statement's parameters for the rows `rows[0..n)` of `c` (all of them when rows is null).
+void row_values(const Subscription* sub, const Columns& c, Datum name, const int* rows, int n,
+                Datum* values) {
+    const pg::ArrayColumn* columns[13] = {
+        nullptr,     &c.ids,  &c.topics, &c.partitions, &c.offsets, &c.keys, &c.headers,
+        &c.payloads, &c.raws, &c.types,  &c.statuses,   &c.notes,   &c.modes};
+    values[0] = name;
+    for (int k = 1; k < (sub->backfill ? 13 : 12); ++k)
+        values[k] = rows == nullptr ? columns[k]->get() : columns[k]->get_rows(rows, n);
+}
+
+// Whether two rows' values are the same bytes: then a repeat is no conflict with its first
+// (what conflicts_statement compares: the jsonb, or the raw bytes of a value without one; jsonb
+// the same bytes is the same jsonb, other bytes may still be equal jsonb: compared there).
+bool same_datum(const pg::ArrayColumn& col, int a, int b) {
+    bool na = col.null(a), nb = col.null(b);
+    if (na || nb) return na && nb;
+    Datum x = col.value(a), y = col.value(b);
+    Size lx = VARSIZE_ANY_EXHDR(DatumGetPointer(x)), ly = VARSIZE_ANY_EXHDR(DatumGetPointer(y));
+    return lx == ly &&
+           memcmp(VARDATA_ANY(DatumGetPointer(x)), VARDATA_ANY(DatumGetPointer(y)), lx) == 0;
+}
+
+bool same_value(const Columns& c, int a, int b) {
+    if (!same_datum(c.payloads, a, b)) return false;
+    return !c.payloads.null(a) || same_datum(c.raws, a, b);
+}
+
+// How a batch's rows go in. Rows are in message-id order, so a record sent again within the
+// batch (a producer's retry) follows the first of its id.
+struct Split {
+    int* fresh;  // the first row of each id not stored recently: inserted without ON CONFLICT
+    int* known;  // rows whose id this subscription's last batches stored: with ON CONFLICT
+    int* check;  // repeats whose value is not the same bytes as their first's: compared after
+    int n_fresh = 0, n_known = 0, n_check = 0;
+    int repeats = 0;  // repeats of a fresh row with the same value: not inserted, no conflict
+};
+
+// Splits the rows of `c`; their ids become `sub`'s recent ids once the batch commits.
+void split_rows(Subscription* sub, const Columns& c, bool cdc, Split* out) {
+    int n = c.count;
+    uint64_t* hashes = static_cast<uint64_t*>(palloc(sizeof(uint64_t) * n));
+    uint64_t* lanes = static_cast<uint64_t*>(palloc(sizeof(uint64_t) * n));
+    int* first = static_cast<int*>(palloc(sizeof(int) * n));  // first row of the row's id
+    for (int i = 0; i < n; ++i) {
+        text* id = DatumGetTextPP(c.ids.value(i));
+        Size len = VARSIZE_ANY_EXHDR(id);
+        first[i] = i;
+        if (i > 0) {
+            text* prev = DatumGetTextPP(c.ids.value(i - 1));
+            if (VARSIZE_ANY_EXHDR(prev) == len &&
+                memcmp(VARDATA_ANY(prev), VARDATA_ANY(id), len) == 0)
+                first[i] = first[i - 1];
+        }
+        hashes[i] = inbox::RecentIds::hash(std::string_view(VARDATA_ANY(id), len));
+        text* topic = DatumGetTextPP(c.topics.value(i));
+        lanes[i] =
+            inbox::RecentIds::lane(std::string_view(VARDATA_ANY(topic), VARSIZE_ANY_EXHDR(topic)),
+                                   DatumGetInt32(c.partitions.value(i)));
+    }
+    bool* known = static_cast<bool*>(palloc0(sizeof(bool) * n));
+    call_cpp([&] {
+        for (int i = 0; i < n; ++i) {
+            if (first[i] != i) continue;
+            known[i] = sub->recent.contains(lanes[i], hashes[i]);
+            sub->recent.add(lanes[i], hashes[i]);
+        }
+    });
+    out->fresh = static_cast<int*>(palloc(sizeof(int) * n));
+    out->known = static_cast<int*>(palloc(sizeof(int) * n));
+    out->check = static_cast<int*>(palloc(sizeof(int) * n));
+    for (int i = 0; i < n; ++i) {
+        int f = first[i];
+        if (known[f])
+            out->known[out->n_known++] = i;  // compared with the stored row, as before
+        else if (f == i)
+            out->fresh[out->n_fresh++] = i;
+        else if (cdc || same_value(c, f, i))
+            ++out->repeats;
+        else
+            out->check[out->n_check++] = i;
+    }
+    pfree(hashes);
+    pfree(lanes);
+    pfree(first);
+    pfree(known);
+}
+
+// Conflicting duplicates, looked for only when the insert left records out: those whose id
 // is in the inbox under another transport identity (not the row this batch stored, not a
 // redelivery of the stored record) with another payload. Each is listed once. Values stored as
 // jsonb are compared as jsonb even when their bytes are kept too (keep_raw): the same JSON
@@ -178,42 +252,91 @@ worker::KeptStatement conflicts_statement{
      BYTEAARRAYOID},
     nullptr};
 
+// Lists the conflicting duplicates among rows[0..n) of `c` (all of them when rows is null).
+uint64 record_conflicts(const Columns& c, Datum name, const int* rows, int n) {
+    auto col = [&](const pg::ArrayColumn& a) {
+        return rows == nullptr ? a.get() : a.get_rows(rows, n);
+    };
+    Datum conflict_values[7] = {name,           col(c.ids),      col(c.topics), col(c.partitions),
+                                col(c.offsets), col(c.payloads), col(c.raws)};
+    worker::exec_kept(kWho, conflicts_statement, conflict_values, false, SPI_OK_INSERT);
+    return SPI_processed;
+}
+
 }  // namespace
 
+// A batch goes in one of two ways.
+//
+// The fast way, when the batch is expected to hold only new messages and foreseen duplicates:
+// the repeats of a record of the batch (rows are in message-id order: the same id follows) are
+// left out, compared with their first row in memory when their values are the same bytes (no
+// conflict) and in the database after the insert otherwise; the ids this subscription's last
+// lanes stored last (sub->recent: a producer's retry a few records later, across a batch's end)
+// go in with ON CONFLICT and are compared with the stored rows; the rest, the first of each new
+// id, goes in without ON CONFLICT (insert_new()). 5% duplicates then cost a memcmp each, or an
+// ON CONFLICT probe and a comparison each, not the whole batch's.
+//
+// The old way (insert_all(), then every row compared) otherwise, and when the fast insert found
+// an unforeseen duplicate (a subtransaction rolled back, then the whole batch again).
 Inserted store_rows(Subscription* sub, const Columns& c, const Below& below) {
     Inserted done;
+    sub->recent.begin();
     if (c.count == 0) return done;
+    InsertPlans plans = insert_plans();
     Datum name = CStringGetTextDatum(sub->name.c_str());
-    Datum values[12] = {name,
-                        c.ids.get(),
-                        c.topics.get(),
-                        c.partitions.get(),
-                        c.offsets.get(),
-                        c.keys.get(),
-                        c.headers.get(),
-                        c.payloads.get(),
-                        c.raws.get(),
-                        c.types.get(),
-                        c.statuses.get(),
-                        c.notes.get()};
+    // Under the CDC rules a duplicate is a change emitted again, whose envelope differs in when
+    // the connector emitted it (ts_ms): not a conflict.
+    bool cdc = sub->options.id_rule == inbox::IdRule::kDebezium ||
+               sub->options.id_rule == inbox::IdRule::kCockroachDb;
+    Split split;
+    split_rows(sub, c, cdc, &split);
     TransactionId writer = InvalidTransactionId;  // the xmin of the rows inserted now
-    done.rows = insert_rows(sub, c, values, below, &writer);
+    Datum values[13];
+    // The unparsable rows are found by their inserter's xid (the subtransaction's): none may go
+    // in with the known ones (the top transaction's).
+    bool fast = sub->expect_new && (c.unparsable_rows == 0 || split.n_known == 0) && !below();
+    if (fast) {
+        bool all = split.n_fresh == c.count;
+        row_values(sub, c, name, all ? nullptr : split.fresh, split.n_fresh, values);
+        uint64 inserted = 0;
+        if (split.n_fresh == 0 ||
+            insert_new(sub->backfill ? plans.insert_new_modes : plans.insert_new, values, &inserted,
+                       &writer)) {
+            done.rows = inserted;
+            if (split.n_known > 0) {
+                row_values(sub, c, name, split.known, split.n_known, values);
+                worker::exec_kept(kWho, sub->backfill ? plans.insert_modes : plans.insert, values,
+                                  false, SPI_OK_INSERT);
+                done.rows += SPI_processed;
+            }
+            if (!cdc && (split.n_known > 0 || split.n_check > 0)) {
+                // The known rows then the repeats to compare: one statement.
+                memcpy(split.known + split.n_known, split.check, sizeof(int) * split.n_check);
+                done.conflicts =
+                    record_conflicts(c, name, split.known, split.n_known + split.n_check);
+            }
+        } else {
+            fast = false;  // an unforeseen duplicate
+        }
+    }
+    if (!fast) {
+        row_values(sub, c, name, nullptr, c.count, values);
+        done.rows = insert_all(sub, values, &writer);
+        if (done.rows < static_cast<uint64>(c.count) && !cdc)
+            done.conflicts = record_conflicts(c, name, nullptr, c.count);
+    }
+    // The next batch is tried the fast way unless this one held duplicates not foreseen.
+    uint64 foreseen = static_cast<uint64>(split.n_known + split.n_check + split.repeats);
+    sub->expect_new = done.rows + foreseen >= static_cast<uint64>(c.count);
     // The subscription's dead-letter topic, if any, gets the unparsable rows stored now.
     if (c.unparsable_rows > 0 && done.rows > 0)
         handlers::dead_letters::after_unparsable(name, c.unparsable_ids.get(c.unparsable_rows),
                                                  writer);
-    // Only a batch with duplicates pays for comparing them with the stored rows. Under the CDC
-    // rules a duplicate is a change emitted again, whose envelope differs in when the connector
-    // emitted it (ts_ms): not a conflict.
-    bool cdc = sub->options.id_rule == inbox::IdRule::kDebezium ||
-               sub->options.id_rule == inbox::IdRule::kCockroachDb;
-    if (done.rows < static_cast<uint64>(c.count) && !cdc) {
-        Datum conflict_values[7] = {name,      values[1], values[2], values[3],
-                                    values[4], values[7], values[8]};
-        worker::exec_kept(kWho, conflicts_statement, conflict_values, false, SPI_OK_INSERT);
-        done.conflicts = SPI_processed;
-    }
     return done;
+}
+
+void rows_committed(Subscription* sub) {
+    call_cpp([&] { sub->recent.committed(); });
 }
 
 bool IngestState::stores_below(const Subscription* sub, rd_kafka_message_t* const* messages, int n,
@@ -314,6 +437,7 @@ bool store_offsets(const Subscription* sub, std::size_t from, std::size_t to) {
 void after_commit(Subscription* sub, std::size_t n, const Columns& c, const Inserted& done,
                   bool moved) {
     uint64 duplicates = static_cast<uint64>(c.count) - done.rows;
+    rows_committed(sub);
     // Right after the commit: a handler worker that read the count before its pass saw these
     // rows (handlers/quiet.hpp).
     if (done.rows > 0) shmem::inbox_stored(sub->name.c_str());

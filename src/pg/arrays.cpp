@@ -27,4 +27,24 @@ Datum ArrayColumn::get(int count) const {
         construct_md_array(values_, nulls_, 1, dims, lbs, type_, typlen, typbyval, typalign));
 }
 
+Datum ArrayColumn::get_rows(const int* rows, int count) const {
+    int16 typlen;
+    bool typbyval;
+    char typalign;
+    get_typlenbyvalalign(type_, &typlen, &typbyval, &typalign);
+    Datum* values = static_cast<Datum*>(palloc(sizeof(Datum) * Max(count, 1)));
+    bool* nulls = static_cast<bool*>(palloc(sizeof(bool) * Max(count, 1)));
+    for (int i = 0; i < count; ++i) {
+        values[i] = values_[rows[i]];
+        nulls[i] = nulls_[rows[i]];
+    }
+    int dims[1] = {count};
+    int lbs[1] = {1};
+    Datum a = PointerGetDatum(
+        construct_md_array(values, nulls, 1, dims, lbs, type_, typlen, typbyval, typalign));
+    pfree(values);
+    pfree(nulls);
+    return a;
+}
+
 }  // namespace eventbox::pg

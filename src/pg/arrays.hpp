@@ -17,9 +17,12 @@ class ArrayColumn {
         nulls_[i] = false;
     }
     Datum value(int i) const { return values_[i]; }
+    bool null(int i) const { return nulls_[i]; }
     // The array as a Datum (palloc'd in the current memory context): its first `count`
     // elements, all of them when count is negative.
     Datum get(int count = -1) const;
+    // The array of elements rows[0..count) only, in that order (palloc'd likewise).
+    Datum get_rows(const int* rows, int count) const;
 
   private:
     int n_;

@@ -71,10 +71,12 @@ def test_redelivered_messages_are_stored_exactly_once(ib_db, ib_topic, ib_produc
 def test_batches_are_inserted_without_on_conflict_until_a_duplicate_comes(
         ib_db, ib_topic, ib_producer, ib_subscriptions):
     """After a batch without duplicates, the ingest worker inserts the next batch without ON
-    CONFLICT, in a subtransaction; a duplicate makes inbox_pkey refuse it, and the batch is
-    inserted again with ON CONFLICT (stored once, conflicts listed, offset advanced, no batch
-    error). The batch after one with duplicates goes straight to ON CONFLICT, and so does the
-    worker's first batch in a lane (it stores below what the worker stored there: nothing).
+    CONFLICT, in a subtransaction. Duplicates it foresees (ids its last batches stored) go in
+    apart with ON CONFLICT and leave the next batch on that way; an unforeseen one (an id stored
+    by someone else) makes inbox_pkey refuse the batch, which is inserted again with ON CONFLICT
+    (stored once, conflicts listed, offset advanced, no batch error). The batch after one with
+    unforeseen duplicates goes straight to ON CONFLICT, and so does the worker's first batch in a
+    lane (it stores below what the worker stored there: nothing).
 
     Which way a batch went shows in its rows' xmin: a subtransaction's rows have their own xid,
     the offsets row written by the same batch has the top transaction's. One record per batch
@@ -105,23 +107,34 @@ def test_batches_are_inserted_without_on_conflict_until_a_duplicate_comes(
     send_one(record(second, 2))
     assert own_xid(second), "a batch after a batch without duplicates was not inserted plainly"
 
-    # A duplicate of a stored id with another payload: refused by inbox_pkey, then inserted with
-    # ON CONFLICT, which leaves the stored row and lists the conflict.
+    # Duplicates of ids the worker stored: foreseen, inserted apart with ON CONFLICT, which
+    # leaves the stored row and lists the conflict (another payload); then an exact redelivery.
     send_one(record(second, 99))
-    # The next batch goes to ON CONFLICT at once: an exact redelivery.
     send_one(record(first, 1))
-    third, fourth = "%s-third" % run, "%s-fourth" % run
+    third, fourth, fifth = "%s-third" % run, "%s-fourth" % run, "%s-fifth" % run
     send_one(record(third, 3))
-    assert not own_xid(third), "the batch after one with duplicates was not inserted with ON CONFLICT"
+    assert own_xid(third), "the batch after foreseen duplicates was not inserted plainly"
+    # An id stored by someone else (here by hand, under another topic): not foreseen, refused by
+    # inbox_pkey, then the batch inserted with ON CONFLICT (a conflict: another payload).
+    other = "%s-other" % run
+    ib_db.rows("INSERT INTO eventbox.inbox (subscription, message_id, topic, \"partition\", "
+               "\"offset\", payload) SELECT subscription, %s, 'elsewhere', 0, 0, payload "
+               "FROM eventbox.inbox WHERE subscription = %s AND message_id = %s RETURNING 1",
+               (other, sub, first))
+    send_one(record(other, 5))
     send_one(record(fourth, 4))
-    assert own_xid(fourth), "a batch after a batch without duplicates was not inserted plainly"
+    assert not own_xid(fourth), "the batch after unforeseen duplicates was not inserted with ON CONFLICT"
+    send_one(record(fifth, 6))
+    assert own_xid(fifth), "a batch after a batch without duplicates was not inserted plainly"
 
     rows = ib_db.rows("SELECT message_id, (payload->>'n')::int, \"offset\" FROM eventbox.inbox "
-                      "WHERE subscription = %s ORDER BY \"offset\"", (sub,))
-    assert rows == [(first, 1, 0), (second, 2, 1), (third, 3, 4), (fourth, 4, 5)], rows
+                      "WHERE subscription = %s AND topic <> 'elsewhere' ORDER BY \"offset\"",
+                      (sub,))
+    assert rows == [(first, 1, 0), (second, 2, 1), (third, 3, 4), (fourth, 4, 6),
+                    (fifth, 6, 7)], rows
     conflicts = ib_db.rows("SELECT message_id, stored_offset, \"offset\" FROM eventbox.conflicts "
-                           "WHERE subscription = %s", (sub,))
-    assert conflicts == [(second, 1, 2)], conflicts
+                           "WHERE subscription = %s ORDER BY \"offset\"", (sub,))
+    assert conflicts == [(second, 1, 2), (other, 0, 5)], conflicts
     errors = ib_db.value("SELECT count(*) FROM eventbox.ingest_errors WHERE subscription = %s",
                          (sub,))
     after = ib_db.counters()
@@ -130,4 +143,4 @@ def test_batches_are_inserted_without_on_conflict_until_a_duplicate_comes(
     assert errors == 0
     assert after["pid"] == before["pid"], "the ingest worker restarted during the test"
     assert after["errors"] == before["errors"], (before, after)
-    assert after["duplicates"] - before["duplicates"] == 2, (before, after)
+    assert after["duplicates"] - before["duplicates"] == 3, (before, after)

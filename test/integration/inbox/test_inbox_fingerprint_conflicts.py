@@ -122,3 +122,59 @@ def test_conflicting_duplicates_are_recorded_once(ib_db, ib_topic, ib_producer, 
                        (sub,)) == 3
     assert conflicts_metric(ib_db, sub) == 3
     report("conflicts", records=10, conflicts=3)
+
+
+def test_foreseen_duplicates_keep_the_fast_insert(ib_db, ib_topic, ib_producer, ib_subscriptions):
+    """Duplicates on the insert without ON CONFLICT (issue 31): after a batch of new ids, a batch
+    holding repeats of its own records (the same bytes; equal JSON spelled otherwise; another
+    payload) and of records of the earlier batch (the same; another payload) stores each id
+    once, lists exactly the conflicts, and stays on that insert (its new rows inserted by a
+    subtransaction). Reading it all again (replay) adds nothing."""
+    topic = ib_topic("foreseen", 1)
+    sub = ib_subscriptions(unique_name("foreseen"), [topic])
+
+    def rec(mid, value):
+        return {"value": value, "partition": 0, "headers": [("message_id", mid.encode())]}
+
+    # Offsets 0-1: the earlier batch (its lane's first batch goes with ON CONFLICT), 2: a batch
+    # of a new id (inserted without ON CONFLICT).
+    produce(ib_producer, topic, [rec("e-1", b'{"v":1}'), rec("e-2", b'{"v":2}')])
+    ib_db.wait_caught_up(sub, end_offsets(topic))
+    produce(ib_producer, topic, [rec("e-3", b'{"v":3}')])
+    ib_db.wait_caught_up(sub, end_offsets(topic))
+    # Offsets 3-12, one produce call: repeats inside the batch and of stored rows.
+    produce(ib_producer, topic, [
+        rec("f-1", b'{"v":1}'), rec("f-2", b'{"v":2}'), rec("f-1", b'{"v":1}'),   # 3, 4, 5
+        rec("f-2", b'{ "v" : 2.0 }'), rec("f-3", b'{"v":3}'), rec("e-1", b'{"v":1}'),  # 6-8
+        rec("f-3", b'{"v":33}'), rec("e-2", b'{"v":22}'), rec("e-3", b'{"v":3}'),  # 9, 10, 11
+        rec("f-4", b'{"v":4}'),  # 12
+    ])
+    ends = end_offsets(topic)
+    ib_db.wait_caught_up(sub, ends)
+
+    kept = {r["message_id"]: (r["offset"], r["payload"])
+            for r in ib_db.inbox_rows(sub, "message_id, \"offset\", payload")}
+    assert kept == {"e-1": (0, {"v": 1}), "e-2": (1, {"v": 2}), "e-3": (2, {"v": 3}),
+                    "f-1": (3, {"v": 1}), "f-2": (4, {"v": 2}), "f-3": (7, {"v": 3}),
+                    "f-4": (12, {"v": 4})}, kept
+    conflicts = ib_db.rows(
+        "SELECT message_id, stored_offset, \"offset\" FROM eventbox.conflicts "
+        "WHERE subscription = %s ORDER BY \"offset\"", (sub,))
+    assert conflicts == [("f-3", 7, 9), ("e-2", 1, 10)], conflicts
+    assert conflicts_metric(ib_db, sub) == 2
+    # The new ids of the batch went in through a subtransaction (the insert without ON
+    # CONFLICT): their xmin is not the offsets row's.
+    plain = ib_db.value(
+        "SELECT bool_and(i.xmin::text <> o.xmin::text) FROM eventbox.inbox i, eventbox.offsets o "
+        "WHERE i.subscription = %s AND i.message_id LIKE 'f-%%' AND o.subscription = i.subscription",
+        (sub,))
+    assert plain, "a batch with foreseen duplicates was not inserted without ON CONFLICT"
+
+    ib_db.rows("SELECT eventbox.replay(%s, %s, 0, 0)", (sub, topic))
+    ib_db.wait_caught_up(sub, ends, timeout=60)
+    produce(ib_producer, topic, [rec("f-9", b'{"v":9}')])  # a marker after the replay
+    ib_db.wait_rows(sub, 8)
+    assert ib_db.inbox_count(sub) == 8
+    assert ib_db.value("SELECT count(*) FROM eventbox.conflicts WHERE subscription = %s",
+                       (sub,)) == 2
+    report("foreseen", records=14, conflicts=2)
