@@ -9,7 +9,11 @@ request, signed with a Standard Webhooks secret, at most 20 requests a second): 
 endpoint that verifies the signatures and answers 207 with a result per record, failing about 7%
 of the records on their first attempt (503, 429), and now and then a whole request (503 with
 Retry-After); the relay retries the failed records alone until each invoice is accepted, and the
-CRM dedupes on each record's message id. The app also sends notifications
+CRM dedupes on each record's message id. The handler also sends each invoice to topic
+'warehouse.invoices', which has an AMQP destination: the relay publishes it to the RabbitMQ
+exchange 'shop' (publisher confirms, mandatory), bound to the queue 'warehouse.invoices', which
+the subscription 'warehouse' (source 'amqp') consumes with acks after the inbox commit; its
+handler (warehouse.on_invoice) writes a shipment per invoice. The app also sends notifications
 directly, every 10th transaction rolled back. Shown live, then checked: every order invoiced
 exactly once except the poison one (dead after its attempts), no rolled-back notification
 published, malformed payments kept as 'unparsable' with their bytes."""
@@ -23,6 +27,7 @@ import threading
 import time
 import zlib
 
+import pika
 import psycopg2
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
@@ -61,6 +66,10 @@ BEGIN
     -- The same invoice for the CRM: delivered as an HTTP POST by the relay.
     PERFORM eventbox.send('crm.invoices', msg.payload, key => 'customer-' || (msg.payload->>'id')::int % 100,
                           headers => '{"event_type":"InvoiceCreated"}');
+    -- And for the warehouse: published to RabbitMQ by the relay.
+    PERFORM eventbox.send('warehouse.invoices', msg.payload,
+                          key => 'customer-' || (msg.payload->>'id')::int % 100,
+                          headers => '{"event_type":"InvoiceCreated"}');
 END $$;
 GRANT EXECUTE ON FUNCTION billing.on_order(eventbox.inbox) TO billing_app;
 SELECT eventbox.create_subscription('billing', topics => ARRAY['orders', 'payments'],
@@ -68,6 +77,24 @@ SELECT eventbox.create_subscription('billing', topics => ARRAY['orders', 'paymen
                                     backoff_max => '1 second');
 SELECT eventbox.register_handler('billing', 'billing.on_order(eventbox.inbox)'::regprocedure,
                                  event_type => 'OrderCreated', run_as => 'billing_app');
+-- RabbitMQ: invoices published to the exchange 'shop', consumed back from its queue.
+DO $$ BEGIN CREATE ROLE warehouse_app; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
+CREATE SCHEMA IF NOT EXISTS warehouse;
+GRANT USAGE ON SCHEMA warehouse TO warehouse_app;
+CREATE TABLE IF NOT EXISTS warehouse.shipments (
+    order_id int, queued_by text, created_at timestamptz DEFAULT now());
+GRANT INSERT ON warehouse.shipments TO warehouse_app;
+CREATE OR REPLACE FUNCTION warehouse.on_invoice(msg eventbox.inbox) RETURNS void
+LANGUAGE sql AS $$
+    INSERT INTO warehouse.shipments (order_id, queued_by)
+    VALUES ((msg.payload->>'id')::int, msg.topic);
+$$;
+GRANT EXECUTE ON FUNCTION warehouse.on_invoice(eventbox.inbox) TO warehouse_app;
+SELECT eventbox.create_amqp_destination('warehouse.invoices', 'shop', routing_key => 'invoice');
+SELECT eventbox.create_subscription('warehouse', topics => ARRAY['warehouse.invoices'],
+                                    source => 'amqp');
+SELECT eventbox.register_handler('warehouse', 'warehouse.on_invoice(eventbox.inbox)'::regprocedure,
+                                 event_type => 'InvoiceCreated', run_as => 'warehouse_app');
 """
 
 
@@ -218,7 +245,26 @@ def snapshot(cur):
     pending = cur.fetchone()[0]
     cur.execute("SELECT count(*), count(DISTINCT order_id) FROM billing.invoices")
     invoices = cur.fetchone()
-    return row + (pending,) + invoices
+    cur.execute("SELECT count(*), count(DISTINCT order_id) FROM warehouse.shipments")
+    shipments = cur.fetchone()
+    return row + (pending,) + invoices + shipments
+
+
+def declare_rabbitmq():
+    """The warehouse's topology, declared by an independent client (pika): a durable direct
+    exchange 'shop' and the queue 'warehouse.invoices' bound to it with the key 'invoice'."""
+    if not os.environ.get("EVENTBOX_AMQP_PORT"):
+        raise SystemExit("demo: the environment has no RabbitMQ node: install rabbitmq-server "
+                         "(tools/deps.sh) and unset EVENTBOX_NO_RABBITMQ")
+    params = pika.ConnectionParameters("127.0.0.1", int(os.environ["EVENTBOX_AMQP_PORT"]), "/",
+                                       pika.PlainCredentials("guest", "guest"),
+                                       connection_attempts=30, retry_delay=0.5)
+    connection = pika.BlockingConnection(params)
+    channel = connection.channel()
+    channel.exchange_declare("shop", "direct", durable=True)
+    channel.queue_declare("warehouse.invoices", durable=True)
+    channel.queue_bind("warehouse.invoices", "shop", "invoice")
+    connection.close()
 
 
 def main():
@@ -228,6 +274,7 @@ def main():
         broker.create_topic(topic, partitions)
     cur = connect().cursor()
     crm = Crm()
+    declare_rabbitmq()
     cur.execute(SETUP)
     cur.execute("SELECT eventbox.create_http_destination('crm.invoices', %s, "
                 "headers => '{\"Authorization\": \"Bearer demo-token\"}', max_in_flight => 8, "
@@ -237,7 +284,10 @@ def main():
     print("demo: topic 'crm.invoices' delivered over HTTP to the CRM at %s (bulk requests of up "
           "to 50, signed, at most 20 requests/s)" % crm.endpoint.url)
     print("demo: extension, role billing_app, handler billing.on_order and subscription "
-          "'billing' (orders + payments) created; waiting for the workers ...")
+          "'billing' (orders + payments) created; topic 'warehouse.invoices' published to "
+          "RabbitMQ (exchange 'shop' -> queue 'warehouse.invoices', node on port %s), consumed "
+          "by subscription 'warehouse' (source 'amqp'); waiting for the workers ..."
+          % os.environ["EVENTBOX_AMQP_PORT"])
     wait_for_workers(cur)
     cur.execute("SELECT backend_type, count(*) FROM pg_stat_activity "
                 "WHERE backend_type LIKE 'eventbox%' GROUP BY 1 ORDER BY 1")
@@ -258,16 +308,18 @@ def main():
     expected_invoices = ORDERS - 1
     while True:
         (orders, processed, retry, dead, payments, unparsable, pending, invoices,
-         distinct_invoices) = snapshot(cur)
+         distinct_invoices, shipments, distinct_shipments) = snapshot(cur)
         line = (f"orders in inbox {orders:>5} processed {processed:>5} retry {retry} dead {dead} | "
                 f"invoices {invoices:>5} outbox pending {pending:>4} read from Kafka "
                 f"{len(invoices_read.ids):>5} | CRM accepted {len(crm.accepted):>5} "
-                f"failed {crm.failures:>3} | payments {payments:>3} (unparsable {unparsable})")
+                f"failed {crm.failures:>3} | RabbitMQ shipments {shipments:>5} | "
+                f"payments {payments:>3} (unparsable {unparsable})")
         print(("\r" + line) if tty else line, end="" if tty else "\n", flush=True)
         done = (orders == ORDERS and processed == expected_invoices and dead == 1
                 and len(invoices_read.ids) >= expected_invoices and payments == PAYMENTS
                 and not any(t.is_alive() for t in threads) and pending == 0
-                and len(crm.accepted) >= expected_invoices)
+                and len(crm.accepted) >= expected_invoices
+                and distinct_shipments >= expected_invoices)
         if done or time.time() - start > 180:
             break
         time.sleep(0.2 if tty else 1.0)
@@ -297,6 +349,18 @@ def main():
           f"retried alone, {crm.request_failures} whole requests answered 503 (Retry-After "
           f"honoured), {crm.duplicates} record(s) sent again after acceptance; signatures: "
           f"{crm.signed} verified, {crm.bad_signatures} bad")
+    cur.execute("SELECT count(*), count(DISTINCT message_id), "
+                "count(*) FILTER (WHERE status = 'processed') FROM eventbox.inbox "
+                "WHERE subscription = 'warehouse'")
+    rabbit_inbox, rabbit_ids, rabbit_processed = cur.fetchone()
+    cur.execute("SELECT coalesce(sum(value), 0) FROM eventbox.metrics "
+                "WHERE name = 'eventbox_ingest_redelivered_total' "
+                "AND labels->>'subscription' = 'warehouse'")
+    redelivered = cur.fetchone()[0]
+    print(f"demo: RabbitMQ: {expected_invoices} invoices published to exchange 'shop' with "
+          f"confirms; {rabbit_inbox} stored from queue 'warehouse.invoices' ({rabbit_ids} "
+          f"message ids, {rabbit_processed} processed, {int(redelivered)} redelivered); "
+          f"{shipments} shipment rows for {distinct_shipments} orders (exactly once each)")
     cur.execute("SELECT name, coalesce(labels->>'class', labels->>'result'), value "
                 "FROM eventbox.metrics WHERE labels->>'destination' = 'crm.invoices' AND name IN "
                 "('eventbox_http_responses_total', 'eventbox_http_retries_total', "
@@ -308,7 +372,9 @@ def main():
           and distinct_invoices == invoices == expected_invoices and dead == 1 and poison
           and poison[0] == 3 and len(invoices_read.ids) == expected_invoices
           and payments == PAYMENTS and unparsable == PAYMENTS // 20 and leaked == 0
-          and len(notifications_read.ids) == committed_notifications)
+          and len(notifications_read.ids) == committed_notifications
+          and shipments == distinct_shipments == expected_invoices
+          and rabbit_processed == rabbit_ids == expected_invoices)
     if not ok:
         print("demo: MISMATCH: see the counts above")
         sys.exit(1)

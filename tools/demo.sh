@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # make demo: a throwaway PostgreSQL with pg_eventbox preloaded plus the dev broker, and the
-# outbox pipeline shown live. The environment keeps running afterwards so you can look around.
+# outbox pipeline shown live, with a RabbitMQ node (tools/cluster.sh starts one when
+# rabbitmq-server is installed). The environment keeps running afterwards so you can look around.
+# EVENTBOX_PGBIN (another PostgreSQL's bin directory) and EVENTBOX_RABBITMQ_PORT are passed on to
+# tools/cluster.sh.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -25,6 +28,7 @@ cat <<INFO
 The demo environment is still running:
   psql:        psql -h $PGHOST -p $PGPORT -U postgres app
   Kafka:       kcat -b $EVENTBOX_BOOTSTRAP -C -t orders -e -f '%p/%o %k %h %s\n'
+  RabbitMQ:    ${EVENTBOX_AMQP_URL:-(none)}, queue warehouse.invoices (guest/guest)
   server log:  $EVENTBOX_LOG
   stop it:     tools/cluster.sh stop $DIR
 INFO

@@ -225,7 +225,8 @@ bool Consumer::connect(int64_t now_ms) {
     // the subscription then retries, instead of silently consuming nothing.
     conn_ = open_connection(settings_, {"consumer_cancel_notify"}, &failed);
     if (conn_ == nullptr) {
-        last_error_ = failed;
+        last_error_ = redacted(failed, settings_);
+        failed = last_error_;
         for (auto& [id, s] : subs_) s.error = "not connected to RabbitMQ: " + failed;
         return false;
     }
@@ -239,14 +240,14 @@ bool Consumer::connect(int64_t now_ms) {
 void Consumer::disconnect(const std::string& why) {
     if (conn_ != nullptr) amqp_destroy_connection(state(conn_));
     conn_ = nullptr;
-    last_error_ = why;
+    last_error_ = redacted(why, settings_);
     // What was delivered and not acknowledged goes back to the queues: read again later.
     for (auto& [id, s] : subs_) {
         s.channel = 0;
         s.pending = false;
         s.batch.clear();
         s.open_at_ms = 0;
-        s.error = why;
+        s.error = last_error_;
     }
 }
 
@@ -254,7 +255,7 @@ void Consumer::close_channel(Sub& s, const std::string& why, int64_t now_ms) {
     s.channel = 0;
     s.pending = false;
     s.batch.clear();
-    s.error = why;
+    s.error = redacted(why, settings_);
     s.backoff_ms = std::clamp(s.backoff_ms * 2, kRetryMinMs, kRetryMaxMs);
     s.open_at_ms = now_ms + s.backoff_ms;
 }

@@ -83,7 +83,8 @@ class Consumer {
     // channel it came on is gone (then the broker redelivers it), and empties it.
     void ack_batch(int id);
     void clear_batch(int id) { subs_.at(id).batch.clear(); }
-    // Why the subscription does not consume ("" when it does or is about to).
+    // Why the subscription does not consume ("" when it does or is about to); the user and
+    // password never appear in it (redacted()).
     const std::string& error(int id) const { return subs_.at(id).error; }
     const std::string& last_error() const noexcept { return last_error_; }
     // Milliseconds until the next reconnect or channel retry is due (-1: none).

@@ -166,4 +166,15 @@ bool url_valid(const char* url, char* why, std::size_t why_size) noexcept {
     return false;
 }
 
+std::string redacted(std::string text, const Settings& s) {
+    for (const std::string* secret : {&s.password, &s.user}) {
+        if (secret->empty()) continue;
+        // Bounded: each replacement moves past what it wrote.
+        for (std::size_t at = text.find(*secret); at != std::string::npos;
+             at = text.find(*secret, at + 3))
+            text.replace(at, secret->size(), "***");
+    }
+    return text;
+}
+
 }  // namespace eventbox::amqp

@@ -35,5 +35,9 @@ void parse_options(std::string_view options, Settings& s);
 // Non-throwing check for the GUC check hook of eventbox.amqp_url: on failure writes the reason
 // to `why`.
 bool url_valid(const char* url, char* why, std::size_t why_size) noexcept;
+// `text` (a broker's or the library's reason, e.g. "access to vhost '/' refused for user 'bob'")
+// with every occurrence of the user and the password replaced by "***": such texts are logged
+// and shown in eventbox.subscription_errors.
+std::string redacted(std::string text, const Settings& s);
 
 }  // namespace eventbox::amqp

@@ -303,6 +303,10 @@ int amqp_fd();
 bool amqp_buffered();
 // Deletes the consumer (before_shmem_exit, after an ERROR outside a batch).
 void amqp_destroy() noexcept;
+// The AMQP subscriptions with a row in eventbox.ingest_errors: their names (valid until the
+// next amqp_reload()) into names[0 .. returned), at most `max`.
+int amqp_recorded(const char** names, int max);
+int amqp_count_recorded() noexcept;
 
 // Stores each subscription's records of the last poll, a failing one rolled back alone; returns
 // whether any records were stored (ingest_store.cpp).
@@ -313,6 +317,9 @@ bool store_all();
 void subscription_failed(Subscription* sub, const char* message);
 // Writes the subscriptions' errors that changed to eventbox.ingest_errors (ingest_errors.cpp).
 void record_errors();
+// Sets this worker's row of `subscription` in eventbox.ingest_errors to `error` ("": deletes
+// it); retry_at_ms < 0: no next_retry_at. In the current transaction (ingest_errors.cpp).
+void write_error_row(const char* subscription, const char* error, int attempts, int64 retry_at_ms);
 // Logs a line about one subscription (at most 5 a minute): fmt takes `name`, then `what`.
 void log_subscription(const char* fmt, const char* name, const char* what);
 

@@ -421,6 +421,7 @@ void store(AmqpSub* s) {
             high = std::max(high, end.next_offset);
         }
         s->retry_ms = 0;
+        s->sub.recovered();
     });
     if (moved) needs_reload = true;  // eventbox.replay moved an offset: continue from the table's
     if (done.rows > 0) shmem::inbox_stored(s->sub.name.c_str());
@@ -454,10 +455,16 @@ void store_isolated(AmqpSub* s) {
         AbortCurrentTransaction();
         MemoryContextSwitchTo(context);
         MemoryContextReset(batch_context);
+        const char* message = edata->message != nullptr ? edata->message : "unknown error";
         int64 delay = call_cpp([&] {
+            int64_t now = worker::now_ms();
             s->retry_ms = std::clamp<int64_t>(s->retry_ms * 2, kRetryMinMs, kRetryMaxMs);
             s->sub.expect_new = false;
-            amqp_state->consumer->restart(s->id, s->retry_ms, worker::now_ms());
+            s->sub.failing = true;
+            s->sub.attempts += 1;
+            s->sub.error = message;
+            s->sub.retry_at_ms = now + s->retry_ms;
+            amqp_state->consumer->restart(s->id, s->retry_ms, now);
             return s->retry_ms;
         });
         char* what = psprintf(": %s; consumed again in %lld ms", edata->message,
@@ -502,7 +509,82 @@ void log_errors() {
     }
 }
 
+// A failed batch stays in eventbox.subscription_errors until a batch is stored, or until the
+// subscription stayed quiet this long after its retry (its deliveries were taken elsewhere).
+constexpr int64_t kQuietRecoveryMs = 10000;
+
+// What eventbox.ingest_errors should say about `s` ("" = nothing): its failed batch, else why
+// it cannot consume (a missing queue, a refused connection or login, a closed channel).
+const std::string& wanted_error(const AmqpSub* s) {
+    return s->sub.failing ? s->sub.error : amqp_state->consumer->error(s->id);
+}
+
+bool error_changed(const AmqpSub* s) {
+    return wanted_error(s) != s->sub.recorded ||
+           (s->sub.failing ? s->sub.attempts : 0) != s->sub.recorded_attempts;
+}
+
+// Writes the errors of the AMQP subscriptions that changed to eventbox.ingest_errors, in one
+// transaction (none when nothing changed): as the Kafka subscriptions' (record_errors()).
+void record_amqp_errors() {
+    int64 now = worker::now_ms();
+    bool due = call_cpp([&] {
+        bool any = false;
+        for (AmqpSub* s : amqp_state->subs) {
+            if (s->sub.failing && now >= s->sub.retry_at_ms + kQuietRecoveryMs &&
+                amqp_state->consumer->error(s->id).empty() &&
+                amqp_state->consumer->batch(s->id).empty())
+                s->sub.recovered();
+            any |= error_changed(s);
+        }
+        return any;
+    });
+    if (!due) return;
+    worker::begin_work(kWho);
+    for (std::size_t k = 0;; ++k) {
+        // Views into the subscription's strings: nothing changes them until end_work().
+        const char* name = nullptr;
+        const char* error = nullptr;
+        int attempts = 0;
+        int64 retry_at_ms = -1;
+        bool more = call_cpp([&] {
+            if (k >= amqp_state->subs.size()) return false;
+            AmqpSub* s = amqp_state->subs[k];
+            if (!error_changed(s)) return true;
+            name = s->sub.name.c_str();
+            error = wanted_error(s).c_str();
+            attempts = s->sub.failing ? s->sub.attempts : 0;
+            retry_at_ms = s->sub.failing ? s->sub.retry_at_ms : -1;
+            return true;
+        });
+        if (!more) break;
+        if (name == nullptr) continue;
+        write_error_row(name, error, attempts, retry_at_ms);
+        call_cpp([&] {
+            AmqpSub* s = amqp_state->subs[k];
+            s->sub.recorded = wanted_error(s);
+            s->sub.recorded_attempts = s->sub.failing ? s->sub.attempts : 0;
+        });
+    }
+    worker::end_work();
+}
+
 }  // namespace
+
+int amqp_count_recorded() noexcept {
+    if (amqp_state == nullptr) return 0;
+    int n = 0;
+    for (const AmqpSub* s : amqp_state->subs) n += s->sub.recorded.empty() ? 0 : 1;
+    return n;
+}
+
+int amqp_recorded(const char** names, int max) {
+    if (amqp_state == nullptr) return 0;
+    int n = 0;
+    for (const AmqpSub* s : amqp_state->subs)
+        if (!s->sub.recorded.empty() && n < max) names[n++] = s->sub.name.c_str();
+    return n;
+}
 
 bool amqp_turn() {
     if (amqp_state == nullptr || amqp_state->consumer == nullptr) return false;
@@ -525,6 +607,7 @@ bool amqp_turn() {
         MemoryContextReset(batch_context);
         CHECK_FOR_INTERRUPTS();
     }
+    record_amqp_errors();
     return n >= max || amqp_buffered();
 }
 

@@ -113,23 +113,35 @@ worker::KeptStatement error_clear_statement{
     {TEXTOID, INT4OID},
     nullptr};
 
-// Writes `error` ("" = none) as `sub`'s row, and logs the change.
-void record_error(Subscription* sub, const char* error) {
-    Datum name = CStringGetTextDatum(sub->name.c_str());
+}  // namespace
+
+void write_error_row(const char* subscription, const char* error, int attempts, int64 retry_at_ms) {
+    Datum name = CStringGetTextDatum(subscription);
     if (error[0] == '\0') {
         Datum values[2] = {name, Int32GetDatum(member)};
         worker::exec_kept(kWho, error_clear_statement, values, false, SPI_OK_DELETE);
+        return;
+    }
+    Datum values[5] = {name, Int32GetDatum(member), CStringGetTextDatum(error),
+                       Int32GetDatum(attempts), TimestampTzGetDatum(retry_at_ms * 1000)};
+    char nulls[5] = {' ', ' ', ' ', ' ', retry_at_ms >= 0 ? ' ' : 'n'};
+    int rc = SPI_execute_plan(worker::prepared(error_set_statement, kWho), values, nulls, false, 0);
+    if (rc != SPI_OK_INSERT) elog(ERROR, "eventbox ingest: recording an error failed");
+}
+
+namespace {
+
+// Writes `error` ("" = none) as `sub`'s row, and logs the change.
+void record_error(Subscription* sub, const char* error) {
+    if (error[0] == '\0') {
+        write_error_row(sub->name.c_str(), "", 0, -1);
         log_subscription("eventbox ingest: subscription \"%s\" is consumed again%s",
                          sub->name.c_str(), "");
         return;
     }
     bool paused = state.paused(sub);
-    Datum values[5] = {name, Int32GetDatum(member), CStringGetTextDatum(error),
-                       Int32GetDatum(sub->failing ? sub->attempts : 0),
-                       TimestampTzGetDatum(sub->retry_at_ms * 1000)};
-    char nulls[5] = {' ', ' ', ' ', ' ', sub->failing && paused ? ' ' : 'n'};
-    int rc = SPI_execute_plan(worker::prepared(error_set_statement, kWho), values, nulls, false, 0);
-    if (rc != SPI_OK_INSERT) elog(ERROR, "eventbox ingest: recording an error failed");
+    write_error_row(sub->name.c_str(), error, sub->failing ? sub->attempts : 0,
+                    sub->failing && paused ? sub->retry_at_ms : -1);
     if (!sub->failing && sub->recorded.empty())  // failures were logged when they happened
         log_subscription_at(failure_log_rate,
                             "eventbox ingest: subscription \"%s\" cannot be consumed: %s",

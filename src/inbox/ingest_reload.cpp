@@ -315,17 +315,22 @@ worker::KeptStatement errors_sync_statement{
     {INT4OID, TEXTARRAYOID, INT4OID},
     nullptr};
 
-// eventbox.ingest_errors: only rows of the subscriptions this worker sees failing.
+// eventbox.ingest_errors: only rows of the subscriptions this worker sees failing (Kafka's
+// and RabbitMQ's).
 void sync_error_rows() {
-    int n_failing = state.count_recorded();
-    pg::ArrayColumn names(n_failing, TEXTOID);
+    int n_kafka = state.count_recorded();
+    int n_amqp = amqp_count_recorded();
+    pg::ArrayColumn names(n_kafka + n_amqp, TEXTOID);
     int j = 0;
     for (std::size_t k = 0; k < state.count(); ++k) {
         Subscription* sub = state.at(k);
-        if (!sub->recorded.empty() && j < n_failing)
+        if (!sub->recorded.empty() && j < n_kafka)
             names.set(j++, CStringGetTextDatum(sub->name.c_str()));
     }
-    Datum values[3] = {Int32GetDatum(member), names.get(), Int32GetDatum(members)};
+    const char** amqp_names = static_cast<const char**>(palloc0(sizeof(char*) * (n_amqp + 1)));
+    int got = amqp_recorded(amqp_names, n_amqp);
+    for (int k = 0; k < got; ++k) names.set(j++, CStringGetTextDatum(amqp_names[k]));
+    Datum values[3] = {Int32GetDatum(member), names.get(j), Int32GetDatum(members)};
     worker::exec_kept(kWho, errors_sync_statement, values, false, SPI_OK_DELETE);
 }
 
@@ -380,10 +385,10 @@ void reload() {
         n_wanted = state.start_wanted();
         apply_stored_offsets();
         resume_fresh(now);
-        sync_error_rows();
     }
     // RabbitMQ subscriptions (source 'amqp'), whether or not Kafka brokers are set.
     std::size_t n_amqp = amqp_reload(now);
+    sync_error_rows();
     worker::end_work();
 
     if (kafka) round_size = state.largest_batch_size();

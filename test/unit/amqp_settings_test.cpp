@@ -26,6 +26,21 @@ TEST(AmqpUrl, HostPortAndVhost) {
     EXPECT_EQ(s.vhost, "/");
 }
 
+TEST(AmqpSettings, RedactsUserAndPassword) {
+    Settings s;
+    s.user = "bob";
+    s.password = "s3cret";
+    EXPECT_EQ(redacted("access to vhost '/' refused for user 'bob'", s),
+              "access to vhost '/' refused for user '***'");
+    EXPECT_EQ(redacted("s3cret bob s3cret", s), "*** *** ***");
+    EXPECT_EQ(redacted("connect: connection refused", s), "connect: connection refused");
+    s.user = "***";  // a value containing its replacement still ends
+    EXPECT_EQ(redacted("user ***", s), "user ***");
+    s.user.clear();
+    s.password.clear();
+    EXPECT_EQ(redacted("no secrets", s), "no secrets");
+}
+
 TEST(AmqpUrl, RejectsCredentialsWithoutEchoingThem) {
     Settings s;
     try {
