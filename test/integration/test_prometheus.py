@@ -255,6 +255,10 @@ def test_pending_gauges_between_exact_counts(broker, new_topic):
         producer.close()
         wait_until(lambda: query_one(c, "SELECT count(*) FROM public.ledger") == work, 120,
                    what="the handler to process %d messages" % work)
+        # The handled ones say nothing of the others' batches: wait until all are stored.
+        wait_until(lambda: query_one(c, "SELECT count(*) FROM eventbox.inbox "
+                                        "WHERE subscription = 'live'") == work + other, 120,
+                   what="the ingest worker to store %d messages" % (work + other))
         assert query_one(c, "SELECT count(*) FROM eventbox.inbox WHERE subscription = 'live' "
                             "AND status = 'received'") == other
 

@@ -22,9 +22,10 @@ def test_missing_database_warns_once_then_workers_start(clusters, kafka):
     cluster.wait_log(MISSING, timeout=15)
     lines = cluster.log_text().splitlines()
     at = next(i for i, ln in enumerate(lines) if "does not exist" in ln)
-    assert "DETAIL:  The pg_eventbox workers start once it exists" in lines[at + 1], \
-        lines[at:at + 3]
-    assert "HINT:  Create the database, or set eventbox.database" in lines[at + 2], lines[at:at + 3]
+    assert ("DETAIL:  The pg_eventbox workers of that database start once it exists"
+            in lines[at + 1]), lines[at:at + 3]
+    assert ("HINT:  Create the database, or remove it from eventbox.database"
+            in lines[at + 2]), lines[at:at + 3]
 
     # A window of 5 s: still one WARNING, the launcher neither fails nor is restarted.
     window = Elapsed()
