@@ -884,6 +884,18 @@ REVOKE ALL ON eventbox.http_breakers FROM PUBLIC;
 INSERT INTO eventbox._grant_names (name, kind, object)
 VALUES ('http_breakers', 'admin', 'function'), ('http_breakers', 'admin', 'table');
 
+-- ---- 0.4.0: the end-to-end latency of messages sent by handlers ----
+-- What eventbox.send() records of the inbox message whose handler (mode 'live') sends: its
+-- subscription and received_at, for the relay's eventbox_e2e_seconds histogram. NULL for
+-- messages sent outside a handler.
+ALTER TABLE eventbox.outbox
+    ADD COLUMN cause_subscription text,
+    ADD COLUMN cause_received_at timestamptz;
+COMMENT ON COLUMN eventbox.outbox.cause_subscription IS
+    'Subscription of the inbox message whose handler sent this message (NULL outside handlers)';
+COMMENT ON COLUMN eventbox.outbox.cause_received_at IS
+    'received_at of the inbox message whose handler sent this message (NULL outside handlers)';
+
 -- Each change of 0.4.0 goes in its own section above this line, headed
 -- "-- ---- 0.4.0: <what> ----", and the same objects in the full install script.
 

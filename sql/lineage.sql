@@ -51,11 +51,24 @@ SELECT * FROM pg_temp.sent();
 SELECT headers->>'traceparent' ~ '^00-4bf92f3577b34da6a3ce929d0e0e4736-[0-9a-f]{16}-01$' AS valid,
        headers->>'traceparent' NOT LIKE '%00f067aa0ba902b7%' AS new_parent
   FROM eventbox.outbox WHERE headers ? 'traceparent';
+-- The cause of each send, for eventbox_e2e_seconds: the handled message's subscription and
+-- received_at (NULL outside handlers).
+CREATE FUNCTION pg_temp.causes() RETURNS TABLE (key text, cause_subscription text,
+                                                 received_at_matches boolean) LANGUAGE sql AS $$
+    SELECT convert_from(o.key, 'UTF8'), o.cause_subscription,
+           o.cause_received_at = (SELECT i.received_at FROM eventbox.inbox i
+                                   WHERE i.subscription = o.cause_subscription
+                                     AND i.message_id = split_part(convert_from(o.key, 'UTF8'),
+                                                                   '/', 1))
+      FROM eventbox.outbox o ORDER BY o.id
+$$;
+SELECT * FROM pg_temp.causes();
 
 -- Outside a handler nothing is added.
 TRUNCATE eventbox.outbox;
 SELECT eventbox.send('lineage-out', '{"n": 0}'::jsonb, key => 'outside') IS NOT NULL AS sent;
 SELECT * FROM pg_temp.sent();
+SELECT * FROM pg_temp.causes();
 
 -- A table with a trigger makes send() insert through SQL: the headers are the same there.
 TRUNCATE eventbox.outbox;
@@ -67,6 +80,7 @@ VALUES ('lineage', 'm-sql-path', 'lineage-in', 0, 3,
         '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"}', '{"n": 4}');
 SELECT eventbox.process('lineage');
 SELECT * FROM pg_temp.sent();
+SELECT * FROM pg_temp.causes();
 DROP TRIGGER regress_lineage_keep ON eventbox.outbox;
 
 -- ---- message_id_rule ----------------------------------------------------------------------

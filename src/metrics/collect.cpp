@@ -174,6 +174,15 @@ void build_subscriptions(const Counters& s, Exposition& e) {
         e.add_histogram(duration, sub_label(s.subscriptions[i].name), bounds(),
                         counts(s.subscriptions[i].duration_counts),
                         static_cast<double>(s.subscriptions[i].duration_sum_us) / 1e6);
+    Family& e2e = e.family("eventbox_e2e_seconds",
+                           "Time from an inbox message's received_at to the acknowledgement of a "
+                           "message its handlers sent (broker ack, HTTP 2xx, RabbitMQ confirm), "
+                           "per message sent.",
+                           T::kHistogram);
+    for (int i = 0; i < s.n_subscriptions; ++i)
+        e.add_histogram(e2e, sub_label(s.subscriptions[i].name), bounds(),
+                        counts(s.subscriptions[i].e2e_counts),
+                        static_cast<double>(s.subscriptions[i].e2e_sum_us) / 1e6);
 }
 
 // The inbox gauges (read from the tables), per subscription and per partition.

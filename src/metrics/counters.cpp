@@ -35,6 +35,7 @@ struct SubscriptionEntry {
     pg_atomic_uint64 redelivered;  // RabbitMQ deliveries flagged redelivered
     pg_atomic_uint64 processed, retried, dead, ignored;
     AtomicHistogram duration;
+    AtomicHistogram e2e;  // inbox received_at -> ack of a message its handlers sent
 };
 
 struct Shared {
@@ -100,6 +101,7 @@ void startup_hook() {
             pg_atomic_init_u64(&e.dead, 0);
             pg_atomic_init_u64(&e.ignored, 0);
             init_histogram(e.duration);
+            init_histogram(e.e2e);
         }
     }
     LWLockRelease(AddinShmemInitLock);
@@ -154,11 +156,12 @@ void rename_entry(SubscriptionEntry& e, const char* name) {
     pg_atomic_fetch_add_u32(&e.version, 1);  // odd: readers without the mutex look again
     if (name[0] != '\0') {
         pg_atomic_uint64* counters[] = {
-            &e.records,         &e.stored,    &e.duplicates, &e.transport_ids, &e.unparsable,
-            &e.conflicts,       &e.processed, &e.retried,    &e.dead,          &e.ignored,
-            &e.duration.sum_us, &e.skipped,   &e.redelivered};
+            &e.records,         &e.stored,    &e.duplicates,  &e.transport_ids, &e.unparsable,
+            &e.conflicts,       &e.processed, &e.retried,     &e.dead,          &e.ignored,
+            &e.duration.sum_us, &e.skipped,   &e.redelivered, &e.e2e.sum_us};
         for (pg_atomic_uint64* c : counters) pg_atomic_write_u64(c, 0);
         for (pg_atomic_uint64& c : e.duration.counts) pg_atomic_write_u64(&c, 0);
+        for (pg_atomic_uint64& c : e.e2e.counts) pg_atomic_write_u64(&c, 0);
     }
     strlcpy(e.name, name, NAMEDATALEN);
     e.absent_sweeps = 0;
@@ -381,6 +384,12 @@ void outbox_added_at_commit(uint64 n) {
     added_by_level[added_level()] += n;
 }
 
+void e2e_observed(const char* subscription, const LocalHistogram& latency) {
+    Shared* shared = this_block();
+    if (shared == nullptr || latency.empty()) return;
+    add_histogram(entry_of(subscription)->e2e, latency);
+}
+
 void outbox_settled(uint64 n) {
     Shared* shared = this_block();
     if (shared != nullptr) add(&shared->outbox_settled, n);
@@ -470,6 +479,7 @@ void snapshot(Counters* out) {
         c.dead = read(e.dead);
         c.ignored = read(e.ignored);
         copy_histogram(e.duration, c.duration_counts, &c.duration_sum_us);
+        copy_histogram(e.e2e, c.e2e_counts, &c.e2e_sum_us);
         ++k;
     }
     out->n_subscriptions = k;

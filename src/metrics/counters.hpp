@@ -68,6 +68,9 @@ void handler_discard();
 // their difference to its last exact count (metrics/gauges.hpp).
 void outbox_added_at_commit(uint64 n);
 void outbox_settled(uint64 n);
+// Relay: end-to-end latencies of acknowledged messages that a handler of `subscription` sent,
+// from the handled inbox message's received_at (eventbox_e2e_seconds).
+void e2e_observed(const char* subscription, const LocalHistogram& latency);
 // Supervision and retention.
 // A restart of a worker of `database` (default: the calling process's database).
 void worker_restarted(WorkerRole role, Oid database = InvalidOid);
@@ -88,6 +91,8 @@ struct SubscriptionCounters {
     uint64 processed, retried, dead, ignored;
     uint64 duration_counts[kBounds + 1];
     uint64 duration_sum_us;
+    uint64 e2e_counts[kBounds + 1];
+    uint64 e2e_sum_us;
 };
 struct Counters {
     bool available;  // false without shared memory (library not preloaded)

@@ -44,6 +44,9 @@ namespace {
 const char* const kNames[] = {"id",      "message_id", "topic",  "key",     "payload",
                               "headers", "created_at", "status", "attempts"};
 constexpr int kColumns = sizeof kNames / sizeof kNames[0];
+// Columns written only by send() inside a handler, added by 0.4.0: a library that is newer than
+// the installed schema still writes an outbox without them.
+const char* const kCauseNames[] = {"cause_subscription", "cause_received_at"};
 
 // What the inserts need from the table's definition.
 struct Shape {
@@ -51,6 +54,7 @@ struct Shape {
     Oid owner;
     bool plain;  // false: a shape this code does not write; the caller uses SQL
     int attno[kColumns];
+    int cause_attno[2];  // -1: the table has no such column
     int n_indexes;
     Oid* index_oids;
     ResultRelInfo* info;  // its index relations are opened by each call
@@ -104,6 +108,14 @@ void build_shape(Relation rel) {
                 ++found;
                 break;
             }
+        }
+    }
+    for (int c = 0; c < 2; ++c) {
+        s->cause_attno[c] = -1;
+        for (int a = 0; a < desc->natts; ++a) {
+            Form_pg_attribute att = TupleDescAttr(desc, a);
+            if (!att->attisdropped && strcmp(NameStr(att->attname), kCauseNames[c]) == 0)
+                s->cause_attno[c] = a;
         }
     }
     s->plain = rel->rd_rel->relkind == RELKIND_RELATION && rel->trigdesc == nullptr &&
@@ -183,11 +195,13 @@ int64 next_id(bool check_permissions) {
 }
 
 bool insert_row(pg_uuid_t* message_id, text* topic, text* key, bytea* payload, Jsonb* headers,
-                Oid* owner) {
+                const Cause* cause, Oid* owner, bool* cause_columns) {
     Relation rel = open_outbox();
     Shape* s = shape;
+    bool has_cause = s->cause_attno[0] >= 0 && s->cause_attno[1] >= 0;
     if (!s->plain) {
         *owner = s->owner;
+        *cause_columns = has_cause;
         table_close(rel, RowExclusiveLock);
         return false;
     }
@@ -210,6 +224,12 @@ bool insert_row(pg_uuid_t* message_id, text* topic, text* key, bytea* payload, J
     set(6, TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()));  // now()
     set(7, CStringGetTextDatum("pending"));
     set(8, Int32GetDatum(0));
+    if (cause != nullptr && has_cause) {
+        values[s->cause_attno[0]] = PointerGetDatum(cause->subscription);
+        nulls[s->cause_attno[0]] = false;
+        values[s->cause_attno[1]] = TimestampTzGetDatum(cause->received_at);
+        nulls[s->cause_attno[1]] = false;
+    }
 
     // Locks held to the end of the transaction, as the table's (an INSERT releases its index
     // locks at the statement's end; taking them again costs more than keeping them).

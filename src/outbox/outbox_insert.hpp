@@ -6,17 +6,26 @@ extern "C" {
 #include "postgres.h"
 
 #include "utils/jsonb.h"
+#include "utils/timestamp.h"
 #include "utils/uuid.h"
 }
 
 namespace eventbox::outbox {
 
-// Stores the row with the columns' defaults (id from the sequence, status 'pending', now()).
+// The inbox message whose handler sends (see eventbox_e2e_seconds in docs/reference/metrics.md).
+struct Cause {
+    text* subscription;
+    TimestampTz received_at;
+};
+
+// Stores the row with the columns' defaults (id from the sequence, status 'pending', now()),
+// and `cause` (nullable) in cause_subscription and cause_received_at when the table has them.
 // Returns false, storing nothing, when eventbox.outbox is not the plain table this code knows
-// (triggers, rules, columns it does not know): `owner` is then the table's owner, for the
-// caller's SQL path. Unique violations (a duplicate message_id) raise 23505 as an INSERT does.
+// (triggers, rules, columns it does not know): `owner` is then the table's owner and
+// `cause_columns` whether the table has the cause columns, for the caller's SQL path. Unique
+// violations (a duplicate message_id) raise 23505 as an INSERT does.
 bool insert_row(pg_uuid_t* message_id, text* topic, text* key, bytea* payload, Jsonb* headers,
-                Oid* owner);
+                const Cause* cause, Oid* owner, bool* cause_columns);
 
 // The next outbox id (eventbox.outbox.id's default): publishes the writer's xid first, so the
 // relay can tell when a gap below its cursor is settled.

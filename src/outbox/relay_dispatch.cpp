@@ -55,7 +55,8 @@ void Dispatcher::produce_now(const Row& row, LaneKey lane, uint64_t seq, int64_t
     switch (result) {
         case Produced::kQueued:
             ++lanes_[lane].in_flight;
-            in_flight_.emplace(row.id, Flight{lane, seq, row.attempts, row.created_ms, row.tid});
+            in_flight_.emplace(row.id, Flight{lane, seq, row.attempts, row.created_ms, row.tid,
+                                              row.cause_received_ms, subscription_index(row)});
             return;
         case Produced::kBusy:
             // Local queue full: count nothing, try again after a backoff.
@@ -117,6 +118,16 @@ void Dispatcher::offer(const Row& row, int64_t now_ms) {
     }
 }
 
+uint32_t Dispatcher::subscription_index(const Row& row) {
+    if (row.cause_subscription.empty() || row.cause_received_ms == 0) return 0;
+    if (subscriptions_[last_subscription_] == row.cause_subscription) return last_subscription_;
+    auto [it, added] = subscription_ids_.try_emplace(std::string(row.cause_subscription),
+                                                     static_cast<uint32_t>(subscriptions_.size()));
+    if (added) subscriptions_.push_back(it->first);
+    last_subscription_ = it->second;
+    return it->second;
+}
+
 void Dispatcher::forget_lane_if_idle(LaneKey lane) {
     auto it = lanes_.find(lane);
     if (it != lanes_.end() && it->second.in_flight == 0 && it->second.waiting.empty() &&
@@ -135,7 +146,8 @@ void Dispatcher::on_delivery(int64_t id, int err, bool permanent, bool counts, i
     --lane.in_flight;
 
     if (err == 0) {
-        acked_.push_back(Acked{id, partition, offset, flight.created_ms, flight.tid});
+        acked_.push_back(Acked{id, partition, offset, flight.created_ms, flight.tid,
+                               flight.cause_received_ms, flight.cause_subscription});
     } else if (!counts) {
         wait_in_lane(flight.lane, flight.seq, id, now_ms);
     } else {

@@ -36,6 +36,10 @@ struct Row {
     int64_t not_before_ms = 0;  // next_attempt_at in epoch ms; 0 when due now
     int64_t created_ms = 0;     // created_at in epoch ms (for the publish latency metric)
     uint64_t tid = 0;           // where the row was read (block << 16 | offset); 0: unknown
+    // Sent by a handler (send() in a live run): its subscription and the handled inbox row's
+    // received_at in epoch ms (for the end-to-end latency metric); empty and 0 otherwise.
+    std::string_view cause_subscription;
+    int64_t cause_received_ms = 0;
 };
 
 // What handing a row to Kafka's client came to.
@@ -75,8 +79,10 @@ struct Acked {
     int64_t id;
     int32_t partition;
     int64_t offset;
-    int64_t created_ms = 0;  // the row's created_at (epoch ms)
-    uint64_t tid = 0;        // Row::tid of the read that was produced
+    int64_t created_ms = 0;           // the row's created_at (epoch ms)
+    uint64_t tid = 0;                 // Row::tid of the read that was produced
+    int64_t cause_received_ms = 0;    // Row::cause_received_ms
+    uint32_t cause_subscription = 0;  // Row::cause_subscription, as subscription_name()'s index
 };
 
 // A row whose delivery failed: write attempts + 1, last_error, next_attempt_at (or 'failed').
@@ -130,6 +136,11 @@ class Dispatcher {
     // Earliest time a waiting row becomes due (INT64_MAX when none).
     int64_t next_due_ms() const noexcept;
     bool knows(int64_t id) const noexcept;
+    // The subscription behind Acked::cause_subscription ("" for 0). Names are kept for the
+    // dispatcher's life: they are the subscriptions whose handlers sent, a short list.
+    const std::string& subscription_name(uint32_t index) const noexcept {
+        return subscriptions_[index < subscriptions_.size() ? index : 0];
+    }
 
     // Backoff for the n-th failed attempt (1-based), with jitter in [delay/2, delay].
     int64_t backoff_for(int32_t attempts);
@@ -155,12 +166,16 @@ class Dispatcher {
         int32_t attempts;
         int64_t created_ms;
         uint64_t tid;
+        int64_t cause_received_ms;
+        uint32_t cause_subscription;
     };
 
     static LaneKey lane_of(const Row& row);
     void wait_in_lane(LaneKey lane, uint64_t seq, int64_t id, int64_t due_ms);
     void produce_now(const Row& row, LaneKey lane, uint64_t seq, int64_t now_ms);
     void forget_lane_if_idle(LaneKey lane);
+    // The index of a row's cause subscription (0: none), added on first use.
+    uint32_t subscription_index(const Row& row);
     // Records a failed attempt of row `id` and schedules its retry unless it gives up.
     void record_failure(int64_t id, LaneKey lane, uint64_t seq, int32_t attempts, bool permanent,
                         std::string_view error, int64_t now_ms, int64_t min_retry_ms = 0);
@@ -180,6 +195,9 @@ class Dispatcher {
     std::vector<Failed> failed_;
     std::size_t unrouted_ = 0;
     std::string unrouted_topic_;
+    std::vector<std::string> subscriptions_{std::string()};
+    std::unordered_map<std::string, uint32_t> subscription_ids_;
+    uint32_t last_subscription_ = 0;  // the last one looked up: a handler's sends come in runs
 };
 
 }  // namespace eventbox::relay

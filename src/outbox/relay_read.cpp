@@ -27,7 +27,7 @@ SPIPlanPtr claim_plan, range_plan, refetch_plan;
 
 constexpr const char* kRowColumns =
     "SELECT id, message_id, topic, key, payload, headers, attempts, next_attempt_at, created_at, "
-    "ctid FROM eventbox.outbox ";
+    "ctid, cause_subscription, cause_received_at FROM eventbox.outbox ";
 
 }  // namespace
 
@@ -127,7 +127,7 @@ int64 offer_result(int64* last_id, bool scan) {
     }
     // One pass over each tuple: SPI_getbinval() per column walked the row from its start for
     // every column behind a variable-length one.
-    constexpr int kColumns = 10;
+    constexpr int kColumns = 12;
     if (desc->natts != kColumns) elog(ERROR, "eventbox relay: unexpected row shape");
     Datum v[kColumns];
     bool null[kColumns];
@@ -159,6 +159,11 @@ int64 offer_result(int64* last_id, bool scan) {
         auto* tid = reinterpret_cast<ItemPointer>(DatumGetPointer(v[9]));
         row.tid = (static_cast<uint64>(ItemPointerGetBlockNumber(tid)) << 16) |
                   ItemPointerGetOffsetNumber(tid);
+        if (!null[10] && !null[11]) {
+            text* sub = DatumGetTextPP(v[10]);
+            row.cause_subscription = std::string_view(VARDATA_ANY(sub), VARSIZE_ANY_EXHDR(sub));
+            row.cause_received_ms = DatumGetTimestampTz(v[11]) / 1000;
+        }
         dispatcher.offer(row, now);
         if (scan) rechecks.scanned(row.id);
         *last_id = row.id;

@@ -112,6 +112,10 @@ class PgDispatcher {
     // Outcomes waiting to be written back, oldest first.
     const std::vector<relay::Acked>& acked() const noexcept { return dispatcher_->acked(); }
     const std::vector<relay::Failed>& failed() const noexcept { return dispatcher_->failed(); }
+    // The subscription behind relay::Acked::cause_subscription.
+    const char* subscription_name(uint32_t index) const noexcept {
+        return dispatcher_->subscription_name(index).c_str();
+    }
     // How many more rows a read may offer now.
     std::size_t capacity() const noexcept { return dispatcher_->capacity(); }
     // Earliest time a waiting row becomes due (INT64_MAX when none).

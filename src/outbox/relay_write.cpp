@@ -29,6 +29,33 @@ metrics::LocalHistogram* latency = nullptr;  // publish latencies of the outcome
 uint64 settled_in_transaction = 0;
 TimestampTz last_purge = 0;  // last retention purge
 
+// End-to-end latencies (inbox received_at -> ack) of the outcomes being written, per cause
+// subscription, in TopMemoryContext; added to the metrics once their transaction committed.
+struct E2eTally {
+    uint32 subscription;  // relay::Acked::cause_subscription
+    char name[NAMEDATALEN];
+    metrics::LocalHistogram histogram;
+};
+E2eTally* e2e = nullptr;
+int e2e_used = 0, e2e_size = 0;
+
+// The tally of `subscription`, added on first use.
+E2eTally& e2e_tally(uint32 subscription) {
+    for (int i = e2e_used - 1; i >= 0; --i)
+        if (e2e[i].subscription == subscription) return e2e[i];
+    if (e2e_used == e2e_size) {
+        e2e_size = Max(8, e2e_size * 2);
+        e2e = static_cast<E2eTally*>(
+            e2e == nullptr ? MemoryContextAlloc(TopMemoryContext, sizeof(E2eTally) * e2e_size)
+                           : repalloc(e2e, sizeof(E2eTally) * e2e_size));
+    }
+    E2eTally& t = e2e[e2e_used++];
+    t.subscription = subscription;
+    strlcpy(t.name, dispatcher.subscription_name(subscription), NAMEDATALEN);
+    t.histogram.clear();
+    return t;
+}
+
 SPIPlanPtr prepare(const char* sql, int nargs, Oid* types) {
     return worker::prepare_kept(kWho, sql, nargs, types);
 }
@@ -197,8 +224,16 @@ void write_acked() {
     // Delivery reports were taken just before this pass: "now" is when the acks arrived.
     int64 now = worker::now_ms();
     latency->clear();
-    for (int i = 0; i < n; ++i)
-        if (acked[i].created_ms != 0) latency->observe_us((now - acked[i].created_ms) * 1000);
+    e2e_used = 0;
+    E2eTally* last = nullptr;
+    for (int i = 0; i < n; ++i) {
+        const relay::Acked& a = acked[i];
+        if (a.created_ms != 0) latency->observe_us((now - a.created_ms) * 1000);
+        if (a.cause_subscription == 0) continue;
+        if (last == nullptr || last->subscription != a.cause_subscription)
+            last = &e2e_tally(a.cause_subscription);
+        last->histogram.observe_us((now - a.cause_received_ms) * 1000);
+    }
     if (guc::outbox_retention_s == 0) {
         settled_in_transaction += delete_acked(acked.data(), n);
         return;
@@ -257,6 +292,8 @@ void settle_outcomes(std::size_t acked, std::size_t failed) {
     dispatcher.clear_outcomes(acked, failed);
     shmem::count_messages(acked);
     if (acked > 0) metrics::relay_published(acked, *latency);
+    for (int i = 0; i < e2e_used; ++i) metrics::e2e_observed(e2e[i].name, e2e[i].histogram);
+    e2e_used = 0;
     if (failed > 0) metrics::relay_failures(failed);
     metrics::outbox_settled(settled_in_transaction);
 }

@@ -44,6 +44,7 @@ using pg::pg_guard;
 namespace {
 
 SPIPlanPtr insert_plan = nullptr;
+SPIPlanPtr insert_cause_plan = nullptr;  // with cause_subscription and cause_received_at
 
 // A time-ordered UUID (version 7): keeps the outbox's message_id index append-mostly.
 pg_uuid_t* new_message_id() {
@@ -158,6 +159,19 @@ Jsonb* with_lineage(Jsonb* headers, Datum row) {
     });
 }
 
+// What send() records of inbox row `row` whose handler (mode 'live') sends: its subscription
+// and received_at (for eventbox_e2e_seconds). False when the row lacks either.
+bool cause_of(Datum row, outbox::Cause* cause) {
+    HeapTupleHeader tuple = DatumGetHeapTupleHeader(row);
+    bool sub_null, at_null;
+    Datum subscription = GetAttributeByName(tuple, "subscription", &sub_null);
+    Datum received_at = GetAttributeByName(tuple, "received_at", &at_null);
+    if (sub_null || at_null) return false;
+    cause->subscription = DatumGetTextPP(subscription);
+    cause->received_at = DatumGetTimestampTz(received_at);
+    return true;
+}
+
 // What the SQL insert paths below run in: the table owner's identity with search_path pinned
 // to pg_catalog (what send() had as SECURITY DEFINER). An error on the way out is cleaned up
 // by the (sub)transaction's abort, like fmgr's own security-definer calls. Trivially
@@ -188,10 +202,22 @@ void leave_owner_context(const OwnerContext& c) {
 // search path recomputations): the INSERT, and the triggers someone gave the table, run in the
 // owner's context above.
 void insert_with_spi(Oid owner, pg_uuid_t* message_id, text* topic, text* key, bytea* payload,
-                     Jsonb* headers) {
+                     Jsonb* headers, const outbox::Cause* cause) {
     OwnerContext as_owner = enter_owner_context(owner);
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
-    if (insert_plan == nullptr) {
+    if (cause != nullptr && insert_cause_plan == nullptr) {
+        Oid types[7] = {UUIDOID, TEXTOID, BYTEAOID, BYTEAOID, JSONBOID, TEXTOID, TIMESTAMPTZOID};
+        SPIPlanPtr plan = SPI_prepare(
+            "INSERT INTO eventbox.outbox (message_id, topic, key, payload, headers, "
+            "cause_subscription, cause_received_at) "
+            "VALUES ($1, $2, $3, $4, coalesce($5, '{}'::jsonb), $6, $7)",
+            7, types);
+        if (plan == nullptr)
+            elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+        if (SPI_keepplan(plan) != 0) elog(ERROR, "SPI_keepplan failed");
+        insert_cause_plan = plan;
+    }
+    if (cause == nullptr && insert_plan == nullptr) {
         Oid types[5] = {UUIDOID, TEXTOID, BYTEAOID, BYTEAOID, JSONBOID};
         SPIPlanPtr plan = SPI_prepare(
             "INSERT INTO eventbox.outbox (message_id, topic, key, payload, headers) "
@@ -202,10 +228,15 @@ void insert_with_spi(Oid owner, pg_uuid_t* message_id, text* topic, text* key, b
         if (SPI_keepplan(plan) != 0) elog(ERROR, "SPI_keepplan failed");
         insert_plan = plan;
     }
-    Datum values[5] = {UUIDPGetDatum(message_id), PointerGetDatum(topic), PointerGetDatum(key),
-                       PointerGetDatum(payload), PointerGetDatum(headers)};
-    char nulls[5] = {' ', ' ', key ? ' ' : 'n', payload ? ' ' : 'n', headers ? ' ' : 'n'};
-    int rc = SPI_execute_plan(insert_plan, values, nulls, false, 0);
+    Datum values[7] = {UUIDPGetDatum(message_id),
+                       PointerGetDatum(topic),
+                       PointerGetDatum(key),
+                       PointerGetDatum(payload),
+                       PointerGetDatum(headers),
+                       cause ? PointerGetDatum(cause->subscription) : (Datum)0,
+                       cause ? TimestampTzGetDatum(cause->received_at) : (Datum)0};
+    char nulls[7] = {' ', ' ', key ? ' ' : 'n', payload ? ' ' : 'n', headers ? ' ' : 'n', ' ', ' '};
+    int rc = SPI_execute_plan(cause ? insert_cause_plan : insert_plan, values, nulls, false, 0);
     if (rc != SPI_OK_INSERT) elog(ERROR, "outbox insert failed: %s", SPI_result_code_string(rc));
     SPI_finish();
     leave_owner_context(as_owner);
@@ -306,7 +337,11 @@ Datum outbox::send_message(FunctionCallInfo fcinfo, bytea* payload, bool json, b
     validate_message_size(bytes, static_cast<size_t>(guc::max_message_bytes));
 
     // In a handler: a dry run only reports the send; a replay or backfill run keeps it in
-    // eventbox.suppressed_sends unless the handler insists (publish_in_replay).
+    // eventbox.suppressed_sends unless the handler insists (publish_in_replay). A live run's
+    // send carries its cause, for the end-to-end latency (a replayed message's received_at is
+    // not when its event happened).
+    outbox::Cause cause_data;
+    outbox::Cause* cause = nullptr;
     if (handled != (Datum)0) {
         if (pg_guard([&] { return handlers::dry_run_capture(topic, key, payload, json, headers); }))
             PG_RETURN_UUID_P(message_id);
@@ -317,12 +352,18 @@ Datum outbox::send_message(FunctionCallInfo fcinfo, bytea* payload, bool json, b
             });
             PG_RETURN_UUID_P(message_id);
         }
+        if ((mode == nullptr || strcmp(mode, "live") == 0) &&
+            pg_guard([&] { return cause_of(handled, &cause_data); }))
+            cause = &cause_data;
     }
 
     pg_guard([&] {
         Oid owner;
-        if (!outbox::insert_row(message_id, topic, key, payload, headers, &owner))
-            insert_with_spi(owner, message_id, topic, key, payload, headers);
+        bool cause_columns = false;
+        if (!outbox::insert_row(message_id, topic, key, payload, headers, cause, &owner,
+                                &cause_columns))
+            insert_with_spi(owner, message_id, topic, key, payload, headers,
+                            cause_columns ? cause : nullptr);
         shmem::wake_relay_at_commit();
         metrics::outbox_added_at_commit(1);
     });

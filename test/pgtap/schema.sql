@@ -2,7 +2,7 @@
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pg_eventbox;
 
-SELECT plan(105);
+SELECT plan(113);
 
 -- Extension and schema.
 SELECT has_extension('eventbox', 'pg_eventbox', 'pg_eventbox is installed in schema eventbox');
@@ -16,7 +16,8 @@ SELECT has_schema('eventbox');
 SELECT has_table('eventbox', 'outbox', 'table eventbox.outbox exists');
 SELECT columns_are('eventbox', 'outbox', ARRAY[
     'id', 'message_id', 'topic', 'key', 'payload', 'headers', 'created_at', 'status', 'attempts',
-    'next_attempt_at', 'sent_at', 'kafka_partition', 'kafka_offset', 'last_error']);
+    'next_attempt_at', 'sent_at', 'kafka_partition', 'kafka_offset', 'last_error',
+    'cause_subscription', 'cause_received_at']);
 
 CREATE TEMP TABLE expected_columns (col name, typ text, not_null boolean, def text);
 INSERT INTO expected_columns VALUES
@@ -33,9 +34,11 @@ INSERT INTO expected_columns VALUES
     ('sent_at',         'timestamp with time zone', false, NULL),
     ('kafka_partition', 'integer',                  false, NULL),
     ('kafka_offset',    'bigint',                   false, NULL),
-    ('last_error',      'text',                     false, NULL);
+    ('last_error',      'text',                     false, NULL),
+    ('cause_subscription', 'text',                  false, NULL),
+    ('cause_received_at', 'timestamp with time zone', false, NULL);
 
--- 14 has_column + 14 col_type_is + 14 not-null checks = 42
+-- 16 has_column + 16 col_type_is + 16 not-null checks = 48
 SELECT has_column('eventbox', 'outbox', col, 'outbox has column ' || col)
   FROM expected_columns ORDER BY col;
 SELECT col_type_is('eventbox', 'outbox', col, typ, 'outbox.' || col || ' is ' || typ)
@@ -43,7 +46,7 @@ SELECT col_type_is('eventbox', 'outbox', col, typ, 'outbox.' || col || ' is ' ||
 SELECT CASE WHEN not_null THEN col_not_null('eventbox', 'outbox', col, 'outbox.' || col || ' is NOT NULL')
             ELSE col_is_null('eventbox', 'outbox', col, 'outbox.' || col || ' allows NULL') END
   FROM expected_columns ORDER BY col;
--- 5 defaults checked by value, 9 columns without a default = 14
+-- 5 defaults checked by value, 11 columns without a default = 16
 SELECT col_default_is('eventbox', 'outbox', col, def, 'outbox.' || col || ' defaults to ' || def)
   FROM expected_columns WHERE def IS NOT NULL AND col <> 'id' ORDER BY col;
 SELECT is((SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef d

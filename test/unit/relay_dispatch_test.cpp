@@ -22,6 +22,7 @@ static_assert(noexcept(std::declval<const Dispatcher&>().acked()));
 static_assert(noexcept(std::declval<const Dispatcher&>().failed()));
 static_assert(noexcept(std::declval<const Dispatcher&>().capacity()));
 static_assert(noexcept(std::declval<const Dispatcher&>().next_due_ms()));
+static_assert(noexcept(std::declval<const Dispatcher&>().subscription_name(0)));
 
 constexpr int kErrTimedOut = -192;    // RD_KAFKA_RESP_ERR__MSG_TIMED_OUT
 constexpr int kErrPurgeQueue = -152;  // RD_KAFKA_RESP_ERR__PURGE_QUEUE
@@ -162,6 +163,68 @@ TEST(Dispatcher, ProducesAndReportsAcks) {
     d.clear_outcomes(d.acked().size(), d.failed().size());
     EXPECT_TRUE(d.acked().empty());
     EXPECT_EQ(d.next_due_ms(), std::numeric_limits<int64_t>::max());
+}
+
+// A handler's send carries its cause to the ack, through retries; other rows carry none.
+TEST(Dispatcher, AcksCarryTheCauseOfHandlersSends) {
+    FakeSink sink;
+    Dispatcher d(sink, small_limits(), 1);
+    TestRow plain = keyed(1, "a"), first = keyed(2, "b"), second = keyed(3, "c"),
+            other = keyed(4, "d");
+    std::string billing = "billing", shipping = "shipping", billing_again = "billing";
+    Row r2 = first.row(), r3 = second.row(), r4 = other.row();
+    r2.cause_subscription = billing;
+    r2.cause_received_ms = 1000;
+    r3.cause_subscription = shipping;
+    r3.cause_received_ms = 2000;
+    r4.cause_subscription = billing_again;
+    r4.cause_received_ms = 3000;
+    d.offer(plain.row(), 0);
+    d.offer(r2, 0);
+    d.offer(r3, 0);
+    billing = shipping = "overwritten";  // the dispatcher keeps its own copy of the names
+    fail(d, 3, 10);                      // retried: read again from the outbox below
+    d.offer(r4, 0);
+    ack(d, 1, 20);
+    ack(d, 2, 20);
+    ack(d, 4, 20);
+    std::map<int64_t, TestRow> rows{{3, second}};
+    std::vector<int64_t> due = refetch(d, rows, 10000);
+    ASSERT_EQ(due, std::vector<int64_t>{3});
+    ack(d, 3, 10001);
+    ASSERT_EQ(acked_ids(d), (std::vector<int64_t>{1, 2, 4, 3}));
+    const std::vector<Acked>& a = d.acked();
+    EXPECT_EQ(a[0].cause_subscription, 0u);
+    EXPECT_EQ(a[0].cause_received_ms, 0);
+    EXPECT_EQ(d.subscription_name(a[0].cause_subscription), "");
+    EXPECT_EQ(d.subscription_name(a[1].cause_subscription), "billing");
+    EXPECT_EQ(a[1].cause_received_ms, 1000);
+    EXPECT_EQ(d.subscription_name(a[2].cause_subscription), "billing");
+    EXPECT_EQ(a[2].cause_subscription, a[1].cause_subscription);
+    EXPECT_EQ(a[2].cause_received_ms, 3000);
+    // The refetched row is offered as the outbox has it: TestRow carries no cause.
+    EXPECT_EQ(a[3].cause_subscription, 0u);
+    EXPECT_EQ(d.subscription_name(12345), "");
+}
+
+// A refetched row brings its cause again from the outbox.
+TEST(Dispatcher, RefetchedRowsCarryTheirCause) {
+    FakeSink sink;
+    Dispatcher d(sink, small_limits(), 1);
+    TestRow t = keyed(1, "k");
+    Row r = t.row();
+    r.cause_subscription = "orders_sub";
+    r.cause_received_ms = 500;
+    d.offer(r, 0);
+    fail(d, 1, 10);
+    std::vector<int64_t> due = d.due_ids(10000, 10);
+    ASSERT_EQ(due, std::vector<int64_t>{1});
+    d.offer(r, 10000);
+    d.refetch_done();
+    ack(d, 1, 10001);
+    ASSERT_EQ(d.acked().size(), 1u);
+    EXPECT_EQ(d.subscription_name(d.acked()[0].cause_subscription), "orders_sub");
+    EXPECT_EQ(d.acked()[0].cause_received_ms, 500);
 }
 
 TEST(Dispatcher, TombstonesAreProducedWithNullPayload) {
