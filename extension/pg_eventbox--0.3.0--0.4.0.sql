@@ -46,6 +46,44 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
        AND g.kind = _grant_set.kind AND _grant_set.kind = 'admin'
 $$;
 
+-- ---- 0.4.0: Schema Registry formats of subscriptions ----
+-- value_format 'registry': the values are in the Confluent Schema Registry's wire format,
+-- decoded into payload by the ingest worker (docs/guide/formats.md).
+ALTER TABLE eventbox.subscriptions ADD COLUMN value_format text NOT NULL DEFAULT 'json'
+    CONSTRAINT subscriptions_value_format_check CHECK (value_format IN ('json', 'registry'));
+
+CREATE FUNCTION eventbox._set_subscription_format(caller oid, subscription text,
+    value_format text)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s eventbox.subscriptions;
+BEGIN
+    s := eventbox._managed_subscription(caller, subscription);
+    IF value_format IS NULL OR value_format NOT IN ('json', 'registry') THEN
+        RAISE EXCEPTION 'invalid value_format: %', coalesce(eventbox._quote(value_format), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use ''json'' (JSON text) or ''registry'' (the Schema Registry wire '
+                         'format: Avro, Protobuf or JSON Schema).';
+    END IF;
+    UPDATE eventbox.subscriptions SET value_format = _set_subscription_format.value_format
+     WHERE subscriptions.name = s.name;
+    PERFORM eventbox._notify_ingest();
+END $$;
+
+CREATE FUNCTION eventbox.set_subscription_format(subscription text, value_format text)
+RETURNS void
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
+
+COMMENT ON FUNCTION eventbox.set_subscription_format(text, text) IS
+    'Set the wire format of a subscription''s values: json (default) or registry';
+
+REVOKE ALL ON FUNCTION eventbox._set_subscription_format(oid, text, text),
+    eventbox.set_subscription_format(text, text) FROM PUBLIC;
+
+INSERT INTO eventbox._grant_names (name, kind, object)
+VALUES ('set_subscription_format', 'admin', 'function');
+
 -- Each change of 0.4.0 goes in its own section above this line, headed
 -- "-- ---- 0.4.0: <what> ----", and the same objects in the full install script.
 

@@ -13,6 +13,7 @@ extern "C" {
 
 #include "inbox/jsonb.hpp"
 #include "pg/boundary.hpp"
+#include "registry/registry.hpp"
 
 namespace eventbox::ingest {
 
@@ -20,8 +21,8 @@ using pg::call_cpp;
 
 // ---- the records, classified in C++ ---------------------------------------------------------
 
-void IngestState::classify(Subscription* sub, std::size_t from, std::size_t to) {
-    call_cpp([&] {
+std::size_t IngestState::classify(Subscription* sub, std::size_t from, std::size_t to) {
+    return call_cpp([&] {
         std::size_t n = to - from;
         // The rows of earlier batches are reused: their strings keep their buffers.
         if (sub->rows.size() < n) sub->rows.resize(n);
@@ -56,6 +57,17 @@ void IngestState::classify(Subscription* sub, std::size_t from, std::size_t to) 
                 record.headers_error = rd_kafka_err2str(herr);
             }
             inbox::classify(record, sub->options, sub->rows[i]);
+            if (sub->rows[i].pending) {
+                // This record waits for its schema, and so do the records after it; their
+                // schemas are fetched in the same round (registry/registry.hpp).
+                sub->waiting_for =
+                    sub->options.registry->pending_id(record.value, record.value_len);
+                for (std::size_t k = i + 1; k < n; ++k)
+                    sub->options.registry->prefetch(
+                        static_cast<const char*>(batch[from + k]->payload), batch[from + k]->len);
+                n = i;
+                break;
+            }
         }
         // Rows go in by message id: ingest workers inserting the same ids at once (a message
         // republished to partitions of two workers; a partition read by its old and new owner
@@ -66,6 +78,7 @@ void IngestState::classify(Subscription* sub, std::size_t from, std::size_t to) 
         std::stable_sort(sub->order.begin(), sub->order.end(), [&](int a, int b) {
             return sub->rows[a].message_id < sub->rows[b].message_id;
         });
+        return n;
     });
 }
 
@@ -151,11 +164,15 @@ class ColumnBuilder {
     }
 
     // The value as jsonb, or else as raw bytes with the reason it is unparsable.
+    // A registry format's payload is its decoded text, and its bytes stay in raw_payload.
     void payload(int i, rd_kafka_message_t* msg, inbox::Classified& row) {
         Datum payload;
-        if (row.parsable && inbox::payload_jsonb(row, static_cast<const char*>(msg->payload),
-                                                 msg->len, &payload, &row.note)) {
+        bool decoded = row.keep_raw;
+        const char* text = decoded ? row.decoded.data() : static_cast<const char*>(msg->payload);
+        std::size_t text_len = decoded ? row.decoded.size() : msg->len;
+        if (row.parsable && inbox::payload_jsonb(row, text, text_len, &payload, &row.note)) {
             c_->payloads.set(i, payload);
+            if (row.keep_raw) c_->raws.set(i, PointerGetDatum(to_bytea(msg->payload, row.raw_len)));
             return;
         }
         if (row.parsable) row.raw_len = msg->len;  // jsonb refused what looked like JSON

@@ -77,10 +77,11 @@ void IngestState::add_wanted(const WantedRow& row) {
             w.topics.push_back(list.substr(start, comma - start));
             start = comma + 1;
         }
-        w.fingerprint = list + "|" + w.group_id + "|" + row.start_from + "|" +
-                        row.message_id_field + "|" + std::to_string(row.batch_size) +
-                        (row.fingerprint_ids ? "|fingerprint" : "") +
-                        (row.backfill ? "|backfill" : "");
+        w.fingerprint =
+            list + "|" + w.group_id + "|" + row.start_from + "|" + row.message_id_field + "|" +
+            std::to_string(row.batch_size) + (row.fingerprint_ids ? "|fingerprint" : "") +
+            (row.backfill ? "|backfill" : "") + (row.registry_format ? "|registry" : "");
+        w.registry_format = row.registry_format;
         wanted_->push_back(std::move(w));
     });
 }
@@ -99,7 +100,7 @@ void read_wanted() {
         "SELECT name, array_to_string(topics, ','), coalesce(group_id, ''), start_from, "
         "coalesce(message_id_field, ''), batch_size, "
         "(extract(epoch FROM created_at) * 1000)::int8, message_id_rule = 'fingerprint', "
-        "backfill "
+        "backfill, value_format = 'registry' "
         "FROM eventbox.subscriptions "
         "WHERE enabled ORDER BY name",
         true, 0);
@@ -121,6 +122,7 @@ void read_wanted() {
         row.created_ms = DatumGetInt64(SPI_getbinval(tuple, desc, 7, &isnull));
         row.fingerprint_ids = DatumGetBool(SPI_getbinval(tuple, desc, 8, &isnull));
         row.backfill = DatumGetBool(SPI_getbinval(tuple, desc, 9, &isnull));
+        row.registry_format = DatumGetBool(SPI_getbinval(tuple, desc, 10, &isnull));
         state.add_wanted(row);
     }
 }
@@ -145,6 +147,11 @@ void IngestState::drop_unwanted(int64 now) {
         for (Subscription* s : *subscriptions_) {
             s->options.max_message_bytes = static_cast<std::size_t>(guc::max_message_bytes);
             if (s->failing && consumer_->paused(s->id) && now >= s->retry_at_ms) s->fresh = true;
+            // Its schema arrived: read again from its stored offsets.
+            if (s->schema_ready) {
+                s->schema_ready = false;
+                s->fresh = true;
+            }
         }
     });
 }
@@ -172,6 +179,7 @@ std::size_t IngestState::start_wanted() {
             config.latest_since_ms = w.created_ms;
             config.backfill = w.backfill;
             s->backfill = w.backfill;
+            s->registry_format = w.registry_format;
             s->id = consumer_->add_subscription(config);
             subscriptions_->push_back(s);
         }
@@ -366,6 +374,7 @@ void reload() {
     int64 now = worker::now_ms();
     state.drop_unwanted(now);
     std::size_t n_wanted = state.start_wanted();
+    state.configure_registry();
     apply_stored_offsets();
     resume_fresh(now);
     sync_error_rows();

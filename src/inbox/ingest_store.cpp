@@ -325,12 +325,15 @@ void after_commit(Subscription* sub, std::size_t n, const Columns& c, const Inse
     shmem::wake_handlers();
 }
 
-// Stores records [from, to) of `sub`'s batch (and the positions to store) in one transaction.
-void store_batch(Subscription* sub, std::size_t from, std::size_t to) {
+// Stores records [from, to) of `sub`'s batch (and the positions to store) in one transaction;
+// returns how many: fewer when a record waits for its schema (it and those after it are not).
+std::size_t store_batch(Subscription* sub, std::size_t from, std::size_t to) {
     store_context.batch = ++batches_begun;
     store_context.topic = nullptr;
     store_context.partition = -1;
-    state.classify(sub, from, to);
+    std::size_t ready = state.classify(sub, from, to);
+    if (ready == 0 && to > from) return 0;
+    to = from + ready;
     rd_kafka_message_t* const* messages = state.records(sub, from);
     worker::begin_work(kWho);
     Columns columns(static_cast<int>(to - from));
@@ -341,6 +344,7 @@ void store_batch(Subscription* sub, std::size_t from, std::size_t to) {
     bool moved = store_offsets(sub, from, to);
     worker::end_work();
     after_commit(sub, to - from, columns, done, moved);
+    return ready;
 }
 
 // Stores `sub`'s records of the last poll, batch_size records per transaction; returns how many.
@@ -351,8 +355,13 @@ std::size_t store(Subscription* sub) {
     std::size_t from = 0;
     do {
         std::size_t to = Min(from + sub->batch_size, total);
-        store_batch(sub, from, to);
+        std::size_t stored = store_batch(sub, from, to);
         MemoryContextReset(batch_context);
+        if (stored < to - from) {
+            // A record waits for its schema: the subscription pauses until it is cached.
+            state.wait_for_schema(sub);
+            return from + stored;
+        }
         from = to;
     } while (from < total);
     return total;

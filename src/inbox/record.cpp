@@ -9,6 +9,7 @@
 
 #include "inbox/fingerprint.hpp"
 #include "messages/json_scan.hpp"
+#include "registry/registry.hpp"
 
 namespace eventbox::inbox {
 
@@ -168,6 +169,11 @@ void reset(Classified& out) {
     out.raw_len = 0;
     out.raw_null = false;
     out.note.clear();
+    out.decoded.clear();
+    out.schema_name.clear();
+    out.pending = false;
+    out.keep_raw = false;
+    if (out.decoded.capacity() > kKeptBufferBytes) std::string().swap(out.decoded);
     if (out.payload.text.capacity() > kKeptBufferBytes) std::string().swap(out.payload.text);
     if (out.payload.tokens.capacity() * sizeof(JsonTokens::Token) > kKeptBufferBytes)
         std::vector<JsonTokens::Token>().swap(out.payload.tokens);
@@ -176,6 +182,42 @@ void reset(Classified& out) {
     out.payload.depth = 0;
     if (out.headers.capacity() * sizeof(HeaderField) > kKeptBufferBytes)
         std::vector<HeaderField>().swap(out.headers);
+}
+
+// The top-level fields the value's scan reads: the message id field (if any) and "type".
+std::vector<std::string_view> wanted_fields(const Options& options) {
+    std::string_view fields[2] = {options.message_id_field, "type"};
+    return std::vector<std::string_view>(fields + (options.message_id_field.empty() ? 1 : 0),
+                                         fields + 2);
+}
+
+// A value in the Schema Registry's wire format: decoded into JSON text and scanned like a JSON
+// value, its bytes kept in raw_payload; a record whose schema is not cached yet is pending.
+JsonScan classify_registry(const Record& r, const Options& options, Classified& out) {
+    JsonScan scan;
+    out.keep_raw = true;
+    out.raw_len = r.value_len;
+    registry::Decoded d = options.registry->decode(r.value, r.value_len, &out.decoded);
+    if (d.status == registry::Decoded::kPending) {
+        out.pending = true;
+        return scan;
+    }
+    if (d.status == registry::Decoded::kBad) {
+        out.note = d.reason;
+        return scan;
+    }
+    if (d.name != nullptr) out.schema_name = *d.name;
+    if (!valid_utf8(out.decoded.data(), out.decoded.size())) {
+        out.note = "schema id " + std::to_string(d.id) + ": decoded value is not valid UTF-8";
+        return scan;
+    }
+    out.payload.text.reserve(out.decoded.size() + 16);
+    scan = scan_json(out.decoded, wanted_fields(options), &out.payload);
+    out.parsable = scan.valid;
+    if (!scan.valid)
+        out.note = "schema id " + std::to_string(d.id) +
+                   ": decoded value is not valid JSON: " + scan.error;
+    return scan;
 }
 
 // The value: JSON that jsonb accepts, or raw bytes with a note. Whether numeric can hold every
@@ -194,15 +236,15 @@ JsonScan classify_value(const Record& r, const Options& options, Classified& out
                    std::to_string(options.max_message_bytes) + " bytes";
     } else if (r.value_len == 0) {
         out.note = "empty value";
+    } else if (options.registry != nullptr) {
+        return classify_registry(r, options, out);
     } else if (!valid_utf8(r.value, r.value_len)) {
         out.raw_len = r.value_len;
         out.note = "value is not valid UTF-8";
     } else {
-        std::string_view fields[2] = {options.message_id_field, "type"};
-        std::vector<std::string_view> wanted(fields + (options.message_id_field.empty() ? 1 : 0),
-                                             fields + 2);
         out.payload.text.reserve(r.value_len + 16);
-        scan = scan_json(std::string_view(r.value, r.value_len), wanted, &out.payload);
+        scan =
+            scan_json(std::string_view(r.value, r.value_len), wanted_fields(options), &out.payload);
         out.parsable = scan.valid;
         if (!scan.valid) {
             out.raw_len = r.value_len;
@@ -263,8 +305,10 @@ void choose_message_id(const Record& r, const Options& options, const JsonScan& 
     }
 }
 
-// Event type: header event_type, CloudEvents ce_type, JSON field "type", else none.
-void choose_event_type(const Record& r, const JsonScan& scan, Classified& out) {
+// Event type: header event_type, CloudEvents ce_type, JSON field "type" (registry formats: the
+// schema's full name), else none.
+void choose_event_type(const Record& r, const Options& options, const JsonScan& scan,
+                       Classified& out) {
     std::optional<std::string_view> type_header = header_text(r, "event_type");
     std::optional<std::string_view> ce_type = header_text(r, "ce_type");
     const std::optional<std::string>* type_field = scan.valid ? &scan.fields.back() : nullptr;
@@ -272,7 +316,9 @@ void choose_event_type(const Record& r, const JsonScan& scan, Classified& out) {
         set(out.event_type, *type_header);
     else if (ce_type)
         set(out.event_type, *ce_type);
-    else if (type_field && *type_field)
+    else if (options.registry != nullptr && !out.schema_name.empty())
+        set(out.event_type, out.schema_name);
+    else if (options.registry == nullptr && type_field && *type_field)
         set(out.event_type, **type_field);
     else
         out.event_type.reset();
@@ -285,12 +331,13 @@ void classify(const Record& r, const Options& options, Classified& out) {
     reset(out);
     header_fields(r, out.headers);
     JsonScan scan = classify_value(r, options, out);
+    if (out.pending) return;  // read again once its schema is cached
     if (r.headers_unreadable) {
         classify_unreadable(r, options, out);
         return;
     }
     choose_message_id(r, options, scan, out);
-    choose_event_type(r, scan, out);
+    choose_event_type(r, options, scan, out);
 }
 
 std::string headers_json(const Classified& c) {

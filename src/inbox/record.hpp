@@ -12,6 +12,10 @@
 
 #include "messages/json_scan.hpp"
 
+namespace eventbox::registry {
+class Registry;
+}
+
 namespace eventbox::inbox {
 
 struct KafkaHeader {
@@ -40,6 +44,9 @@ struct Options {
     // message_id_rule 'fingerprint': the id is the SHA-256 of the value in canonical JSON (raw
     // bytes when it is not JSON), whatever the headers and fields say (see inbox/fingerprint.hpp).
     bool fingerprint_ids = false;
+    // value_format 'registry': values are in the Schema Registry's wire format, decoded through
+    // this registry (the ingest worker's); nullptr for 'json' (docs/guide/formats.md).
+    registry::Registry* registry = nullptr;
 };
 
 // Message ids longer than this fall back to the transport identity (the primary key index has a
@@ -65,6 +72,13 @@ struct Classified {
     std::size_t raw_len = 0;  // bytes of the value kept in raw_payload when not parsable
     bool raw_null = false;    // no value at all (tombstone): raw_payload NULL
     std::string note;         // why the record is unparsable (goes to last_error)
+    // value_format 'registry': the value decoded into JSON text (the payload's text), the
+    // schema's full name, and whether the schema is still to be fetched (then nothing else is
+    // set: the record waits). The producer's bytes are kept in raw_payload (keep_raw).
+    std::string decoded;
+    std::string schema_name;
+    bool pending = false;
+    bool keep_raw = false;
 };
 
 Classified classify(const Record& record, const Options& options);

@@ -1,0 +1,282 @@
+// The Schema Registry formats (src/registry/): the wire header, Avro data as JSON with the
+// mapping of docs/guide/formats.md, Protobuf through its JSON mapping, the registry's answers
+// and the bounded cache.
+#include "registry/registry.hpp"
+
+#include "core/error.hpp"
+#include "registry/avro_json.hpp"
+#include "registry/protobuf_json.hpp"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+namespace eventbox::registry {
+namespace {
+
+// Avro's zigzag varint of `v`.
+std::string avro_long(int64_t v) {
+    uint64_t z = (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
+    std::string out;
+    while (z >= 0x80) {
+        out.push_back(static_cast<char>((z & 0x7f) | 0x80));
+        z >>= 7;
+    }
+    out.push_back(static_cast<char>(z));
+    return out;
+}
+
+std::string avro_string(const std::string& s) {
+    return avro_long(static_cast<int64_t>(s.size())) + s;
+}
+
+std::string wire(uint32_t id, const std::string& body) {
+    std::string out(1, '\0');
+    out.push_back(static_cast<char>(id >> 24));
+    out.push_back(static_cast<char>(id >> 16));
+    out.push_back(static_cast<char>(id >> 8));
+    out.push_back(static_cast<char>(id));
+    return out + body;
+}
+
+std::string decode(const AvroSchema& s, const std::string& data, std::string* error = nullptr) {
+    std::string out, why;
+    bool ok = s.to_json(data.data(), data.size(), &out, &why);
+    if (error != nullptr) *error = why;
+    return ok ? out : "ERROR: " + why;
+}
+
+const char* kUser = R"({"type":"record","name":"User","namespace":"com.example","fields":[
+    {"name":"id","type":"long"},
+    {"name":"name","type":"string"},
+    {"name":"email","type":["null","string"],"default":null},
+    {"name":"kind","type":{"type":"enum","name":"Kind","symbols":["A","B"]}},
+    {"name":"tags","type":{"type":"array","items":"string"}},
+    {"name":"attrs","type":{"type":"map","values":"int"}},
+    {"name":"blob","type":"bytes"},
+    {"name":"score","type":"double"},
+    {"name":"ok","type":"boolean"}]})";
+
+TEST(RegistryAvro, RecordMapsToAnObjectInFieldOrder) {
+    AvroSchema s(kUser);
+    EXPECT_EQ(s.full_name(), "com.example.User");
+    std::string data = avro_long(42) + avro_string("Ann \"q\"") + avro_long(1) +
+                       avro_string("a@x") + avro_long(1) + avro_long(2) + avro_string("t1") +
+                       avro_string("t2") + avro_long(0) + avro_long(1) + avro_string("k") +
+                       avro_long(7) + avro_long(0) + avro_string(std::string("\x00\xff\x10", 3));
+    double score = 1.5;
+    data.append(reinterpret_cast<const char*>(&score), 8);
+    data.push_back('\1');
+    EXPECT_EQ(decode(s, data),
+              R"({"id":42,"name":"Ann \"q\"","email":"a@x","kind":"B","tags":["t1","t2"],)"
+              R"("attrs":{"k":7},"blob":"AP8Q","score":1.5,"ok":true})");
+}
+
+TEST(RegistryAvro, NullUnionBranchIsPlainNull) {
+    AvroSchema s(
+        R"({"type":"record","name":"R","fields":[{"name":"e","type":["null","string"]}]})");
+    EXPECT_EQ(decode(s, avro_long(0)), R"({"e":null})");
+}
+
+TEST(RegistryAvro, TruncatedAndTrailingBytesAreRefused) {
+    AvroSchema s(kUser);
+    std::string error;
+    EXPECT_EQ(decode(s, avro_long(42) + avro_long(10) + "abc", &error).rfind("ERROR", 0), 0u);
+    AvroSchema n(R"("long")");
+    EXPECT_EQ(decode(n, avro_long(5)), "5");
+    EXPECT_EQ(decode(n, avro_long(5) + "x", &error).rfind("ERROR", 0), 0u);
+    EXPECT_NE(error.find("after its value"), std::string::npos) << error;
+}
+
+TEST(RegistryAvro, LogicalTypes) {
+    AvroSchema s(R"({"type":"record","name":"L","fields":[
+        {"name":"d","type":{"type":"int","logicalType":"date"}},
+        {"name":"ts","type":{"type":"long","logicalType":"timestamp-millis"}},
+        {"name":"tu","type":{"type":"long","logicalType":"timestamp-micros"}},
+        {"name":"lt","type":{"type":"long","logicalType":"local-timestamp-millis"}},
+        {"name":"tm","type":{"type":"int","logicalType":"time-millis"}},
+        {"name":"dec","type":{"type":"bytes","logicalType":"decimal","precision":9,"scale":2}},
+        {"name":"neg","type":{"type":"fixed","name":"F","size":2,"logicalType":"decimal","precision":4,"scale":3}},
+        {"name":"u","type":{"type":"string","logicalType":"uuid"}}]})");
+    std::string data = avro_long(19000) + avro_long(1700000000123) + avro_long(-1) + avro_long(0) +
+                       avro_long(3723004) + avro_string(std::string("\x30\x39", 2)) +
+                       std::string("\xff\xfe", 2) +
+                       avro_string("6f1c7a2e-0000-4000-8000-000000000000");
+    EXPECT_EQ(decode(s, data),
+              R"({"d":"2022-01-08","ts":"2023-11-14T22:13:20.123Z",)"
+              R"("tu":"1969-12-31T23:59:59.999999Z","lt":"1970-01-01T00:00:00.000",)"
+              R"("tm":"01:02:03.004","dec":"123.45","neg":"-0.002",)"
+              R"("u":"6f1c7a2e-0000-4000-8000-000000000000"})");
+}
+
+TEST(RegistryAvro, RecursiveAndNamedReferences) {
+    AvroSchema s(R"({"type":"record","name":"Node","namespace":"n","fields":[
+        {"name":"v","type":"int"},{"name":"next","type":["null","Node"]}]})");
+    EXPECT_EQ(decode(s, avro_long(1) + avro_long(1) + avro_long(2) + avro_long(0)),
+              R"({"v":1,"next":{"v":2,"next":null}})");
+    EXPECT_EQ(s.full_name(), "n.Node");
+}
+
+TEST(RegistryAvro, BadSchemaThrows) {
+    EXPECT_THROW(AvroSchema{R"({"type":"record","name":"X"})"}, Error);
+    EXPECT_THROW(AvroSchema{"not json"}, Error);
+    EXPECT_THROW(
+        AvroSchema{R"({"type":"record","name":"X","fields":[{"name":"a","type":"Missing"}]})"},
+        Error);
+}
+
+TEST(RegistryAvro, NonUtf8StringIsRefused) {
+    AvroSchema s(R"("string")");
+    std::string error;
+    EXPECT_EQ(decode(s, avro_string("\xff"), &error).rfind("ERROR", 0), 0u);
+    EXPECT_NE(error.find("UTF-8"), std::string::npos);
+}
+
+TEST(RegistryWire, Header) {
+    uint32_t id = 0;
+    std::string why;
+    std::string w = wire(0x01020304, "x");
+    EXPECT_TRUE(read_header(w.data(), w.size(), &id, &why));
+    EXPECT_EQ(id, 0x01020304u);
+    EXPECT_FALSE(read_header("{\"a\":1}", 7, &id, &why));
+    EXPECT_NE(why.find("magic byte"), std::string::npos);
+    EXPECT_FALSE(read_header("\0\0\0", 3, &id, &why));
+    EXPECT_NE(why.find("shorter"), std::string::npos);
+}
+
+TEST(RegistryWire, UrlWithoutCredentials) {
+    EXPECT_EQ(url_for_messages("http://u:secret@host:8081/x"), "http://host:8081/x");
+    EXPECT_EQ(url_for_messages("http://host:8081"), "http://host:8081");
+}
+
+TEST(RegistryOptions, KnownKeysAndRefusals) {
+    Config c;
+    parse_options("basic.auth.user.info=u:p,request.timeout.ms=500,cache.max.schemas=10", &c);
+    EXPECT_EQ(c.user_info, "u:p");
+    EXPECT_EQ(c.timeout_ms, 500);
+    EXPECT_EQ(c.max_schemas, 10u);
+    try {
+        parse_options("basic.auth.user.info=secret,bogus=secret2", &c);
+        FAIL();
+    } catch (const Error& e) {
+        EXPECT_EQ(std::string(e.what()).find("secret"), std::string::npos);
+    }
+}
+
+const char* kProto = R"(syntax = "proto3";
+package shop.v1;
+import "google/protobuf/timestamp.proto";
+message Order {
+  string id = 1;
+  int64 amount_cents = 2;
+  repeated string items = 3;
+  google.protobuf.Timestamp at = 4;
+  message Line { string sku = 1; }
+  Line first = 5;
+}
+message Refund { string order_id = 1; }
+)";
+
+TEST(RegistryProtobuf, MessageIndexes) {
+    std::vector<int> ix;
+    EXPECT_EQ(read_message_indexes("\0", 1, &ix), 1u);
+    EXPECT_EQ(ix, std::vector<int>{0});
+    EXPECT_EQ(read_message_indexes("\x04\x02\x00", 3, &ix), 3u);  // [1, 0]
+    EXPECT_EQ(ix, (std::vector<int>{1, 0}));
+    EXPECT_EQ(read_message_indexes("\x80", 1, &ix), 0u);
+}
+
+TEST(RegistryProtobuf, DecodesByIndexesWithTheJsonMapping) {
+    ProtobufSchema s(kProto, {});
+    EXPECT_EQ(s.message_name({0}), "shop.v1.Order");
+    EXPECT_EQ(s.message_name({0, 0}), "shop.v1.Order.Line");
+    EXPECT_EQ(s.message_name({1}), "shop.v1.Refund");
+    // Order{id:"o1", amount_cents:250, items:["a"], at:{seconds:1}, first:{sku:"s"}}
+    std::string msg = std::string(
+        "\x0a\x02o1\x10\xfa\x01\x1a\x01"
+        "a\x22\x02\x08\x01\x2a\x03\x0a\x01s");
+    std::string out, why;
+    const std::string* name = nullptr;
+    std::string data = std::string("\0", 1) + msg;
+    ASSERT_TRUE(s.to_json(data.data(), data.size(), &out, &why, &name)) << why;
+    EXPECT_EQ(*name, "shop.v1.Order");
+    EXPECT_EQ(nlohmann::json::parse(out),
+              nlohmann::json::parse(R"({"id":"o1","amount_cents":"250","items":["a"],)"
+                                    R"("at":"1970-01-01T00:00:01Z","first":{"sku":"s"}})"));
+    std::string refund = std::string("\x02\x02\x0a\x02o9", 6);  // indexes [1]
+    out.clear();
+    ASSERT_TRUE(s.to_json(refund.data(), refund.size(), &out, &why, &name)) << why;
+    EXPECT_EQ(out, R"({"order_id":"o9"})");
+    EXPECT_EQ(*name, "shop.v1.Refund");
+    std::string bad = std::string("\x02\x0a\x0a\x02o9", 6);  // indexes [5]
+    EXPECT_FALSE(s.to_json(bad.data(), bad.size(), &out, &why, &name));
+    std::string truncated = std::string("\0\x0a\x05o1", 4);
+    EXPECT_FALSE(s.to_json(truncated.data(), truncated.size(), &out, &why, &name));
+}
+
+TEST(RegistryProtobuf, ForeignImportsAndSyntaxErrorsAreRefused) {
+    EXPECT_THROW((ProtobufSchema{"syntax = \"proto3\"; import \"other.proto\"; message A {}", {}}),
+                 Error);
+    EXPECT_THROW((ProtobufSchema{"message {", {}}), Error);
+}
+
+TEST(RegistryResponses, TypesAndRefusals) {
+    auto avro = Registry::parse_response(1, R"({"schema":"\"string\""})", 1 << 20);
+    EXPECT_TRUE(avro->refused.empty());
+    EXPECT_EQ(avro->type, SchemaType::kAvro);
+    auto json = Registry::parse_response(
+        2, R"({"schemaType":"JSON","schema":"{\"title\":\"Order\",\"type\":\"object\"}"})",
+        1 << 20);
+    EXPECT_EQ(json->type, SchemaType::kJson);
+    EXPECT_EQ(json->name, "Order");
+    auto bad = Registry::parse_response(3, R"({"schema":"{\"type\":\"nope\"}"})", 1 << 20);
+    EXPECT_FALSE(bad->refused.empty());
+    auto odd = Registry::parse_response(4, R"({"schemaType":"XML","schema":"x"})", 1 << 20);
+    EXPECT_NE(odd->refused.find("unsupported"), std::string::npos);
+    auto big = Registry::parse_response(5, R"({"schema":"\"string\""})", 4);
+    EXPECT_NE(big->refused.find("exceeds"), std::string::npos);
+}
+
+TEST(RegistryDecode, PendingThenDecodedThenRefused) {
+    Registry r(Config{});  // no URL: fetches fail at once, in transport
+    std::string w = wire(7, avro_string("hi")), json;
+    Decoded d = r.decode(w.data(), w.size(), &json);
+    EXPECT_EQ(d.status, Decoded::kPending);
+    EXPECT_EQ(d.id, 7u);
+    EXPECT_NE(r.failure(7).find("schema_registry_url"), std::string::npos);
+    r.put(7, Registry::parse_response(7, R"({"schema":"\"string\""})", 1 << 20));
+    d = r.decode(w.data(), w.size(), &json);
+    ASSERT_EQ(d.status, Decoded::kOk) << d.reason;
+    EXPECT_EQ(json, "\"hi\"");
+    r.put(8, Registry::parse_response(8, R"({"schema":"bad"})", 1 << 20));
+    std::string w8 = wire(8, "x");
+    d = r.decode(w8.data(), w8.size(), &json);
+    EXPECT_EQ(d.status, Decoded::kBad);
+    EXPECT_NE(d.reason.find("schema id 8"), std::string::npos);
+    std::string not_wire = "{}";
+    d = r.decode(not_wire.data(), not_wire.size(), &json);
+    EXPECT_EQ(d.status, Decoded::kBad);
+}
+
+TEST(RegistryCache, BoundedByEntriesButKeepsTheLastRound) {
+    Config c;
+    c.max_schemas = 300;
+    Registry r(c);
+    for (uint32_t id = 0; id < 10000; ++id)
+        r.put(id, Registry::parse_response(id, R"({"schema":"\"string\""})", 1 << 20));
+    EXPECT_EQ(r.cached_count(), 300u);
+    EXPECT_TRUE(r.cached(9999));
+    EXPECT_FALSE(r.cached(0));
+    c.max_schemas = 1;
+    Registry small(c);
+    for (uint32_t id = 0; id < 1000; ++id)
+        small.put(id, Registry::parse_response(id, R"({"schema":"\"string\""})", 1 << 20));
+    EXPECT_EQ(small.cached_count(), kMaxFetches);
+    EXPECT_TRUE(small.cached(999 - kMaxFetches + 1));
+}
+
+}  // namespace
+}  // namespace eventbox::registry
