@@ -28,13 +28,13 @@ from lib.cluster import Env
 from lib.common import BenchError, Context
 from lib.eventbox import relay_pid, set_brokers
 from lib.table import ROW
-from sections import e2e, e2e_peer, handlers, http, ingest, ops, relay, topics
+from sections import e2e, e2e_peer, formats, handlers, http, ingest, ops, relay, topics
 
 # Run in this order (e2e_peer last: its kill test restarts every backend) ...
-RUN_ORDER = (relay, ingest, handlers, e2e, ops, http, topics, e2e_peer)
+RUN_ORDER = (relay, ingest, formats, handlers, e2e, ops, http, topics, e2e_peer)
 # ... and printed in this one.
-PRINT_ORDER = (relay, ingest, handlers, e2e, e2e_peer, ops, http, topics)
-SECTIONS = "relay,ingest,handlers,e2e,ops,e2e_peer,http,topics"
+PRINT_ORDER = (relay, ingest, formats, handlers, e2e, e2e_peer, ops, http, topics)
+SECTIONS = "relay,ingest,formats,handlers,e2e,ops,e2e_peer,http,topics"
 
 
 def section_name(module):
@@ -102,6 +102,8 @@ KNOBS = [
     Knob("BENCH_INGEST_MESSAGES", "100000", "positive",
          "messages per ingest run (32 partitions: must fit the dev broker's ~5 MiB per "
          "partition at 1 KiB)"),
+    Knob("BENCH_FORMATS_MESSAGES", "50000", "positive",
+         "formats: messages per run of each side (Avro via the registry, JSON)"),
     Knob("BENCH_NAIVE_MESSAGES", "5000", "positive", "messages of the naive client baseline"),
     Knob("BENCH_HANDLER_MESSAGES", "50000", "positive", "inbox rows per handler run"),
     Knob("BENCH_E2E_SECONDS", "10", "integer",

@@ -207,7 +207,7 @@ JsonScan classify_registry(const Record& r, const Options& options, Classified& 
         return scan;
     }
     if (d.name != nullptr) out.schema_name = *d.name;
-    if (!valid_utf8(out.decoded.data(), out.decoded.size())) {
+    if (!d.utf8 && !valid_utf8(out.decoded.data(), out.decoded.size())) {
         out.note = "schema id " + std::to_string(d.id) + ": decoded value is not valid UTF-8";
         return scan;
     }

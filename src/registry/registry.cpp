@@ -231,6 +231,7 @@ Decoded Registry::decode(const char* data, std::size_t len, std::string* json) {
         case SchemaType::kAvro:
             ok = s.avro->to_json(body, body_len, json, &why);
             d.name = &s.name;
+            d.utf8 = true;
             break;
         case SchemaType::kProtobuf:
             ok = s.protobuf->to_json(body, body_len, json, &why, &d.name);

@@ -67,6 +67,7 @@ struct Decoded {
     uint32_t id = 0;
     std::string reason;                 // kBad: why the record is unparsable
     const std::string* name = nullptr;  // kOk: the schema's full name ("" when it has none)
+    bool utf8 = false;  // kOk: the JSON text is known to be UTF-8 (Avro's: our walker checks)
 };
 
 // Reads the wire header of [data, data+len): false with the reason when it is not one.

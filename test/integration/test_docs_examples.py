@@ -42,7 +42,7 @@ MUST_SHOW = [REFERENCE / "functions.md"]
 NOT_RUN = [p for p in [ROOT / "CONTRIBUTING.md", ROOT / "docs" / "README.md"] if p.exists()] \
     + sorted((ROOT / "docs" / "design").glob("*.md"))
 GUIDE_PAGES = ["outbox", "inbox", "handlers", "dead-letters", "http", "replay", "security",
-               "upgrading", "retention", "operations", "limits"]
+               "upgrading", "retention", "operations", "limits", "formats"]
 # Guide pages with nothing to run (what they say is checked by the tests they name).
 NO_EXAMPLES = {"limits.md"}
 RUN = "sql"
