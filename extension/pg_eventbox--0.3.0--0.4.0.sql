@@ -84,6 +84,91 @@ REVOKE ALL ON FUNCTION eventbox._set_subscription_format(oid, text, text),
 INSERT INTO eventbox._grant_names (name, kind, object)
 VALUES ('set_subscription_format', 'admin', 'function');
 
+-- ---- 0.4.0: Schema Registry formats of outbox topics ----
+-- Messages sent to a topic listed here are encoded by the relay into the Schema Registry's wire
+-- format with their subject's schema (docs/guide/formats.md). Its changes move the relay's route
+-- generation, as HTTP destinations do: a row committed after a change is encoded by it.
+CREATE TABLE eventbox.topic_formats (
+    topic         text        PRIMARY KEY,
+    value_format  text        NOT NULL CHECK (value_format IN ('registry')),
+    value_subject text        NOT NULL,
+    value_version integer     CHECK (value_version >= 1),
+    key_format    text        NOT NULL DEFAULT 'json' CHECK (key_format IN ('json')),
+    updated_at    timestamptz NOT NULL DEFAULT now()
+);
+SELECT pg_catalog.pg_extension_config_dump('eventbox.topic_formats', '');
+CREATE TRIGGER topic_formats_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON eventbox.topic_formats
+    FOR EACH STATEMENT EXECUTE FUNCTION eventbox._http_destinations_trigger();
+
+CREATE FUNCTION eventbox._set_topic_format(caller oid, topic text, value_format text,
+    value_subject text, key_format text, key_subject text, value_version integer)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM eventbox._check_topic(topic);
+    IF value_format IS NULL OR value_format NOT IN ('json', 'registry') THEN
+        RAISE EXCEPTION 'invalid value_format: %', coalesce(eventbox._quote(value_format), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use ''registry'' (the Schema Registry wire format) or ''json''.';
+    END IF;
+    IF key_format IS NULL OR key_format <> 'json' THEN
+        RAISE EXCEPTION 'key_format % is not supported', coalesce(eventbox._quote(key_format), 'NULL')
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Keys are sent as the bytes given to send(); use ''json''.';
+    END IF;
+    IF key_subject IS NOT NULL THEN
+        RAISE EXCEPTION 'key_subject needs key_format ''registry'', which is not supported'
+            USING ERRCODE = 'feature_not_supported', HINT = 'Pass NULL.';
+    END IF;
+    IF value_subject = '' OR value_version < 1 THEN
+        RAISE EXCEPTION 'invalid value_subject or value_version'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass NULL for the subject <topic>-value, and NULL for its latest version.';
+    END IF;
+    IF value_format = 'json' THEN
+        DELETE FROM eventbox.topic_formats f WHERE f.topic = _set_topic_format.topic;
+        RETURN;
+    END IF;
+    INSERT INTO eventbox.topic_formats AS f (topic, value_format, value_subject, value_version)
+    VALUES (topic, value_format, coalesce(value_subject, topic || '-value'), value_version)
+    ON CONFLICT ON CONSTRAINT topic_formats_pkey DO UPDATE
+       SET value_format = excluded.value_format, value_subject = excluded.value_subject,
+           value_version = excluded.value_version, updated_at = now();
+END $$;
+
+CREATE FUNCTION eventbox._reset_topic_format(caller oid, topic text)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    DELETE FROM eventbox.topic_formats f WHERE f.topic = _reset_topic_format.topic;
+END $$;
+
+CREATE FUNCTION eventbox.set_topic_format(topic text, value_format text,
+    value_subject text DEFAULT NULL, key_format text DEFAULT 'json', key_subject text DEFAULT NULL,
+    value_version integer DEFAULT NULL)
+RETURNS void
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
+
+CREATE FUNCTION eventbox.reset_topic_format(topic text)
+RETURNS void
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
+
+COMMENT ON FUNCTION eventbox.set_topic_format(text, text, text, text, text, integer) IS
+    'Encode the messages of a topic into the Schema Registry wire format (value_format registry)';
+COMMENT ON FUNCTION eventbox.reset_topic_format(text) IS
+    'Send the messages of a topic as given again (JSON text or bytes)';
+
+REVOKE ALL ON eventbox.topic_formats FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventbox._set_topic_format(oid, text, text, text, text, text, integer),
+    eventbox._reset_topic_format(oid, text),
+    eventbox.set_topic_format(text, text, text, text, text, integer),
+    eventbox.reset_topic_format(text) FROM PUBLIC;
+
+INSERT INTO eventbox._grant_names (name, kind, object)
+VALUES ('set_topic_format', 'admin', 'function'), ('reset_topic_format', 'admin', 'function'),
+       ('topic_formats', 'admin', 'table');
+
 -- Each change of 0.4.0 goes in its own section above this line, headed
 -- "-- ---- 0.4.0: <what> ----", and the same objects in the full install script.
 

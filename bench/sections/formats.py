@@ -1,9 +1,14 @@
-"""Section formats: ingest of Schema Registry records (value_format 'registry', Avro, ~1 KiB JSON
-equivalent) against the same messages as JSON text, one ingest worker, in the same run: clock
-from enabling the subscription (N messages produced beforehand) to its stored offsets reaching N
-(docs/guide/formats.md). The registry is test/lib/schema_registry.py on loopback; the Avro
-records are written by python3-avro."""
+"""Section formats (docs/guide/formats.md), each side against the same messages as JSON text, in
+the same run:
+- ingest of Schema Registry records (value_format 'registry', Avro, ~1 KiB JSON equivalent), one
+  ingest worker: clock from enabling the subscription (N messages produced beforehand) to its
+  stored offsets reaching N; the Avro records are written by python3-avro;
+- relay encoding into Avro (eventbox.set_topic_format()): N messages sent in one transaction to
+  a running relay whose subject schema is cached (one message sent and delivered first); clock
+  from that COMMIT to the outbox being empty.
+The registry is test/lib/schema_registry.py on loopback."""
 
+import io
 import json
 import time
 
@@ -68,10 +73,54 @@ def run_one(cur, sub, topic, n, registry_format, pg_groups):
     return {"n": n, "elapsed": elapsed, "rate": n / elapsed, "cpu": cpu, "row_bytes": size}
 
 
+def drained(cur, timeout):
+    """Waits until the outbox is empty; returns the seconds it took."""
+    t0 = time.monotonic()
+    while q1(cur, "SELECT EXISTS (SELECT 1 FROM eventbox.outbox)"):
+        if time.monotonic() - t0 > timeout:
+            raise BenchError("formats: the outbox is not empty after %.0fs: %r" % (
+                timeout, q1(cur, "SELECT max(last_error) FROM eventbox.outbox")))
+        time.sleep(0.01)
+    return time.monotonic() - t0
+
+
+def run_relay(env, cur, msgs, topic, registry_format, pg_groups):
+    env.broker.create_topic(topic, PARTITIONS)
+    if registry_format:
+        cur.execute("SELECT eventbox.set_topic_format(%s, 'registry')", (topic,))
+    payload0, key0 = msgs.items[0][4], msgs.items[0][3]
+    cur.execute("SELECT eventbox.send(%s, %s::jsonb, %s)", (topic, payload0, key0))
+    drained(cur, 60)  # the relay has the subject's schema now
+    cur.execute("VACUUM eventbox.outbox")
+    cur.execute("DROP TABLE IF EXISTS bench_fmt_staging")
+    cur.execute("CREATE UNLOGGED TABLE bench_fmt_staging (n int PRIMARY KEY, key text, "
+                "payload text)")
+    buf = io.StringIO("".join("%d\t%s\t%s\n" % (i, item[3], item[4].replace("\\", "\\\\"))
+                              for i, item in enumerate(msgs.items)))
+    cur.copy_expert("COPY bench_fmt_staging FROM STDIN", buf)
+    cur.execute("CHECKPOINT")
+    relay = worker_pids(cur, "relay")
+    meter = CpuMeter(dict(pg_groups, relay=lambda: relay))
+    conn = env.connect(autocommit=False)
+    c2 = conn.cursor()
+    c2.execute("SELECT count(eventbox.send(%s, s.payload::jsonb, s.key)) "
+               "FROM (SELECT * FROM bench_fmt_staging ORDER BY n) s", (topic,))
+    meter.start()
+    conn.commit()
+    elapsed = drained(cur, max(300, msgs.n / 500))
+    cpu = meter.stop()
+    conn.close()
+    failed = q1(cur, "SELECT count(*) FROM eventbox.outbox WHERE status = 'failed'")
+    if failed:
+        raise BenchError("formats: %d rows failed" % failed)
+    return {"n": msgs.n, "elapsed": elapsed, "rate": msgs.n / elapsed, "cpu": cpu}
+
+
 def run(ctx):
     env, cur, args, pg_groups = ctx.env, ctx.cur, ctx.args, ctx.pg_groups
     n = args.formats_messages
-    out = ctx.res["formats"] = {"n": n, "json": [], "avro": []}
+    out = ctx.res["formats"] = {"n": n, "json": [], "avro": [], "relay_json": [],
+                                "relay_avro": []}
     registry = SchemaRegistry().start()
     try:
         alter_system(cur, "eventbox.schema_registry_url", registry.url)
@@ -94,6 +143,13 @@ def run(ctx):
             x = run_one(cur, t_avro, t_avro, n, True, pg_groups)
             out["avro"].append(x)
             log("  avro (registry): %.0f msg/s in %.2fs" % (x["rate"], x["elapsed"]))
+            registry.register(t_avro + "_out-value", SCHEMA)
+            x = run_relay(env, cur, msgs, t_json + "_out", False, pg_groups)
+            out["relay_json"].append(x)
+            log("  relay json: %.0f msg/s in %.2fs" % (x["rate"], x["elapsed"]))
+            x = run_relay(env, cur, msgs, t_avro + "_out", True, pg_groups)
+            out["relay_avro"].append(x)
+            log("  relay avro (registry): %.0f msg/s in %.2fs" % (x["rate"], x["elapsed"]))
         cur.execute("TRUNCATE eventbox.inbox")
     finally:
         alter_system(cur, "eventbox.schema_registry_url", None)
@@ -114,6 +170,19 @@ def table_rows(res):
                "%.1f" % per_msg_us(f["json"], "ingest_s"), "-", "info"),
         ROW % ("  row bytes payload+raw avro/json", "%d" % a["row_bytes"], "%d" % j["row_bytes"],
                "-", "info (raw_payload kept)"),
+    ] + relay_rows(f)
+
+
+def relay_rows(f):
+    if not f["relay_avro"]:
+        return []
+    a, j = best(f["relay_avro"]), best(f["relay_json"])
+    r = a["rate"] / j["rate"]
+    return [
+        ROW % ("relay encoding Avro (msg/s)", "%.0f" % a["rate"], "same as JSON %.0f" % j["rate"],
+               "%.2f" % r, ">= 0.8 " + ("ok" if r >= 0.8 else "BELOW")),
+        ROW % ("  relay cpu/msg avro/json (us)", "%.1f" % per_msg_us(f["relay_avro"], "relay_s"),
+               "%.1f" % per_msg_us(f["relay_json"], "relay_s"), "-", "info"),
     ]
 
 
@@ -124,4 +193,7 @@ def notes(res, args):
     return ["formats: %d messages per run, the ingest section's ~1 KiB JSON payloads and the "
             "same fields as an Avro record (python3-avro, Confluent wire format, one schema id "
             "from a loopback registry); best of %d runs per side; registry records also keep "
-            "their bytes in raw_payload." % (f["n"], len(f["avro"]))]
+            "their bytes in raw_payload. Relay: the same messages sent with send() in one "
+            "transaction to a running relay, JSON as given against Avro encoded by the relay "
+            "(the subject's schema fetched by one message before the clock)."
+            % (f["n"], len(f["avro"]))]

@@ -94,12 +94,14 @@ void turn(MemoryContext) {
     state.emit_logs();
     bool worked = store_all();
     state.release();
-    if (registry_turn()) needs_reload = true;  // waiting subscriptions are read again
+    // Waiting subscriptions whose schemas arrived are read again at once.
+    bool schemas_ready = registry_turn();
+    if (schemas_ready) needs_reload = true;
     if (state.ready()) record_errors();
     MemoryContextSwitchTo(TopMemoryContext);
     MemoryContextReset(batch_context);
     flush_stats(worked);
-    wait_for_more(n >= round_size);
+    wait_for_more(n >= round_size || schemas_ready);
 }
 
 }  // namespace

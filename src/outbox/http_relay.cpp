@@ -263,7 +263,8 @@ http::Client* build_client(const LoadedRow* rows, int n, std::size_t queue_limit
 
 char* fingerprint() {
     if (!destinations_exist()) return pstrdup("");
-    // Every column, as text: any change of a destination changes it.
+    // Every column, as text: any change of a destination changes it; and the topic formats
+    // (outbox/relay_formats.hpp), which route rows through the registry encoding (from 0.4.0).
     int rc = SPI_execute(
         "SELECT string_agg(c::text, E'\\n' ORDER BY c.topic) "
         "FROM eventbox.http_destination_config c",
@@ -273,7 +274,19 @@ char* fingerprint() {
              SPI_result_code_string(rc));
     bool isnull;
     Datum value = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-    return isnull ? pstrdup("") : TextDatumGetCString(value);
+    char* destinations = isnull ? pstrdup("") : TextDatumGetCString(value);
+    rc = SPI_execute("SELECT to_regclass('eventbox.topic_formats') IS NOT NULL", true, 1);
+    if (rc != SPI_OK_SELECT) elog(ERROR, "eventbox relay: SPI_execute failed");
+    if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+        return destinations;
+    rc = SPI_execute(
+        "SELECT string_agg(f::text, E'\\n' ORDER BY f.topic) FROM eventbox.topic_formats f", true,
+        1);
+    if (rc != SPI_OK_SELECT || SPI_processed != 1)
+        elog(ERROR, "eventbox relay: reading topic formats failed: %s", SPI_result_code_string(rc));
+    value = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+    return isnull ? destinations
+                  : psprintf("%s\n--formats\n%s", destinations, TextDatumGetCString(value));
 }
 
 http::Client* load_client(std::size_t queue_limit, relay::RouteStamp* loaded, char** print) {

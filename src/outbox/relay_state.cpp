@@ -84,6 +84,7 @@ void PgDispatcher::create(PgProducer& producer, PgHttpClient& http) {
         limits.max_attempts = guc::relay_max_attempts;
         relay::Sink* kafka = producer.producer_;
         if (kafka == nullptr) kafka = no_kafka_ = new relay::NoKafka();
+        kafka = with_formats(kafka);
         if (http.client_ != nullptr) router_ = new http::Router(*kafka, *http.client_);
         dispatcher_ = new relay::Dispatcher(
             router_ != nullptr ? static_cast<relay::Sink&>(*router_) : *kafka, limits);
@@ -201,6 +202,8 @@ void destroy_state() {
     dispatcher.dispatcher_ = nullptr;
     delete dispatcher.router_;
     dispatcher.router_ = nullptr;
+    delete dispatcher.formats_;
+    dispatcher.formats_ = nullptr;
     delete dispatcher.no_kafka_;
     dispatcher.no_kafka_ = nullptr;
     delete http_client.client_;

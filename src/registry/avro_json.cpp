@@ -3,6 +3,7 @@
 
 #include <avro.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -33,10 +34,39 @@ struct Node {
         kLocalTimestampMicros,
         kDuration
     };
+    // The type, for the encoder (the decoder asks Avro C).
+    enum Kind {
+        kNull,
+        kBoolean,
+        kInt,
+        kLong,
+        kFloat,
+        kDouble,
+        kBytes,
+        kString,
+        kRecord,
+        kEnum,
+        kArray,
+        kMap,
+        kUnion,
+        kFixed
+    };
+    Kind kind = kNull;
     Logical logical = kNone;
     int scale = 0;
+    std::size_t size = 0;  // fixed
     std::vector<const Node*> children;
+    std::vector<std::string> names;               // record fields; enum symbols
+    std::vector<const nlohmann::json*> defaults;  // record fields' defaults (nullptr: none)
 };
+
+Node::Kind primitive_kind(const std::string& name) {
+    static const std::unordered_map<std::string, Node::Kind> kinds = {
+        {"null", Node::kNull},   {"boolean", Node::kBoolean}, {"int", Node::kInt},
+        {"long", Node::kLong},   {"float", Node::kFloat},     {"double", Node::kDouble},
+        {"bytes", Node::kBytes}, {"string", Node::kString}};
+    return kinds.at(name);
+}
 
 Node::Logical logical_of(const nlohmann::json& j) {
     auto it = j.find("logicalType");
@@ -70,6 +100,7 @@ class TreeBuilder {
         if (j.is_string()) return reference(j.get<std::string>(), ns);
         if (j.is_array()) {
             Node* n = make();
+            n->kind = Node::kUnion;
             for (const auto& branch : j) n->children.push_back(build(branch, ns));
             return n;
         }
@@ -81,10 +112,13 @@ class TreeBuilder {
         if (t == "record" || t == "error" || t == "enum" || t == "fixed") return named(j, t, ns);
         Node* n = make();
         if (t == "array") {
+            n->kind = Node::kArray;
             n->children.push_back(build(j.at("items"), ns));
         } else if (t == "map") {
+            n->kind = Node::kMap;
             n->children.push_back(build(j.at("values"), ns));
         } else if (is_primitive(t)) {
+            n->kind = primitive_kind(t);
             set_logical(n, j);
         } else {
             return reference(t, ns);
@@ -123,18 +157,33 @@ class TreeBuilder {
         if (top_name.empty() && depth_ == 0) top_name = full;
         by_name_[full] = n;  // before the fields: a record may refer to itself
         if (t == "record" || t == "error") {
+            n->kind = Node::kRecord;
             ++depth_;
-            for (const auto& field : j.at("fields"))
+            for (const auto& field : j.at("fields")) {
                 n->children.push_back(build(field.at("type"), inner));
+                n->names.push_back(field.at("name").get<std::string>());
+                auto d = field.find("default");
+                n->defaults.push_back(d == field.end() ? nullptr : &*d);
+            }
             --depth_;
         } else if (t == "fixed") {
+            n->kind = Node::kFixed;
+            n->size = j.at("size").get<std::size_t>();
             set_logical(n, j);
+        } else {
+            n->kind = Node::kEnum;
+            for (const auto& symbol : j.at("symbols"))
+                n->names.push_back(symbol.get<std::string>());
         }
         return n;
     }
 
     const Node* reference(const std::string& name, const std::string& ns) {
-        if (is_primitive(name)) return make();
+        if (is_primitive(name)) {
+            Node* n = make();
+            n->kind = primitive_kind(name);
+            return n;
+        }
         auto it = by_name_.find(name);
         if (it == by_name_.end() && !ns.empty()) it = by_name_.find(ns + "." + name);
         if (it == by_name_.end())
@@ -417,6 +466,366 @@ bool write(avro_value_t* v, const Node* n, std::string* out, std::string* error)
     }
 }
 
+// ---- encoding: JSON (the mapping above, read back) as Avro binary --------------------------
+
+void put_long(int64_t v, std::string* out) {
+    uint64_t z = (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
+    while (z >= 0x80) {
+        out->push_back(static_cast<char>((z & 0x7f) | 0x80));
+        z >>= 7;
+    }
+    out->push_back(static_cast<char>(z));
+}
+
+void put_bytes(const std::string& b, std::string* out) {
+    put_long(static_cast<int64_t>(b.size()), out);
+    out->append(b);
+}
+
+int64_t days_from_civil(int64_t y, unsigned m, unsigned d) {
+    y -= m <= 2 ? 1 : 0;
+    int64_t era = (y >= 0 ? y : y - 399) / 400;
+    auto yoe = static_cast<unsigned>(y - era * 400);
+    unsigned doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
+    unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + static_cast<int64_t>(doe) - 719468;
+}
+
+// "YYYY-MM-DD" at `p`; advances it.
+bool parse_date(const char*& p, int64_t* days) {
+    int y, m, d, n = 0;
+    if (sscanf(p, "%5d-%2d-%2d%n", &y, &m, &d, &n) != 3 || n < 10 || m < 1 || m > 12 || d < 1 ||
+        d > 31)
+        return false;
+    p += n;
+    *days = days_from_civil(y, static_cast<unsigned>(m), static_cast<unsigned>(d));
+    return true;
+}
+
+// "HH:MM:SS[.fraction]" at `p` as units of 1/per second; advances it.
+bool parse_time(const char*& p, int64_t per, int64_t* units) {
+    int h, mi, sec, n = 0;
+    if (sscanf(p, "%2d:%2d:%2d%n", &h, &mi, &sec, &n) != 3 || n != 8 || h > 23 || mi > 59 ||
+        sec > 60)
+        return false;
+    p += n;
+    int64_t fraction = 0, scale = per;
+    if (*p == '.') {
+        ++p;
+        while (*p >= '0' && *p <= '9') {
+            if (scale > 1) {
+                scale /= 10;
+                fraction += (*p - '0') * scale;
+            }
+            ++p;
+        }
+    }
+    *units = ((h * 60 + mi) * 60 + sec) * per + fraction;
+    return true;
+}
+
+bool parse_timestamp(const std::string& text, int64_t per, int64_t* units) {
+    const char* p = text.c_str();
+    int64_t days, time;
+    if (!parse_date(p, &days) || (*p != 'T' && *p != ' ')) return false;
+    ++p;
+    if (!parse_time(p, per, &time)) return false;
+    int64_t offset_s = 0;
+    if (*p == 'Z') {
+        ++p;
+    } else if (*p == '+' || *p == '-') {
+        int oh, om, n = 0;
+        if (sscanf(p + 1, "%2d:%2d%n", &oh, &om, &n) != 2) return false;
+        offset_s = (oh * 60 + om) * 60 * (*p == '-' ? -1 : 1);
+        p += 1 + n;
+    }
+    if (*p != '\0') return false;
+    *units = days * 86400 * per + time - offset_s * per;
+    return true;
+}
+
+// A decimal string (or integer) scaled by 10^scale as minimal two's-complement bytes (`size`
+// bytes, sign-extended, when non-zero).
+bool decimal_bytes(const nlohmann::json& v, int scale, std::size_t size, std::string* out) {
+    std::string text = v.is_string() ? v.get<std::string>() : v.is_number_integer() ? v.dump() : "";
+    if (text.empty()) return false;
+    bool negative = text[0] == '-';
+    std::size_t i = negative || text[0] == '+' ? 1 : 0;
+    std::string digits;
+    int fraction = -1;
+    for (; i < text.size(); ++i) {
+        char c = text[i];
+        if (c == '.' && fraction < 0) {
+            fraction = 0;
+        } else if (c >= '0' && c <= '9') {
+            digits.push_back(c);
+            if (fraction >= 0) ++fraction;
+        } else {
+            return false;
+        }
+    }
+    if (digits.empty() || fraction > scale) return false;
+    for (int k = std::max(fraction, 0); k < scale; ++k) digits.push_back('0');
+    std::vector<unsigned char> mag;  // big-endian magnitude
+    for (char c : digits) {          // mag = mag * 10 + digit
+        unsigned carry = static_cast<unsigned>(c - '0');
+        for (std::size_t k = mag.size(); k-- > 0;) {
+            unsigned cur = mag[k] * 10u + carry;
+            mag[k] = static_cast<unsigned char>(cur & 0xff);
+            carry = cur >> 8;
+        }
+        while (carry > 0) {
+            mag.insert(mag.begin(), static_cast<unsigned char>(carry & 0xff));
+            carry >>= 8;
+        }
+    }
+    while (!mag.empty() && mag[0] == 0) mag.erase(mag.begin());
+    bool zero = mag.empty();
+    if (zero) negative = false;
+    if (mag.empty() || (mag[0] & 0x80) != 0) mag.insert(mag.begin(), 0);  // room for the sign
+    if (negative) {                                                       // two's complement
+        for (auto& c : mag) c = static_cast<unsigned char>(~c);
+        for (std::size_t k = mag.size(); k-- > 0;)
+            if (++mag[k] != 0) break;
+        while (mag.size() > 1 && mag[0] == 0xff && (mag[1] & 0x80) != 0) mag.erase(mag.begin());
+    }
+    if (size > 0) {
+        if (mag.size() > size) return false;
+        mag.insert(mag.begin(), size - mag.size(), negative ? 0xff : 0);
+    }
+    out->assign(mag.begin(), mag.end());
+    return true;
+}
+
+bool base64_decode(const std::string& text, std::string* out) {
+    static const std::string kAlphabet =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    out->clear();
+    uint32_t buffer = 0;
+    int bits = 0;
+    std::size_t i = 0;
+    for (; i < text.size() && text[i] != '='; ++i) {
+        std::size_t v = kAlphabet.find(text[i]);
+        if (v == std::string::npos) return false;
+        buffer = (buffer << 6) | static_cast<uint32_t>(v);
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            out->push_back(static_cast<char>((buffer >> bits) & 0xff));
+        }
+    }
+    for (; i < text.size(); ++i)
+        if (text[i] != '=') return false;
+    return true;
+}
+
+class Encoder {
+  public:
+    explicit Encoder(std::string* error) : error_(error) {}
+
+    bool encode(const nlohmann::json& v, const Node* n, std::string* out) {
+        switch (n->kind) {
+            case Node::kNull:
+                return v.is_null() || fail("null");
+            case Node::kBoolean:
+                if (!v.is_boolean()) return fail("a boolean");
+                out->push_back(v.get<bool>() ? 1 : 0);
+                return true;
+            case Node::kInt:
+            case Node::kLong:
+                return encode_integer(v, n, out);
+            case Node::kFloat:
+            case Node::kDouble:
+                return encode_float(v, n->kind == Node::kFloat, out);
+            case Node::kString:
+                if (!v.is_string()) return fail("a string");
+                put_bytes(v.get_ref<const std::string&>(), out);
+                return true;
+            case Node::kBytes:
+            case Node::kFixed:
+                return encode_bytes(v, n, out);
+            case Node::kEnum: {
+                if (!v.is_string()) return fail("an enum symbol");
+                auto it = std::find(n->names.begin(), n->names.end(), v.get<std::string>());
+                if (it == n->names.end()) return fail("one of the enum's symbols");
+                put_long(it - n->names.begin(), out);
+                return true;
+            }
+            case Node::kArray:
+                if (!v.is_array()) return fail("an array");
+                if (!v.empty()) put_long(static_cast<int64_t>(v.size()), out);
+                for (std::size_t i = 0; i < v.size(); ++i) {
+                    Scope scope(this, "[" + std::to_string(i) + "]");
+                    if (!encode(v[i], n->children[0], out)) return false;
+                }
+                out->push_back(0);
+                return true;
+            case Node::kMap:
+                if (!v.is_object()) return fail("an object (map)");
+                if (!v.empty()) put_long(static_cast<int64_t>(v.size()), out);
+                for (auto it = v.begin(); it != v.end(); ++it) {
+                    put_bytes(it.key(), out);
+                    Scope scope(this, "." + it.key());
+                    if (!encode(it.value(), n->children[0], out)) return false;
+                }
+                out->push_back(0);
+                return true;
+            case Node::kRecord:
+                return encode_record(v, n, out);
+            case Node::kUnion:
+                return encode_union(v, n, out);
+        }
+        return fail("a supported value");
+    }
+
+    std::string path = "$";
+
+  private:
+    struct Scope {
+        Scope(Encoder* e, const std::string& part) : e_(e), size_(e->path.size()) {
+            e->path += part;
+        }
+        ~Scope() {
+            if (e_->error_->empty()) e_->path.resize(size_);
+        }
+        Encoder* e_;
+        std::size_t size_;
+    };
+
+    bool fail(const char* wanted) {
+        if (error_->empty()) *error_ = path + ": expected " + wanted + " for the Avro schema";
+        return false;
+    }
+
+    bool encode_integer(const nlohmann::json& v, const Node* n, std::string* out) {
+        int64_t x = 0;
+        if (v.is_number_integer()) {
+            x = v.get<int64_t>();
+        } else if (v.is_string()) {
+            const std::string& t = v.get_ref<const std::string&>();
+            const char* p = t.c_str();
+            bool ok = false;
+            switch (n->logical) {
+                case Node::kDate:
+                    ok = parse_date(p, &x) && *p == '\0';
+                    break;
+                case Node::kTimeMillis:
+                case Node::kTimeMicros:
+                    ok = parse_time(p, n->logical == Node::kTimeMillis ? 1000 : 1000000, &x) &&
+                         *p == '\0';
+                    break;
+                case Node::kTimestampMillis:
+                case Node::kLocalTimestampMillis:
+                    ok = parse_timestamp(t, 1000, &x);
+                    break;
+                case Node::kTimestampMicros:
+                case Node::kLocalTimestampMicros:
+                    ok = parse_timestamp(t, 1000000, &x);
+                    break;
+                default:
+                    break;
+            }
+            if (!ok) return fail(n->logical == Node::kNone ? "an integer" : "an ISO date/time");
+        } else {
+            return fail("an integer");
+        }
+        if (n->kind == Node::kInt && (x < INT32_MIN || x > INT32_MAX))
+            return fail("an integer within int's range");
+        put_long(x, out);
+        return true;
+    }
+
+    bool encode_float(const nlohmann::json& v, bool single, std::string* out) {
+        double x;
+        if (v.is_number()) {
+            x = v.get<double>();
+        } else if (v == "NaN") {
+            x = std::nan("");
+        } else if (v == "Infinity" || v == "-Infinity") {
+            x = v == "Infinity" ? HUGE_VAL : -HUGE_VAL;
+        } else {
+            return fail("a number");
+        }
+        if (single) {
+            auto f = static_cast<float>(x);
+            out->append(reinterpret_cast<const char*>(&f), 4);
+        } else {
+            out->append(reinterpret_cast<const char*>(&x), 8);
+        }
+        return true;
+    }
+
+    bool encode_bytes(const nlohmann::json& v, const Node* n, std::string* out) {
+        std::string bytes;
+        std::size_t fixed = n->kind == Node::kFixed ? n->size : 0;
+        if (n->logical == Node::kDecimal) {
+            if (!decimal_bytes(v, n->scale, fixed, &bytes))
+                return fail("a decimal (a string of digits within the scale)");
+        } else if (n->logical == Node::kDuration && v.is_object()) {
+            for (const char* part : {"months", "days", "milliseconds"}) {
+                auto x = static_cast<uint32_t>(v.value(part, 0u));
+                for (int k = 0; k < 4; ++k)
+                    bytes.push_back(static_cast<char>((x >> (8 * k)) & 0xff));
+            }
+        } else if (!v.is_string() || !base64_decode(v.get<std::string>(), &bytes)) {
+            return fail("base64 bytes");
+        }
+        if (fixed > 0) {
+            if (bytes.size() != fixed) return fail("fixed bytes of the schema's size");
+            out->append(bytes);
+        } else {
+            put_bytes(bytes, out);
+        }
+        return true;
+    }
+
+    bool encode_record(const nlohmann::json& v, const Node* n, std::string* out) {
+        if (!v.is_object()) return fail("an object (record)");
+        std::size_t matched = 0;
+        for (std::size_t i = 0; i < n->names.size(); ++i) {
+            Scope scope(this, "." + n->names[i]);
+            auto it = v.find(n->names[i]);
+            const nlohmann::json* field = it != v.end() ? &*it : n->defaults[i];
+            if (it != v.end()) ++matched;
+            if (field == nullptr) return fail("the field (it has no default)");
+            if (!encode(*field, n->children[i], out)) return false;
+        }
+        if (matched < v.size()) {
+            for (auto it = v.begin(); it != v.end(); ++it)
+                if (std::find(n->names.begin(), n->names.end(), it.key()) == n->names.end()) {
+                    Scope scope(this, "." + it.key());
+                    return fail("no such field: the schema has none");
+                }
+        }
+        return true;
+    }
+
+    // The first branch that takes the value (the decoder writes unions plain).
+    bool encode_union(const nlohmann::json& v, const Node* n, std::string* out) {
+        std::string first_error;
+        for (std::size_t b = 0; b < n->children.size(); ++b) {
+            std::string attempt;
+            std::string saved = *error_;
+            error_->clear();
+            std::string saved_path = path;
+            bool ok = encode(v, n->children[b], &attempt);
+            if (first_error.empty()) first_error = *error_;
+            *error_ = saved;
+            path = saved_path;
+            if (ok) {
+                put_long(static_cast<int64_t>(b), out);
+                out->append(attempt);
+                return true;
+            }
+        }
+        if (error_->empty())
+            *error_ =
+                first_error.empty() ? path + ": no union branch takes the value" : first_error;
+        return false;
+    }
+
+    std::string* error_;
+};
 }  // namespace
 
 struct AvroSchema::Impl {
@@ -425,6 +834,7 @@ struct AvroSchema::Impl {
     avro_value_t value{};
     bool has_value = false;
     avro_reader_t reader = nullptr;
+    nlohmann::json parsed;  // the schema's JSON (the fields' defaults point into it)
     std::vector<std::unique_ptr<Node>> nodes;
     const Node* root = nullptr;
     std::string name;
@@ -442,7 +852,8 @@ AvroSchema::AvroSchema(std::string_view json) : impl_(std::make_unique<Impl>()) 
     if (avro_schema_from_json_length(json.data(), json.size(), &impl_->schema) != 0)
         throw Error(sqlstate::kInvalidParameterValue,
                     std::string("Avro schema refused: ") + avro_strerror());
-    nlohmann::json parsed = nlohmann::json::parse(json, nullptr, false);
+    impl_->parsed = nlohmann::json::parse(json, nullptr, false);
+    const nlohmann::json& parsed = impl_->parsed;
     if (parsed.is_discarded())
         throw Error(sqlstate::kInvalidParameterValue, "Avro schema is not valid JSON");
     (void)ignored;
@@ -463,6 +874,17 @@ AvroSchema::AvroSchema(std::string_view json) : impl_(std::make_unique<Impl>()) 
 }
 
 AvroSchema::~AvroSchema() = default;
+
+bool AvroSchema::from_json(const std::string& json, std::string* out, std::string* error) const {
+    nlohmann::json value = nlohmann::json::parse(json, nullptr, false);
+    if (value.is_discarded()) {
+        *error = "payload is not JSON";
+        return false;
+    }
+    error->clear();
+    Encoder encoder(error);
+    return encoder.encode(value, impl_->root, out);
+}
 
 const std::string& AvroSchema::full_name() const noexcept {
     return impl_->name;

@@ -1,7 +1,7 @@
-// Avro data of the Schema Registry's wire format as JSON text, with the mapping of
-// docs/guide/formats.md: Avro C (libavro) parses the writer's schema and reads the binary datum;
-// our own walker writes it as JSON, with the logical types (which Avro C does not know) read
-// from the schema's JSON beside it. Pure C++.
+// Avro data of the Schema Registry's wire format as JSON text (and JSON as Avro, for the relay),
+// with the mapping of docs/guide/formats.md: Avro C (libavro) parses the writer's schema and reads
+// the binary datum; our own walker writes it as JSON, with the logical types (which Avro C does not
+// know) read from the schema's JSON beside it. Pure C++.
 #pragma once
 
 #include <cstddef>
@@ -27,6 +27,11 @@ class AvroSchema {
     // `error`, when the bytes are not exactly one datum of this schema (truncated, trailing
     // bytes, a union branch or enum symbol out of range, a string that is not UTF-8).
     bool to_json(const char* data, std::size_t len, std::string* out, std::string* error) const;
+
+    // Appends the Avro binary of the JSON text `json` (read with the same mapping, so a decoded
+    // payload encodes back to the same bytes; a union takes the first branch that accepts the
+    // value). False, with the reason (the value's path) in `error`.
+    bool from_json(const std::string& json, std::string* out, std::string* error) const;
 
   private:
     struct Impl;

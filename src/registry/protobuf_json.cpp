@@ -5,6 +5,7 @@
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/descriptor.pb.h>
 #include <google/protobuf/dynamic_message.h>
+#include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/stubs/logging.h>
@@ -144,6 +145,30 @@ ProtobufSchema::ProtobufSchema(const std::string& text, const std::vector<std::s
 
 ProtobufSchema::~ProtobufSchema() {
     impl_->messages.clear();  // before the factory that made them
+}
+
+bool ProtobufSchema::from_json(const std::string& json, std::string* out,
+                               std::string* error) const {
+    const pb::Descriptor* d = impl_->file->message_type(0);
+    std::unique_ptr<pb::Message>& message = impl_->messages[d];
+    if (!message) message.reset(impl_->factory.GetPrototype(d)->New());
+    message->Clear();
+    pb::util::JsonParseOptions options;
+    pb::util::Status status = pb::util::JsonStringToMessage(json, message.get(), options);
+    if (!status.ok()) {
+        *error = "payload is not a " + d->full_name() + ": " + std::string(status.message());
+        return false;
+    }
+    out->push_back('\0');  // message-indexes [0]
+    std::string bytes;
+    {
+        pb::io::StringOutputStream stream(&bytes);
+        pb::io::CodedOutputStream coded(&stream);
+        coded.SetSerializationDeterministic(true);
+        message->SerializeToCodedStream(&coded);
+    }
+    out->append(bytes);
+    return true;
 }
 
 std::string ProtobufSchema::message_name(const std::vector<int>& indexes) const {

@@ -26,6 +26,11 @@ class ProtobufSchema {
     bool to_json(const char* data, std::size_t len, std::string* out, std::string* error,
                  const std::string** name) const;
 
+    // Appends the message-indexes of the schema's first message type ([0]: one 0 byte) and that
+    // message read from the JSON text `json` (libprotobuf's JSON parser: .proto or JSON field
+    // names, unknown fields refused), serialized deterministically. False with the reason.
+    bool from_json(const std::string& json, std::string* out, std::string* error) const;
+
     // The message type at `indexes` (for the tests): its full name, or "" when there is none.
     std::string message_name(const std::vector<int>& indexes) const;
 

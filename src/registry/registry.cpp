@@ -254,6 +254,7 @@ Decoded Registry::decode(const char* data, std::size_t len, std::string* json) {
 
 struct Registry::Transfer {
     uint32_t id = 0;
+    std::string subject_key;  // a subject's version (else schema `id`)
     CURL* easy = nullptr;
     std::string body;
     std::size_t limit = 0;
@@ -269,6 +270,11 @@ struct Registry::Transfer {
 
 Registry::~Registry() {
     for (auto& [id, t] : open_) {
+        curl_multi_remove_handle(multi_, t->easy);
+        curl_easy_cleanup(t->easy);
+        delete t;
+    }
+    for (auto& [key, t] : open_subjects_) {
         curl_multi_remove_handle(multi_, t->easy);
         curl_easy_cleanup(t->easy);
         delete t;
@@ -295,31 +301,107 @@ void Registry::start_queued() {
                 config_.url.empty() ? "eventbox.schema_registry_url is empty" : config_.invalid;
             continue;
         }
-        auto* t = new Transfer();
+        Transfer* t = start("/schemas/ids/" + std::to_string(id));
         t->id = id;
-        t->limit = config_.max_schema_text * 2 + 65536;
-        t->easy = curl_easy_init();
-        std::string url = config_.url + "/schemas/ids/" + std::to_string(id);
-        curl_easy_setopt(t->easy, CURLOPT_URL, url.c_str());
-        curl_easy_setopt(t->easy, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(t->easy, CURLOPT_TIMEOUT_MS, config_.timeout_ms);
-        curl_easy_setopt(t->easy, CURLOPT_CONNECTTIMEOUT_MS, config_.timeout_ms);
-        curl_easy_setopt(t->easy, CURLOPT_WRITEFUNCTION, &Transfer::on_data);
-        curl_easy_setopt(t->easy, CURLOPT_WRITEDATA, t);
-        curl_easy_setopt(t->easy, CURLOPT_ERRORBUFFER, t->error);
-        curl_easy_setopt(t->easy, CURLOPT_PRIVATE, reinterpret_cast<char*>(t));
-        curl_easy_setopt(t->easy, CURLOPT_PROTOCOLS_STR, "http,https");
-        if (!config_.user_info.empty()) {
-            curl_easy_setopt(t->easy, CURLOPT_HTTPAUTH, CURLAUTH_BASIC);
-            curl_easy_setopt(t->easy, CURLOPT_USERPWD, config_.user_info.c_str());
-        }
         open_[id] = t;
-        curl_multi_add_handle(multi_, t->easy);
     }
 }
 
-void Registry::perform() {
-    if (open_.empty() && queued_.empty()) return;
+Registry::Transfer* Registry::start(const std::string& path) {
+    auto* t = new Transfer();
+    t->limit = config_.max_schema_text * 2 + 65536;
+    t->easy = curl_easy_init();
+    std::string url = config_.url + path;
+    curl_easy_setopt(t->easy, CURLOPT_URL, url.c_str());
+    curl_easy_setopt(t->easy, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(t->easy, CURLOPT_TIMEOUT_MS, config_.timeout_ms);
+    curl_easy_setopt(t->easy, CURLOPT_CONNECTTIMEOUT_MS, config_.timeout_ms);
+    curl_easy_setopt(t->easy, CURLOPT_WRITEFUNCTION, &Transfer::on_data);
+    curl_easy_setopt(t->easy, CURLOPT_WRITEDATA, t);
+    curl_easy_setopt(t->easy, CURLOPT_ERRORBUFFER, t->error);
+    curl_easy_setopt(t->easy, CURLOPT_PRIVATE, reinterpret_cast<char*>(t));
+    curl_easy_setopt(t->easy, CURLOPT_PROTOCOLS_STR, "http,https");
+    if (!config_.user_info.empty()) {
+        curl_easy_setopt(t->easy, CURLOPT_HTTPAUTH, CURLAUTH_BASIC);
+        curl_easy_setopt(t->easy, CURLOPT_USERPWD, config_.user_info.c_str());
+    }
+    curl_multi_add_handle(multi_, t->easy);
+    return t;
+}
+
+// ---- subjects (the relay) -------------------------------------------------------------------
+
+void Registry::want_subject(const std::string& key, const std::string& subject, int version) {
+    if (open_subjects_.count(key) != 0) return;
+    subject_failures_.erase(key);
+    if (config_.url.empty() || !config_.invalid.empty()) {
+        subject_failures_[key] =
+            config_.url.empty() ? "eventbox.schema_registry_url is empty" : config_.invalid;
+        return;
+    }
+    char* escaped = curl_easy_escape(nullptr, subject.c_str(), static_cast<int>(subject.size()));
+    std::string path = "/subjects/" + std::string(escaped ? escaped : "") + "/versions/" +
+                       (version > 0 ? std::to_string(version) : std::string("latest"));
+    curl_free(escaped);
+    Transfer* t = start(path);
+    t->subject_key = key;
+    open_subjects_[key] = t;
+}
+
+Encoded Registry::encode(const std::string& subject, int version, const char* json, std::size_t len,
+                         std::string* out, int64_t now_ms) {
+    Encoded e;
+    std::string key = subject + "@" + std::to_string(version);
+    auto it = subjects_.find(key);
+    if (it == subjects_.end()) {
+        auto failed = subject_failures_.find(key);
+        if (failed != subject_failures_.end() && open_subjects_.count(key) == 0) {
+            e.status = Encoded::kFailed;
+            e.reason = failed->second;
+            subject_failures_.erase(failed);  // asked again at the next attempt
+            return e;
+        }
+        want_subject(key, subject, version);
+        e.status = Encoded::kPending;
+        return e;
+    }
+    if (version == 0 && now_ms - it->second.fetched_ms > kLatestTtlMs)
+        want_subject(key, subject, version);  // meanwhile the cached version serves
+    const Schema& s = *it->second.schema;
+    if (!s.refused.empty()) {
+        e.reason = s.refused;
+        if (now_ms - it->second.fetched_ms > kLatestTtlMs) subjects_.erase(it);
+        return e;
+    }
+    uint32_t id = it->second.id;
+    out->push_back(static_cast<char>(kMagicByte));
+    for (int shift = 24; shift >= 0; shift -= 8) out->push_back(static_cast<char>(id >> shift));
+    std::string why;
+    bool ok = false;
+    switch (s.type) {
+        case SchemaType::kAvro:
+            ok = s.avro->from_json(std::string(json, len), out, &why);
+            break;
+        case SchemaType::kProtobuf:
+            ok = s.protobuf->from_json(std::string(json, len), out, &why);
+            break;
+        case SchemaType::kJson:
+            out->append(json, len);
+            ok = true;
+            break;
+    }
+    if (!ok) {
+        e.reason = "subject \"" + subject + "\" (schema id " + std::to_string(id) +
+                   ") refuses the payload: " + why;
+        return e;
+    }
+    e.status = Encoded::kOk;
+    return e;
+}
+
+void Registry::perform(int64_t now_ms) {
+    now_ms_ = now_ms;
+    if (!busy()) return;
     int running = 0;
     curl_multi_perform(multi_, &running);
     int left = 0;
@@ -332,9 +414,49 @@ void Registry::perform() {
     start_queued();
 }
 
+void Registry::finish_subject(Transfer* t, int curl_code, long status) {
+    const std::string& key = t->subject_key;
+    std::string subject = key.substr(0, key.rfind('@'));
+    std::string version = key.substr(key.rfind('@') + 1);
+    std::string what =
+        "subject \"" + subject + "\" version " + (version == "0" ? "latest" : version);
+    if (curl_code == CURLE_OK && status == 200) {
+        nlohmann::json j = nlohmann::json::parse(t->body, nullptr, false);
+        SubjectEntry entry;
+        entry.fetched_ms = now_ms_;
+        if (j.is_object() && j.contains("id") && j["id"].is_number_unsigned()) {
+            entry.id = j["id"].get<uint32_t>();
+            entry.schema = parse_response(entry.id, t->body, config_.max_schema_text);
+        } else {
+            entry.schema = refused(SchemaType::kAvro, what + ": the registry's answer has no id");
+        }
+        subjects_[key] = std::move(entry);
+    } else if (curl_code == CURLE_OK && status == 404) {
+        SubjectEntry entry;
+        entry.fetched_ms = now_ms_;
+        entry.schema =
+            refused(SchemaType::kAvro, what + " is not in the schema registry " + shown_url_);
+        subjects_[key] = std::move(entry);
+    } else if (subjects_.count(key) == 0) {  // a refresh that failed keeps the cached version
+        subject_failures_[key] =
+            "schema registry " + shown_url_ + ", " + what + ": " +
+            (curl_code != CURLE_OK
+                 ? std::string(t->error[0] ? t->error : curl_easy_strerror(CURLcode(curl_code)))
+                 : "HTTP status " + std::to_string(status));
+    }
+    curl_multi_remove_handle(multi_, t->easy);
+    curl_easy_cleanup(t->easy);
+    open_subjects_.erase(key);
+    delete t;
+}
+
 void Registry::finish(Transfer* t, int curl_code) {
     long status = 0;
     curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &status);
+    if (!t->subject_key.empty()) {
+        finish_subject(t, curl_code, status);
+        return;
+    }
     std::string where = "schema registry " + shown_url_ + ", schema id " + std::to_string(t->id);
     if (curl_code != CURLE_OK) {
         if (curl_code == CURLE_WRITE_ERROR)

@@ -70,6 +70,18 @@ struct Decoded {
     bool utf8 = false;  // kOk: the JSON text is known to be UTF-8 (Avro's: our walker checks)
 };
 
+// What encoding a payload for a subject came to (the relay's side).
+struct Encoded {
+    enum Status {
+        kOk,       // the wire format is in `out`
+        kPending,  // the subject's schema is being fetched: try again shortly
+        kFailed,   // the registry could not be asked (transport): retry with backoff
+        kRefused   // no such subject/version, a schema we cannot use, or a payload it refuses
+    };
+    Status status = kRefused;
+    std::string reason;
+};
+
 // Reads the wire header of [data, data+len): false with the reason when it is not one.
 bool read_header(const char* data, std::size_t len, uint32_t* id, std::string* reason);
 
@@ -92,10 +104,17 @@ class Registry {
     // The schema id of a value decode() found pending.
     uint32_t pending_id(const char* data, std::size_t len) const;
 
-    // Serves the transfers without blocking.
-    void perform();
+    // Encodes the JSON text [json, json+len) with the schema of `subject` at `version` (0:
+    // latest, looked up again after kLatestTtlMs) into the wire format, appended to `out`.
+    Encoded encode(const std::string& subject, int version, const char* json, std::size_t len,
+                   std::string* out, int64_t now_ms);
+
+    // Serves the transfers without blocking (`now_ms`: the clock subjects are stamped with).
+    void perform(int64_t now_ms = 0);
     // Whether transfers are open or queued.
-    bool busy() const noexcept { return !open_.empty() || !queued_.empty(); }
+    bool busy() const noexcept {
+        return !open_.empty() || !queued_.empty() || !open_subjects_.empty();
+    }
     // Whether schema `id` is cached (usable or refused).
     bool cached(uint32_t id) const { return cache_.count(id) != 0; }
     // Why the last fetch of `id` failed in transport ("" when it did not): the registry and the
@@ -117,10 +136,19 @@ class Registry {
         std::list<uint32_t>::iterator lru;
     };
     struct Transfer;
+    // A subject's version as the relay encodes with it.
+    struct SubjectEntry {
+        uint32_t id = 0;
+        std::unique_ptr<Schema> schema;
+        int64_t fetched_ms = 0;
+    };
 
     void want(uint32_t id);
+    void want_subject(const std::string& key, const std::string& subject, int version);
+    Transfer* start(const std::string& path);
     void start_queued();
     void finish(Transfer* t, int curl_code);
+    void finish_subject(Transfer* t, int curl_code, long status);
     void evict();
 
     Config config_;
@@ -131,12 +159,19 @@ class Registry {
     std::unordered_map<uint32_t, std::string> failures_;
     std::vector<uint32_t> queued_;
     std::unordered_map<uint32_t, Transfer*> open_;
+    std::unordered_map<std::string, SubjectEntry> subjects_;  // by "subject@version"
+    std::unordered_map<std::string, std::string> subject_failures_;
+    std::unordered_map<std::string, Transfer*> open_subjects_;
     void* multi_ = nullptr;  // CURLM*
+    int64_t now_ms_ = 0;     // as of the last perform()
 };
 
 // Fetches open or queued at once, and the entries the cache never evicts (the most recent):
 // what a pending record waits for is fetched in a round of at most this many, so it is still
 // cached when its records are read again.
 inline constexpr std::size_t kMaxFetches = 256;
+// How long the relay encodes with a subject's latest version before it asks again (in the
+// background: the cached version is used meanwhile).
+inline constexpr int64_t kLatestTtlMs = 60000;
 
 }  // namespace eventbox::registry

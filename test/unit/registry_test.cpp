@@ -4,6 +4,7 @@
 #include "registry/registry.hpp"
 
 #include "core/error.hpp"
+#include "outbox/relay_formats.hpp"
 #include "registry/avro_json.hpp"
 #include "registry/protobuf_json.hpp"
 
@@ -133,6 +134,64 @@ TEST(RegistryAvro, NonUtf8StringIsRefused) {
     std::string error;
     EXPECT_EQ(decode(s, avro_string("\xff"), &error).rfind("ERROR", 0), 0u);
     EXPECT_NE(error.find("UTF-8"), std::string::npos);
+}
+
+// JSON back to Avro: the decoder's output encodes to the bytes it was decoded from.
+TEST(RegistryAvroEncode, RoundTripsTheMappingByteForByte) {
+    AvroSchema s(kUser);
+    std::string data = avro_long(42) + avro_string("Ann") + avro_long(0) + avro_long(0) +
+                       avro_long(1) + avro_string("t") + avro_long(0) + avro_long(0) +
+                       avro_string(std::string("\x01\x02", 2));
+    double score = -2.25;
+    data.append(reinterpret_cast<const char*>(&score), 8);
+    data.push_back('\0');
+    std::string json = decode(s, data), out, error;
+    ASSERT_TRUE(s.from_json(json, &out, &error)) << error;
+    EXPECT_EQ(out, data);
+}
+
+TEST(RegistryAvroEncode, LogicalTypesBackToTheirEncoding) {
+    AvroSchema s(R"({"type":"record","name":"L","fields":[
+        {"name":"d","type":{"type":"int","logicalType":"date"}},
+        {"name":"ts","type":{"type":"long","logicalType":"timestamp-millis"}},
+        {"name":"dec","type":{"type":"bytes","logicalType":"decimal","precision":9,"scale":2}},
+        {"name":"neg","type":{"type":"fixed","name":"F","size":2,"logicalType":"decimal","precision":4,"scale":3}},
+        {"name":"u","type":["null","long","string"]}]})");
+    std::string data = avro_long(19000) + avro_long(1700000000123) +
+                       avro_string(std::string("\x30\x39", 2)) + std::string("\xff\xfe", 2) +
+                       avro_long(2) + avro_string("x");
+    std::string json = decode(s, data), out, error;
+    ASSERT_TRUE(s.from_json(json, &out, &error)) << error;
+    EXPECT_EQ(out, data);
+    out.clear();
+    ASSERT_TRUE(s.from_json(R"({"d":"2022-01-08","ts":"2023-11-14T23:13:20.123+01:00",)"
+                            R"("dec":"-0.5","neg":"0","u":7})",
+                            &out, &error))
+        << error;
+    EXPECT_EQ(out, avro_long(19000) + avro_long(1700000000123) +
+                       avro_string(std::string("\xce", 1)) + std::string("\0\0", 2) + avro_long(1) +
+                       avro_long(7));
+}
+
+TEST(RegistryAvroEncode, RefusalsNameThePath) {
+    AvroSchema s(kUser);
+    std::string out, error;
+    EXPECT_FALSE(s.from_json(R"({"id":"x"})", &out, &error));
+    EXPECT_NE(error.find("$.id"), std::string::npos) << error;
+    EXPECT_FALSE(s.from_json(R"({"id":1,"name":"a","kind":"Z","tags":[],"attrs":{},)"
+                             R"("blob":"","score":1,"ok":true})",
+                             &out, &error));
+    EXPECT_NE(error.find("$.kind"), std::string::npos) << error;
+    EXPECT_FALSE(s.from_json(R"({"id":1,"name":"a","kind":"A","tags":[],"attrs":{},)"
+                             R"("blob":"","score":1,"ok":true,"extra":1})",
+                             &out, &error));
+    EXPECT_NE(error.find("$.extra"), std::string::npos) << error;
+    out.clear();
+    EXPECT_TRUE(s.from_json(R"({"id":1,"name":"a","kind":"A","tags":[],"attrs":{},)"
+                            R"("blob":"","score":1,"ok":true})",
+                            &out, &error))
+        << error;  // email: its default
+    EXPECT_FALSE(s.from_json("not json", &out, &error));
 }
 
 TEST(RegistryWire, Header) {
@@ -280,3 +339,43 @@ TEST(RegistryCache, BoundedByEntriesButKeepsTheLastRound) {
 
 }  // namespace
 }  // namespace eventbox::registry
+
+namespace eventbox::relay {
+namespace {
+
+class Recorder final : public Sink {
+  public:
+    Produced produce(const Row& row, std::string&) override {
+        payloads.emplace_back(row.payload, row.payload_len);
+        return Produced::kQueued;
+    }
+    std::vector<std::string> payloads;
+};
+
+Row json_row(const char* topic, const std::string& payload) {
+    Row r;
+    r.id = 1;
+    r.topic = topic;
+    r.payload = payload.data();
+    r.payload_len = payload.size();
+    return r;
+}
+
+// Topics without a format pass through; a format's subject is fetched before its rows go (the
+// row waits, as kBusy), and a registry that cannot be asked fails the attempt with the reason.
+TEST(RelayFormats, PassThroughWaitThenFailWithoutARegistry) {
+    Recorder kafka;
+    FormatSink sink(kafka, registry::Config{}, {TopicFormat{"avro", "avro-value", 0}},
+                    [] { return int64_t{0}; });
+    std::string payload = R"({"a":1})", error;
+    EXPECT_EQ(sink.produce(json_row("plain", payload), error), Produced::kQueued);
+    ASSERT_EQ(kafka.payloads.size(), 1u);
+    EXPECT_EQ(kafka.payloads[0], payload);
+    EXPECT_EQ(sink.produce(json_row("avro", payload), error), Produced::kBusy);
+    EXPECT_EQ(sink.produce(json_row("avro", payload), error), Produced::kFailed);
+    EXPECT_NE(error.find("schema_registry_url is empty"), std::string::npos) << error;
+    EXPECT_EQ(kafka.payloads.size(), 1u);
+}
+
+}  // namespace
+}  // namespace eventbox::relay

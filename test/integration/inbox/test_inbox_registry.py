@@ -319,3 +319,95 @@ def test_ten_thousand_schema_ids_keep_memory_bounded(
     # The cache keeps at most 1,000 schemas (the default): 8,000 more ids must not add their
     # ~8,000 schemas' worth of memory.
     assert growth_kb < 16 * 1024, (warm, after)
+
+
+# ---- the outbox: eventbox.set_topic_format() ------------------------------------------------
+
+def read_values(topic, n, timeout=60):
+    """The first n values of `topic` (kafka-python), in offset order of its one partition."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    from inbox_support import bootstrap
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap(), group_id=None,
+                             enable_auto_commit=False, auto_offset_reset="earliest",
+                             client_id="eventbox-registry-tests")
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        values = []
+        deadline = time.monotonic() + timeout
+        while len(values) < n and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=500).values():
+                values.extend(r.value for r in records)
+        assert len(values) >= n, "read %d of %d records of %s" % (len(values), n, topic)
+        return values[:n]
+    finally:
+        consumer.close(autocommit=False)
+
+
+def outbox_statuses(ib_db, topic):
+    return ib_db.rows("SELECT status, count(*), max(last_error) FROM eventbox.outbox "
+                      "WHERE topic = %s GROUP BY 1 ORDER BY 1", (topic,))
+
+
+def test_relay_encodes_topics_with_a_registry_format(ib_db, ib_topic, registry):
+    topic = ib_topic("outavro", 1)
+    sid = registry.register(topic + "-value", ORDER)
+    ib_db.rows("SELECT eventbox.set_topic_format(%s, 'registry')", (topic,))
+    assert ib_db.rows("SELECT value_subject, value_version FROM eventbox.topic_formats "
+                      "WHERE topic = %s", (topic,)) == [(topic + "-value", None)]
+    for i in range(10):
+        # One key: one lane, so the records keep the order they were sent in.
+        ib_db.rows("SELECT eventbox.send(%s, %s::jsonb, key => 'k')",
+                   (topic, json.dumps(expected(i))))
+    values = read_values(topic, 10)
+    for i, v in enumerate(values):
+        # Byte for byte what python3-avro writes for the same order.
+        assert v == wire(sid, avro_encode(ORDER, order(i))), i
+    # A payload the schema refuses fails with the reason; the topic's later rows go on.
+    ib_db.rows("SELECT eventbox.send(%s, '{\"id\": 1}'::jsonb, key => 'k')", (topic,))
+    ib_db.rows("SELECT eventbox.send(%s, %s::jsonb, key => 'k')",
+               (topic, json.dumps(expected(11))))
+    assert read_values(topic, 11)[10] == wire(sid, avro_encode(ORDER, order(11)))
+    failed = poll(lambda: [r for r in outbox_statuses(ib_db, topic) if r[0] == "failed"], 90,
+                  "the refused row to fail")
+    assert "$.id: expected a string" in failed[0][2], failed
+    # Reset: the messages go out as given again.
+    ib_db.rows("SELECT eventbox.reset_topic_format(%s)", (topic,))
+    ib_db.rows("SELECT eventbox.send(%s, '{\"plain\": true}'::jsonb)", (topic,))
+    assert json.loads(read_values(topic, 12)[11]) == {"plain": True}
+
+
+def test_unknown_subject_fails_the_row_with_the_reason(ib_db, ib_topic, registry):
+    topic = ib_topic("outnosubject", 1)
+    ib_db.rows("SELECT eventbox.set_topic_format(%s, 'registry', value_subject => 'nope')",
+               (topic,))
+    ib_db.rows("SELECT eventbox.send(%s, '{\"a\": 1}'::jsonb)", (topic,))
+    failed = poll(lambda: [r for r in outbox_statuses(ib_db, topic) if r[0] == "failed"], 90,
+                  "the row to fail")
+    assert 'subject "nope" version latest is not in the schema registry' in failed[0][2]
+
+
+def test_round_trip_kafka_inbox_handler_outbox_kafka_byte_for_byte(
+        ib_db, ib_topic, ib_producer, ib_subscriptions, registry):
+    src, dst = ib_topic("rtsrc", 1), ib_topic("rtdst", 1)
+    sid = registry.register(src + "-value", ORDER)
+    assert registry.register(dst + "-value", ORDER) == sid  # the same schema, the same id
+    ib_db.rows("SELECT eventbox.set_topic_format(%s, 'registry')", (dst,))
+    role = "reg_forwarder"
+    if not ib_db.value("SELECT count(*) FROM pg_roles WHERE rolname = %s", (role,)):
+        ib_db.rows("CREATE ROLE reg_forwarder NOLOGIN")
+    ib_db.rows("SELECT eventbox.grant_writer(%s)", (role,))
+    fn = "public.fwd_" + unique_name("f").replace(".", "_").replace("-", "_")[3:]
+    ib_db.rows("CREATE FUNCTION %s(msg eventbox.inbox) RETURNS void LANGUAGE plpgsql AS $$ "
+               "BEGIN PERFORM eventbox.send('%s', msg.payload, key => 'k'); END $$" % (fn, dst))
+    ib_db.rows("GRANT EXECUTE ON FUNCTION %s(eventbox.inbox) TO reg_forwarder" % fn)
+    sub = registry_subscription(ib_db, ib_subscriptions, "rt", [src])
+    ib_db.rows("SELECT eventbox.register_handler(%s, %s::regprocedure, run_as => %s)",
+               (sub, fn + "(eventbox.inbox)", role))
+    sent = [wire(sid, avro_encode(ORDER, order(i))) for i in range(20)]
+    produce(ib_producer, src, [{"value": v, "headers": [("message_id", b"rt%d" % i)]}
+                               for i, v in enumerate(sent)])
+    out = read_values(dst, 20, timeout=90)
+    assert out == sent  # the producer's bytes, through jsonb and back
