@@ -83,7 +83,8 @@ struct Subscription {
     bool waiting = false;
     bool schema_ready = false;  // the schema arrived: read again at the next reload
     uint32_t waiting_for = 0;
-    bool registry_format = false;
+    bool registry_format = false;  // value_format 'registry'
+    bool registry_keys = false;    // key_format 'registry'
     std::string registry_failure;  // why its schema could not be fetched (registry_turn())
     std::string error;             // why its last batch failed
     std::string recorded;          // its error as in eventbox.ingest_errors ("" = no row)
@@ -106,6 +107,7 @@ struct Wanted {
     bool fingerprint_ids;  // message_id_rule 'fingerprint'
     bool backfill;         // backfill => true
     bool registry_format;  // value_format 'registry'
+    bool registry_keys;    // key_format 'registry'
     int64_t created_ms;    // Unix epoch ms: where start_from 'latest' starts
     int batch_size;
 };
@@ -123,6 +125,7 @@ struct WantedRow {
     bool fingerprint_ids;
     bool backfill;
     bool registry_format;
+    bool registry_keys;
 };
 
 // The worker's C++ state as its PostgreSQL-side steps use it: a facade whose methods run their
@@ -253,8 +256,8 @@ extern IngestState state;
 struct Columns {
     explicit Columns(int n);
     int count;
-    pg::ArrayColumn ids, topics, partitions, offsets, keys, headers, payloads, raws, types,
-        statuses, notes, modes;
+    pg::ArrayColumn ids, topics, partitions, offsets, keys, key_payloads, headers, payloads, raws,
+        types, statuses, notes, modes;
     pg::ArrayColumn unparsable_ids;  // for the dead-letter topic
     int transport_ids = 0;
     int unparsable_rows = 0;

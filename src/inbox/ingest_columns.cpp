@@ -49,6 +49,8 @@ std::size_t IngestState::classify(Subscription* sub, std::size_t from, std::size
             record.offset = msg->offset;
             record.value = static_cast<const char*>(msg->payload);
             record.value_len = msg->len;
+            record.key = static_cast<const char*>(msg->key);
+            record.key_len = msg->key_len;
             record.headers = headers.data();
             record.n_headers = headers.size();
             // NOENT: the record has no headers. Anything else: it has some we cannot read.
@@ -60,11 +62,16 @@ std::size_t IngestState::classify(Subscription* sub, std::size_t from, std::size
             if (sub->rows[i].pending) {
                 // This record waits for its schema, and so do the records after it; their
                 // schemas are fetched in the same round (registry/registry.hpp).
-                sub->waiting_for =
-                    sub->options.registry->pending_id(record.value, record.value_len);
-                for (std::size_t k = i + 1; k < n; ++k)
-                    sub->options.registry->prefetch(
-                        static_cast<const char*>(batch[from + k]->payload), batch[from + k]->len);
+                sub->waiting_for = sub->rows[i].pending_id;
+                for (std::size_t k = i + 1; k < n; ++k) {
+                    const rd_kafka_message_t* later = batch[from + k];
+                    if (sub->options.registry_values)
+                        sub->options.registry->prefetch(static_cast<const char*>(later->payload),
+                                                        later->len);
+                    if (sub->options.registry_keys && later->key != nullptr)
+                        sub->options.registry->prefetch(static_cast<const char*>(later->key),
+                                                        later->key_len);
+                }
                 n = i;
                 break;
             }
@@ -97,6 +104,7 @@ Columns::Columns(int n)
       partitions(n, INT4OID),
       offsets(n, INT8OID),
       keys(n, BYTEAOID),
+      key_payloads(n, JSONBOID),
       headers(n, JSONBOID),
       payloads(n, JSONBOID),
       raws(n, BYTEAOID),
@@ -136,6 +144,7 @@ class ColumnBuilder {
         c_->offsets.set(i, Int64GetDatum(msg->offset));
         if (msg->key != nullptr) c_->keys.set(i, PointerGetDatum(to_bytea(msg->key, msg->key_len)));
         c_->headers.set(i, inbox::headers_jsonb(row));
+        key_payload(i, msg, row);
         payload(i, msg, row);
         if (row.event_type) c_->types.set(i, event_type(*row.event_type));
         c_->statuses.set(i, row.parsable ? received_ : unparsable_);
@@ -164,6 +173,20 @@ class ColumnBuilder {
     }
 
     // The value as jsonb, or else as raw bytes with the reason it is unparsable.
+    // key_format 'registry': the decoded key; one jsonb refuses makes the record unparsable.
+    void key_payload(int i, rd_kafka_message_t* msg, inbox::Classified& row) {
+        if (!row.key_decoded_ok) return;
+        Datum key;
+        std::string note;
+        if (inbox::text_jsonb(row.key_decoded.data(), row.key_decoded.size(), &key, &note)) {
+            c_->key_payloads.set(i, key);
+            return;
+        }
+        if (row.parsable && !row.keep_raw) row.raw_len = msg->len;
+        row.parsable = false;
+        row.note = "key: " + note;
+    }
+
     // A registry format's payload is its decoded text, and its bytes stay in raw_payload.
     void payload(int i, rd_kafka_message_t* msg, inbox::Classified& row) {
         Datum payload;

@@ -19,7 +19,8 @@ using pg::call_cpp;
 void IngestState::configure_registry() {
     call_cpp([&] {
         bool wanted = false;
-        for (Subscription* s : *subscriptions_) wanted = wanted || s->registry_format;
+        for (Subscription* s : *subscriptions_)
+            wanted = wanted || s->registry_format || s->registry_keys;
         const char* url = guc::schema_registry_url ? guc::schema_registry_url : "";
         const char* options = guc::schema_registry_options ? guc::schema_registry_options : "";
         std::string fingerprint = std::string(url) + "|" + options;
@@ -41,8 +42,11 @@ void IngestState::configure_registry() {
             registry_ = new registry::Registry(config);
             registry_fingerprint_ = fingerprint;
         }
-        for (Subscription* s : *subscriptions_)
-            s->options.registry = s->registry_format ? registry_ : nullptr;
+        for (Subscription* s : *subscriptions_) {
+            s->options.registry = s->registry_format || s->registry_keys ? registry_ : nullptr;
+            s->options.registry_values = s->registry_format;
+            s->options.registry_keys = s->registry_keys;
+        }
     });
 }
 

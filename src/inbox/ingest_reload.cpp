@@ -80,8 +80,10 @@ void IngestState::add_wanted(const WantedRow& row) {
         w.fingerprint =
             list + "|" + w.group_id + "|" + row.start_from + "|" + row.message_id_field + "|" +
             std::to_string(row.batch_size) + (row.fingerprint_ids ? "|fingerprint" : "") +
-            (row.backfill ? "|backfill" : "") + (row.registry_format ? "|registry" : "");
+            (row.backfill ? "|backfill" : "") + (row.registry_format ? "|registry" : "") +
+            (row.registry_keys ? "|registry-keys" : "");
         w.registry_format = row.registry_format;
+        w.registry_keys = row.registry_keys;
         wanted_->push_back(std::move(w));
     });
 }
@@ -100,7 +102,7 @@ void read_wanted() {
         "SELECT name, array_to_string(topics, ','), coalesce(group_id, ''), start_from, "
         "coalesce(message_id_field, ''), batch_size, "
         "(extract(epoch FROM created_at) * 1000)::int8, message_id_rule = 'fingerprint', "
-        "backfill, value_format = 'registry' "
+        "backfill, value_format = 'registry', key_format = 'registry' "
         "FROM eventbox.subscriptions "
         "WHERE enabled ORDER BY name",
         true, 0);
@@ -123,6 +125,7 @@ void read_wanted() {
         row.fingerprint_ids = DatumGetBool(SPI_getbinval(tuple, desc, 8, &isnull));
         row.backfill = DatumGetBool(SPI_getbinval(tuple, desc, 9, &isnull));
         row.registry_format = DatumGetBool(SPI_getbinval(tuple, desc, 10, &isnull));
+        row.registry_keys = DatumGetBool(SPI_getbinval(tuple, desc, 11, &isnull));
         state.add_wanted(row);
     }
 }
@@ -180,6 +183,7 @@ std::size_t IngestState::start_wanted() {
             config.backfill = w.backfill;
             s->backfill = w.backfill;
             s->registry_format = w.registry_format;
+            s->registry_keys = w.registry_keys;
             s->id = consumer_->add_subscription(config);
             subscriptions_->push_back(s);
         }

@@ -51,15 +51,15 @@ int64 batches_begun = 0;
 // took its messages for duplicates of those orphans.
 // Index: inbox_pkey (each row's insertion, and ON CONFLICT's arbiter: one probe per row) and
 // subscriptions_pkey (the lock).
-#define INSERT_ROWS(MODE_COLUMN, MODE_VALUES)                                                  \
-    "INSERT INTO eventbox.inbox (subscription, message_id, topic, \"partition\", \"offset\", " \
-    "key, headers, payload, raw_payload, event_type, status, last_error" MODE_COLUMN           \
-    ") "                                                                                       \
-    "SELECT $1, unnest($2::text[]), unnest($3::text[]), unnest($4::int4[]), "                  \
-    "unnest($5::int8[]), unnest($6::bytea[]), unnest($7::jsonb[]), unnest($8::jsonb[]), "      \
-    "unnest($9::bytea[]), unnest($10::text[]), unnest($11::text[]), "                          \
-    "unnest($12::text[])" MODE_VALUES                                                          \
-    " "                                                                                        \
+#define INSERT_ROWS(MODE_COLUMN, MODE_VALUES)                                                     \
+    "INSERT INTO eventbox.inbox (subscription, message_id, topic, \"partition\", \"offset\", "    \
+    "key, headers, payload, raw_payload, event_type, status, last_error, key_payload" MODE_COLUMN \
+    ") "                                                                                          \
+    "SELECT $1, unnest($2::text[]), unnest($3::text[]), unnest($4::int4[]), "                     \
+    "unnest($5::int8[]), unnest($6::bytea[]), unnest($7::jsonb[]), unnest($8::jsonb[]), "         \
+    "unnest($9::bytea[]), unnest($10::text[]), unnest($11::text[]), "                             \
+    "unnest($12::text[]), unnest($13::jsonb[])" MODE_VALUES                                       \
+    " "                                                                                           \
     "WHERE EXISTS (SELECT 1 FROM eventbox.subscriptions s WHERE s.name = $1 FOR KEY SHARE)"
 #define ON_CONFLICT " ON CONFLICT (subscription, message_id) DO NOTHING"
 
@@ -70,24 +70,25 @@ struct InsertPlans {
 InsertPlans insert_plans() {
     static InsertPlans plans{};
     if (plans.insert_new_modes != nullptr) return plans;  // prepared last
-    Oid insert_types[12] = {TEXTOID,       TEXTARRAYOID,  TEXTARRAYOID,  INT4ARRAYOID,
+    Oid insert_types[13] = {TEXTOID,       TEXTARRAYOID,  TEXTARRAYOID,  INT4ARRAYOID,
                             INT8ARRAYOID,  BYTEAARRAYOID, JSONBARRAYOID, JSONBARRAYOID,
-                            BYTEAARRAYOID, TEXTARRAYOID,  TEXTARRAYOID,  TEXTARRAYOID};
-    plans.insert = prepare(INSERT_ROWS("", "") ON_CONFLICT, 12, insert_types);
+                            BYTEAARRAYOID, TEXTARRAYOID,  TEXTARRAYOID,  TEXTARRAYOID,
+                            JSONBARRAYOID};
+    plans.insert = prepare(INSERT_ROWS("", "") ON_CONFLICT, 13, insert_types);
     // A batch expected to hold only new messages (insert_new()): the same rows without ON
     // CONFLICT, which spares each row the arbiter's probe of inbox_pkey before its insertion and
     // the speculative insertion's extra WAL record (~30% of the statement at 200 B); inbox_pkey
     // still refuses a duplicate, at its insertion.
-    plans.insert_new = prepare(INSERT_ROWS("", ""), 12, insert_types);
-    // The same for a backfill subscription, with each row's mode ($13) (and the same lock).
-    Oid insert_modes_types[13] = {TEXTOID,       TEXTARRAYOID,  TEXTARRAYOID,  INT4ARRAYOID,
+    plans.insert_new = prepare(INSERT_ROWS("", ""), 13, insert_types);
+    // The same for a backfill subscription, with each row's mode ($14) (and the same lock).
+    Oid insert_modes_types[14] = {TEXTOID,       TEXTARRAYOID,  TEXTARRAYOID,  INT4ARRAYOID,
                                   INT8ARRAYOID,  BYTEAARRAYOID, JSONBARRAYOID, JSONBARRAYOID,
                                   BYTEAARRAYOID, TEXTARRAYOID,  TEXTARRAYOID,  TEXTARRAYOID,
-                                  TEXTARRAYOID};
+                                  JSONBARRAYOID, TEXTARRAYOID};
     plans.insert_modes =
-        prepare(INSERT_ROWS(", mode", ", unnest($13::text[])") ON_CONFLICT, 13, insert_modes_types);
+        prepare(INSERT_ROWS(", mode", ", unnest($14::text[])") ON_CONFLICT, 14, insert_modes_types);
     plans.insert_new_modes =
-        prepare(INSERT_ROWS(", mode", ", unnest($13::text[])"), 13, insert_modes_types);
+        prepare(INSERT_ROWS(", mode", ", unnest($14::text[])"), 14, insert_modes_types);
     return plans;
 }
 
@@ -133,15 +134,15 @@ struct Inserted {
 };
 
 // Inserts the rows: without ON CONFLICT when the batch is expected to hold only new messages,
-// else (or when that found a duplicate) with it. `values` are the statement's 12 parameters.
+// else (or when that found a duplicate) with it. `values` are the statement's 13 parameters.
 uint64 insert_rows(Subscription* sub, const Columns& c, Datum* values,
                    rd_kafka_message_t* const* messages, TransactionId* writer) {
     InsertPlans plans = insert_plans();
-    Datum mode_values[13];
+    Datum mode_values[14];
     Datum* args = values;
     if (sub->backfill) {
-        memcpy(mode_values, values, 12 * sizeof(Datum));
-        mode_values[12] = c.modes.get();
+        memcpy(mode_values, values, 13 * sizeof(Datum));
+        mode_values[13] = c.modes.get();
         args = mode_values;
     }
     uint64 inserted = 0;
@@ -187,7 +188,7 @@ Inserted store_rows(Subscription* sub, const Columns& c, rd_kafka_message_t* con
     Inserted done;
     if (c.count == 0) return done;
     Datum name = CStringGetTextDatum(sub->name.c_str());
-    Datum values[12] = {name,
+    Datum values[13] = {name,
                         c.ids.get(),
                         c.topics.get(),
                         c.partitions.get(),
@@ -198,7 +199,8 @@ Inserted store_rows(Subscription* sub, const Columns& c, rd_kafka_message_t* con
                         c.raws.get(),
                         c.types.get(),
                         c.statuses.get(),
-                        c.notes.get()};
+                        c.notes.get(),
+                        c.key_payloads.get()};
     TransactionId writer = InvalidTransactionId;  // the xmin of the rows inserted now
     done.rows = insert_rows(sub, c, values, messages, &writer);
     // The subscription's dead-letter topic, if any, gets the unparsable rows stored now.

@@ -172,7 +172,10 @@ void reset(Classified& out) {
     out.decoded.clear();
     out.schema_name.clear();
     out.pending = false;
+    out.pending_id = 0;
     out.keep_raw = false;
+    out.key_decoded.clear();
+    out.key_decoded_ok = false;
     if (out.decoded.capacity() > kKeptBufferBytes) std::string().swap(out.decoded);
     if (out.payload.text.capacity() > kKeptBufferBytes) std::string().swap(out.payload.text);
     if (out.payload.tokens.capacity() * sizeof(JsonTokens::Token) > kKeptBufferBytes)
@@ -200,6 +203,7 @@ JsonScan classify_registry(const Record& r, const Options& options, Classified& 
     registry::Decoded d = options.registry->decode(r.value, r.value_len, &out.decoded);
     if (d.status == registry::Decoded::kPending) {
         out.pending = true;
+        out.pending_id = d.id;
         return scan;
     }
     if (d.status == registry::Decoded::kBad) {
@@ -220,6 +224,34 @@ JsonScan classify_registry(const Record& r, const Options& options, Classified& 
     return scan;
 }
 
+// key_format 'registry': the key decoded into key_decoded. A key that cannot be decoded makes
+// the record unparsable (its value's bytes kept, the reason in the note); no key, or an empty
+// one, has no key_payload.
+void classify_key(const Record& r, const Options& options, Classified& out) {
+    if (r.key == nullptr || r.key_len == 0) return;
+    registry::Decoded d = options.registry->decode(r.key, r.key_len, &out.key_decoded);
+    if (d.status == registry::Decoded::kPending) {
+        out.pending = true;
+        out.pending_id = d.id;
+        return;
+    }
+    std::string why = d.reason;
+    if (d.status == registry::Decoded::kOk && !d.utf8 &&
+        !valid_utf8(out.key_decoded.data(), out.key_decoded.size()))
+        why = "schema id " + std::to_string(d.id) + ": decoded key is not valid UTF-8";
+    if (d.status == registry::Decoded::kOk && why.empty()) {
+        out.key_decoded_ok = true;
+        return;
+    }
+    if (out.parsable) {
+        out.parsable = false;
+        out.payload.tokens.clear();
+        out.payload.text.clear();
+        out.raw_len = std::min(r.value_len, options.max_message_bytes);
+    }
+    out.note = out.note.empty() ? "key: " + why : "key: " + why + "; " + out.note;
+}
+
 // The value: JSON that jsonb accepts, or raw bytes with a note. Whether numeric can hold every
 // number is left to jsonb_in, whose refusal the ingest worker also records this way. Returns the
 // scan, whose fields are the configured message id field (if any) and "type" when it is valid.
@@ -236,7 +268,7 @@ JsonScan classify_value(const Record& r, const Options& options, Classified& out
                    std::to_string(options.max_message_bytes) + " bytes";
     } else if (r.value_len == 0) {
         out.note = "empty value";
-    } else if (options.registry != nullptr) {
+    } else if (options.registry_values) {
         return classify_registry(r, options, out);
     } else if (!valid_utf8(r.value, r.value_len)) {
         out.raw_len = r.value_len;
@@ -316,9 +348,9 @@ void choose_event_type(const Record& r, const Options& options, const JsonScan& 
         set(out.event_type, *type_header);
     else if (ce_type)
         set(out.event_type, *ce_type);
-    else if (options.registry != nullptr && !out.schema_name.empty())
+    else if (options.registry_values && !out.schema_name.empty())
         set(out.event_type, out.schema_name);
-    else if (options.registry == nullptr && type_field && *type_field)
+    else if (!options.registry_values && type_field && *type_field)
         set(out.event_type, **type_field);
     else
         out.event_type.reset();
@@ -331,6 +363,7 @@ void classify(const Record& r, const Options& options, Classified& out) {
     reset(out);
     header_fields(r, out.headers);
     JsonScan scan = classify_value(r, options, out);
+    if (!out.pending && options.registry_keys) classify_key(r, options, out);
     if (out.pending) return;  // read again once its schema is cached
     if (r.headers_unreadable) {
         classify_unreadable(r, options, out);

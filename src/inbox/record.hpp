@@ -30,6 +30,8 @@ struct Record {
     int64_t offset = 0;
     const char* value = nullptr;  // nullptr: null value (tombstone)
     std::size_t value_len = 0;
+    const char* key = nullptr;  // nullptr: no key
+    std::size_t key_len = 0;
     const KafkaHeader* headers = nullptr;
     std::size_t n_headers = 0;
     // The client could not parse the record's headers (e.g. librdkafka with very many of
@@ -44,9 +46,11 @@ struct Options {
     // message_id_rule 'fingerprint': the id is the SHA-256 of the value in canonical JSON (raw
     // bytes when it is not JSON), whatever the headers and fields say (see inbox/fingerprint.hpp).
     bool fingerprint_ids = false;
-    // value_format 'registry': values are in the Schema Registry's wire format, decoded through
-    // this registry (the ingest worker's); nullptr for 'json' (docs/guide/formats.md).
+    // value_format / key_format 'registry': values / keys are in the Schema Registry's wire
+    // format, decoded through `registry` (the ingest worker's; docs/guide/formats.md).
     registry::Registry* registry = nullptr;
+    bool registry_values = false;
+    bool registry_keys = false;
 };
 
 // Message ids longer than this fall back to the transport identity (the primary key index has a
@@ -78,7 +82,11 @@ struct Classified {
     std::string decoded;
     std::string schema_name;
     bool pending = false;
+    uint32_t pending_id = 0;  // the schema it waits for
     bool keep_raw = false;
+    // key_format 'registry': the key decoded into JSON text (key_payload), when it has one.
+    std::string key_decoded;
+    bool key_decoded_ok = false;
 };
 
 Classified classify(const Record& record, const Options& options);

@@ -18,29 +18,49 @@ void FormatSink::perform() {
     registry_.perform(now_ms_());
 }
 
-Produced FormatSink::produce(const Row& row, std::string& error) {
-    auto it = formats_.find(std::string(row.topic));
-    if (it == formats_.end() || row.payload == nullptr) return next_.produce(row, error);
-    const TopicFormat& f = it->second;
-    encoded_.clear();
-    registry::Encoded e = registry_.encode(f.value_subject, f.value_version, row.payload,
-                                           row.payload_len, &encoded_, now_ms_());
+bool FormatSink::encode(const std::string& subject, int version, const char* json, std::size_t len,
+                        const char* what, std::string* out, std::string& error, Produced* answer) {
+    out->clear();
+    registry::Encoded e = registry_.encode(subject, version, json, len, out, now_ms_());
     switch (e.status) {
+        case registry::Encoded::kOk:
+            return true;
         case registry::Encoded::kPending:
-            error = "waiting for the schema of subject \"" + f.value_subject + "\"";
-            return Produced::kBusy;
+            error = "waiting for the schema of subject \"" + subject + "\"";
+            *answer = Produced::kBusy;
+            return false;
         case registry::Encoded::kFailed:
             error = e.reason;
-            return Produced::kFailed;
+            *answer = Produced::kFailed;
+            return false;
         case registry::Encoded::kRefused:
-            error = e.reason;
-            return Produced::kFailedPermanently;
-        case registry::Encoded::kOk:
-            break;
+            error = std::string(what) + e.reason;
+            *answer = Produced::kFailedPermanently;
+            return false;
     }
+    return false;
+}
+
+Produced FormatSink::produce(const Row& row, std::string& error) {
+    auto it = formats_.find(std::string(row.topic));
+    if (it == formats_.end()) return next_.produce(row, error);
+    const TopicFormat& f = it->second;
     Row encoded = row;
-    encoded.payload = encoded_.data();
-    encoded.payload_len = encoded_.size();
+    Produced answer = Produced::kFailed;
+    if (!f.value_subject.empty() && row.payload != nullptr) {
+        if (!encode(f.value_subject, f.value_version, row.payload, row.payload_len, "", &value_,
+                    error, &answer))
+            return answer;
+        encoded.payload = value_.data();
+        encoded.payload_len = value_.size();
+    }
+    if (!f.key_subject.empty() && row.key != nullptr) {
+        if (!encode(f.key_subject, f.key_version, row.key, row.key_len, "key: ", &key_, error,
+                    &answer))
+            return answer;
+        encoded.key = key_.data();
+        encoded.key_len = key_.size();
+    }
     return next_.produce(encoded, error);
 }
 

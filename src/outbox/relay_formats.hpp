@@ -1,5 +1,6 @@
 // The relay's registry formats: rows of topics set with eventbox.set_topic_format() are encoded
-// into the Schema Registry's wire format with their subject's schema before they go to Kafka
+// (their values, their keys, or both: each JSON text) into the Schema Registry's wire format
+// with their subject's schema before they go to Kafka
 // (docs/guide/formats.md). A relay::Sink in front of Kafka's. Pure C++.
 //
 // A row whose subject's schema is not cached yet is handed back as kBusy (the dispatcher holds
@@ -24,8 +25,10 @@ namespace eventbox::relay {
 
 struct TopicFormat {
     std::string topic;
-    std::string value_subject;  // value_format 'registry': its subject
+    std::string value_subject;  // value_format 'registry': its subject ("": values as sent)
     int value_version = 0;      // 0: latest
+    std::string key_subject;    // key_format 'registry': its subject ("": keys as sent)
+    int key_version = 0;
 };
 
 class FormatSink final : public Sink {
@@ -45,7 +48,11 @@ class FormatSink final : public Sink {
     registry::Registry registry_;
     std::unordered_map<std::string, TopicFormat> formats_;
     std::function<int64_t()> now_ms_;
-    std::string encoded_;  // the last row's wire bytes (the next sink copies them)
+    // Encodes `json` with `subject` into `out`; what produce() answers unless kQueued.
+    bool encode(const std::string& subject, int version, const char* json, std::size_t len,
+                const char* what, std::string* out, std::string& error, Produced* answer);
+
+    std::string value_, key_;  // the last row's wire bytes (the next sink copies them)
 };
 
 }  // namespace eventbox::relay

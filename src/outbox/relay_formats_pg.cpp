@@ -24,8 +24,10 @@ namespace {
 
 struct LoadedFormat {
     char* topic;
-    char* subject;
-    int version;
+    char* value_subject;  // "": none
+    int value_version;
+    char* key_subject;
+    int key_version;
 };
 
 // The last load's rows, in their own memory context.
@@ -50,8 +52,9 @@ void PgDispatcher::load_formats() {
         DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
     if (exists) {
         rc = SPI_execute(
-            "SELECT topic, value_subject, coalesce(value_version, 0) FROM eventbox.topic_formats "
-            "WHERE value_format = 'registry' ORDER BY topic",
+            "SELECT topic, coalesce(value_subject, ''), coalesce(value_version, 0), "
+            "coalesce(key_subject, ''), coalesce(key_version, 0) FROM eventbox.topic_formats "
+            "ORDER BY topic",
             true, 0);
         if (rc != SPI_OK_SELECT) elog(ERROR, "eventbox relay: reading topic formats failed");
         MemoryContext old = MemoryContextSwitchTo(formats_context);
@@ -61,8 +64,10 @@ void PgDispatcher::load_formats() {
             HeapTuple tuple = SPI_tuptable->vals[i];
             TupleDesc desc = SPI_tuptable->tupdesc;
             loaded[i].topic = TextDatumGetCString(SPI_getbinval(tuple, desc, 1, &isnull));
-            loaded[i].subject = TextDatumGetCString(SPI_getbinval(tuple, desc, 2, &isnull));
-            loaded[i].version = DatumGetInt32(SPI_getbinval(tuple, desc, 3, &isnull));
+            loaded[i].value_subject = TextDatumGetCString(SPI_getbinval(tuple, desc, 2, &isnull));
+            loaded[i].value_version = DatumGetInt32(SPI_getbinval(tuple, desc, 3, &isnull));
+            loaded[i].key_subject = TextDatumGetCString(SPI_getbinval(tuple, desc, 4, &isnull));
+            loaded[i].key_version = DatumGetInt32(SPI_getbinval(tuple, desc, 5, &isnull));
         }
         MemoryContextSwitchTo(old);
     }
@@ -73,8 +78,9 @@ relay::Sink* PgDispatcher::with_formats(relay::Sink* kafka) {
     if (n_loaded == 0) return kafka;
     std::vector<relay::TopicFormat> formats;
     for (int i = 0; i < n_loaded; ++i)
-        formats.push_back(
-            relay::TopicFormat{loaded[i].topic, loaded[i].subject, loaded[i].version});
+        formats.push_back(relay::TopicFormat{loaded[i].topic, loaded[i].value_subject,
+                                             loaded[i].value_version, loaded[i].key_subject,
+                                             loaded[i].key_version});
     registry::Config config;
     config.url = guc::schema_registry_url ? guc::schema_registry_url : "";
     try {

@@ -4,7 +4,7 @@
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pg_eventbox;
 
-SELECT plan(317);
+SELECT plan(329);
 
 -- ---- tables: exactly these columns, with these types, nullability and defaults -------------
 
@@ -14,11 +14,12 @@ SELECT has_table('eventbox', 'offsets', 'table eventbox.offsets exists');
 SELECT columns_are('eventbox', 'subscriptions', ARRAY[
     'name', 'topics', 'owner', 'start_from', 'ordering', 'max_attempts', 'backoff', 'backoff_max',
     'message_id_field', 'unhandled', 'batch_size', 'group_id', 'enabled', 'created_at',
-    'non_retryable', 'on_dead', 'dead_letter_topic', 'message_id_rule', 'backfill']);
+    'non_retryable', 'on_dead', 'dead_letter_topic', 'message_id_rule', 'backfill',
+    'value_format', 'key_format']);
 SELECT columns_are('eventbox', 'inbox', ARRAY[
     'subscription', 'message_id', 'topic', 'partition', 'offset', 'key', 'headers', 'payload',
     'raw_payload', 'event_type', 'status', 'attempts', 'next_attempt_at', 'received_at',
-    'processed_at', 'last_error', 'mode']);
+    'processed_at', 'last_error', 'mode', 'key_payload']);
 SELECT columns_are('eventbox', 'offsets', ARRAY[
     'subscription', 'topic', 'partition', 'next_offset', 'high_watermark', 'updated_at',
     'backfill_until']);
@@ -49,6 +50,8 @@ INSERT INTO expected_columns VALUES
     ('subscriptions', 'dead_letter_topic', 'text',                    false, NULL),
     ('subscriptions', 'message_id_rule',  'text',                     true,  'default'),
     ('subscriptions', 'backfill',         'boolean',                  true,  'false'),
+    ('subscriptions', 'value_format',     'text',                     true,  'json'),
+    ('subscriptions', 'key_format',       'text',                     true,  'json'),
     ('inbox',         'subscription',     'text',                     true,  NULL),
     ('inbox',         'message_id',       'text',                     true,  NULL),
     ('inbox',         'topic',            'text',                     true,  NULL),
@@ -66,6 +69,7 @@ INSERT INTO expected_columns VALUES
     ('inbox',         'processed_at',     'timestamp with time zone', false, NULL),
     ('inbox',         'last_error',       'text',                     false, NULL),
     ('inbox',         'mode',             'text',                     true,  'live'),
+    ('inbox',         'key_payload',      'jsonb',                    false, NULL),
     ('offsets',       'subscription',     'text',                     true,  NULL),
     ('offsets',       'topic',            'text',                     true,  NULL),
     ('offsets',       'partition',        'integer',                  true,  NULL),
@@ -74,7 +78,7 @@ INSERT INTO expected_columns VALUES
     ('offsets',       'updated_at',       'timestamp with time zone', true,  'now()'),
     ('offsets',       'backfill_until',   'bigint',                   false, NULL);
 
--- 43 columns: has_column + col_type_is + nullability + default (or none) = 172 tests.
+-- 46 columns: has_column + col_type_is + nullability + default (or none) = 184 tests.
 SELECT has_column('eventbox', tbl, col, tbl || ' has column ' || col)
   FROM expected_columns ORDER BY tbl, col;
 SELECT col_type_is('eventbox', tbl, col, typ, tbl || '.' || col || ' is ' || typ)

@@ -4,6 +4,7 @@
 #include "registry/registry.hpp"
 
 #include "core/error.hpp"
+#include "inbox/record.hpp"
 #include "outbox/relay_formats.hpp"
 #include "registry/avro_json.hpp"
 #include "registry/protobuf_json.hpp"
@@ -194,6 +195,46 @@ TEST(RegistryAvroEncode, RefusalsNameThePath) {
     EXPECT_FALSE(s.from_json("not json", &out, &error));
 }
 
+// key_format 'registry' in the inbox's classification (src/inbox/record.cpp): the key decoded,
+// a key whose schema is not cached makes the record wait, a bad key makes it unparsable.
+TEST(RegistryKeys, DecodedWaitingOrUnparsable) {
+    Registry r(Config{});
+    r.put(3, Registry::parse_response(3, R"({"schema":"\"string\""})", 1 << 20));
+    inbox::Options options;
+    options.registry = &r;
+    options.registry_keys = true;
+    std::string value = R"({"a":1})", key = wire(3, avro_string("k-1"));
+    inbox::Record rec;
+    rec.topic = "t";
+    rec.value = value.data();
+    rec.value_len = value.size();
+    rec.key = key.data();
+    rec.key_len = key.size();
+    inbox::Classified c = inbox::classify(rec, options);
+    EXPECT_TRUE(c.parsable);
+    EXPECT_TRUE(c.key_decoded_ok);
+    EXPECT_EQ(c.key_decoded, "\"k-1\"");
+    std::string unknown = wire(4, avro_string("x"));
+    rec.key = unknown.data();
+    rec.key_len = unknown.size();
+    c = inbox::classify(rec, options);
+    EXPECT_TRUE(c.pending);
+    EXPECT_EQ(c.pending_id, 4u);
+    std::string plain = "k-2";
+    rec.key = plain.data();
+    rec.key_len = plain.size();
+    c = inbox::classify(rec, options);
+    EXPECT_FALSE(c.parsable);
+    EXPECT_EQ(c.raw_len, value.size());
+    EXPECT_EQ(c.note.rfind("key: value does not start with the Schema Registry magic byte", 0), 0u)
+        << c.note;
+    rec.key = nullptr;
+    rec.key_len = 0;
+    c = inbox::classify(rec, options);
+    EXPECT_TRUE(c.parsable);
+    EXPECT_FALSE(c.key_decoded_ok);
+}
+
 TEST(RegistryWire, Header) {
     uint32_t id = 0;
     std::string why;
@@ -365,7 +406,7 @@ Row json_row(const char* topic, const std::string& payload) {
 // row waits, as kBusy), and a registry that cannot be asked fails the attempt with the reason.
 TEST(RelayFormats, PassThroughWaitThenFailWithoutARegistry) {
     Recorder kafka;
-    FormatSink sink(kafka, registry::Config{}, {TopicFormat{"avro", "avro-value", 0}},
+    FormatSink sink(kafka, registry::Config{}, {TopicFormat{"avro", "avro-value", 0, "", 0}},
                     [] { return int64_t{0}; });
     std::string payload = R"({"a":1})", error;
     EXPECT_EQ(sink.produce(json_row("plain", payload), error), Produced::kQueued);

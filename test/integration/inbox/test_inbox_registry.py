@@ -69,10 +69,11 @@ def registry(ib_db):
     ib_db.set_setting("eventbox.schema_registry_url", None, "")
 
 
-def registry_subscription(ib_db, ib_subscriptions, label, topics, **options):
+def registry_subscription(ib_db, ib_subscriptions, label, topics, key_format="json",
+                          **options):
     name = ib_subscriptions(unique_name(label), topics, **options)
     since = ib_db.value("SELECT clock_timestamp()")
-    ib_db.rows("SELECT eventbox.set_subscription_format(%s, 'registry')", (name,))
+    ib_db.rows("SELECT eventbox.set_subscription_format(%s, 'registry', %s)", (name, key_format))
     ib_db.wait_worker_reloaded(since)
     return name
 
@@ -323,8 +324,9 @@ def test_ten_thousand_schema_ids_keep_memory_bounded(
 
 # ---- the outbox: eventbox.set_topic_format() ------------------------------------------------
 
-def read_values(topic, n, timeout=60):
-    """The first n values of `topic` (kafka-python), in offset order of its one partition."""
+def read_values(topic, n, timeout=60, keys=False):
+    """The first n values (with keys: (key, value) pairs) of `topic` (kafka-python), in offset
+    order of its one partition."""
     from kafka import KafkaConsumer, TopicPartition
 
     from inbox_support import bootstrap
@@ -339,7 +341,7 @@ def read_values(topic, n, timeout=60):
         deadline = time.monotonic() + timeout
         while len(values) < n and time.monotonic() < deadline:
             for records in consumer.poll(timeout_ms=500).values():
-                values.extend(r.value for r in records)
+                values.extend((r.key, r.value) if keys else r.value for r in records)
         assert len(values) >= n, "read %d of %d records of %s" % (len(values), n, topic)
         return values[:n]
     finally:
@@ -389,25 +391,69 @@ def test_unknown_subject_fails_the_row_with_the_reason(ib_db, ib_topic, registry
     assert 'subject "nope" version latest is not in the schema registry' in failed[0][2]
 
 
+KEY = json.dumps({"type": "record", "name": "OrderKey", "namespace": "com.example.shop",
+                  "fields": [{"name": "customer", "type": "string"},
+                             {"name": "region", "type": ["null", "string"]}]})
+
+
 def test_round_trip_kafka_inbox_handler_outbox_kafka_byte_for_byte(
         ib_db, ib_topic, ib_producer, ib_subscriptions, registry):
+    """Values and keys in the registry format: the inbox decodes both (payload, key_payload),
+    a handler sends them on, the relay encodes both: the producer's bytes come out."""
     src, dst = ib_topic("rtsrc", 1), ib_topic("rtdst", 1)
     sid = registry.register(src + "-value", ORDER)
     assert registry.register(dst + "-value", ORDER) == sid  # the same schema, the same id
-    ib_db.rows("SELECT eventbox.set_topic_format(%s, 'registry')", (dst,))
+    kid = registry.register(src + "-key", KEY)
+    assert registry.register(dst + "-key", KEY) == kid
+    ib_db.rows("SELECT eventbox.set_topic_format(%s, 'registry', key_format => 'registry')",
+               (dst,))
+    assert ib_db.rows("SELECT value_subject, key_subject FROM eventbox.topic_formats "
+                      "WHERE topic = %s", (dst,)) == [(dst + "-value", dst + "-key")]
     role = "reg_forwarder"
     if not ib_db.value("SELECT count(*) FROM pg_roles WHERE rolname = %s", (role,)):
         ib_db.rows("CREATE ROLE reg_forwarder NOLOGIN")
     ib_db.rows("SELECT eventbox.grant_writer(%s)", (role,))
     fn = "public.fwd_" + unique_name("f").replace(".", "_").replace("-", "_")[3:]
     ib_db.rows("CREATE FUNCTION %s(msg eventbox.inbox) RETURNS void LANGUAGE plpgsql AS $$ "
-               "BEGIN PERFORM eventbox.send('%s', msg.payload, key => 'k'); END $$" % (fn, dst))
+               "BEGIN PERFORM eventbox.send('%s', msg.payload, key => msg.key_payload::text); "
+               "END $$" % (fn, dst))
     ib_db.rows("GRANT EXECUTE ON FUNCTION %s(eventbox.inbox) TO reg_forwarder" % fn)
-    sub = registry_subscription(ib_db, ib_subscriptions, "rt", [src])
+    sub = registry_subscription(ib_db, ib_subscriptions, "rt", [src], key_format="registry")
     ib_db.rows("SELECT eventbox.register_handler(%s, %s::regprocedure, run_as => %s)",
                (sub, fn + "(eventbox.inbox)", role))
-    sent = [wire(sid, avro_encode(ORDER, order(i))) for i in range(20)]
-    produce(ib_producer, src, [{"value": v, "headers": [("message_id", b"rt%d" % i)]}
-                               for i, v in enumerate(sent)])
-    out = read_values(dst, 20, timeout=90)
-    assert out == sent  # the producer's bytes, through jsonb and back
+    # One customer: one key, so the handler and the relay keep the order.
+    key = wire(kid, avro_encode(KEY, {"customer": "c-1", "region": "eu"}))
+    sent = [(key, wire(sid, avro_encode(ORDER, order(i)))) for i in range(20)]
+    produce(ib_producer, src, [{"key": k, "value": v, "headers": [("message_id", b"rt%d" % i)]}
+                               for i, (k, v) in enumerate(sent)])
+    ib_db.wait_rows(sub, 20, timeout=60)
+    assert ib_db.rows("SELECT DISTINCT key_payload FROM eventbox.inbox WHERE subscription = %s",
+                      (sub,)) == [({"customer": "c-1", "region": "eu"},)]
+    out = read_values(dst, 20, timeout=90, keys=True)
+    assert out == sent  # the producer's bytes, keys and values, through jsonb and back
+
+
+def test_bad_registry_keys_are_unparsable(ib_db, ib_topic, ib_producer, ib_subscriptions,
+                                          registry):
+    topic = ib_topic("badkeys", 1)
+    kid = registry.register(topic + "-key", KEY)
+    sub = ib_subscriptions(unique_name("badkeys"), [topic])
+    since = ib_db.value("SELECT clock_timestamp()")
+    ib_db.rows("SELECT eventbox.set_subscription_format(%s, 'json', key_format => 'registry')",
+               (sub,))
+    ib_db.wait_worker_reloaded(since)
+    good = wire(kid, avro_encode(KEY, {"customer": "c", "region": None}))
+    records = [(b"plain-key", b'{"n":1}'), (good, b'{"n":2}'), (None, b'{"n":3}')]
+    produce(ib_producer, topic, [{"key": k, "value": v, "headers": [("message_id", b"b%d" % i)]}
+                                 for i, (k, v) in enumerate(records)])
+    ib_db.wait_rows(sub, 3, timeout=60)
+    rows = {r["message_id"]: r for r in ib_db.inbox_rows(
+        sub, "message_id, status, key, key_payload, payload, raw_payload, last_error")}
+    assert rows["b0"]["status"] == "unparsable"
+    assert rows["b0"]["last_error"].startswith("key: value does not start with the Schema "
+                                                "Registry magic byte"), rows["b0"]
+    assert bytes(rows["b0"]["raw_payload"]) == b'{"n":1}' and bytes(rows["b0"]["key"]) == \
+        b"plain-key"
+    assert rows["b1"]["status"] == "received" and rows["b1"]["payload"] == {"n": 2}
+    assert rows["b1"]["key_payload"] == {"customer": "c", "region": None}
+    assert rows["b2"]["status"] == "received" and rows["b2"]["key_payload"] is None
