@@ -457,3 +457,32 @@ def test_bad_registry_keys_are_unparsable(ib_db, ib_topic, ib_producer, ib_subsc
     assert rows["b1"]["status"] == "received" and rows["b1"]["payload"] == {"n": 2}
     assert rows["b1"]["key_payload"] == {"customer": "c", "region": None}
     assert rows["b2"]["status"] == "received" and rows["b2"]["key_payload"] is None
+
+
+def test_relay_encodes_protobuf_and_json_schema(ib_db, ib_topic, registry, proto_classes):
+    pb = proto_classes
+    ptopic, jtopic = ib_topic("outproto", 1), ib_topic("outjson", 1)
+    pid = registry.register(ptopic + "-value", PROTO, "PROTOBUF")
+    jid = registry.register(jtopic + "-value", json.dumps({"title": "Payment",
+                                                           "type": "object"}), "JSON")
+    ib_db.rows("SELECT eventbox.set_topic_format(%s, 'registry')", (ptopic,))
+    ib_db.rows("SELECT eventbox.set_topic_format(%s, 'registry')", (jtopic,))
+    order_json = {"id": "o1", "amount_cents": "1250", "items": ["a", "b"],
+                  "at": "2024-05-01T12:00:00Z", "kind": "RETAIL",
+                  "lines": [{"sku": "s", "qty": 2}]}
+    ib_db.rows("SELECT eventbox.send(%s, %s::jsonb, key => 'k')", (ptopic, json.dumps(order_json)))
+    ib_db.rows("SELECT eventbox.send(%s, '{\"nope\": 1}'::jsonb, key => 'k')", (ptopic,))
+    ib_db.rows("SELECT eventbox.send(%s, '{\"id\": \"p1\"}'::jsonb)", (jtopic,))
+    value = read_values(ptopic, 1)[0]
+    assert value[:6] == wire(pid, b"\x00")  # header, message-indexes [0]
+    decoded = pb.Order()
+    decoded.ParseFromString(value[6:])
+    expected_order = pb.Order(id="o1", amount_cents=1250, items=["a", "b"], kind=pb.Order.RETAIL,
+                              lines=[pb.Order.Line(sku="s", qty=2)])
+    expected_order.at.seconds = 1714564800
+    assert decoded == expected_order
+    assert value[6:] == expected_order.SerializeToString(deterministic=True)
+    assert read_values(jtopic, 1)[0] == wire(jid, b'{"id": "p1"}')  # the text as sent
+    failed = poll(lambda: [r for r in outbox_statuses(ib_db, ptopic) if r[0] == "failed"], 90,
+                  "the refused row to fail")
+    assert "shop.v1.Order" in failed[0][2] and "nope" in failed[0][2], failed
