@@ -177,14 +177,17 @@ class ColumnBuilder {
     void key_payload(int i, rd_kafka_message_t* msg, inbox::Classified& row) {
         if (!row.key_decoded_ok) return;
         Datum key;
-        std::string note;
-        if (inbox::text_jsonb(row.key_decoded.data(), row.key_decoded.size(), &key, &note)) {
+        // The reason replaces the decoded key (no string on this frame: an ERROR may cross it).
+        if (inbox::text_jsonb(row.key_decoded.data(), row.key_decoded.size(), &key,
+                              &row.key_decoded)) {
             c_->key_payloads.set(i, key);
             return;
         }
         if (row.parsable && !row.keep_raw) row.raw_len = msg->len;
         row.parsable = false;
-        row.note = "key: " + note;
+        row.key_decoded.insert(0, "key: ");
+        if (!row.note.empty()) row.key_decoded.append("; ").append(row.note);
+        row.note.swap(row.key_decoded);
     }
 
     // A registry format's payload is its decoded text, and its bytes stay in raw_payload.
