@@ -15,7 +15,7 @@ REGRESS_SCHEDULE = sql/schedule
 REGRESS   := $(shell sed -n 's/^test:[[:space:]]*//p' $(REGRESS_SCHEDULE))
 REGRESS_OPTS = --load-extension=$(EXTENSION)
 NO_INSTALLCHECK = 1
-SHLIB_LINK = -lrdkafka -lcurl -lcrypto -lrabbitmq -lstdc++
+SHLIB_LINK = -lrdkafka -lcurl -lcrypto -lrabbitmq -lavro -lprotobuf -lstdc++
 EXTRA_CLEAN = tools/devbroker/eventbox-devbroker build $(OBJS:.o=.d)
 
 PG_CONFIG ?= pg_config

@@ -29,16 +29,17 @@ from lib.cluster import Env
 from lib.common import BenchError, Context
 from lib.eventbox import relay_pid, set_brokers
 from lib.table import ROW
-from sections import (amqp, e2e, e2e_peer, handlers, http, ingest, ingest_dup, ingest_raw, ops,
-                      relay, topics)
+from sections import (amqp, e2e, e2e_peer, formats, handlers, http, ingest, ingest_dup,
+                      ingest_raw, ops, relay, topics)
 
 # Run in this order (e2e_peer last: its kill test restarts every backend) ...
-RUN_ORDER = (relay, ingest, ingest_raw, ingest_dup, handlers, e2e, ops, http, amqp, topics,
-             e2e_peer)
+RUN_ORDER = (relay, ingest, ingest_raw, ingest_dup, formats, handlers, e2e, ops, http, amqp,
+             topics, e2e_peer)
 # ... and printed in this one.
-PRINT_ORDER = (relay, ingest, ingest_raw, ingest_dup, handlers, e2e, e2e_peer, ops, http, amqp,
-               topics)
-SECTIONS = "relay,ingest,ingest_raw,ingest_dup,handlers,e2e,ops,e2e_peer,http,topics,amqp"
+PRINT_ORDER = (relay, ingest, ingest_raw, ingest_dup, formats, handlers, e2e, e2e_peer, ops, http,
+               amqp, topics)
+SECTIONS = ("relay,ingest,ingest_raw,ingest_dup,formats,handlers,e2e,ops,e2e_peer,http,topics,"
+            "amqp")
 
 
 def section_name(module):
@@ -110,6 +111,8 @@ KNOBS = [
     Knob("BENCH_INGEST_MESSAGES", "100000", "positive",
          "messages per ingest run (32 partitions: must fit the dev broker's ~5 MiB per "
          "partition at 1 KiB)"),
+    Knob("BENCH_FORMATS_MESSAGES", "50000", "positive",
+         "formats: messages per run of each side (Avro via the registry, JSON)"),
     Knob("BENCH_NAIVE_MESSAGES", "5000", "positive", "messages of the naive client baseline"),
     Knob("BENCH_HANDLER_MESSAGES", "50000", "positive", "inbox rows per handler run"),
     Knob("BENCH_E2E_SECONDS", "10", "integer",

@@ -49,6 +49,9 @@ extern "C" {
 namespace eventbox::handlers {
 class StoredOffsets;
 }
+namespace eventbox::registry {
+class Registry;
+}
 
 namespace eventbox::ingest {
 
@@ -78,8 +81,17 @@ struct Subscription {
     int backoff_ms = 0;
     int64_t retry_at_ms = 0;
     int64_t resumed_at_ms = 0;
-    std::string error;     // why its last batch failed
-    std::string recorded;  // its error as in eventbox.ingest_errors ("" = no row)
+    // value_format 'registry': a record waits for schema id `waiting_for` (the records before it
+    // were stored; it and the rest are read again from the stored offsets once the schema is
+    // cached, see docs/design/ingest.md). Paused meanwhile.
+    bool waiting = false;
+    bool schema_ready = false;  // the schema arrived: read again at the next reload
+    uint32_t waiting_for = 0;
+    bool registry_format = false;  // value_format 'registry'
+    bool registry_keys = false;    // key_format 'registry'
+    std::string registry_failure;  // why its schema could not be fetched (registry_turn())
+    std::string error;             // why its last batch failed
+    std::string recorded;          // its error as in eventbox.ingest_errors ("" = no row)
     int recorded_attempts = 0;
 
     // Well again: no longer failing.
@@ -99,6 +111,8 @@ struct Wanted {
     inbox::IdRule id_rule;  // message_id_rule
     bool keep_raw;          // inbox::keeps_raw() of its options
     bool backfill;          // backfill => true
+    bool registry_format;   // value_format 'registry'
+    bool registry_keys;     // key_format 'registry'
     int64_t created_ms;     // Unix epoch ms: where start_from 'latest' starts
     int batch_size;
 };
@@ -117,6 +131,8 @@ struct WantedRow {
     bool keep_raw;           // the option keep_raw
     bool dead_letter_topic;  // it has one
     bool backfill;
+    bool registry_format;
+    bool registry_keys;
 };
 
 // The worker's C++ state as its PostgreSQL-side steps use it: a facade whose methods run their
@@ -184,8 +200,10 @@ class IngestState {
         return consumer_->batch(sub->id).size();
     }
     bool has_positions_to_store(const Subscription* sub) const;
-    // Classifies records [from, to) of `sub`'s batch into sub->rows and orders them by message id.
-    void classify(Subscription* sub, std::size_t from, std::size_t to);
+    // Classifies records [from, to) of `sub`'s batch into sub->rows and orders them by message
+    // id; returns how many can be stored now (those before the first record whose schema is not
+    // cached, registry/registry.hpp).
+    std::size_t classify(Subscription* sub, std::size_t from, std::size_t to);
     rd_kafka_message_t* const* records(const Subscription* sub, std::size_t from) const noexcept {
         return consumer_->batch(sub->id).data() + from;
     }
@@ -198,6 +216,19 @@ class IngestState {
     const std::vector<kafka::PartitionEnd>& partition_ends(const Subscription* sub,
                                                            std::size_t from, std::size_t to);
     void committed(const Subscription* sub);
+
+    // ---- the schema registry (ingest_registry.cpp)
+    // Builds, keeps or drops the registry client for eventbox.schema_registry_url and _options
+    // (when some subscription has value_format 'registry'), and hands it to them.
+    void configure_registry();
+    // A subscription stopped at a record waiting for its schema: paused until it is cached.
+    void wait_for_schema(Subscription* sub);
+    // Drives the registry's transfers; waiting subscriptions whose schema arrived get
+    // schema_ready (returns whether any did); those whose fetch failed get the reason in
+    // registry_failure, for registry_turn() to fail them.
+    bool registry_step();
+    // Whether the registry has transfers open (the loop then waits briefly).
+    bool registry_busy() const noexcept;
 
     // ---- error bookkeeping (ingest_errors.cpp)
     // Pauses `sub` after a failed batch and sets its backoff; returns it (ms).
@@ -221,6 +252,8 @@ class IngestState {
     // first batch after a start) drops the handler workers' low-water marks at its commit.
     handlers::StoredOffsets* stored_offsets_ = nullptr;
     Offsets* offsets_ = nullptr;
+    registry::Registry* registry_ = nullptr;
+    std::string registry_fingerprint_;  // the settings it was built with
 };
 
 extern IngestState state;
@@ -231,8 +264,8 @@ struct Columns {
     explicit Columns(int n);
     int count;        // rows
     int records = 0;  // records of the batch: the rows and those skipped (sub->skipped)
-    pg::ArrayColumn ids, topics, partitions, offsets, keys, headers, payloads, raws, types,
-        statuses, notes, modes;
+    pg::ArrayColumn ids, topics, partitions, offsets, keys, key_payloads, headers, payloads, raws,
+        types, statuses, notes, modes;
     pg::ArrayColumn unparsable_ids;  // for the dead-letter topic
     int transport_ids = 0;
     int unparsable_rows = 0;
@@ -315,6 +348,9 @@ bool store_all();
 // A batch of `sub` failed with `message`: it is paused (the others go on) and read again from
 // its stored offsets after a backoff (ingest_errors.cpp).
 void subscription_failed(Subscription* sub, const char* message);
+// Drives the schema registry's transfers and fails the subscriptions whose schema could not be
+// fetched; returns whether some waiting subscription can be read again (ingest_registry.cpp).
+bool registry_turn();
 // Writes the subscriptions' errors that changed to eventbox.ingest_errors (ingest_errors.cpp).
 void record_errors();
 // Sets this worker's row of `subscription` in eventbox.ingest_errors to `error` ("": deletes

@@ -13,6 +13,7 @@ extern "C" {
 
 #include "inbox/jsonb.hpp"
 #include "pg/boundary.hpp"
+#include "registry/registry.hpp"
 
 namespace eventbox::ingest {
 
@@ -20,8 +21,8 @@ using pg::call_cpp;
 
 // ---- the records, classified in C++ ---------------------------------------------------------
 
-void IngestState::classify(Subscription* sub, std::size_t from, std::size_t to) {
-    call_cpp([&] {
+std::size_t IngestState::classify(Subscription* sub, std::size_t from, std::size_t to) {
+    return call_cpp([&] {
         std::size_t n = to - from;
         // The rows of earlier batches are reused: their strings keep their buffers.
         if (sub->rows.size() < n) sub->rows.resize(n);
@@ -58,6 +59,22 @@ void IngestState::classify(Subscription* sub, std::size_t from, std::size_t to) 
                 record.headers_error = rd_kafka_err2str(herr);
             }
             inbox::classify(record, sub->options, sub->rows[i]);
+            if (sub->rows[i].pending) {
+                // This record waits for its schema, and so do the records after it; their
+                // schemas are fetched in the same round (registry/registry.hpp).
+                sub->waiting_for = sub->rows[i].pending_id;
+                for (std::size_t k = i + 1; k < n; ++k) {
+                    const rd_kafka_message_t* later = batch[from + k];
+                    if (sub->options.registry_values)
+                        sub->options.registry->prefetch(static_cast<const char*>(later->payload),
+                                                        later->len);
+                    if (sub->options.registry_keys && later->key != nullptr)
+                        sub->options.registry->prefetch(static_cast<const char*>(later->key),
+                                                        later->key_len);
+                }
+                n = i;
+                break;
+            }
         }
         // Rows go in by message id: ingest workers inserting the same ids at once (a message
         // republished to partitions of two workers; a partition read by its old and new owner
@@ -75,6 +92,7 @@ void IngestState::classify(Subscription* sub, std::size_t from, std::size_t to) 
         std::stable_sort(sub->order.begin(), sub->order.end(), [&](int a, int b) {
             return sub->rows[a].message_id < sub->rows[b].message_id;
         });
+        return n;
     });
 }
 
@@ -93,6 +111,7 @@ Columns::Columns(int n)
       partitions(n, INT4OID),
       offsets(n, INT8OID),
       keys(n, BYTEAOID),
+      key_payloads(n, JSONBOID),
       headers(n, JSONBOID),
       payloads(n, JSONBOID),
       raws(n, BYTEAOID),
@@ -132,6 +151,7 @@ class ColumnBuilder {
         c_->offsets.set(i, Int64GetDatum(msg->offset));
         if (msg->key != nullptr) c_->keys.set(i, PointerGetDatum(to_bytea(msg->key, msg->key_len)));
         c_->headers.set(i, inbox::headers_jsonb(row));
+        key_payload(i, msg, row);
         payload(i, msg, row);
         if (row.event_type) c_->types.set(i, event_type(*row.event_type));
         c_->statuses.set(i, row.parsable ? received_ : unparsable_);
@@ -159,14 +179,34 @@ class ColumnBuilder {
         return type_;
     }
 
+    // key_format 'registry': the decoded key; one jsonb refuses makes the record unparsable.
+    void key_payload(int i, rd_kafka_message_t* msg, inbox::Classified& row) {
+        if (!row.key_decoded_ok) return;
+        Datum key;
+        // The reason replaces the decoded key (no string on this frame: an ERROR may cross it).
+        if (inbox::text_jsonb(row.key_decoded.data(), row.key_decoded.size(), &key,
+                              &row.key_decoded)) {
+            c_->key_payloads.set(i, key);
+            return;
+        }
+        if (row.parsable && !row.keep_raw) row.raw_len = msg->len;
+        row.parsable = false;
+        row.key_decoded.insert(0, "key: ");
+        if (!row.note.empty()) row.key_decoded.append("; ").append(row.note);
+        row.note.swap(row.key_decoded);
+    }
+
     // The value as jsonb, or else as raw bytes with the reason it is unparsable. The bytes of
-    // a value stored as jsonb too when the subscription keeps them (inbox::keeps_raw()).
+    // a value stored as jsonb too when the subscription keeps them (inbox::keeps_raw()); a
+    // registry format's payload is its decoded text, and its bytes stay in raw_payload.
     void payload(int i, rd_kafka_message_t* msg, inbox::Classified& row) {
         Datum payload;
-        if (row.parsable && inbox::payload_jsonb(row, static_cast<const char*>(msg->payload),
-                                                 msg->len, &payload, &row.note)) {
+        bool decoded = row.keep_raw;
+        const char* text = decoded ? row.decoded.data() : static_cast<const char*>(msg->payload);
+        std::size_t text_len = decoded ? row.decoded.size() : msg->len;
+        if (row.parsable && inbox::payload_jsonb(row, text, text_len, &payload, &row.note)) {
             c_->payloads.set(i, payload);
-            if (sub_->options.keep_raw)
+            if (sub_->options.keep_raw || row.keep_raw)
                 c_->raws.set(i, PointerGetDatum(to_bytea(msg->payload, msg->len)));
             return;
         }

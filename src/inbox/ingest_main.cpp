@@ -36,6 +36,10 @@ namespace {
 
 TimestampTz last_batch_at = 0;  // end of the last batch with messages
 
+// How long the loop sleeps while schema fetches are open: curl's transfers advance between
+// waits (a fetch on loopback takes ~1 ms; a slow registry costs this wakeup rate only).
+constexpr long kRegistryPollMs = 5;
+
 void shutdown_ingest(int, Datum) {
     state.destroy();
     amqp_destroy();
@@ -75,10 +79,12 @@ void flush_stats(bool worked) {
         pgstat_report_stat(true);
 }
 
-// Sleeps until the latch, the consumer's queue or a second; not at all when `more` waits.
+// Sleeps until the latch, the consumer's queue or a second; not at all when `more` waits, and
+// briefly while schemas are being fetched (their transfers are served between the waits).
 void wait_for_more(bool more) {
     WaitEvent event;
-    (void)WaitEventSetWait(wait_set, more ? 0 : 1000, &event, 1, PG_WAIT_EXTENSION);
+    long timeout = more ? 0 : state.registry_busy() ? kRegistryPollMs : 1000;
+    (void)WaitEventSetWait(wait_set, timeout, &event, 1, PG_WAIT_EXTENSION);
     ResetLatch(MyLatch);
     CHECK_FOR_INTERRUPTS();
     if (worker::reload_if_requested()) needs_reload = true;
@@ -90,6 +96,9 @@ void turn(MemoryContext) {
     state.emit_logs();
     bool worked = store_all();
     state.release();
+    // Waiting subscriptions whose schemas arrived are read again at once.
+    bool schemas_ready = registry_turn();
+    if (schemas_ready) needs_reload = true;
     if (state.ready()) record_errors();
     MemoryContextSwitchTo(TopMemoryContext);
     MemoryContextReset(batch_context);
@@ -99,7 +108,7 @@ void turn(MemoryContext) {
     MemoryContextReset(batch_context);
     if (amqp_fd() != wait_set_amqp_fd) rebuild_wait_set();
     flush_stats(worked);
-    wait_for_more(n >= round_size || more_amqp);
+    wait_for_more(n >= round_size || more_amqp || schemas_ready);
 }
 
 }  // namespace

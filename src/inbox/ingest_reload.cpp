@@ -69,7 +69,8 @@ void IngestState::add_wanted(const WantedRow& row) {
         w.created_ms = row.created_ms;
         w.batch_size = row.batch_size;
         w.id_rule = inbox::id_rule_named(row.message_id_rule);
-        w.keep_raw = inbox::keeps_raw(inbox::RawNeeds{row.keep_raw, row.dead_letter_topic});
+        w.keep_raw = inbox::keeps_raw(
+            inbox::RawNeeds{row.keep_raw, row.dead_letter_topic, !row.registry_format});
         w.backfill = row.backfill;
         std::string list = row.topics;
         for (std::size_t start = 0; start <= list.size();) {
@@ -80,7 +81,11 @@ void IngestState::add_wanted(const WantedRow& row) {
         }
         w.fingerprint = list + "|" + w.group_id + "|" + row.start_from + "|" +
                         row.message_id_field + "|" + std::to_string(row.batch_size) + "|" +
-                        row.message_id_rule + (row.backfill ? "|backfill" : "");
+                        row.message_id_rule + (row.backfill ? "|backfill" : "") +
+                        (row.registry_format ? "|registry" : "") +
+                        (row.registry_keys ? "|registry-keys" : "");
+        w.registry_format = row.registry_format;
+        w.registry_keys = row.registry_keys;
         wanted_->push_back(std::move(w));
     });
 }
@@ -99,7 +104,8 @@ void read_wanted() {
         "SELECT name, array_to_string(topics, ','), coalesce(group_id, ''), start_from, "
         "coalesce(message_id_field, ''), batch_size, "
         "(extract(epoch FROM created_at) * 1000)::int8, message_id_rule, "
-        "backfill, keep_raw, dead_letter_topic IS NOT NULL "
+        "backfill, keep_raw, dead_letter_topic IS NOT NULL, value_format = 'registry', "
+        "key_format = 'registry' "
         "FROM eventbox.subscriptions "
         "WHERE enabled AND source = 'kafka' ORDER BY name",
         true, 0);
@@ -123,6 +129,8 @@ void read_wanted() {
         row.backfill = DatumGetBool(SPI_getbinval(tuple, desc, 9, &isnull));
         row.keep_raw = DatumGetBool(SPI_getbinval(tuple, desc, 10, &isnull));
         row.dead_letter_topic = DatumGetBool(SPI_getbinval(tuple, desc, 11, &isnull));
+        row.registry_format = DatumGetBool(SPI_getbinval(tuple, desc, 12, &isnull));
+        row.registry_keys = DatumGetBool(SPI_getbinval(tuple, desc, 13, &isnull));
         state.add_wanted(row);
     }
 }
@@ -149,6 +157,11 @@ void IngestState::drop_unwanted(int64 now) {
             for (const Wanted& w : *wanted_)
                 if (w.name == s->name) s->options.keep_raw = w.keep_raw;
             if (s->failing && consumer_->paused(s->id) && now >= s->retry_at_ms) s->fresh = true;
+            // Its schema arrived: read again from its stored offsets.
+            if (s->schema_ready) {
+                s->schema_ready = false;
+                s->fresh = true;
+            }
         }
     });
 }
@@ -177,6 +190,8 @@ std::size_t IngestState::start_wanted() {
             config.latest_since_ms = w.created_ms;
             config.backfill = w.backfill;
             s->backfill = w.backfill;
+            s->registry_format = w.registry_format;
+            s->registry_keys = w.registry_keys;
             s->id = consumer_->add_subscription(config);
             subscriptions_->push_back(s);
         }
@@ -383,6 +398,7 @@ void reload() {
         read_wanted();
         state.drop_unwanted(now);
         n_wanted = state.start_wanted();
+        state.configure_registry();
         apply_stored_offsets();
         resume_fresh(now);
     }

@@ -6,6 +6,7 @@
 
 #include "handlers/low_water.hpp"
 #include "pg/boundary.hpp"
+#include "registry/registry.hpp"
 
 namespace eventbox::ingest {
 
@@ -21,6 +22,9 @@ void IngestState::destroy() noexcept {
     }
     delete consumer_;
     consumer_ = nullptr;
+    delete registry_;
+    registry_ = nullptr;
+    registry_fingerprint_.clear();
     consumer_fingerprint_.clear();
 }
 

@@ -163,4 +163,8 @@ bool payload_jsonb(const Classified& row, const char* data, std::size_t len, Dat
     });
 }
 
+bool text_jsonb(const char* data, std::size_t len, Datum* out, std::string* note) {
+    return to_jsonb(data, len, out, note);
+}
+
 }  // namespace eventbox::inbox

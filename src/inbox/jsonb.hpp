@@ -24,4 +24,8 @@ Datum headers_jsonb(const Classified& row);
 bool payload_jsonb(const Classified& row, const char* data, std::size_t len, Datum* out,
                    std::string* note);
 
+// JSON text [data, data+len) as jsonb by jsonb_in (a decoded key). False, with the reason in
+// `note`, when jsonb refuses it.
+bool text_jsonb(const char* data, std::size_t len, Datum* out, std::string* note);
+
 }  // namespace eventbox::inbox

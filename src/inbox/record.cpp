@@ -10,6 +10,7 @@
 #include "inbox/cdc.hpp"
 #include "inbox/fingerprint.hpp"
 #include "messages/json_scan.hpp"
+#include "registry/registry.hpp"
 
 namespace eventbox::inbox {
 
@@ -172,6 +173,14 @@ void reset(Classified& out) {
     out.raw_null = false;
     out.note.clear();
     if (out.payload.text.capacity() > kKeptBufferBytes) std::string().swap(out.payload.text);
+    out.decoded.clear();
+    out.schema_name.clear();
+    out.pending = false;
+    out.pending_id = 0;
+    out.keep_raw = false;
+    out.key_decoded.clear();
+    out.key_decoded_ok = false;
+    if (out.decoded.capacity() > kKeptBufferBytes) std::string().swap(out.decoded);
     if (out.payload.tokens.capacity() * sizeof(JsonTokens::Token) > kKeptBufferBytes)
         std::vector<JsonTokens::Token>().swap(out.payload.tokens);
     out.payload.tokens.clear();
@@ -179,6 +188,71 @@ void reset(Classified& out) {
     out.payload.depth = 0;
     if (out.headers.capacity() * sizeof(HeaderField) > kKeptBufferBytes)
         std::vector<HeaderField>().swap(out.headers);
+}
+
+// The top-level fields the value's scan reads: the message id field (if any) and "type".
+std::vector<std::string_view> wanted_fields(const Options& options) {
+    std::string_view fields[2] = {options.message_id_field, "type"};
+    return std::vector<std::string_view>(fields + (options.message_id_field.empty() ? 1 : 0),
+                                         fields + 2);
+}
+
+// A value in the Schema Registry's wire format: decoded into JSON text and scanned like a JSON
+// value, its bytes kept in raw_payload; a record whose schema is not cached yet is pending.
+JsonScan classify_registry(const Record& r, const Options& options, Classified& out) {
+    JsonScan scan;
+    out.keep_raw = true;
+    out.raw_len = r.value_len;
+    registry::Decoded d = options.registry->decode(r.value, r.value_len, &out.decoded);
+    if (d.status == registry::Decoded::kPending) {
+        out.pending = true;
+        out.pending_id = d.id;
+        return scan;
+    }
+    if (d.status == registry::Decoded::kBad) {
+        out.note = d.reason;
+        return scan;
+    }
+    if (d.name != nullptr) out.schema_name = *d.name;
+    if (!d.utf8 && !valid_utf8(out.decoded.data(), out.decoded.size())) {
+        out.note = "schema id " + std::to_string(d.id) + ": decoded value is not valid UTF-8";
+        return scan;
+    }
+    out.payload.text.reserve(out.decoded.size() + 16);
+    scan = scan_json(out.decoded, wanted_fields(options), &out.payload);
+    out.parsable = scan.valid;
+    if (!scan.valid)
+        out.note = "schema id " + std::to_string(d.id) +
+                   ": decoded value is not valid JSON: " + scan.error;
+    return scan;
+}
+
+// key_format 'registry': the key decoded into key_decoded. A key that cannot be decoded makes
+// the record unparsable (its value's bytes kept, the reason in the note); no key, or an empty
+// one, has no key_payload.
+void classify_key(const Record& r, const Options& options, Classified& out) {
+    if (r.key == nullptr || r.key_len == 0) return;
+    registry::Decoded d = options.registry->decode(r.key, r.key_len, &out.key_decoded);
+    if (d.status == registry::Decoded::kPending) {
+        out.pending = true;
+        out.pending_id = d.id;
+        return;
+    }
+    std::string why = d.reason;
+    if (d.status == registry::Decoded::kOk && !d.utf8 &&
+        !valid_utf8(out.key_decoded.data(), out.key_decoded.size()))
+        why = "schema id " + std::to_string(d.id) + ": decoded key is not valid UTF-8";
+    if (d.status == registry::Decoded::kOk && why.empty()) {
+        out.key_decoded_ok = true;
+        return;
+    }
+    if (out.parsable) {
+        out.parsable = false;
+        out.payload.tokens.clear();
+        out.payload.text.clear();
+        out.raw_len = std::min(r.value_len, options.max_message_bytes);
+    }
+    out.note = out.note.empty() ? "key: " + why : "key: " + why + "; " + out.note;
 }
 
 // The value: JSON that jsonb accepts, or raw bytes with a note. Whether numeric can hold every
@@ -197,15 +271,15 @@ JsonScan classify_value(const Record& r, const Options& options, Classified& out
                    std::to_string(options.max_message_bytes) + " bytes";
     } else if (r.value_len == 0) {
         out.note = "empty value";
+    } else if (options.registry_values) {
+        return classify_registry(r, options, out);
     } else if (!valid_utf8(r.value, r.value_len)) {
         out.raw_len = r.value_len;
         out.note = "value is not valid UTF-8";
     } else {
-        std::string_view fields[2] = {options.message_id_field, "type"};
-        std::vector<std::string_view> wanted(fields + (options.message_id_field.empty() ? 1 : 0),
-                                             fields + 2);
         out.payload.text.reserve(r.value_len + 16);
-        scan = scan_json(std::string_view(r.value, r.value_len), wanted, &out.payload);
+        scan =
+            scan_json(std::string_view(r.value, r.value_len), wanted_fields(options), &out.payload);
         out.parsable = scan.valid;
         if (!scan.valid) {
             out.raw_len = r.value_len;
@@ -287,9 +361,9 @@ void choose_message_id(const Record& r, const Options& options, const JsonScan& 
 }
 
 // Event type: a change event's operation; else header event_type, CloudEvents ce_type, JSON
-// field "type", else none.
-void choose_event_type(const Record& r, const JsonScan& scan, const ChangeEvent& change,
-                       Classified& out) {
+// field "type" (registry formats: the schema's full name), else none.
+void choose_event_type(const Record& r, const Options& options, const JsonScan& scan,
+                       const ChangeEvent& change, Classified& out) {
     if (change.kind == ChangeEvent::Kind::kEvent) {
         set(out.event_type, change.event_type);
         return;
@@ -301,7 +375,9 @@ void choose_event_type(const Record& r, const JsonScan& scan, const ChangeEvent&
         set(out.event_type, *type_header);
     else if (ce_type)
         set(out.event_type, *ce_type);
-    else if (type_field && *type_field)
+    else if (options.registry_values && !out.schema_name.empty())
+        set(out.event_type, out.schema_name);
+    else if (!options.registry_values && type_field && *type_field)
         set(out.event_type, **type_field);
     else
         out.event_type.reset();
@@ -314,6 +390,8 @@ void classify(const Record& r, const Options& options, Classified& out) {
     reset(out);
     header_fields(r, out.headers);
     JsonScan scan = classify_value(r, options, out);
+    if (!out.pending && options.registry_keys) classify_key(r, options, out);
+    if (out.pending) return;  // read again once its schema is cached
     // A change event is read only from a value jsonb accepts (or a tombstone): one that is not
     // JSON gets the default rule, and is stored unparsable with its bytes.
     ChangeEvent change =
@@ -328,7 +406,7 @@ void classify(const Record& r, const Options& options, Classified& out) {
         return;
     }
     choose_message_id(r, options, scan, change, out);
-    choose_event_type(r, scan, change, out);
+    choose_event_type(r, options, scan, change, out);
 }
 
 IdRule id_rule_named(std::string_view name) {

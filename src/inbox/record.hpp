@@ -12,6 +12,10 @@
 
 #include "messages/json_scan.hpp"
 
+namespace eventbox::registry {
+class Registry;
+}
+
 namespace eventbox::inbox {
 
 struct KafkaHeader {
@@ -52,6 +56,11 @@ struct Options {
     IdRule id_rule = IdRule::kDefault;
     // Every record's value bytes go to raw_payload, JSON ones too (see keeps_raw()).
     bool keep_raw = false;
+    // value_format / key_format 'registry': values / keys are in the Schema Registry's wire
+    // format, decoded through `registry` (the ingest worker's; docs/guide/formats.md).
+    registry::Registry* registry = nullptr;
+    bool registry_values = false;
+    bool registry_keys = false;
 };
 
 // What decides whether a subscription keeps the value bytes of every record in raw_payload.
@@ -92,6 +101,17 @@ struct Classified {
     // Its offset is stored with the batch's like any other.
     bool skip = false;
     std::string skipped;
+    // value_format 'registry': the value decoded into JSON text (the payload's text), the
+    // schema's full name, and whether the schema is still to be fetched (then nothing else is
+    // set: the record waits). The producer's bytes are kept in raw_payload (keep_raw).
+    std::string decoded;
+    std::string schema_name;
+    bool pending = false;
+    uint32_t pending_id = 0;  // the schema it waits for
+    bool keep_raw = false;
+    // key_format 'registry': the key decoded into JSON text (key_payload), when it has one.
+    std::string key_decoded;
+    bool key_decoded_ok = false;
 };
 
 Classified classify(const Record& record, const Options& options);

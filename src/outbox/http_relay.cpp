@@ -339,20 +339,35 @@ http::Client* build_client(const LoadedRow* rows, int n, std::size_t queue_limit
 }  // namespace
 
 char* fingerprint() {
-    // The AMQP destinations share the generation: a change of either kind shows here.
-    char* amqp = amqp_relay::fingerprint();
-    if (!destinations_exist()) return psprintf("amqp:%s", amqp);
-    // Every column, as text: any change of a destination changes it.
-    int rc = SPI_execute(
-        "SELECT string_agg(c::text, E'\\n' ORDER BY c.topic) "
-        "FROM eventbox.http_destination_config c",
-        true, 1);
-    if (rc != SPI_OK_SELECT || SPI_processed != 1)
-        elog(ERROR, "eventbox relay: reading HTTP destinations failed: %s",
-             SPI_result_code_string(rc));
+    // The AMQP destinations share the generation: a change of either kind shows here; and the
+    // topic formats (outbox/relay_formats.hpp), which route rows through the registry encoding.
+    char* destinations = psprintf("amqp:%s", amqp_relay::fingerprint());
     bool isnull;
+    int rc;
+    if (destinations_exist()) {
+        // Every column, as text: any change of a destination changes it.
+        rc = SPI_execute(
+            "SELECT string_agg(c::text, E'\\n' ORDER BY c.topic) "
+            "FROM eventbox.http_destination_config c",
+            true, 1);
+        if (rc != SPI_OK_SELECT || SPI_processed != 1)
+            elog(ERROR, "eventbox relay: reading HTTP destinations failed: %s",
+                 SPI_result_code_string(rc));
+        Datum value = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+        if (!isnull) destinations = psprintf("%s\n%s", TextDatumGetCString(value), destinations);
+    }
+    rc = SPI_execute("SELECT to_regclass('eventbox.topic_formats') IS NOT NULL", true, 1);
+    if (rc != SPI_OK_SELECT) elog(ERROR, "eventbox relay: SPI_execute failed");
+    if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+        return destinations;
+    rc = SPI_execute(
+        "SELECT string_agg(f::text, E'\\n' ORDER BY f.topic) FROM eventbox.topic_formats f", true,
+        1);
+    if (rc != SPI_OK_SELECT || SPI_processed != 1)
+        elog(ERROR, "eventbox relay: reading topic formats failed: %s", SPI_result_code_string(rc));
     Datum value = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-    return psprintf("%s\namqp:%s", isnull ? "" : TextDatumGetCString(value), amqp);
+    return isnull ? destinations
+                  : psprintf("%s\n--formats\n%s", destinations, TextDatumGetCString(value));
 }
 
 http::Client* load_client(std::size_t queue_limit, relay::RouteStamp* loaded, char** print) {

@@ -90,6 +90,7 @@ void PgDispatcher::create(PgProducer& producer, PgHttpClient& http, PgAmqp& amqp
         limits.max_attempts = guc::relay_max_attempts;
         relay::Sink* kafka = producer.producer_;
         if (kafka == nullptr) kafka = no_kafka_ = new relay::NoKafka();
+        kafka = with_formats(kafka);
         if (http.client_ != nullptr) router_ = new http::Router(*kafka, *http.client_);
         relay::Sink* sink = kafka;
         if (router_ != nullptr) sink = router_;
@@ -218,6 +219,8 @@ void destroy_state() {
     dispatcher.amqp_router_ = nullptr;
     delete amqp_publisher.publisher_;
     amqp_publisher.publisher_ = nullptr;
+    delete dispatcher.formats_;
+    dispatcher.formats_ = nullptr;
     delete dispatcher.no_kafka_;
     dispatcher.no_kafka_ = nullptr;
     delete http_client.client_;

@@ -39,10 +39,10 @@ int64 passes = 0;  // numbers the passes in the CONTEXT line of their errors
 char* current_fingerprint() {
     return MemoryContextStrdup(
         TopMemoryContext,
-        psprintf("%s|%s|%d|%d|%d|%d|%d|%d|%d|%d", guc::brokers, guc::amqp_url,
+        psprintf("%s|%s|%d|%d|%d|%d|%d|%d|%d|%d|%s", guc::brokers, guc::amqp_url,
                  guc::max_message_bytes, guc::relay_max_in_flight, guc::relay_message_timeout_ms,
                  guc::relay_linger_ms, guc::relay_retry_backoff_ms, guc::relay_retry_backoff_max_ms,
-                 guc::relay_max_attempts, guc::relay_batch_size));
+                 guc::relay_max_attempts, guc::relay_batch_size, guc::schema_registry_url));
 }
 
 void rebuild_wait_set() {
@@ -134,6 +134,7 @@ void reset() {
     int share = kafka ? Max(guc::relay_max_in_flight / 2, 1) : guc::relay_max_in_flight;
     http_client.load(static_cast<std::size_t>(share));
     amqp_publisher.load(static_cast<std::size_t>(share));
+    dispatcher.load_formats();
     if (kafka) producer.create();
     if (kafka || http_client.active() || amqp_publisher.active()) {
         dispatcher.create(producer, http_client, amqp_publisher);
@@ -214,6 +215,7 @@ bool work() {
     }
     if (http_client.active()) dispatcher.take_http_outcomes(http_client);
     if (amqp_publisher.active()) dispatcher.take_amqp_outcomes(amqp_publisher);
+    if (dispatcher.active()) dispatcher.serve_formats();
     bool more = iterate();
     // Publishing in the pass may have connected (or lost) RabbitMQ: wait on its socket.
     if (amqp_publisher.active()) {
@@ -233,6 +235,8 @@ long wait_timeout(bool more) {
     int64 due = dispatcher.next_due_ms();
     if (due != INT64_MAX) timeout = Min(timeout, Max(due - worker::now_ms(), 0L));
     if (!rechecks.empty()) timeout = Min(timeout, 250L);
+    // Schema fetches of the topic formats advance between waits.
+    if (dispatcher.formats_busy()) timeout = Min(timeout, 5L);
     if (http_client.active()) {
         long http_due = http_client.timeout_ms(worker::now_ms());
         if (http_due >= 0) timeout = Min(timeout, http_due);

@@ -26,6 +26,7 @@ extern "C" {
 #include "kafka/producer.hpp"
 #include "outbox/http_client.hpp"
 #include "outbox/relay_dispatch.hpp"
+#include "outbox/relay_formats.hpp"
 #include "outbox/relay_recheck.hpp"
 #include "outbox/relay_routes.hpp"
 
@@ -136,9 +137,20 @@ class PgDispatcher {
     // count since the last call, and in `topic` (palloc'd) the topic of the first.
     std::size_t take_unrouted(char** topic);
 
+    // Reads eventbox.topic_formats (a transaction of its own: call outside one) for the next
+    // create() (relay_formats_pg.cpp).
+    void load_formats();
+    // Serves the registry's transfers of the topic formats, if any.
+    void serve_formats();
+    // Whether schema fetches are open (the relay then sleeps briefly).
+    bool formats_busy() const noexcept { return formats_ != nullptr && formats_->busy(); }
+
   private:
     friend void destroy_state();
+    // `kafka`, or the topic formats' sink in front of it when load_formats() found some.
+    relay::Sink* with_formats(relay::Sink* kafka);
     relay::Dispatcher* dispatcher_ = nullptr;
+    relay::FormatSink* formats_ = nullptr;  // before Kafka, when topics have registry formats
     http::Router* router_ = nullptr;
     amqp::Router* amqp_router_ = nullptr;
     relay::NoKafka* no_kafka_ = nullptr;  // Kafka's place while eventbox.brokers is empty

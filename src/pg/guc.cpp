@@ -27,6 +27,8 @@ char* brokers = nullptr;
 char* kafka_options = nullptr;
 char* amqp_url = nullptr;
 char* amqp_options = nullptr;
+char* schema_registry_url = nullptr;
+char* schema_registry_options = nullptr;
 int max_message_bytes = 1000000;
 int outbox_retention_s = 0;
 int relay_batch_size = 1000;
@@ -277,7 +279,41 @@ void define_workers() {
 
 }  // namespace
 
+namespace {
+
+// eventbox.schema_registry_url: empty, or an http:// or https:// URL.
+bool check_schema_registry_url(char** newval, void**, GucSource) {
+    const char* s = *newval ? *newval : "";
+    if (s[0] == '\0' || strncmp(s, "http://", 7) == 0 || strncmp(s, "https://", 8) == 0)
+        return true;
+    GUC_check_errdetail("eventbox.schema_registry_url must start with http:// or https://.");
+    GUC_check_errhint(
+        "Example: 'http://127.0.0.1:8081'; credentials go in "
+        "eventbox.schema_registry_options.");
+    return false;
+}
+
+// The Schema Registry of the registry formats (docs/guide/formats.md).
+void define_schema_registry() {
+    DefineCustomStringVariable(
+        "eventbox.schema_registry_url",
+        "Schema Registry (Confluent REST API) of subscriptions with value_format 'registry'.",
+        "Empty: their records wait, and the subscriptions show the error.", &schema_registry_url,
+        "", PGC_SIGHUP, 0, check_schema_registry_url, nullptr, nullptr);
+    // Like eventbox.kafka_options: no check hook (it would echo the value), postmaster-level
+    // (a reload logs the new value of a changed setting); the ingest worker reports problems
+    // without values.
+    DefineCustomStringVariable(
+        "eventbox.schema_registry_options",
+        "Schema Registry client options (key=value, comma-separated), e.g. basic auth.",
+        "Superuser-only; never shown in logs or errors.", &schema_registry_options, "",
+        PGC_POSTMASTER, GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL, nullptr, nullptr, nullptr);
+}
+
+}  // namespace
+
 void define() {
+    define_schema_registry();
     define_connection_and_outbox();
     define_relay();
     define_workers();

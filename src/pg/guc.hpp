@@ -3,11 +3,13 @@
 
 namespace eventbox::guc {
 
-extern char* database;       // eventbox.database
-extern char* brokers;        // eventbox.brokers
-extern char* kafka_options;  // eventbox.kafka_options (superuser-only, never logged)
-extern char* amqp_url;       // eventbox.amqp_url ('' = no RabbitMQ)
-extern char* amqp_options;   // eventbox.amqp_options (superuser-only, never logged)
+extern char* database;                 // eventbox.database
+extern char* brokers;                  // eventbox.brokers
+extern char* kafka_options;            // eventbox.kafka_options (superuser-only, never logged)
+extern char* amqp_url;                 // eventbox.amqp_url ('' = no RabbitMQ)
+extern char* amqp_options;             // eventbox.amqp_options (superuser-only, never logged)
+extern char* schema_registry_url;      // eventbox.schema_registry_url ('' = none)
+extern char* schema_registry_options;  // eventbox.schema_registry_options (superuser-only)
 extern int max_message_bytes;
 extern int outbox_retention_s;
 extern int relay_batch_size;

@@ -41,9 +41,9 @@ MUST_SHOW = [REFERENCE / "functions.md"]
 # Markdown that is read, not run: no ```sql blocks there.
 NOT_RUN = [p for p in [ROOT / "CONTRIBUTING.md", ROOT / "docs" / "README.md"] if p.exists()] \
     + sorted((ROOT / "docs" / "design").glob("*.md"))
-GUIDE_PAGES = ["outbox", "inbox", "handlers", "dead-letters", "cdc", "http", "rabbitmq",
-               "replay", "security", "upgrading", "retention", "operations", "monitoring",
-               "limits", "scaling"]
+GUIDE_PAGES = ["outbox", "inbox", "handlers", "dead-letters", "cdc", "formats", "http",
+               "rabbitmq", "replay", "security", "upgrading", "retention", "operations",
+               "monitoring", "limits", "scaling"]
 # Guide pages with nothing to run (what they say is checked by the tests they name).
 NO_EXAMPLES = {"limits.md"}
 RUN = "sql"

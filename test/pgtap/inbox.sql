@@ -4,7 +4,7 @@
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pg_eventbox;
 
-SELECT plan(321);
+SELECT plan(333);
 
 -- ---- tables: exactly these columns, with these types, nullability and defaults -------------
 
@@ -14,11 +14,12 @@ SELECT has_table('eventbox', 'offsets', 'table eventbox.offsets exists');
 SELECT columns_are('eventbox', 'subscriptions', ARRAY[
     'name', 'topics', 'owner', 'start_from', 'ordering', 'max_attempts', 'backoff', 'backoff_max',
     'message_id_field', 'unhandled', 'batch_size', 'group_id', 'enabled', 'created_at',
-    'non_retryable', 'on_dead', 'dead_letter_topic', 'message_id_rule', 'backfill', 'source', 'keep_raw']);
+    'non_retryable', 'on_dead', 'dead_letter_topic', 'message_id_rule', 'backfill', 'source', 'keep_raw',
+    'value_format', 'key_format']);
 SELECT columns_are('eventbox', 'inbox', ARRAY[
     'subscription', 'message_id', 'topic', 'partition', 'offset', 'key', 'headers', 'payload',
     'raw_payload', 'event_type', 'status', 'attempts', 'next_attempt_at', 'received_at',
-    'processed_at', 'last_error', 'mode']);
+    'processed_at', 'last_error', 'mode', 'key_payload']);
 SELECT columns_are('eventbox', 'offsets', ARRAY[
     'subscription', 'topic', 'partition', 'next_offset', 'high_watermark', 'updated_at',
     'backfill_until']);
@@ -50,6 +51,8 @@ INSERT INTO expected_columns VALUES
     ('subscriptions', 'message_id_rule',  'text',                     true,  'default'),
     ('subscriptions', 'backfill',         'boolean',                  true,  'false'),
     ('subscriptions', 'keep_raw',         'boolean',                  true,  'false'),
+    ('subscriptions', 'value_format',     'text',                     true,  'json'),
+    ('subscriptions', 'key_format',       'text',                     true,  'json'),
     ('inbox',         'subscription',     'text',                     true,  NULL),
     ('inbox',         'message_id',       'text',                     true,  NULL),
     ('inbox',         'topic',            'text',                     true,  NULL),
@@ -67,6 +70,7 @@ INSERT INTO expected_columns VALUES
     ('inbox',         'processed_at',     'timestamp with time zone', false, NULL),
     ('inbox',         'last_error',       'text',                     false, NULL),
     ('inbox',         'mode',             'text',                     true,  'live'),
+    ('inbox',         'key_payload',      'jsonb',                    false, NULL),
     ('offsets',       'subscription',     'text',                     true,  NULL),
     ('offsets',       'topic',            'text',                     true,  NULL),
     ('offsets',       'partition',        'integer',                  true,  NULL),
@@ -75,7 +79,7 @@ INSERT INTO expected_columns VALUES
     ('offsets',       'updated_at',       'timestamp with time zone', true,  'now()'),
     ('offsets',       'backfill_until',   'bigint',                   false, NULL);
 
--- 44 columns: has_column + col_type_is + nullability + default (or none) = 176 tests.
+-- 47 columns: has_column + col_type_is + nullability + default (or none) = 188 tests.
 SELECT has_column('eventbox', tbl, col, tbl || ' has column ' || col)
   FROM expected_columns ORDER BY tbl, col;
 SELECT col_type_is('eventbox', tbl, col, typ, tbl || '.' || col || ' is ' || typ)
