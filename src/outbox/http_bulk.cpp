@@ -136,6 +136,134 @@ std::vector<RecordResult> all(std::size_t n, Settled how, const std::string& err
     return std::vector<RecordResult>(n, RecordResult{how, error});
 }
 
+// Where a response's per-record results are: none (every record delivered), a JSON array, or
+// NDJSON lines.
+enum class Shape { kNone, kArray, kLines };
+
+bool is_space(char c) {
+    return std::isspace(static_cast<unsigned char>(c)) != 0;
+}
+
+std::string_view trim(std::string_view s) {
+    while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
+    while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
+    return s;
+}
+
+// The non-empty lines of `body`, blanks (and a CR before the LF) trimmed.
+std::vector<std::string_view> lines_of(std::string_view body) {
+    std::vector<std::string_view> out;
+    while (!body.empty()) {
+        std::size_t nl = body.find('\n');
+        std::string_view line = trim(body.substr(0, nl));
+        if (!line.empty()) out.push_back(line);
+        if (nl == std::string_view::npos) break;
+        body.remove_prefix(nl + 1);
+    }
+    return out;
+}
+
+// Whether a Content-Type names NDJSON: application/x-ndjson, application/ndjson or
+// application/jsonl, in any case, with any parameters.
+bool is_ndjson_type(std::string_view content_type) {
+    std::string type(trim(content_type.substr(0, content_type.find(';'))));
+    std::transform(type.begin(), type.end(), type.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return type == "application/x-ndjson" || type == "application/ndjson" ||
+           type == "application/jsonl";
+}
+
+// Whether an ndjson destination's response without an NDJSON Content-Type is NDJSON results:
+// its first line is a JSON object, and a 207, or more lines follow, or the request carried one
+// message, or the object's "id" names a message of the request. A single object otherwise
+// (such as {"ok": true}) is a summary, not one result for several records.
+bool looks_like_ndjson(int status, const std::vector<std::string_view>& lines,
+                       const std::vector<std::string_view>& message_ids) {
+    if (lines.empty() || lines.front().front() != '{') return false;
+    if (status == 207) return true;
+    json first = json::parse(lines.front().begin(), lines.front().end(), nullptr, false);
+    if (first.is_discarded() || !first.is_object()) return false;
+    if (lines.size() > 1 || message_ids.size() == 1) return true;
+    auto id = first.find("id");
+    return id != first.end() && id->is_string() &&
+           std::find(message_ids.begin(), message_ids.end(), id->get_ref<const std::string&>()) !=
+               message_ids.end();
+}
+
+Shape results_shape(BatchFormat format, int status, std::string_view content_type,
+                    std::string_view body, const std::vector<std::string_view>& message_ids) {
+    std::string_view text = trim(body);
+    if (format == BatchFormat::kNdjson && !text.empty()) {
+        if (is_ndjson_type(content_type)) return Shape::kLines;
+        if (text.front() == '{' && looks_like_ndjson(status, lines_of(text), message_ids))
+            return Shape::kLines;
+    }
+    if (status == 207 || format == BatchFormat::kSobjectCollections ||
+        (!text.empty() && text.front() == '['))
+        return Shape::kArray;
+    return Shape::kNone;
+}
+
+// NDJSON results as the array of their lines' objects; a line that is not a JSON object makes
+// them unreadable (`*unreadable` names it).
+json read_lines(std::string_view body, std::string* unreadable) {
+    json results = json::array();
+    std::size_t number = 0;
+    for (std::string_view line : lines_of(body)) {
+        ++number;
+        json entry = json::parse(line.begin(), line.end(), nullptr, false);
+        if (entry.is_discarded() || !entry.is_object()) {
+            *unreadable = "line " + std::to_string(number) +
+                          " is not a JSON object: " + printable(line, kBodyExcerpt);
+            return json();
+        }
+        results.push_back(std::move(entry));
+    }
+    return results;
+}
+
+// Settles each message from `results`: by message id when entries name the request's messages
+// (not sObject Collections: its "id" is the record's id in the CRM), else by position.
+std::vector<RecordResult> map_results(BatchFormat format, int status, const json& results,
+                                      std::string_view body,
+                                      const std::vector<std::string_view>& message_ids) {
+    const std::size_t n = message_ids.size();
+    std::string prefix = "HTTP " + std::to_string(status) + ": ";
+    if (format != BatchFormat::kSobjectCollections) {
+        std::unordered_map<std::string_view, std::size_t> position;
+        for (std::size_t i = 0; i < n; ++i) position.emplace(message_ids[i], i);
+        std::vector<const json*> by_id(n, nullptr);
+        bool any = false;
+        for (const json& entry : results) {
+            if (!entry.is_object()) continue;
+            auto id = entry.find("id");
+            if (id == entry.end() || !id->is_string()) continue;
+            auto p = position.find(id->get_ref<const std::string&>());
+            if (p == position.end()) continue;
+            by_id[p->second] = &entry;
+            any = true;
+        }
+        if (any) {
+            std::vector<RecordResult> out;
+            out.reserve(n);
+            for (std::size_t i = 0; i < n; ++i)
+                out.push_back(by_id[i] != nullptr
+                                  ? read_entry(*by_id[i], status)
+                                  : RecordResult{Settled::kTransient,
+                                                 prefix + "no per-record result for this message"});
+            return out;
+        }
+    }
+    if (results.size() != n)
+        return all(n, Settled::kTransient,
+                   prefix + std::to_string(results.size()) + " per-record results for " +
+                       std::to_string(n) + " records: " + printable(body, kBodyExcerpt));
+    std::vector<RecordResult> out;
+    out.reserve(n);
+    for (const json& entry : results) out.push_back(read_entry(entry, status));
+    return out;
+}
+
 }  // namespace
 
 bool parse_batch_format(std::string_view name, BatchFormat* format) {
@@ -217,59 +345,28 @@ std::string bulk_idempotency_key(const std::vector<std::string_view>& message_id
     return out;
 }
 
-std::vector<RecordResult> settle_bulk(BatchFormat format, int status, std::string_view body,
-                                      bool truncated,
+std::vector<RecordResult> settle_bulk(BatchFormat format, int status, std::string_view content_type,
+                                      std::string_view body, bool truncated,
                                       const std::vector<std::string_view>& message_ids) {
     const std::size_t n = message_ids.size();
-    auto start = std::find_if(body.begin(), body.end(),
-                              [](char c) { return !std::isspace(static_cast<unsigned char>(c)); });
-    bool expected = status == 207 || format == BatchFormat::kSobjectCollections ||
-                    (start != body.end() && *start == '[');
-    if (!expected) return all(n, Settled::kDelivered, {});
+    Shape shape = results_shape(format, status, content_type, body, message_ids);
+    if (shape == Shape::kNone) return all(n, Settled::kDelivered, {});
     std::string prefix = "HTTP " + std::to_string(status) + ": ";
     if (truncated)
         return all(n, Settled::kTransient,
                    prefix + "per-record results longer than the relay reads");
-    json results = json::parse(body.begin(), body.end(), nullptr, false);
-    if (results.is_discarded() || !results.is_array())
-        return all(n, Settled::kTransient,
-                   prefix + "unreadable per-record results: " + printable(body, kBodyExcerpt));
-
-    // By message id, when the entries name the request's messages (not sObject Collections:
-    // its "id" is the record's id in the CRM).
-    if (format != BatchFormat::kSobjectCollections) {
-        std::unordered_map<std::string_view, std::size_t> position;
-        for (std::size_t i = 0; i < n; ++i) position.emplace(message_ids[i], i);
-        std::vector<const json*> by_id(n, nullptr);
-        bool any = false;
-        for (const json& entry : results) {
-            if (!entry.is_object()) continue;
-            auto id = entry.find("id");
-            if (id == entry.end() || !id->is_string()) continue;
-            auto p = position.find(id->get_ref<const std::string&>());
-            if (p == position.end()) continue;
-            by_id[p->second] = &entry;
-            any = true;
-        }
-        if (any) {
-            std::vector<RecordResult> out;
-            out.reserve(n);
-            for (std::size_t i = 0; i < n; ++i)
-                out.push_back(by_id[i] != nullptr
-                                  ? read_entry(*by_id[i], status)
-                                  : RecordResult{Settled::kTransient,
-                                                 prefix + "no per-record result for this message"});
-            return out;
-        }
+    json results;
+    std::string unreadable;
+    if (shape == Shape::kLines) {
+        results = read_lines(body, &unreadable);
+    } else {
+        results = json::parse(body.begin(), body.end(), nullptr, false);
+        if (results.is_discarded() || !results.is_array())
+            unreadable = printable(body, kBodyExcerpt);
     }
-    if (results.size() != n)
-        return all(n, Settled::kTransient,
-                   prefix + std::to_string(results.size()) + " per-record results for " +
-                       std::to_string(n) + " records: " + printable(body, kBodyExcerpt));
-    std::vector<RecordResult> out;
-    out.reserve(n);
-    for (const json& entry : results) out.push_back(read_entry(entry, status));
-    return out;
+    if (!unreadable.empty())
+        return all(n, Settled::kTransient, prefix + "unreadable per-record results: " + unreadable);
+    return map_results(format, status, results, body, message_ids);
 }
 
 std::string base64(std::string_view bytes) {

@@ -57,12 +57,14 @@ struct RecordResult {
 inline constexpr std::size_t kMaxBulkResponse = 8u << 20;
 
 // Settles each of `message_ids` (the request's records, in request order) from a 2xx response
-// `status` with `body` (`truncated`: longer than kMaxBulkResponse). Per-record results are
-// expected from a 207, from sObject Collections, or when the body is a JSON array; they map by
-// "id" (a message id) or else by position. Results that cannot be read or mapped leave the
-// records concerned transient (retried, never taken as delivered).
-std::vector<RecordResult> settle_bulk(BatchFormat format, int status, std::string_view body,
-                                      bool truncated,
+// `status` with `content_type` and `body` (`truncated`: longer than kMaxBulkResponse).
+// Per-record results are expected from a 207, from sObject Collections, or when the body is a
+// JSON array; for ndjson, also as NDJSON (one JSON object a line) when the Content-Type says so
+// or the body is NDJSON. They map by "id" (a message id) or else by position. Results that
+// cannot be read or mapped leave the records concerned transient (retried, never taken as
+// delivered).
+std::vector<RecordResult> settle_bulk(BatchFormat format, int status, std::string_view content_type,
+                                      std::string_view body, bool truncated,
                                       const std::vector<std::string_view>& message_ids);
 
 // The key bytes of a Standard Webhooks secret "whsec_<base64>"; false when malformed.

@@ -520,8 +520,10 @@ void Client::settle(Request* r, int curl_code, std::vector<Outcome>& out) {
                 if (r->bulk) {
                     std::vector<std::string_view> ids;
                     for (const Item* item : r->items) ids.push_back(item->record.message_id);
-                    results = settle_bulk(d.batch_format, base.status, r->response.data,
-                                          r->response.truncated, ids);
+                    char* type = nullptr;
+                    curl_easy_getinfo(r->easy, CURLINFO_CONTENT_TYPE, &type);
+                    results = settle_bulk(d.batch_format, base.status, type ? type : "",
+                                          r->response.data, r->response.truncated, ids);
                 } else {
                     base.delivered = true;
                 }

@@ -1,9 +1,9 @@
 """Bulk requests and signed webhooks end to end, against local endpoints (Python's standard
 library): per-record partial failures in every supported shape (json_array by position, ndjson by
-message id, sObject Collections), a 207 with garbage, and Standard Webhooks signatures checked
-with Python's hmac. The rules are docs/guide/http.md's: the failed records are retried alone,
-the good ones never resent, each key at most once per request, nothing is taken as delivered
-without a readable result."""
+message id as an array, ndjson as NDJSON lines typed or not, sObject Collections), a 207 with
+garbage, and Standard Webhooks signatures checked with Python's hmac. The rules are
+docs/guide/http.md's: the failed records are retried alone, the good ones never resent, each key
+at most once per request, nothing is taken as delivered without a readable result."""
 import base64
 import collections
 import hashlib
@@ -136,6 +136,51 @@ def test_ndjson_results_by_message_id(conn, endpoint, http_topic, fast_retries):
     for i, mid in enumerate(ids):
         assert rec.seen[mid][-1] == "ok"
         assert len(rec.seen[mid]) == (2 if i % 7 == 0 or i % 5 == 0 else 1), (i, rec.seen[mid])
+
+
+@pytest.mark.parametrize("shape", ["typed_by_position", "untyped_by_id"])
+def test_ndjson_results_as_ndjson_lines(conn, endpoint, http_topic, fast_retries, shape):
+    """ndjson requests answered with NDJSON per-record results, one JSON object a line: either
+    Content-Type application/x-ndjson in request order, or no NDJSON type, naming message ids in
+    reverse order. 503 records are retried alone until they pass, a 422 record ends failed after
+    relay_max_attempts with its error, the good ones are sent once."""
+    rec = Records()
+    plan = {4: ["retry", "retry"], 11: ["retry"], 23: ["reject"] * 9}
+    answers = {"ok": {"status": 201}, "retry": {"status": 503, "error": "busy"},
+               "reject": {"status": 422, "error": "total must be positive"}}
+
+    def behaviour(n, r):
+        assert r.headers["content-type"] == "application/x-ndjson"
+        lines = []
+        for line in r.body.decode().splitlines():
+            item = json.loads(line)
+            steps = plan.get(item["payload"]["i"], [])
+            a = rec.attempt(item["id"], lambda k: steps[k - 1] if k <= len(steps) else "ok")
+            entry = dict(answers[a])
+            if shape == "untyped_by_id":
+                entry["id"] = item["id"]
+            lines.append(json.dumps(entry))
+        if shape == "typed_by_position":
+            return ("status", 200, {"Content-Type": "application/x-ndjson"},
+                    ("\n".join(lines) + "\n").encode())
+        lines.reverse()
+        return ("status", 200, {"Content-Type": "text/plain"}, ("\r\n".join(lines)).encode())
+
+    ep = endpoint(behaviour)
+    topic = http_topic(ep.url, batch_size=20, batch_wait="50ms", batch_format="ndjson")
+    ids = send(conn, topic, 40, keys=40)
+    rows = rows_left(conn, topic)
+    assert [(r[0], r[1], r[2]) for r in rows] == [(ids[23], "failed", 3)]
+    assert "HTTP 200, record:" in rows[0][3] and "total must be positive" in rows[0][3]
+    reqs = ep.snapshot()
+    assert len(reqs) < 15, "bulk: far fewer requests than messages"
+    check_settled_alone(rec, reqs)
+    for i, mid in enumerate(ids):
+        steps = plan.get(i, [])
+        expected = 3 if i == 23 else len(steps) + 1
+        assert len(rec.seen[mid]) == expected, (i, rec.seen[mid])
+        if i not in plan:
+            assert rec.seen[mid] == ["ok"], (i, rec.seen[mid])
 
 
 def test_sobject_collections(conn, endpoint, http_topic, fast_retries):
