@@ -196,7 +196,9 @@ def test_slow_registry_does_not_slow_other_subscriptions(
     other = ib_subscriptions(unique_name("regslow_json"), [other_topic])
     registry.delay = 4.0
     produce(ib_producer, topic, [{"value": wire(sid, avro_encode(ORDER, order(1)))}])
-    poll(lambda: registry.count("/schemas/ids/%d" % sid) >= 1, 10, "the schema's fetch")
+    # The fetch starts once the worker has taken the new subscription in: a reload that may also
+    # resolve other subscriptions' start offsets (seconds under a full run's load).
+    poll(lambda: registry.count("/schemas/ids/%d" % sid) >= 1, 30, "the schema's fetch")
     start = time.monotonic()
     produce(ib_producer, other_topic, [{"value": json_value({"n": i})} for i in range(20)])
     ib_db.wait_rows(other, 20, timeout=30)
