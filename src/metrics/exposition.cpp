@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "messages/json_write.hpp"
+
 namespace eventbox::metrics {
 
 namespace {
@@ -35,39 +37,6 @@ void render_labels(std::string& out, const Labels& labels) {
         out += '"';
     }
     out += '}';
-}
-
-void json_string(std::string& out, std::string_view s) {
-    static const char hex[] = "0123456789abcdef";
-    out += '"';
-    for (unsigned char c : s) {
-        switch (c) {
-            case '"':
-                out += "\\\"";
-                break;
-            case '\\':
-                out += "\\\\";
-                break;
-            case '\n':
-                out += "\\n";
-                break;
-            case '\r':
-                out += "\\r";
-                break;
-            case '\t':
-                out += "\\t";
-                break;
-            default:
-                if (c < 0x20) {
-                    out += "\\u00";
-                    out += hex[c >> 4];
-                    out += hex[c & 15];
-                } else {
-                    out += static_cast<char>(c);
-                }
-        }
-    }
-    out += '"';
 }
 
 }  // namespace
@@ -136,9 +105,9 @@ std::string labels_json(const Labels& labels) {
     for (const auto& [name, value] : labels) {
         if (!first) out += ", ";
         first = false;
-        json_string(out, name);
+        messages::append_json_string(out, name);
         out += ": ";
-        json_string(out, value);
+        messages::append_json_string(out, value);
     }
     out += '}';
     return out;

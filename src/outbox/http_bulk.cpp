@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "messages/json_write.hpp"
 #include "messages/message_rules.hpp"
 #include "outbox/http_client.hpp"
 
@@ -16,40 +17,8 @@ namespace eventbox::http {
 
 namespace {
 
+using messages::append_json_string;
 using nlohmann::json;
-
-void append_json_string(std::string& out, std::string_view s) {
-    static const char hex[] = "0123456789abcdef";
-    out.push_back('"');
-    for (unsigned char c : s) {
-        switch (c) {
-            case '"':
-                out += "\\\"";
-                break;
-            case '\\':
-                out += "\\\\";
-                break;
-            case '\n':
-                out += "\\n";
-                break;
-            case '\r':
-                out += "\\r";
-                break;
-            case '\t':
-                out += "\\t";
-                break;
-            default:
-                if (c < 0x20) {
-                    out += "\\u00";
-                    out.push_back(hex[c >> 4]);
-                    out.push_back(hex[c & 15]);
-                } else {
-                    out.push_back(static_cast<char>(c));
-                }
-        }
-    }
-    out.push_back('"');
-}
 
 // One record of json_array / ndjson.
 void append_record(std::string& out, std::string_view topic, const BulkRecord& r) {

@@ -2,44 +2,14 @@
 #include "registry/json_text.hpp"
 
 #include "inbox/record.hpp"
+#include "messages/json_write.hpp"
 
 namespace eventbox::registry {
 
 bool append_json_string(const char* s, std::size_t len, std::string* out) {
     // valid_utf8() refuses NUL, which JSON can only write as \u0000 and jsonb refuses anyway.
     if (!inbox::valid_utf8(s, len)) return false;
-    static constexpr char kHex[] = "0123456789abcdef";
-    out->push_back('"');
-    std::size_t plain = 0;
-    for (std::size_t i = 0; i < len; ++i) {
-        auto c = static_cast<unsigned char>(s[i]);
-        if (c >= 0x20 && c != '"' && c != '\\') continue;
-        out->append(s + plain, i - plain);
-        plain = i + 1;
-        switch (c) {
-            case '"':
-                out->append("\\\"");
-                break;
-            case '\\':
-                out->append("\\\\");
-                break;
-            case '\n':
-                out->append("\\n");
-                break;
-            case '\r':
-                out->append("\\r");
-                break;
-            case '\t':
-                out->append("\\t");
-                break;
-            default:
-                out->append("\\u00");
-                out->push_back(kHex[c >> 4]);
-                out->push_back(kHex[c & 15]);
-        }
-    }
-    out->append(s + plain, len - plain);
-    out->push_back('"');
+    messages::append_json_string(*out, std::string_view(s, len));
     return true;
 }
 
