@@ -217,6 +217,43 @@ UNION ALL
 SELECT 'only after upgrade', line FROM (TABLE upgraded_0_3 EXCEPT ALL TABLE fresh) u
 ORDER BY 1, 2;
 
+-- 0.4.0 as released, with a batch handler, a subscription that keeps raw bytes, a bulk HTTP
+-- destination and a writer role in it, then the update.
+DROP EXTENSION pg_eventbox;
+CREATE EXTENSION pg_eventbox VERSION '0.4.0';
+-- What 0.5.0 changes.
+CREATE TEMP TABLE released_0_4 AS SELECT * FROM upgrade_check.eventbox_catalog() AS line;
+SELECT 'only in current' AS side, left(line, 100) AS line
+  FROM (TABLE fresh EXCEPT ALL TABLE released_0_4) f
+UNION ALL
+SELECT 'only in 0.4.0', left(line, 100) FROM (TABLE released_0_4 EXCEPT ALL TABLE fresh) r
+ORDER BY 1, 2;
+CREATE FUNCTION public.upgrade_on_orders(msgs eventbox.inbox[]) RETURNS void LANGUAGE sql AS 'SELECT';
+SELECT eventbox.create_subscription('upgrade-0-4', ARRAY['orders'], keep_raw => true);
+SELECT eventbox.register_handler('upgrade-0-4', 'public.upgrade_on_orders(eventbox.inbox[])'::regprocedure,
+                                 run_as => 'regress_upgrade_app', batch => true);
+SELECT eventbox.create_http_destination('crm', 'http://127.0.0.1:9/records', batch_size => 100,
+                                        batch_format => 'ndjson');
+SELECT eventbox.grant_writer('regress_upgrade_app');
+ALTER EXTENSION pg_eventbox UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'pg_eventbox';
+-- State and recorded grants came through.
+SELECT name, topics, keep_raw FROM eventbox.subscriptions;
+SELECT handler, batch FROM eventbox.handlers;
+SELECT topic, batch_size, batch_format FROM eventbox.http_destinations;
+SELECT has_function_privilege('regress_upgrade_app', 'eventbox.send(text, jsonb, text, jsonb, uuid)',
+                              'EXECUTE') AS writer_kept;
+SELECT eventbox.drop_http_destination('crm');
+SELECT eventbox.drop_subscription('upgrade-0-4');
+SELECT eventbox.revoke_writer('regress_upgrade_app');
+DROP FUNCTION public.upgrade_on_orders(eventbox.inbox[]);
+-- The same catalog as a fresh install.
+CREATE TEMP TABLE upgraded_0_4 AS SELECT * FROM upgrade_check.eventbox_catalog() AS line;
+SELECT 'only in fresh install' AS side, line FROM (TABLE fresh EXCEPT ALL TABLE upgraded_0_4) f
+UNION ALL
+SELECT 'only after upgrade', line FROM (TABLE upgraded_0_4 EXCEPT ALL TABLE fresh) u
+ORDER BY 1, 2;
+
 -- Leave the database as the other suites expect it: a fresh install.
 DROP SCHEMA upgrade_check CASCADE;
 DROP EXTENSION pg_eventbox;
