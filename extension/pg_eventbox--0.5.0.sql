@@ -379,7 +379,8 @@ CREATE FUNCTION eventbox._create_subscription(
     caller oid, name text, topics text[], start_from text, ordering text, max_attempts integer,
     backoff interval, backoff_max interval, message_id_field text, unhandled text,
     batch_size integer, group_id text, non_retryable text[], on_dead text, dead_letter_topic text,
-    message_id_rule text, backfill boolean, source text, keep_raw boolean)
+    message_id_rule text, backfill boolean, source text, keep_raw boolean, value_format text,
+    key_format text, membership text)
 RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -426,13 +427,16 @@ BEGIN
                   HINT = 'A subscription starting at ''latest'' reads no history to backfill.';
     END IF;
     PERFORM eventbox._check_subscription_source(source, backfill);
+    PERFORM eventbox._check_subscription_formats(value_format, key_format, membership);
     BEGIN
         INSERT INTO eventbox.subscriptions (name, topics, owner, start_from, ordering,
             max_attempts, backoff, backoff_max, message_id_field, unhandled, batch_size, group_id,
-            non_retryable, on_dead, dead_letter_topic, message_id_rule, backfill, source, keep_raw)
+            non_retryable, on_dead, dead_letter_topic, message_id_rule, backfill, source, keep_raw,
+            value_format, key_format, membership)
         VALUES (name, clean_topics, caller::regrole, start_from, ordering, max_attempts, backoff,
             backoff_max, message_id_field, unhandled, batch_size, group_id, clean_codes, on_dead,
-            dead_letter_topic, message_id_rule, backfill, source, keep_raw);
+            dead_letter_topic, message_id_rule, backfill, source, keep_raw, value_format,
+            key_format, membership);
     EXCEPTION WHEN unique_violation THEN
         RAISE EXCEPTION 'subscription % already exists', eventbox._quote(name)
             USING ERRCODE = 'duplicate_object',
@@ -445,7 +449,8 @@ CREATE FUNCTION eventbox._alter_subscription(
     caller oid, name text, topics text[], start_from text, ordering text, max_attempts integer,
     backoff interval, backoff_max interval, message_id_field text, unhandled text,
     batch_size integer, group_id text, enabled boolean, non_retryable text[], on_dead text,
-    dead_letter_topic text, message_id_rule text, source text, keep_raw boolean)
+    dead_letter_topic text, message_id_rule text, source text, keep_raw boolean,
+    value_format text, key_format text, membership text)
 RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -474,6 +479,8 @@ BEGIN
                          'payload), ''debezium'' or ''cockroachdb'' (the change event''s position).';
     END IF;
     PERFORM eventbox._check_subscription_source(coalesce(source, s.source), s.backfill);
+    PERFORM eventbox._check_subscription_formats(coalesce(value_format, s.value_format),
+        coalesce(key_format, s.key_format), coalesce(membership, s.membership));
     UPDATE eventbox.subscriptions SET
         topics = clean_topics,
         start_from = coalesce(_alter_subscription.start_from, s.start_from),
@@ -496,7 +503,10 @@ BEGIN
                                  ELSE nullif(_alter_subscription.dead_letter_topic, '') END,
         message_id_rule = _alter_subscription.message_id_rule,
         source = coalesce(_alter_subscription.source, s.source),
-        keep_raw = coalesce(_alter_subscription.keep_raw, s.keep_raw)
+        keep_raw = coalesce(_alter_subscription.keep_raw, s.keep_raw),
+        value_format = coalesce(_alter_subscription.value_format, s.value_format),
+        key_format = coalesce(_alter_subscription.key_format, s.key_format),
+        membership = coalesce(_alter_subscription.membership, s.membership)
      WHERE subscriptions.name = s.name;
     -- Back to 'continue': the keys it held are released.
     IF coalesce(_alter_subscription.on_dead, s.on_dead) = 'continue' THEN
@@ -531,7 +541,9 @@ CREATE FUNCTION eventbox.create_subscription(
     unhandled text DEFAULT 'ignore', batch_size integer DEFAULT 1000, group_id text DEFAULT NULL,
     non_retryable text[] DEFAULT '{22,23502,23514}', on_dead text DEFAULT 'continue',
     dead_letter_topic text DEFAULT NULL, message_id_rule text DEFAULT 'default',
-    backfill boolean DEFAULT false, source text DEFAULT 'kafka', keep_raw boolean DEFAULT false)
+    backfill boolean DEFAULT false, source text DEFAULT 'kafka', keep_raw boolean DEFAULT false,
+    value_format text DEFAULT 'json', key_format text DEFAULT 'json',
+    membership text DEFAULT 'direct')
 RETURNS void
 LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
 
@@ -542,7 +554,8 @@ CREATE FUNCTION eventbox.alter_subscription(
     unhandled text DEFAULT NULL, batch_size integer DEFAULT NULL, group_id text DEFAULT NULL,
     enabled boolean DEFAULT NULL, non_retryable text[] DEFAULT NULL, on_dead text DEFAULT NULL,
     dead_letter_topic text DEFAULT NULL, message_id_rule text DEFAULT NULL,
-    source text DEFAULT NULL, keep_raw boolean DEFAULT NULL)
+    source text DEFAULT NULL, keep_raw boolean DEFAULT NULL, value_format text DEFAULT NULL,
+    key_format text DEFAULT NULL, membership text DEFAULT NULL)
 RETURNS void
 LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
 
@@ -551,7 +564,8 @@ RETURNS void
 LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
 
 COMMENT ON FUNCTION eventbox.alter_subscription(text, text[], text, text, integer, interval,
-    interval, text, text, integer, text, boolean, text[], text, text, text, text, boolean) IS
+    interval, text, text, integer, text, boolean, text[], text, text, text, text, boolean, text,
+    text, text) IS
     'Change a subscription''s options; NULL keeps an option (pass '''' to clear message_id_field, group_id or dead_letter_topic)';
 
 
@@ -909,17 +923,17 @@ REVOKE ALL ON eventbox.key_blocks, eventbox.blocked_keys FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventbox._check_dead_letter_options(text[], text, text, text),
     eventbox._create_subscription(oid, text, text[], text, text, integer, interval, interval,
                                   text, text, integer, text, text[], text, text, text,
-                                  boolean, text, boolean),
+                                  boolean, text, boolean, text, text, text),
     eventbox._alter_subscription(oid, text, text[], text, text, integer, interval, interval,
                                  text, text, integer, text, boolean, text[], text, text, text,
-                                 text, boolean),
+                                 text, boolean, text, text, text),
     eventbox._drop_subscription(oid, text),
     eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text,
                                  text, integer, text, text[], text, text, text, boolean, text,
-                                 boolean),
+                                 boolean, text, text, text),
     eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text,
                                 text, integer, text, boolean, text[], text, text, text, text,
-                                boolean),
+                                boolean, text, text, text),
     eventbox.drop_subscription(text)
     FROM PUBLIC;
 
@@ -1957,14 +1971,7 @@ DECLARE
 BEGIN
     s := eventbox._managed_subscription(caller, subscription);
     key_format := coalesce(key_format, s.key_format);
-    IF value_format IS NULL OR value_format NOT IN ('json', 'registry')
-       OR key_format NOT IN ('json', 'registry') THEN
-        RAISE EXCEPTION 'invalid value_format or key_format: %, %',
-                coalesce(eventbox._quote(value_format), 'NULL'), eventbox._quote(key_format)
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Use ''json'' (JSON text; keys: bytes) or ''registry'' (the Schema '
-                         'Registry wire format: Avro, Protobuf or JSON Schema).';
-    END IF;
+    PERFORM eventbox._check_subscription_formats(value_format, key_format, s.membership);
     UPDATE eventbox.subscriptions SET value_format = _set_subscription_format.value_format,
            key_format = _set_subscription_format.key_format
      WHERE subscriptions.name = s.name;
@@ -2078,3 +2085,35 @@ REVOKE ALL ON FUNCTION
 INSERT INTO eventbox._grant_names (name, kind, object)
 VALUES ('set_topic_format', 'admin', 'function'), ('reset_topic_format', 'admin', 'function'),
        ('topic_formats', 'admin', 'table');
+
+-- ---- 0.5.0: value_format, key_format and membership as subscription options ----
+-- create_subscription() and alter_subscription() take the formats that set_subscription_format()
+-- sets (docs/guide/formats.md), and membership: 'direct' (this server assigns itself every
+-- partition) or 'group' (the servers holding a subscription of this name and group_id share its
+-- partitions through a Kafka consumer group; docs/guide/scaling.md).
+ALTER TABLE eventbox.subscriptions ADD COLUMN membership text NOT NULL DEFAULT 'direct'
+    CONSTRAINT subscriptions_membership_check CHECK (membership IN ('direct', 'group'));
+
+CREATE FUNCTION eventbox._check_subscription_formats(value_format text, key_format text,
+                                                     membership text)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF value_format IS NULL OR value_format NOT IN ('json', 'registry')
+       OR key_format IS NULL OR key_format NOT IN ('json', 'registry') THEN
+        RAISE EXCEPTION 'invalid value_format or key_format: %, %',
+                coalesce(eventbox._quote(value_format), 'NULL'),
+                coalesce(eventbox._quote(key_format), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use ''json'' (JSON text; keys: bytes) or ''registry'' (the Schema '
+                         'Registry wire format: Avro, Protobuf or JSON Schema).';
+    END IF;
+    IF membership IS NULL OR membership NOT IN ('direct', 'group') THEN
+        RAISE EXCEPTION 'invalid membership: %', coalesce(eventbox._quote(membership), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use ''direct'' (this server reads every partition) or ''group'' (the '
+                         'servers with this subscription share its partitions in a Kafka '
+                         'consumer group).';
+    END IF;
+END $$;
+REVOKE ALL ON FUNCTION eventbox._check_subscription_formats(text, text, text) FROM PUBLIC;

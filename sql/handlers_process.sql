@@ -222,8 +222,7 @@ BEGIN;
 CREATE ROLE regress_eventbox_nested;
 GRANT USAGE ON SCHEMA eventbox TO regress_eventbox_nested;
 GRANT EXECUTE ON FUNCTION
-    eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text,
-                                 text, integer, text, text[], text, text, text, boolean, text, boolean),
+    eventbox.create_subscription,
     eventbox.register_handler(text, regprocedure, text, name, boolean),
     eventbox.process(text, integer)
   TO regress_eventbox_nested;

@@ -168,8 +168,7 @@ SELECT * FROM eventbox.dry_run('modes', max_messages => 0);
 SELECT * FROM eventbox.dry_run(NULL);
 GRANT USAGE ON SCHEMA eventbox TO regress_modes_outsider, regress_modes_owner;
 GRANT EXECUTE ON FUNCTION eventbox.dry_run(text, text[], timestamptz, integer),
-    eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text,
-                                 text, integer, text, text[], text, text, text, boolean, text, boolean),
+    eventbox.create_subscription,
     eventbox.register_handler(text, regprocedure, text, name, boolean)
     TO regress_modes_outsider, regress_modes_owner;
 SET ROLE regress_modes_outsider;
@@ -210,8 +209,7 @@ REVOKE ALL ON FUNCTION eventbox.send(text, jsonb, text, jsonb, uuid),
     eventbox.dry_run(text, text[], timestamptz, integer)
     FROM regress_modes_runner, regress_modes_outsider, regress_modes_owner;
 REVOKE ALL ON FUNCTION
-    eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text,
-                                 text, integer, text, text[], text, text, text, boolean, text, boolean),
+    eventbox.create_subscription,
     eventbox.register_handler(text, regprocedure, text, name, boolean)
     FROM regress_modes_outsider, regress_modes_owner;
 REVOKE ALL ON SCHEMA eventbox FROM regress_modes_runner, regress_modes_outsider, regress_modes_owner;

@@ -322,10 +322,8 @@ CREATE ROLE regress_eventbox_noexec;
 GRANT USAGE ON SCHEMA eventbox TO regress_eventbox_admin1, regress_eventbox_admin2,
                                   regress_eventbox_noexec;
 GRANT EXECUTE ON FUNCTION
-    eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text,
-                                 text, integer, text, text[], text, text, text, boolean, text, boolean),
-    eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text,
-                                integer, text, boolean, text[], text, text, text, text, boolean),
+    eventbox.create_subscription,
+    eventbox.alter_subscription,
     eventbox.drop_subscription(text)
   TO regress_eventbox_admin1, regress_eventbox_admin2;
 
@@ -355,8 +353,8 @@ INSERT INTO bypass VALUES
  (11, $$UPDATE eventbox.offsets SET next_offset = 0$$),
  (12, $$DELETE FROM eventbox.offsets$$),
  (13, $$TRUNCATE eventbox.offsets$$),
- (14, $$SELECT eventbox._create_subscription('regress_eventbox_admin1'::regrole::oid, 'forged', ARRAY['t'], 'earliest', 'partition', 10, '1 second', '10 minutes', NULL, 'ignore', 1000, NULL, '{}', 'continue', NULL, 'default', false, 'kafka', false)$$),
- (15, $$SELECT eventbox._alter_subscription('regress_eventbox_admin1'::regrole::oid, 'a1', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, false, NULL, NULL, NULL, NULL, NULL, NULL)$$),
+ (14, $$SELECT eventbox._create_subscription('regress_eventbox_admin1'::regrole::oid, 'forged', ARRAY['t'], 'earliest', 'partition', 10, '1 second', '10 minutes', NULL, 'ignore', 1000, NULL, '{}', 'continue', NULL, 'default', false, 'kafka', false, 'json', 'json', 'direct')$$),
+ (15, $$SELECT eventbox._alter_subscription('regress_eventbox_admin1'::regrole::oid, 'a1', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, false, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)$$),
  (16, $$SELECT eventbox._drop_subscription('regress_eventbox_admin1'::regrole::oid, 'a1')$$),
  (17, $$SELECT eventbox._managed_subscription('regress_eventbox_admin1'::regrole::oid, 'a1')$$),
  (18, $$SELECT eventbox._check_subscription_options(ARRAY['t'], 'earliest', 'partition', 1, '1 second', '1 second', 'ignore', 1)$$),
@@ -419,8 +417,7 @@ RESET ROLE;
 -- ... and with EXECUTE of its own still must SET ROLE to act as admin1.
 GRANT USAGE ON SCHEMA eventbox TO regress_eventbox_noinherit1;
 GRANT EXECUTE ON FUNCTION
-    eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text,
-                                integer, text, boolean, text[], text, text, text, text, boolean)
+    eventbox.alter_subscription
   TO regress_eventbox_noinherit1;
 SET ROLE regress_eventbox_noinherit1;
 SELECT eventbox.alter_subscription('a1', enabled => true);
@@ -455,6 +452,26 @@ SET ROLE regress_eventbox_admin2;
 SELECT eventbox.drop_subscription('a2');
 RESET ROLE;
 
+-- ---- value_format, key_format and membership as options -------------------------------------
+
+SELECT eventbox.create_subscription('f1', ARRAY['avro-orders'], value_format => 'registry',
+                                    key_format => 'registry', membership => 'group');
+SELECT name, value_format, key_format, membership FROM eventbox.subscriptions WHERE name = 'f1';
+-- NULL keeps each; set_subscription_format() and alter_subscription() set the same columns.
+SELECT eventbox.alter_subscription('f1', key_format => 'json');
+SELECT eventbox.alter_subscription('f1', membership => 'direct');
+SELECT eventbox.set_subscription_format('f1', 'json');
+SELECT name, value_format, key_format, membership FROM eventbox.subscriptions WHERE name = 'f1';
+-- Bad values: 22023 with a hint, nothing changed or created.
+SELECT eventbox.create_subscription('f2', ARRAY['x'], value_format => 'avro');
+SELECT eventbox.create_subscription('f2', ARRAY['x'], key_format => NULL);
+SELECT eventbox.create_subscription('f2', ARRAY['x'], membership => 'cooperative');
+SELECT eventbox.alter_subscription('f1', membership => '');
+SELECT eventbox.set_subscription_format('f1', 'protobuf');
+SELECT count(*) AS f2_created FROM eventbox.subscriptions WHERE name = 'f2';
+SELECT name, value_format, key_format, membership FROM eventbox.subscriptions WHERE name = 'f1';
+SELECT eventbox.drop_subscription('f1');
+
 -- ---- clean up ------------------------------------------------------------------------------
 
 SELECT eventbox.drop_subscription(name) FROM eventbox.subscriptions ORDER BY name;
@@ -462,10 +479,8 @@ SELECT count(*) AS subscriptions FROM eventbox.subscriptions;
 SELECT count(*) AS inbox_rows FROM eventbox.inbox;
 SELECT count(*) AS offset_rows FROM eventbox.offsets;
 REVOKE ALL ON FUNCTION
-    eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text,
-                                 text, integer, text, text[], text, text, text, boolean, text, boolean),
-    eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text,
-                                integer, text, boolean, text[], text, text, text, text, boolean),
+    eventbox.create_subscription,
+    eventbox.alter_subscription,
     eventbox.drop_subscription(text)
   FROM regress_eventbox_admin1, regress_eventbox_admin2, regress_eventbox_noinherit1;
 REVOKE ALL ON SCHEMA eventbox FROM regress_eventbox_admin1, regress_eventbox_admin2,

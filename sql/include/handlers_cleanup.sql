@@ -12,10 +12,8 @@ SET client_min_messages = warning;
 DROP SCHEMA regress_eventbox_fn CASCADE;
 RESET client_min_messages;
 REVOKE ALL ON FUNCTION
-    eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text,
-                                 text, integer, text, text[], text, text, text, boolean, text, boolean),
-    eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text,
-                                integer, text, boolean, text[], text, text, text, text, boolean),
+    eventbox.create_subscription,
+    eventbox.alter_subscription,
     eventbox.drop_subscription(text),
     eventbox.register_handler(text, regprocedure, text, name, boolean),
     eventbox.unregister_handler(text, regprocedure, text),

@@ -4,7 +4,7 @@
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pg_eventbox;
 
-SELECT plan(333);
+SELECT plan(337);
 
 -- ---- tables: exactly these columns, with these types, nullability and defaults -------------
 
@@ -15,7 +15,7 @@ SELECT columns_are('eventbox', 'subscriptions', ARRAY[
     'name', 'topics', 'owner', 'start_from', 'ordering', 'max_attempts', 'backoff', 'backoff_max',
     'message_id_field', 'unhandled', 'batch_size', 'group_id', 'enabled', 'created_at',
     'non_retryable', 'on_dead', 'dead_letter_topic', 'message_id_rule', 'backfill', 'source', 'keep_raw',
-    'value_format', 'key_format']);
+    'value_format', 'key_format', 'membership']);
 SELECT columns_are('eventbox', 'inbox', ARRAY[
     'subscription', 'message_id', 'topic', 'partition', 'offset', 'key', 'headers', 'payload',
     'raw_payload', 'event_type', 'status', 'attempts', 'next_attempt_at', 'received_at',
@@ -53,6 +53,7 @@ INSERT INTO expected_columns VALUES
     ('subscriptions', 'keep_raw',         'boolean',                  true,  'false'),
     ('subscriptions', 'value_format',     'text',                     true,  'json'),
     ('subscriptions', 'key_format',       'text',                     true,  'json'),
+    ('subscriptions', 'membership',       'text',                     true,  'direct'),
     ('inbox',         'subscription',     'text',                     true,  NULL),
     ('inbox',         'message_id',       'text',                     true,  NULL),
     ('inbox',         'topic',            'text',                     true,  NULL),
@@ -79,7 +80,7 @@ INSERT INTO expected_columns VALUES
     ('offsets',       'updated_at',       'timestamp with time zone', true,  'now()'),
     ('offsets',       'backfill_until',   'bigint',                   false, NULL);
 
--- 47 columns: has_column + col_type_is + nullability + default (or none) = 188 tests.
+-- 48 columns: has_column + col_type_is + nullability + default (or none) = 192 tests.
 SELECT has_column('eventbox', tbl, col, tbl || ' has column ' || col)
   FROM expected_columns ORDER BY tbl, col;
 SELECT col_type_is('eventbox', tbl, col, typ, tbl || '.' || col || ' is ' || typ)
@@ -210,18 +211,22 @@ CREATE TEMP TABLE expected_functions (fn name, args name[], lang name, api boole
 INSERT INTO expected_functions VALUES
     ('create_subscription',
      ARRAY['text', 'text[]', 'text', 'text', 'integer', 'interval', 'interval', 'text', 'text',
-           'integer', 'text', 'text[]', 'text', 'text', 'text', 'boolean', 'text', 'boolean'], 'c', true),
+           'integer', 'text', 'text[]', 'text', 'text', 'text', 'boolean', 'text', 'boolean',
+           'text', 'text', 'text'], 'c', true),
     ('alter_subscription',
      ARRAY['text', 'text[]', 'text', 'text', 'integer', 'interval', 'interval', 'text', 'text',
-           'integer', 'text', 'boolean', 'text[]', 'text', 'text', 'text', 'text', 'boolean'], 'c', true),
+           'integer', 'text', 'boolean', 'text[]', 'text', 'text', 'text', 'text', 'boolean',
+           'text', 'text', 'text'], 'c', true),
     ('drop_subscription', ARRAY['text'], 'c', true),
     ('_create_subscription',
      ARRAY['oid', 'text', 'text[]', 'text', 'text', 'integer', 'interval', 'interval', 'text',
-           'text', 'integer', 'text', 'text[]', 'text', 'text', 'text', 'boolean', 'text', 'boolean'],
+           'text', 'integer', 'text', 'text[]', 'text', 'text', 'text', 'boolean', 'text', 'boolean',
+           'text', 'text', 'text'],
      'plpgsql', false),
     ('_alter_subscription',
      ARRAY['oid', 'text', 'text[]', 'text', 'text', 'integer', 'interval', 'interval', 'text',
-           'text', 'integer', 'text', 'boolean', 'text[]', 'text', 'text', 'text', 'text', 'boolean'],
+           'text', 'integer', 'text', 'boolean', 'text[]', 'text', 'text', 'text', 'text', 'boolean',
+           'text', 'text', 'text'],
      'plpgsql', false),
     ('_drop_subscription', ARRAY['oid', 'text'], 'plpgsql', false),
     ('_managed_subscription', ARRAY['oid', 'text'], 'plpgsql', false),
@@ -253,8 +258,8 @@ SELECT function_privs_are('eventbox', fn, args, 'public', '{}'::text[],
 SELECT is(pg_get_function_arguments(format('eventbox.%s(%s)', fn, array_to_string(args, ', '))::regprocedure),
           want, fn || ' has the documented argument names and defaults')
   FROM expected_functions JOIN (VALUES
-    ('create_subscription', 'name text, topics text[], start_from text DEFAULT ''earliest''::text, ordering text DEFAULT ''partition''::text, max_attempts integer DEFAULT 10, backoff interval DEFAULT ''00:00:01''::interval, backoff_max interval DEFAULT ''00:10:00''::interval, message_id_field text DEFAULT NULL::text, unhandled text DEFAULT ''ignore''::text, batch_size integer DEFAULT 1000, group_id text DEFAULT NULL::text, non_retryable text[] DEFAULT ''{22,23502,23514}''::text[], on_dead text DEFAULT ''continue''::text, dead_letter_topic text DEFAULT NULL::text, message_id_rule text DEFAULT ''default''::text, backfill boolean DEFAULT false, source text DEFAULT ''kafka''::text, keep_raw boolean DEFAULT false'),
-    ('alter_subscription', 'name text, topics text[] DEFAULT NULL::text[], start_from text DEFAULT NULL::text, ordering text DEFAULT NULL::text, max_attempts integer DEFAULT NULL::integer, backoff interval DEFAULT NULL::interval, backoff_max interval DEFAULT NULL::interval, message_id_field text DEFAULT NULL::text, unhandled text DEFAULT NULL::text, batch_size integer DEFAULT NULL::integer, group_id text DEFAULT NULL::text, enabled boolean DEFAULT NULL::boolean, non_retryable text[] DEFAULT NULL::text[], on_dead text DEFAULT NULL::text, dead_letter_topic text DEFAULT NULL::text, message_id_rule text DEFAULT NULL::text, source text DEFAULT NULL::text, keep_raw boolean DEFAULT NULL::boolean'),
+    ('create_subscription', 'name text, topics text[], start_from text DEFAULT ''earliest''::text, ordering text DEFAULT ''partition''::text, max_attempts integer DEFAULT 10, backoff interval DEFAULT ''00:00:01''::interval, backoff_max interval DEFAULT ''00:10:00''::interval, message_id_field text DEFAULT NULL::text, unhandled text DEFAULT ''ignore''::text, batch_size integer DEFAULT 1000, group_id text DEFAULT NULL::text, non_retryable text[] DEFAULT ''{22,23502,23514}''::text[], on_dead text DEFAULT ''continue''::text, dead_letter_topic text DEFAULT NULL::text, message_id_rule text DEFAULT ''default''::text, backfill boolean DEFAULT false, source text DEFAULT ''kafka''::text, keep_raw boolean DEFAULT false, value_format text DEFAULT ''json''::text, key_format text DEFAULT ''json''::text, membership text DEFAULT ''direct''::text'),
+    ('alter_subscription', 'name text, topics text[] DEFAULT NULL::text[], start_from text DEFAULT NULL::text, ordering text DEFAULT NULL::text, max_attempts integer DEFAULT NULL::integer, backoff interval DEFAULT NULL::interval, backoff_max interval DEFAULT NULL::interval, message_id_field text DEFAULT NULL::text, unhandled text DEFAULT NULL::text, batch_size integer DEFAULT NULL::integer, group_id text DEFAULT NULL::text, enabled boolean DEFAULT NULL::boolean, non_retryable text[] DEFAULT NULL::text[], on_dead text DEFAULT NULL::text, dead_letter_topic text DEFAULT NULL::text, message_id_rule text DEFAULT NULL::text, source text DEFAULT NULL::text, keep_raw boolean DEFAULT NULL::boolean, value_format text DEFAULT NULL::text, key_format text DEFAULT NULL::text, membership text DEFAULT NULL::text'),
     ('drop_subscription', 'name text')) AS w(f, want) ON w.f = fn
  ORDER BY fn;
 SELECT function_returns('eventbox', fn, args, 'void', fn || ' returns void')
@@ -299,7 +304,7 @@ SELECT is_empty(
          AND p.proname IN ('create_subscription', 'alter_subscription', 'drop_subscription',
                            '_create_subscription', '_alter_subscription', '_drop_subscription',
                            '_managed_subscription', '_check_subscription_options',
-                           '_check_dead_letter_options',
+                           '_check_dead_letter_options', '_check_subscription_formats',
                            '_check_topic', '_notify_ingest')
          AND a.grantee <> p.proowner$$,
     'the extension grants EXECUTE on the subscription functions to no one (PUBLIC included)');

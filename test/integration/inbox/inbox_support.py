@@ -571,8 +571,8 @@ def footprint(pid):
 ADMIN_GRANTS = """
 GRANT USAGE ON SCHEMA eventbox TO {role};
 GRANT EXECUTE ON FUNCTION
-    eventbox.create_subscription(text, text[], text, text, integer, interval, interval, text, text, integer, text, text[], text, text, text, boolean, text, boolean),
-    eventbox.alter_subscription(text, text[], text, text, integer, interval, interval, text, text, integer, text, boolean, text[], text, text, text, text, boolean),
+    eventbox.create_subscription,
+    eventbox.alter_subscription,
     eventbox.drop_subscription(text),
     eventbox.register_handler(text, regprocedure, text, name, boolean),
     eventbox.unregister_handler(text, regprocedure, text),

@@ -71,9 +71,10 @@ def registry(ib_db):
 
 def registry_subscription(ib_db, ib_subscriptions, label, topics, key_format="json",
                           **options):
-    name = ib_subscriptions(unique_name(label), topics, **options)
+    """A subscription created with value_format 'registry' (its options, as a user creates it)."""
     since = ib_db.value("SELECT clock_timestamp()")
-    ib_db.rows("SELECT eventbox.set_subscription_format(%s, 'registry', %s)", (name, key_format))
+    name = ib_subscriptions(unique_name(label), topics, value_format="registry",
+                            key_format=key_format, **options)
     ib_db.wait_worker_reloaded(since)
     return name
 

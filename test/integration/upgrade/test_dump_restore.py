@@ -42,8 +42,7 @@ def make_source(cluster, kafka, in_topic, pre, out):
         CREATE ROLE handler_role NOLOGIN;
         CREATE ROLE registrar NOLOGIN IN ROLE sub_owner, handler_role;
         GRANT USAGE ON SCHEMA eventbox TO sub_owner;
-        GRANT EXECUTE ON FUNCTION eventbox.create_subscription(text, text[], text, text, integer,
-            interval, interval, text, text, integer, text, text[], text, text, text, boolean, text, boolean),
+        GRANT EXECUTE ON FUNCTION eventbox.create_subscription,
             eventbox.register_handler(text, regprocedure, text, name, boolean) TO sub_owner;""")
     query(c, HANDLER_DDL.replace("{out}", out).replace("{role}", "handler_role"))
     query(c, "SET ROLE sub_owner; SELECT eventbox.create_subscription('restored', ARRAY[%s], "
