@@ -23,17 +23,13 @@
 
 #include "outbox/http_bulk.hpp"
 #include "outbox/http_limits.hpp"
+#include "outbox/http_text.hpp"
 #include "outbox/relay_dispatch.hpp"
 
 namespace eventbox::http {
 
 // Prefix of the request headers that carry the message's own headers.
 inline constexpr std::string_view kHeaderPrefix = "Eventbox-Header-";
-// Bytes of a response body kept for last_error.
-inline constexpr std::size_t kBodyExcerpt = 200;
-// Retry-After values are honoured up to this delay.
-inline constexpr int64_t kMaxRetryAfterMs = 3600 * 1000;
-
 struct Destination {
     std::string topic;
     std::string url;
@@ -71,20 +67,6 @@ struct Outcome {
     bool request;             // the first outcome of a request (counts it in the metrics)
     int64_t created_ms;       // the row's created_at (epoch ms), for the delivery histogram
 };
-
-// What a response means: 2xx delivered; 408, 429 and 5xx transient; the rest permanent.
-enum class Verdict { kDelivered, kTransient, kPermanent };
-Verdict classify(int status);
-// Retry-After (delay-seconds or an HTTP-date) in ms from `now_epoch_s`; -1 when unreadable.
-int64_t parse_retry_after(std::string_view value, int64_t now_epoch_s);
-// A message header name as an HTTP token: bytes outside tchar (and '%') as %XX.
-std::string header_token(std::string_view name);
-// Whether `text` is valid UTF-8.
-bool is_utf8(std::string_view text);
-// Whether `payload` is UTF-8 JSON (Content-Type application/json) or not (octet-stream).
-bool is_json(const char* payload, std::size_t len);
-// `status` and the start of `body`, printable, for last_error.
-std::string describe_response(int status, std::string_view body);
 
 class Client final : public relay::Sink {
   public:
