@@ -400,14 +400,7 @@ BEGIN
         RAISE EXCEPTION 'group_id must not be empty' USING ERRCODE = 'invalid_parameter_value',
             HINT = 'Pass NULL to derive it from the database and subscription names.';
     END IF;
-    IF message_id_rule IS NULL
-       OR message_id_rule NOT IN ('default', 'fingerprint', 'debezium', 'cockroachdb') THEN
-        RAISE EXCEPTION 'invalid message_id_rule: %', coalesce(eventbox._quote(message_id_rule), 'NULL')
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Use ''default'' (header message_id, ce_id, message_id_field, else '
-                         'topic/partition/offset), ''fingerprint'' (SHA-256 of the canonical '
-                         'payload), ''debezium'' or ''cockroachdb'' (the change event''s position).';
-    END IF;
+    PERFORM eventbox._check_message_id_rule(message_id_rule);
     IF message_id_field = '' THEN
         RAISE EXCEPTION 'message_id_field must not be empty'
             USING ERRCODE = 'invalid_parameter_value', HINT = 'Pass NULL for none.';
@@ -470,14 +463,7 @@ BEGIN
         CASE WHEN dead_letter_topic IS NULL THEN s.dead_letter_topic
              ELSE nullif(dead_letter_topic, '') END);
     message_id_rule := coalesce(message_id_rule, s.message_id_rule);
-    IF message_id_rule IS NULL
-       OR message_id_rule NOT IN ('default', 'fingerprint', 'debezium', 'cockroachdb') THEN
-        RAISE EXCEPTION 'invalid message_id_rule: %', coalesce(eventbox._quote(message_id_rule), 'NULL')
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Use ''default'' (header message_id, ce_id, message_id_field, else '
-                         'topic/partition/offset), ''fingerprint'' (SHA-256 of the canonical '
-                         'payload), ''debezium'' or ''cockroachdb'' (the change event''s position).';
-    END IF;
+    PERFORM eventbox._check_message_id_rule(message_id_rule);
     PERFORM eventbox._check_subscription_source(coalesce(source, s.source), s.backfill);
     PERFORM eventbox._check_subscription_formats(coalesce(value_format, s.value_format),
         coalesce(key_format, s.key_format), coalesce(membership, s.membership));
@@ -2117,3 +2103,19 @@ BEGIN
     END IF;
 END $$;
 REVOKE ALL ON FUNCTION eventbox._check_subscription_formats(text, text, text) FROM PUBLIC;
+
+-- One check of message_id_rule for create_subscription() and alter_subscription().
+CREATE FUNCTION eventbox._check_message_id_rule(message_id_rule text)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF message_id_rule IS NULL
+       OR message_id_rule NOT IN ('default', 'fingerprint', 'debezium', 'cockroachdb') THEN
+        RAISE EXCEPTION 'invalid message_id_rule: %', coalesce(eventbox._quote(message_id_rule), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use ''default'' (header message_id, ce_id, message_id_field, else '
+                         'topic/partition/offset), ''fingerprint'' (SHA-256 of the canonical '
+                         'payload), ''debezium'' or ''cockroachdb'' (the change event''s position).';
+    END IF;
+END $$;
+REVOKE ALL ON FUNCTION eventbox._check_message_id_rule(text) FROM PUBLIC;

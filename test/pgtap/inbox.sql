@@ -305,6 +305,7 @@ SELECT is_empty(
                            '_create_subscription', '_alter_subscription', '_drop_subscription',
                            '_managed_subscription', '_check_subscription_options',
                            '_check_dead_letter_options', '_check_subscription_formats',
+                           '_check_message_id_rule',
                            '_check_topic', '_notify_ingest')
          AND a.grantee <> p.proowner$$,
     'the extension grants EXECUTE on the subscription functions to no one (PUBLIC included)');
