@@ -68,6 +68,9 @@ class Publisher final : public relay::Sink {
     // Milliseconds until the oldest unconfirmed publish is overdue (-1: none).
     long timeout_ms(int64_t now_ms) const noexcept;
     std::vector<Outcome>& outcomes() noexcept { return outcomes_; }
+    // Sends what the publishes since the last flush wrote: they are held back (TCP_CORK) so
+    // that a burst of publishes leaves in full segments. Call before waiting.
+    void flush();
     std::size_t unconfirmed() const noexcept { return by_tag_.size(); }
     // Why the last connection attempt or connection failed ("" when connected).
     const std::string& last_error() const noexcept { return last_error_; }
@@ -90,6 +93,7 @@ class Publisher final : public relay::Sink {
     bool connect(int64_t now_ms);
     void disconnect(const std::string& why);
     void publish(Message* m, int64_t now_ms);
+    void cork(bool on);
     void settle(Message* m, bool delivered, bool permanent, const std::string& error);
     void release_key(Message* m, bool delivered, int64_t now_ms);
     void on_confirm(uint64_t tag, bool multiple, bool ack);
@@ -101,6 +105,7 @@ class Publisher final : public relay::Sink {
     std::size_t queue_limit_;
     std::size_t held_ = 0;
     void* conn_ = nullptr;  // amqp_connection_state_t
+    bool corked_ = false;   // TCP_CORK set on the socket since the last flush()
     bool blocked_ = false;  // connection.blocked: the broker refuses publishes for now
     uint64_t next_tag_ = 1;
     int64_t reconnect_at_ms_ = 0;

@@ -136,6 +136,7 @@ void take_outcomes(amqp::Publisher& publisher, relay::Dispatcher& dispatcher) {
             dispatcher.on_delivery(o.id, o.delivered ? 0 : 1, o.permanent, o.counts, -1, -1,
                                    o.error, now);
         publisher.outcomes().clear();
+        publisher.flush();
     });
 }
 
