@@ -41,34 +41,6 @@ amqp_bytes_t bytes(const std::string& s) {
     return b;
 }
 
-std::string text(amqp_bytes_t b) {
-    return std::string(static_cast<const char*>(b.bytes), b.len);
-}
-
-// What an RPC reply says went wrong (the broker's reply code and text, or the library's
-// reason); never a credential: neither side echoes one.
-std::string describe(const amqp_rpc_reply_t& reply) {
-    switch (reply.reply_type) {
-        case AMQP_RESPONSE_NORMAL:
-            return "no error";
-        case AMQP_RESPONSE_NONE:
-            return "no reply";
-        case AMQP_RESPONSE_LIBRARY_EXCEPTION:
-            return amqp_error_string2(reply.library_error);
-        case AMQP_RESPONSE_SERVER_EXCEPTION:
-            if (reply.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
-                auto* m = static_cast<amqp_connection_close_t*>(reply.reply.decoded);
-                return std::to_string(m->reply_code) + " " + text(m->reply_text);
-            }
-            if (reply.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
-                auto* m = static_cast<amqp_channel_close_t*>(reply.reply.decoded);
-                return std::to_string(m->reply_code) + " " + text(m->reply_text);
-            }
-            return "unexpected method from the broker";
-    }
-    return "unknown reply";
-}
-
 }  // namespace
 
 std::string_view event_type_of(const relay::Row& row) {
@@ -124,15 +96,16 @@ bool Publisher::connect(int64_t now_ms) {
     if (failed.empty()) {
         amqp_channel_open(c, kChannel);
         amqp_rpc_reply_t reply = amqp_get_rpc_reply(c);
-        if (reply.reply_type != AMQP_RESPONSE_NORMAL) failed = "channel.open: " + describe(reply);
+        if (reply.reply_type != AMQP_RESPONSE_NORMAL) failed = "channel.open: " + reply_text(reply);
     }
     if (failed.empty()) {
         amqp_confirm_select(c, kChannel);
         amqp_rpc_reply_t reply = amqp_get_rpc_reply(c);
-        if (reply.reply_type != AMQP_RESPONSE_NORMAL) failed = "confirm.select: " + describe(reply);
+        if (reply.reply_type != AMQP_RESPONSE_NORMAL)
+            failed = "confirm.select: " + reply_text(reply);
     }
     if (!failed.empty()) {
-        last_error_ = failed;
+        last_error_ = redacted(failed, settings_);
         amqp_destroy_connection(c);
         return false;
     }
@@ -149,13 +122,13 @@ void Publisher::disconnect(const std::string& why) {
     if (conn_ != nullptr) amqp_destroy_connection(state(conn_));
     corked_ = false;
     conn_ = nullptr;
-    last_error_ = why;
+    last_error_ = redacted(why, settings_);
     pending_return_code_ = 0;
     // Every unconfirmed publish may or may not have reached a queue: each is published again
     // (same message_id) after the dispatcher's backoff.
     std::map<uint64_t, Message*> lost;
     lost.swap(by_tag_);
-    for (auto& [tag, m] : lost) settle(m, false, false, why);
+    for (auto& [tag, m] : lost) settle(m, false, false, last_error_);
 }
 
 relay::Produced Publisher::produce(const relay::Row& row, std::string& error) {
@@ -168,6 +141,10 @@ relay::Produced Publisher::produce(const relay::Row& row, std::string& error) {
     if (d.key_routes && row.key_len > 255) {
         error = "the key is longer than 255 bytes: it cannot be an AMQP routing key";
         return relay::Produced::kFailedPermanently;
+    }
+    if (!refused_.empty()) {
+        error = refused_;
+        return relay::Produced::kFailed;
     }
     if (held_ >= queue_limit_ || blocked_) return relay::Produced::kBusy;
     auto* m = new Message();
@@ -331,19 +308,19 @@ bool Publisher::read_frames(int64_t) {
                 case AMQP_BASIC_RETURN_METHOD: {
                     auto* r = static_cast<amqp_basic_return_t*>(decoded);
                     pending_return_code_ = r->reply_code;
-                    pending_return_text_ = text(r->reply_text);
+                    pending_return_text_ = text_of(r->reply_text);
                     break;
                 }
                 case AMQP_CHANNEL_CLOSE_METHOD: {
                     auto* m = static_cast<amqp_channel_close_t*>(decoded);
                     disconnect("channel closed by RabbitMQ: " + std::to_string(m->reply_code) +
-                               " " + text(m->reply_text));
+                               " " + text_of(m->reply_text));
                     return false;
                 }
                 case AMQP_CONNECTION_CLOSE_METHOD: {
                     auto* m = static_cast<amqp_connection_close_t*>(decoded);
                     disconnect("connection closed by RabbitMQ: " + std::to_string(m->reply_code) +
-                               " " + text(m->reply_text));
+                               " " + text_of(m->reply_text));
                     return false;
                 }
                 case AMQP_CONNECTION_BLOCKED_METHOD:
@@ -360,7 +337,7 @@ bool Publisher::read_frames(int64_t) {
             // sends a basic.return before the basic.ack of the same publish.
             auto* p = static_cast<amqp_basic_properties_t*>(frame.payload.properties.decoded);
             if (p != nullptr && (p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG) != 0) {
-                auto it = by_message_id_.find(text(p->message_id));
+                auto it = by_message_id_.find(text_of(p->message_id));
                 if (it != by_message_id_.end()) {
                     it->second->return_code = pending_return_code_;
                     it->second->return_text = pending_return_text_;

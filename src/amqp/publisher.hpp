@@ -57,6 +57,11 @@ class Publisher final : public relay::Sink {
     Publisher(const Publisher&) = delete;
     Publisher& operator=(const Publisher&) = delete;
 
+    // Without a usable eventbox.amqp_url or amqp_options: every row of the destinations fails
+    // at once with `why` as its error (a transient failure: retried with backoff, never given
+    // up), so that it stays pending with the reason in its last_error.
+    void refuse_all(std::string why) { refused_ = std::move(why); }
+
     int destination_of(std::string_view topic) const;
     relay::Produced produce(const relay::Row& row, std::string& error) override;
 
@@ -111,6 +116,7 @@ class Publisher final : public relay::Sink {
     int64_t reconnect_at_ms_ = 0;
     int64_t reconnect_delay_ms_ = 0;
     std::string last_error_;
+    std::string refused_;                  // refuse_all()
     std::map<uint64_t, Message*> by_tag_;  // unconfirmed, by delivery tag
     std::unordered_map<std::string, Message*> by_message_id_;
     std::unordered_map<std::string, std::deque<Message*>> keys_;  // behind an unconfirmed row
