@@ -8,15 +8,8 @@ import uuid
 
 import pika
 
-from eventbox_fixtures import connect, query, report, wait_until
-
-
-def sql(statement, args=None):
-    c = connect()
-    try:
-        return query(c, statement, args)
-    finally:
-        c.close()
+from amqp_support import sql
+from eventbox_fixtures import report, wait_until
 
 
 def consume(channel, rule, bodies):

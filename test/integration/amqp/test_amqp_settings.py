@@ -9,16 +9,8 @@ import uuid
 
 import pika
 
-from amqp_support import drain
-from eventbox_fixtures import connect, query, report, wait_until
-
-
-def sql(statement, args=None):
-    c = connect()
-    try:
-        return query(c, statement, args)
-    finally:
-        c.close()
+from amqp_support import drain, sql
+from eventbox_fixtures import report, wait_until
 
 
 def subscribe(queue):
@@ -67,6 +59,26 @@ def received(channel, queue, ids, timeout=120.0):
     return got
 
 
+def recovered(test, channel, exchange, ids, sub, messages, timeout, **figures):
+    """Once RabbitMQ can be used again: the rows `ids` arrive in the exchange's queue, the
+    `messages` in the subscription's inbox, its error row goes; reports and asserts lost 0."""
+    got = received(channel, exchange, ids, timeout=timeout)
+    wait_until(lambda: set(messages) <= stored(sub), timeout, interval=0.3,
+               what="the messages of %s in the inbox" % sub)
+    wait_until(lambda: not errors_of(sub), 60, interval=0.3,
+               what="the row of %s gone from eventbox.subscription_errors" % sub)
+    lost = len(set(ids) - got) + len(set(messages) - stored(sub))
+    report(test, sent=len(ids) + len(messages), lost=lost, **figures)
+    assert lost == 0
+
+
+def clean_up(channel, sub, queue, exchange):
+    sql("SELECT eventbox.drop_subscription(%s)", (sub,))
+    channel.queue_delete(queue)
+    channel.queue_delete(exchange)
+    channel.exchange_delete(exchange)
+
+
 def declare(channel):
     name = "x_%s" % uuid.uuid4().hex[:8]
     channel.exchange_declare(name, "fanout", durable=True)
@@ -104,20 +116,10 @@ def test_empty_url_listed_for_destinations_and_subscriptions(extension, channel,
         sql("ALTER SYSTEM SET eventbox.amqp_url = %s", (url,))
         sql("SELECT pg_reload_conf()")
     try:
-        got = received(channel, exchange, ids)
-        wait_until(lambda: set(messages) <= stored(sub), 120, interval=0.3,
-                   what="the messages of %s in the inbox" % sub)
-        wait_until(lambda: not errors_of(sub), 30, interval=0.3,
-                   what="the row of %s gone from eventbox.subscription_errors" % sub)
-        lost = len(set(ids) - got) + len(set(messages) - stored(sub))
-        report("amqp empty url listed, then delivered and consumed",
-               sent=len(ids) + len(messages), lost=lost)
-        assert lost == 0
+        recovered("amqp empty url listed, then delivered and consumed", channel, exchange, ids,
+                  sub, messages, timeout=120)
     finally:
-        sql("SELECT eventbox.drop_subscription(%s)", (sub,))
-        channel.queue_delete(queue)
-        channel.queue_delete(exchange)
-        channel.exchange_delete(exchange)
+        clean_up(channel, sub, queue, exchange)
 
 
 def test_refused_login_listed_without_password_then_recovered(extension, rabbit, amqp_topic):
@@ -166,19 +168,9 @@ def test_refused_login_listed_without_password_then_recovered(extension, rabbit,
         rabbit.ctl("change_password", "guest", "guest")
     try:
         # Reconnects back off up to 30 s, retries of a row up to relay_retry_backoff_max.
-        got = received(ch, exchange, ids, timeout=180)
-        wait_until(lambda: set(messages) <= stored(sub), 180, interval=0.3,
-                   what="the messages of %s in the inbox" % sub)
-        wait_until(lambda: not errors_of(sub), 60, interval=0.3,
-                   what="the row of %s gone from eventbox.subscription_errors" % sub)
-        lost = len(set(ids) - got) + len(set(messages) - stored(sub))
-        report("amqp refused login listed, then delivered and consumed",
-               sent=len(ids) + len(messages), lost=lost, attempts=attempts)
-        assert lost == 0
+        recovered("amqp refused login listed, then delivered and consumed", ch, exchange, ids,
+                  sub, messages, timeout=180, attempts=attempts)
     finally:
-        sql("SELECT eventbox.drop_subscription(%s)", (sub,))
-        ch.queue_delete(queue)
-        ch.queue_delete(exchange)
-        ch.exchange_delete(exchange)
+        clean_up(ch, sub, queue, exchange)
         ch.connection.close()
         rabbit.ctl("delete_user", tester)
