@@ -7,9 +7,12 @@
 
 namespace eventbox::amqp {
 
-namespace {
+std::string text_of(amqp_bytes_t b) {
+    return std::string(static_cast<const char*>(b.bytes), b.len);
+}
 
-std::string reply_text(const amqp_rpc_reply_t& reply) {
+std::string reply_text(const amqp_rpc_reply_t& reply, int* code) {
+    if (code != nullptr) *code = 0;
     switch (reply.reply_type) {
         case AMQP_RESPONSE_NORMAL:
             return "no error";
@@ -18,18 +21,20 @@ std::string reply_text(const amqp_rpc_reply_t& reply) {
         case AMQP_RESPONSE_LIBRARY_EXCEPTION:
             return amqp_error_string2(reply.library_error);
         case AMQP_RESPONSE_SERVER_EXCEPTION:
+            if (reply.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
+                auto* m = static_cast<amqp_channel_close_t*>(reply.reply.decoded);
+                if (code != nullptr) *code = m->reply_code;
+                return std::to_string(m->reply_code) + " " + text_of(m->reply_text);
+            }
             if (reply.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
                 auto* m = static_cast<amqp_connection_close_t*>(reply.reply.decoded);
-                return std::to_string(m->reply_code) + " " +
-                       std::string(static_cast<const char*>(m->reply_text.bytes),
-                                   m->reply_text.len);
+                if (code != nullptr) *code = -1;  // the connection is gone
+                return std::to_string(m->reply_code) + " " + text_of(m->reply_text);
             }
             return "unexpected method from the broker";
     }
     return "unknown reply";
 }
-
-}  // namespace
 
 void* open_connection(const Settings& settings, const std::vector<std::string>& capabilities,
                       std::string* failed) {
@@ -82,6 +87,7 @@ void* open_connection(const Settings& settings, const std::vector<std::string>& 
         if (reply.reply_type != AMQP_RESPONSE_NORMAL) *failed = "login: " + reply_text(reply);
     }
     if (!failed->empty()) {
+        *failed = redacted(*failed, settings);
         amqp_destroy_connection(c);
         return nullptr;
     }

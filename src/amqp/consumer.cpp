@@ -23,10 +23,6 @@ amqp_connection_state_t state(void* conn) {
     return static_cast<amqp_connection_state_t>(conn);
 }
 
-std::string text(amqp_bytes_t b) {
-    return std::string(static_cast<const char*>(b.bytes), b.len);
-}
-
 amqp_bytes_t bytes(const std::string& s) {
     amqp_bytes_t b;
     b.len = s.size();
@@ -40,7 +36,7 @@ bool value_text(const amqp_field_value_t& v, std::optional<std::string>* out) {
     switch (v.kind) {
         case AMQP_FIELD_KIND_UTF8:
         case AMQP_FIELD_KIND_BYTES:
-            *out = text(v.value.bytes);
+            *out = text_of(v.value.bytes);
             return true;
         case AMQP_FIELD_KIND_BOOLEAN:
             *out = v.value.boolean ? "true" : "false";
@@ -101,26 +97,6 @@ int64_t integer_of(const amqp_field_value_t& v) {
     }
 }
 
-// What a failed RPC says (the broker's reply code and text, or the library's reason).
-std::string describe(const amqp_rpc_reply_t& reply, int* code) {
-    *code = 0;
-    if (reply.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION)
-        return amqp_error_string2(reply.library_error);
-    if (reply.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION) {
-        if (reply.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
-            auto* m = static_cast<amqp_channel_close_t*>(reply.reply.decoded);
-            *code = m->reply_code;
-            return std::to_string(m->reply_code) + " " + text(m->reply_text);
-        }
-        if (reply.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
-            auto* m = static_cast<amqp_connection_close_t*>(reply.reply.decoded);
-            *code = -1;  // the connection is gone
-            return std::to_string(m->reply_code) + " " + text(m->reply_text);
-        }
-    }
-    return "no reply";
-}
-
 }  // namespace
 
 Consumer::Consumer(Settings settings) : settings_(std::move(settings)) {}
@@ -174,13 +150,13 @@ int64_t stream_offset_of(const amqp_field_value_t& v) {
 }
 
 void read_properties(const amqp_basic_properties_t& p, Delivery& d) {
-    if ((p._flags & AMQP_BASIC_MESSAGE_ID_FLAG) != 0) d.message_id = text(p.message_id);
-    if ((p._flags & AMQP_BASIC_TYPE_FLAG) != 0) d.type = text(p.type);
-    if ((p._flags & AMQP_BASIC_CONTENT_TYPE_FLAG) != 0) d.content_type = text(p.content_type);
+    if ((p._flags & AMQP_BASIC_MESSAGE_ID_FLAG) != 0) d.message_id = text_of(p.message_id);
+    if ((p._flags & AMQP_BASIC_TYPE_FLAG) != 0) d.type = text_of(p.type);
+    if ((p._flags & AMQP_BASIC_CONTENT_TYPE_FLAG) != 0) d.content_type = text_of(p.content_type);
     if ((p._flags & AMQP_BASIC_HEADERS_FLAG) == 0) return;
     for (int i = 0; i < p.headers.num_entries; ++i) {
         const amqp_table_entry_t& e = p.headers.entries[i];
-        std::string name = text(e.key);
+        std::string name = text_of(e.key);
         if (name == "x-stream-offset") {
             d.stream_offset = stream_offset_of(e.value);
             continue;
@@ -271,7 +247,7 @@ bool Consumer::open(Sub& s, int64_t now_ms) {
         amqp_rpc_reply_t reply = amqp_get_rpc_reply(c);
         int code = 0;
         if (reply.reply_type != AMQP_RESPONSE_NORMAL) {
-            std::string why = "channel.open: " + describe(reply, &code);
+            std::string why = "channel.open: " + reply_text(reply, &code);
             if (code == 0 || code == -1)
                 disconnect(why);
             else
@@ -284,7 +260,7 @@ bool Consumer::open(Sub& s, int64_t now_ms) {
         bool retry = false;
         std::string failed;
         if (reply.reply_type != AMQP_RESPONSE_NORMAL)
-            failed = "basic.qos: " + describe(reply, &code);
+            failed = "basic.qos: " + reply_text(reply, &code);
         for (std::size_t i = 0; failed.empty() && i < s.queues.size(); ++i) {
             Queue& q = s.queues[i];
             amqp_table_entry_t offset;
@@ -307,7 +283,7 @@ bool Consumer::open(Sub& s, int64_t now_ms) {
                 if (q.stream == -1) q.stream = 1;  // only a stream takes x-stream-offset
                 continue;
             }
-            failed = "basic.consume of queue \"" + q.name + "\": " + describe(reply, &code);
+            failed = "basic.consume of queue \"" + q.name + "\": " + reply_text(reply, &code);
             if (code == 406 && q.stream == -1 &&
                 failed.find("x-stream-offset") != std::string::npos) {
                 q.stream = 0;
@@ -369,8 +345,8 @@ bool Consumer::read_frames(std::size_t max, std::size_t* read) {
                     s->partial = Delivery{};
                     s->partial.tag = d->delivery_tag;
                     s->partial.redelivered = d->redelivered != 0;
-                    s->partial.routing_key = text(d->routing_key);
-                    std::string tag = text(d->consumer_tag);
+                    s->partial.routing_key = text_of(d->routing_key);
+                    std::string tag = text_of(d->consumer_tag);
                     std::size_t index = tag.size() > 1 ? std::stoul(tag.substr(1)) : 0;
                     if (index < s->queues.size()) s->partial.queue = s->queues[index].name;
                     break;
@@ -388,16 +364,17 @@ bool Consumer::read_frames(std::size_t max, std::size_t* read) {
                     amqp_channel_close_ok_t ok;
                     amqp_send_method(c, frame.channel, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
                     if (s != nullptr)
-                        close_channel(*s,
-                                      "channel closed by RabbitMQ: " +
-                                          std::to_string(m->reply_code) + " " + text(m->reply_text),
-                                      now);
+                        close_channel(
+                            *s,
+                            "channel closed by RabbitMQ: " + std::to_string(m->reply_code) + " " +
+                                text_of(m->reply_text),
+                            now);
                     break;
                 }
                 case AMQP_CONNECTION_CLOSE_METHOD: {
                     auto* m = static_cast<amqp_connection_close_t*>(decoded);
                     disconnect("connection closed by RabbitMQ: " + std::to_string(m->reply_code) +
-                               " " + text(m->reply_text));
+                               " " + text_of(m->reply_text));
                     return false;
                 }
                 default:

@@ -5,6 +5,10 @@
 #include <amqp_ssl_socket.h>
 #include <amqp_tcp_socket.h>
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <chrono>
 
@@ -35,34 +39,6 @@ amqp_bytes_t bytes(const std::string& s) {
     b.len = s.size();
     b.bytes = const_cast<char*>(s.data());
     return b;
-}
-
-std::string text(amqp_bytes_t b) {
-    return std::string(static_cast<const char*>(b.bytes), b.len);
-}
-
-// What an RPC reply says went wrong (the broker's reply code and text, or the library's
-// reason); never a credential: neither side echoes one.
-std::string describe(const amqp_rpc_reply_t& reply) {
-    switch (reply.reply_type) {
-        case AMQP_RESPONSE_NORMAL:
-            return "no error";
-        case AMQP_RESPONSE_NONE:
-            return "no reply";
-        case AMQP_RESPONSE_LIBRARY_EXCEPTION:
-            return amqp_error_string2(reply.library_error);
-        case AMQP_RESPONSE_SERVER_EXCEPTION:
-            if (reply.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
-                auto* m = static_cast<amqp_connection_close_t*>(reply.reply.decoded);
-                return std::to_string(m->reply_code) + " " + text(m->reply_text);
-            }
-            if (reply.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
-                auto* m = static_cast<amqp_channel_close_t*>(reply.reply.decoded);
-                return std::to_string(m->reply_code) + " " + text(m->reply_text);
-            }
-            return "unexpected method from the broker";
-    }
-    return "unknown reply";
 }
 
 }  // namespace
@@ -120,15 +96,16 @@ bool Publisher::connect(int64_t now_ms) {
     if (failed.empty()) {
         amqp_channel_open(c, kChannel);
         amqp_rpc_reply_t reply = amqp_get_rpc_reply(c);
-        if (reply.reply_type != AMQP_RESPONSE_NORMAL) failed = "channel.open: " + describe(reply);
+        if (reply.reply_type != AMQP_RESPONSE_NORMAL) failed = "channel.open: " + reply_text(reply);
     }
     if (failed.empty()) {
         amqp_confirm_select(c, kChannel);
         amqp_rpc_reply_t reply = amqp_get_rpc_reply(c);
-        if (reply.reply_type != AMQP_RESPONSE_NORMAL) failed = "confirm.select: " + describe(reply);
+        if (reply.reply_type != AMQP_RESPONSE_NORMAL)
+            failed = "confirm.select: " + reply_text(reply);
     }
     if (!failed.empty()) {
-        last_error_ = failed;
+        last_error_ = redacted(failed, settings_);
         amqp_destroy_connection(c);
         return false;
     }
@@ -143,14 +120,15 @@ bool Publisher::connect(int64_t now_ms) {
 
 void Publisher::disconnect(const std::string& why) {
     if (conn_ != nullptr) amqp_destroy_connection(state(conn_));
+    corked_ = false;
     conn_ = nullptr;
-    last_error_ = why;
+    last_error_ = redacted(why, settings_);
     pending_return_code_ = 0;
     // Every unconfirmed publish may or may not have reached a queue: each is published again
     // (same message_id) after the dispatcher's backoff.
     std::map<uint64_t, Message*> lost;
     lost.swap(by_tag_);
-    for (auto& [tag, m] : lost) settle(m, false, false, why);
+    for (auto& [tag, m] : lost) settle(m, false, false, last_error_);
 }
 
 relay::Produced Publisher::produce(const relay::Row& row, std::string& error) {
@@ -163,6 +141,10 @@ relay::Produced Publisher::produce(const relay::Row& row, std::string& error) {
     if (d.key_routes && row.key_len > 255) {
         error = "the key is longer than 255 bytes: it cannot be an AMQP routing key";
         return relay::Produced::kFailedPermanently;
+    }
+    if (!refused_.empty()) {
+        error = refused_;
+        return relay::Produced::kFailed;
     }
     if (held_ >= queue_limit_ || blocked_) return relay::Produced::kBusy;
     auto* m = new Message();
@@ -217,6 +199,7 @@ void Publisher::publish(Message* m, int64_t now_ms) {
         p.type = bytes(event_type);
     }
     const std::string& routing_key = d.key_routes ? m->key : d.routing_key;
+    cork(true);
     int rc = amqp_basic_publish(state(conn_), kChannel, bytes(d.exchange), bytes(routing_key),
                                 /*mandatory=*/1, /*immediate=*/0, &p, bytes(m->payload));
     if (rc != AMQP_STATUS_OK) {
@@ -229,6 +212,21 @@ void Publisher::publish(Message* m, int64_t now_ms) {
     m->published_ms = now_ms;
     by_tag_.emplace(m->tag, m);
     by_message_id_[m->message_id] = m;
+}
+
+// A burst of publishes (the heads released by one read of confirms, or the rows a pass offers)
+// leaves in full TCP segments instead of one per publish: each segment costs the broker a read
+// and a wakeup, and its CPU is what bounds the confirm round on a shared machine. The kernel
+// sends a corked socket's data after 200 ms at the latest, should a flush() be missed.
+void Publisher::cork(bool on) {
+    if (corked_ == on || conn_ == nullptr) return;
+    int value = on ? 1 : 0;
+    setsockopt(amqp_get_sockfd(state(conn_)), IPPROTO_TCP, TCP_CORK, &value, sizeof value);
+    corked_ = on;
+}
+
+void Publisher::flush() {
+    cork(false);
 }
 
 void Publisher::settle(Message* m, bool delivered, bool permanent, const std::string& error) {
@@ -310,19 +308,19 @@ bool Publisher::read_frames(int64_t) {
                 case AMQP_BASIC_RETURN_METHOD: {
                     auto* r = static_cast<amqp_basic_return_t*>(decoded);
                     pending_return_code_ = r->reply_code;
-                    pending_return_text_ = text(r->reply_text);
+                    pending_return_text_ = text_of(r->reply_text);
                     break;
                 }
                 case AMQP_CHANNEL_CLOSE_METHOD: {
                     auto* m = static_cast<amqp_channel_close_t*>(decoded);
                     disconnect("channel closed by RabbitMQ: " + std::to_string(m->reply_code) +
-                               " " + text(m->reply_text));
+                               " " + text_of(m->reply_text));
                     return false;
                 }
                 case AMQP_CONNECTION_CLOSE_METHOD: {
                     auto* m = static_cast<amqp_connection_close_t*>(decoded);
                     disconnect("connection closed by RabbitMQ: " + std::to_string(m->reply_code) +
-                               " " + text(m->reply_text));
+                               " " + text_of(m->reply_text));
                     return false;
                 }
                 case AMQP_CONNECTION_BLOCKED_METHOD:
@@ -339,7 +337,7 @@ bool Publisher::read_frames(int64_t) {
             // sends a basic.return before the basic.ack of the same publish.
             auto* p = static_cast<amqp_basic_properties_t*>(frame.payload.properties.decoded);
             if (p != nullptr && (p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG) != 0) {
-                auto it = by_message_id_.find(text(p->message_id));
+                auto it = by_message_id_.find(text_of(p->message_id));
                 if (it != by_message_id_.end()) {
                     it->second->return_code = pending_return_code_;
                     it->second->return_text = pending_return_text_;

@@ -57,6 +57,11 @@ class Publisher final : public relay::Sink {
     Publisher(const Publisher&) = delete;
     Publisher& operator=(const Publisher&) = delete;
 
+    // Without a usable eventbox.amqp_url or amqp_options: every row of the destinations fails
+    // at once with `why` as its error (a transient failure: retried with backoff, never given
+    // up), so that it stays pending with the reason in its last_error.
+    void refuse_all(std::string why) { refused_ = std::move(why); }
+
     int destination_of(std::string_view topic) const;
     relay::Produced produce(const relay::Row& row, std::string& error) override;
 
@@ -68,6 +73,9 @@ class Publisher final : public relay::Sink {
     // Milliseconds until the oldest unconfirmed publish is overdue (-1: none).
     long timeout_ms(int64_t now_ms) const noexcept;
     std::vector<Outcome>& outcomes() noexcept { return outcomes_; }
+    // Sends what the publishes since the last flush wrote: they are held back (TCP_CORK) so
+    // that a burst of publishes leaves in full segments. Call before waiting.
+    void flush();
     std::size_t unconfirmed() const noexcept { return by_tag_.size(); }
     // Why the last connection attempt or connection failed ("" when connected).
     const std::string& last_error() const noexcept { return last_error_; }
@@ -90,6 +98,7 @@ class Publisher final : public relay::Sink {
     bool connect(int64_t now_ms);
     void disconnect(const std::string& why);
     void publish(Message* m, int64_t now_ms);
+    void cork(bool on);
     void settle(Message* m, bool delivered, bool permanent, const std::string& error);
     void release_key(Message* m, bool delivered, int64_t now_ms);
     void on_confirm(uint64_t tag, bool multiple, bool ack);
@@ -101,11 +110,13 @@ class Publisher final : public relay::Sink {
     std::size_t queue_limit_;
     std::size_t held_ = 0;
     void* conn_ = nullptr;  // amqp_connection_state_t
+    bool corked_ = false;   // TCP_CORK set on the socket since the last flush()
     bool blocked_ = false;  // connection.blocked: the broker refuses publishes for now
     uint64_t next_tag_ = 1;
     int64_t reconnect_at_ms_ = 0;
     int64_t reconnect_delay_ms_ = 0;
     std::string last_error_;
+    std::string refused_;                  // refuse_all()
     std::map<uint64_t, Message*> by_tag_;  // unconfirmed, by delivery tag
     std::unordered_map<std::string, Message*> by_message_id_;
     std::unordered_map<std::string, std::deque<Message*>> keys_;  // behind an unconfirmed row

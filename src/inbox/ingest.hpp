@@ -271,6 +271,50 @@ struct Columns {
     int unparsable_rows = 0;
 };
 
+// The batch's first n classified rows in the order they are inserted: by message id (ingest
+// workers inserting the same ids at once then wait for each other in one order, never in a
+// cycle), without those the rule skips (tombstones, resolved timestamps: only their offsets are
+// stored), counted in sub->skipped. C++ side: call it inside call_cpp() (ingest_columns.cpp).
+void order_rows(Subscription* sub, std::size_t n);
+
+// One record's bytes and place, as the columns take them: a Kafka record's, or a RabbitMQ
+// delivery's (topic = the queue, partition 0, key = the routing key).
+struct RecordBytes {
+    const char* topic = nullptr;
+    std::size_t topic_len = 0;
+    int32 partition = 0;
+    int64 offset = 0;
+    const char* key = nullptr;  // nullptr: no key
+    std::size_t key_len = 0;
+    const char* value = nullptr;
+    std::size_t value_len = 0;
+    bool backfill = false;  // the row's mode when the subscription has backfill
+};
+
+// Fills Columns row by row (ingest_columns.cpp). Values most rows share are made once (the
+// arrays copy them). Holds only pointers and Datums: it may live on a frame an ERROR crosses.
+class ColumnBuilder {
+  public:
+    ColumnBuilder(const Subscription* sub, Columns* columns);
+    // Row i of the columns: `r`, classified as `row`.
+    void add(int i, const RecordBytes& r, inbox::Classified& row);
+
+  private:
+    Datum topic(const RecordBytes& r);
+    Datum event_type(const std::string& type);
+    void key_payload(int i, const RecordBytes& r, inbox::Classified& row);
+    void payload(int i, const RecordBytes& r, inbox::Classified& row);
+
+    const Subscription* sub_;
+    Columns* c_;
+    Datum received_, unparsable_, live_, backfill_;
+    const char* topic_of_ = nullptr;
+    std::size_t topic_len_ = 0;
+    Datum topic_ = 0;
+    const std::string* type_of_ = nullptr;
+    Datum type_ = 0;
+};
+
 // Converts the batch's classified rows into `columns`. `context` names the lane of each record
 // while it is converted, then the batch's lane if it has only one (ingest_columns.cpp).
 void build_columns(Subscription* sub, rd_kafka_message_t* const* messages, Columns* columns,
@@ -281,6 +325,9 @@ struct Inserted {
     uint64 rows = 0;       // inserted
     uint64 conflicts = 0;  // conflicting duplicates listed
 };
+
+// A text column of an SPI result as a palloc'd C string ("" for NULL).
+char* text_at(HeapTuple tuple, TupleDesc desc, int column);
 
 // Whether a batch stores some lane's rows at offsets not above what this process stored there
 // before (asked only when the batch is expected to hold only new messages). A plain function

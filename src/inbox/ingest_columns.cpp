@@ -21,6 +21,20 @@ using pg::call_cpp;
 
 // ---- the records, classified in C++ ---------------------------------------------------------
 
+void order_rows(Subscription* sub, std::size_t n) {
+    sub->order.clear();
+    sub->skipped = 0;
+    for (std::size_t k = 0; k < n; ++k) {
+        if (sub->rows[k].skip)
+            ++sub->skipped;
+        else
+            sub->order.push_back(static_cast<int>(k));
+    }
+    std::stable_sort(sub->order.begin(), sub->order.end(), [&](int a, int b) {
+        return sub->rows[a].message_id < sub->rows[b].message_id;
+    });
+}
+
 std::size_t IngestState::classify(Subscription* sub, std::size_t from, std::size_t to) {
     return call_cpp([&] {
         std::size_t n = to - from;
@@ -81,17 +95,7 @@ std::size_t IngestState::classify(Subscription* sub, std::size_t from, std::size
         // while eventbox.ingest_workers changes) then wait for each other in one order, never
         // in a cycle. Every worker sorts, whatever it believes the worker count is. Records the
         // rule skips (tombstones, resolved timestamps) get no row: only their offsets are stored.
-        sub->order.clear();
-        sub->skipped = 0;
-        for (std::size_t k = 0; k < n; ++k) {
-            if (sub->rows[k].skip)
-                ++sub->skipped;
-            else
-                sub->order.push_back(static_cast<int>(k));
-        }
-        std::stable_sort(sub->order.begin(), sub->order.end(), [&](int a, int b) {
-            return sub->rows[a].message_id < sub->rows[b].message_id;
-        });
+        order_rows(sub, n);
         return n;
     });
 }
@@ -130,102 +134,87 @@ bytea* to_bytea(const void* data, std::size_t len) {
     return b;
 }
 
-// Fills Columns row by row. Values most rows share are made once (the arrays copy them).
-class ColumnBuilder {
-  public:
-    ColumnBuilder(const Subscription* sub, Columns* columns)
-        : sub_(sub),
-          c_(columns),
-          received_(CStringGetTextDatum("received")),
-          unparsable_(CStringGetTextDatum("unparsable")),
-          live_(CStringGetTextDatum("live")),
-          backfill_(CStringGetTextDatum("backfill")) {}
-
-    // Row i of the columns: `msg`, classified as `row`.
-    void add(int i, rd_kafka_message_t* msg, inbox::Classified& row) {
-        c_->ids.set(i, PointerGetDatum(
-                           cstring_to_text_with_len(row.message_id.data(), row.message_id.size())));
-        c_->transport_ids += row.transport_id ? 1 : 0;
-        c_->topics.set(i, topic(msg));
-        c_->partitions.set(i, Int32GetDatum(msg->partition));
-        c_->offsets.set(i, Int64GetDatum(msg->offset));
-        if (msg->key != nullptr) c_->keys.set(i, PointerGetDatum(to_bytea(msg->key, msg->key_len)));
-        c_->headers.set(i, inbox::headers_jsonb(row));
-        key_payload(i, msg, row);
-        payload(i, msg, row);
-        if (row.event_type) c_->types.set(i, event_type(*row.event_type));
-        c_->statuses.set(i, row.parsable ? received_ : unparsable_);
-        if (sub_->backfill) {
-            // Below the partition's boundary: in the partition when the subscription was created.
-            c_->modes.set(i, msg->offset < state.backfill_until(sub_, msg) ? backfill_ : live_);
-        }
-        if (!row.parsable) c_->unparsable_ids.set(c_->unparsable_rows++, c_->ids.value(i));
-    }
-
-  private:
-    Datum topic(rd_kafka_message_t* msg) {
-        if (msg->rkt != topic_of_) {
-            topic_of_ = msg->rkt;
-            topic_ = CStringGetTextDatum(rd_kafka_topic_name(msg->rkt));
-        }
-        return topic_;
-    }
-
-    Datum event_type(const std::string& type) {
-        if (type_of_ == nullptr || *type_of_ != type) {
-            type_of_ = &type;
-            type_ = PointerGetDatum(cstring_to_text_with_len(type.data(), type.size()));
-        }
-        return type_;
-    }
-
-    // key_format 'registry': the decoded key; one jsonb refuses makes the record unparsable.
-    void key_payload(int i, rd_kafka_message_t* msg, inbox::Classified& row) {
-        if (!row.key_decoded_ok) return;
-        Datum key;
-        // The reason replaces the decoded key (no string on this frame: an ERROR may cross it).
-        if (inbox::text_jsonb(row.key_decoded.data(), row.key_decoded.size(), &key,
-                              &row.key_decoded)) {
-            c_->key_payloads.set(i, key);
-            return;
-        }
-        if (row.parsable && !row.keep_raw) row.raw_len = msg->len;
-        row.parsable = false;
-        row.key_decoded.insert(0, "key: ");
-        if (!row.note.empty()) row.key_decoded.append("; ").append(row.note);
-        row.note.swap(row.key_decoded);
-    }
-
-    // The value as jsonb, or else as raw bytes with the reason it is unparsable. The bytes of
-    // a value stored as jsonb too when the subscription keeps them (inbox::keeps_raw()); a
-    // registry format's payload is its decoded text, and its bytes stay in raw_payload.
-    void payload(int i, rd_kafka_message_t* msg, inbox::Classified& row) {
-        Datum payload;
-        bool decoded = row.keep_raw;
-        const char* text = decoded ? row.decoded.data() : static_cast<const char*>(msg->payload);
-        std::size_t text_len = decoded ? row.decoded.size() : msg->len;
-        if (row.parsable && inbox::payload_jsonb(row, text, text_len, &payload, &row.note)) {
-            c_->payloads.set(i, payload);
-            if (sub_->options.keep_raw || row.keep_raw)
-                c_->raws.set(i, PointerGetDatum(to_bytea(msg->payload, msg->len)));
-            return;
-        }
-        if (row.parsable) row.raw_len = msg->len;  // jsonb refused what looked like JSON
-        row.parsable = false;
-        if (!row.raw_null) c_->raws.set(i, PointerGetDatum(to_bytea(msg->payload, row.raw_len)));
-        c_->notes.set(i, CStringGetTextDatum(row.note.c_str()));
-    }
-
-    const Subscription* sub_;
-    Columns* c_;
-    Datum received_, unparsable_, live_, backfill_;
-    rd_kafka_topic_t* topic_of_ = nullptr;
-    Datum topic_ = 0;
-    const std::string* type_of_ = nullptr;
-    Datum type_ = 0;
-};
-
 }  // namespace
+
+ColumnBuilder::ColumnBuilder(const Subscription* sub, Columns* columns)
+    : sub_(sub),
+      c_(columns),
+      received_(CStringGetTextDatum("received")),
+      unparsable_(CStringGetTextDatum("unparsable")),
+      live_(CStringGetTextDatum("live")),
+      backfill_(CStringGetTextDatum("backfill")) {}
+
+void ColumnBuilder::add(int i, const RecordBytes& r, inbox::Classified& row) {
+    c_->ids.set(
+        i, PointerGetDatum(cstring_to_text_with_len(row.message_id.data(), row.message_id.size())));
+    c_->transport_ids += row.transport_id ? 1 : 0;
+    c_->topics.set(i, topic(r));
+    c_->partitions.set(i, Int32GetDatum(r.partition));
+    c_->offsets.set(i, Int64GetDatum(r.offset));
+    if (r.key != nullptr) c_->keys.set(i, PointerGetDatum(to_bytea(r.key, r.key_len)));
+    c_->headers.set(i, inbox::headers_jsonb(row));
+    key_payload(i, r, row);
+    payload(i, r, row);
+    if (row.event_type) c_->types.set(i, event_type(*row.event_type));
+    c_->statuses.set(i, row.parsable ? received_ : unparsable_);
+    // Below the partition's boundary: in the partition when the subscription was created.
+    if (sub_->backfill) c_->modes.set(i, r.backfill ? backfill_ : live_);
+    if (!row.parsable) c_->unparsable_ids.set(c_->unparsable_rows++, c_->ids.value(i));
+}
+
+Datum ColumnBuilder::topic(const RecordBytes& r) {
+    if (topic_of_ == nullptr || topic_len_ != r.topic_len ||
+        (topic_of_ != r.topic && memcmp(topic_of_, r.topic, r.topic_len) != 0)) {
+        topic_ = PointerGetDatum(cstring_to_text_with_len(r.topic, r.topic_len));
+        topic_of_ = r.topic;
+        topic_len_ = r.topic_len;
+    }
+    return topic_;
+}
+
+Datum ColumnBuilder::event_type(const std::string& type) {
+    if (type_of_ == nullptr || *type_of_ != type) {
+        type_of_ = &type;
+        type_ = PointerGetDatum(cstring_to_text_with_len(type.data(), type.size()));
+    }
+    return type_;
+}
+
+// key_format 'registry': the decoded key; one jsonb refuses makes the record unparsable.
+void ColumnBuilder::key_payload(int i, const RecordBytes& r, inbox::Classified& row) {
+    if (!row.key_decoded_ok) return;
+    Datum key;
+    // The reason replaces the decoded key (no string on this frame: an ERROR may cross it).
+    if (inbox::text_jsonb(row.key_decoded.data(), row.key_decoded.size(), &key, &row.key_decoded)) {
+        c_->key_payloads.set(i, key);
+        return;
+    }
+    if (row.parsable && !row.keep_raw) row.raw_len = r.value_len;
+    row.parsable = false;
+    row.key_decoded.insert(0, "key: ");
+    if (!row.note.empty()) row.key_decoded.append("; ").append(row.note);
+    row.note.swap(row.key_decoded);
+}
+
+// The value as jsonb, or else as raw bytes with the reason it is unparsable. The bytes of a
+// value stored as jsonb too when the subscription keeps them (inbox::keeps_raw()); a registry
+// format's payload is its decoded text, and its bytes stay in raw_payload.
+void ColumnBuilder::payload(int i, const RecordBytes& r, inbox::Classified& row) {
+    Datum payload;
+    bool decoded = row.keep_raw;
+    const char* text = decoded ? row.decoded.data() : r.value;
+    std::size_t text_len = decoded ? row.decoded.size() : r.value_len;
+    if (row.parsable && inbox::payload_jsonb(row, text, text_len, &payload, &row.note)) {
+        c_->payloads.set(i, payload);
+        if (sub_->options.keep_raw || row.keep_raw)
+            c_->raws.set(i, PointerGetDatum(to_bytea(r.value, r.value_len)));
+        return;
+    }
+    if (row.parsable) row.raw_len = r.value_len;  // jsonb refused what looked like JSON
+    row.parsable = false;
+    if (!row.raw_null) c_->raws.set(i, PointerGetDatum(to_bytea(r.value, row.raw_len)));
+    c_->notes.set(i, CStringGetTextDatum(row.note.c_str()));
+}
 
 void build_columns(Subscription* sub, rd_kafka_message_t* const* messages, Columns* columns,
                    worker::WorkContext* context) {
@@ -238,7 +227,17 @@ void build_columns(Subscription* sub, rd_kafka_message_t* const* messages, Colum
             one_lane && msg->rkt == messages[0]->rkt && msg->partition == messages[0]->partition;
         context->topic = rd_kafka_topic_name(msg->rkt);
         context->partition = msg->partition;
-        builder.add(i, msg, sub->rows[k]);
+        RecordBytes r;
+        r.topic = context->topic;
+        r.topic_len = strlen(r.topic);
+        r.partition = msg->partition;
+        r.offset = msg->offset;
+        r.key = static_cast<const char*>(msg->key);
+        r.key_len = msg->key_len;
+        r.value = static_cast<const char*>(msg->payload);
+        r.value_len = msg->len;
+        r.backfill = sub->backfill && msg->offset < state.backfill_until(sub, msg);
+        builder.add(i, r, sub->rows[k]);
     }
     if (!one_lane) {
         context->topic = nullptr;

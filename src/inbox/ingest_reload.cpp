@@ -90,13 +90,13 @@ void IngestState::add_wanted(const WantedRow& row) {
     });
 }
 
-namespace {
-
 char* text_at(HeapTuple tuple, TupleDesc desc, int column) {
     bool isnull;
     Datum d = SPI_getbinval(tuple, desc, column, &isnull);
     return isnull ? pstrdup("") : TextDatumGetCString(d);
 }
+
+namespace {
 
 // Reads the enabled subscriptions into the wanted list (inside a transaction).
 void read_wanted() {

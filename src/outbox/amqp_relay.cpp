@@ -34,21 +34,31 @@ struct LoadedRow {
     char* routing_key;  // nullptr: the message key
 };
 
-// Builds the publisher, or says in the log why it cannot (no value of the settings is shown).
-amqp::Publisher* build(const LoadedRow* rows, int n, std::size_t queue_limit) {
+// Builds the publisher. Without a usable eventbox.amqp_url or amqp_options it refuses every row
+// with the reason (Publisher::refuse_all()), which is also logged (no value of the settings
+// is shown): the rows stay pending with it in their last_error.
+amqp::Publisher* build(const LoadedRow* rows, int n, std::size_t queue_limit, bool* refused) {
     const char* url = guc::amqp_url ? guc::amqp_url : "";
     const char* options = guc::amqp_options ? guc::amqp_options : "";
     char why[512] = "";
-    amqp::Publisher* publisher = nullptr;
-    pg::call_cpp([&] {
+    amqp::Publisher* publisher = pg::call_cpp([&] {
         amqp::Settings settings;
-        try {
-            amqp::parse_url(url, settings);
-            amqp::parse_options(options, settings);
-        } catch (const Error& e) {
-            snprintf(why, sizeof why, "%s", e.what());
-            return;
+        std::string refused;
+        if (url[0] == '\0') {
+            refused =
+                "RabbitMQ is not configured: eventbox.amqp_url is empty (set it and reload "
+                "the configuration)";
+        } else {
+            try {
+                amqp::parse_url(url, settings);
+                amqp::parse_options(options, settings);
+            } catch (const Error& e) {
+                refused = std::string("RabbitMQ is not configured: ") + e.what() +
+                          " (fix eventbox.amqp_options and restart the server, or "
+                          "eventbox.amqp_url and reload)";
+            }
         }
+        snprintf(why, sizeof why, "%s", refused.c_str());
         std::vector<amqp::Destination> destinations;
         for (int i = 0; i < n; ++i) {
             amqp::Destination d;
@@ -58,14 +68,17 @@ amqp::Publisher* build(const LoadedRow* rows, int n, std::size_t queue_limit) {
             if (rows[i].routing_key != nullptr) d.routing_key = rows[i].routing_key;
             destinations.push_back(std::move(d));
         }
-        publisher = new amqp::Publisher(std::move(settings), std::move(destinations), queue_limit);
+        auto* p = new amqp::Publisher(std::move(settings), std::move(destinations), queue_limit);
+        if (!refused.empty()) p->refuse_all(std::move(refused));
+        return p;
     });
-    if (publisher == nullptr)
-        ereport(LOG, (errmsg("eventbox relay: messages for AMQP destinations wait in the outbox: "
-                             "%s",
-                             why),
-                      errhint("Fix eventbox.amqp_options and restart the server, or "
-                              "eventbox.amqp_url and reload.")));
+    *refused = why[0] != '\0';
+    if (*refused)
+        ereport(LOG, (errmsg("eventbox relay: messages for %d AMQP destination(s) wait in the "
+                             "outbox: %s",
+                             n, why),
+                      errhint("Their rows are retried with backoff; last_error in "
+                              "eventbox.outbox says why.")));
     return publisher;
 }
 
@@ -114,16 +127,10 @@ amqp::Publisher* load_publisher(std::size_t queue_limit) {
         MemoryContextSwitchTo(spi_context);
     }
     worker::end_work();
-    amqp::Publisher* publisher = nullptr;
-    if (n > 0 && guc::amqp_url != nullptr && guc::amqp_url[0] != '\0')
-        publisher = build(rows, n, queue_limit);
-    else if (n > 0)
-        ereport(LOG, (errmsg("eventbox relay: messages for %d AMQP destination(s) wait in the "
-                             "outbox: eventbox.amqp_url is empty",
-                             n),
-                      errhint("Set eventbox.amqp_url and reload the configuration.")));
+    bool refused = false;
+    amqp::Publisher* publisher = n > 0 ? build(rows, n, queue_limit, &refused) : nullptr;
     MemoryContextDelete(load_context);
-    if (publisher != nullptr)
+    if (publisher != nullptr && !refused)
         ereport(LOG, (errmsg("eventbox relay: publishing %d topic(s) to RabbitMQ", n)));
     return publisher;
 }
@@ -136,6 +143,7 @@ void take_outcomes(amqp::Publisher& publisher, relay::Dispatcher& dispatcher) {
             dispatcher.on_delivery(o.id, o.delivered ? 0 : 1, o.permanent, o.counts, -1, -1,
                                    o.error, now);
         publisher.outcomes().clear();
+        publisher.flush();
     });
 }
 

@@ -133,7 +133,11 @@ void reset() {
     // share): endpoints that hang leave the other half to Kafka. Without Kafka, all of them.
     int share = kafka ? Max(guc::relay_max_in_flight / 2, 1) : guc::relay_max_in_flight;
     http_client.load(static_cast<std::size_t>(share));
-    amqp_publisher.load(static_cast<std::size_t>(share));
+    // The AMQP publisher may hold every in-flight row: a broker that stops confirming fails its
+    // rows after confirm_timeout and a blocked connection refuses rows (kBusy), so it cannot
+    // hang on to them; below the dispatcher's limit, a busy publisher made its keys' later
+    // rows wait a retry backoff each and go out one per pass (about 0.43x of the baseline).
+    amqp_publisher.load(static_cast<std::size_t>(guc::relay_max_in_flight));
     dispatcher.load_formats();
     if (kafka) producer.create();
     if (kafka || http_client.active() || amqp_publisher.active()) {
