@@ -30,16 +30,16 @@ from lib.common import BenchError, Context
 from lib.eventbox import relay_pid, set_brokers
 from lib.table import ROW
 from sections import (amqp, e2e, e2e_peer, formats, handlers, http, ingest, ingest_dup,
-                      ingest_raw, ops, relay, topics)
+                      ingest_raw, ops, outbox, relay, topics)
 
 # Run in this order (e2e_peer last: its kill test restarts every backend) ...
-RUN_ORDER = (relay, ingest, ingest_raw, ingest_dup, formats, handlers, e2e, ops, http, amqp,
+RUN_ORDER = (relay, outbox, ingest, ingest_raw, ingest_dup, formats, handlers, e2e, ops, http, amqp,
              topics, e2e_peer)
 # ... and printed in this one.
-PRINT_ORDER = (relay, ingest, ingest_raw, ingest_dup, formats, handlers, e2e, e2e_peer, ops, http,
+PRINT_ORDER = (relay, outbox, ingest, ingest_raw, ingest_dup, formats, handlers, e2e, e2e_peer, ops, http,
                amqp, topics)
 SECTIONS = ("relay,ingest,ingest_raw,ingest_dup,formats,handlers,e2e,ops,e2e_peer,http,topics,"
-            "amqp")
+            "amqp,outbox")
 
 
 def section_name(module):
@@ -99,7 +99,8 @@ KNOBS = [
          "ingest_raw (ingest with raw_payload kept vs not, and the inbox's bytes per row), "
          "ingest_dup (ingest worker CPU per record with 5% producer duplicates vs without), amqp "
          "(outbox -> RabbitMQ vs a librabbitmq publisher, queue and stream -> inbox vs a plain "
-         "consumer)"),
+         "consumer), outbox (send() + relay cycles with outbox_retention: the outbox's size "
+         "after the last cycle vs the first, its dead rows, WAL per message)"),
     Knob("BENCH_MESSAGES", "300000", "positive", "messages per relay throughput run"),
     Knob("BENCH_REPEAT", "3", "positive",
          "runs per side and payload size, best kept (relay, ingest, handlers)"),
@@ -136,6 +137,10 @@ KNOBS = [
     Knob("BENCH_OPS_PURGE_REPEAT", "2", "positive", "ops: pairs of runs with/without the purge"),
     Knob("BENCH_OPS_CYCLES", "5", "positive", "ops: ingest -> process -> age -> purge cycles"),
     Knob("BENCH_OPS_CYCLE_ROWS", "200000", "positive", "ops: messages per cycle"),
+    Knob("BENCH_OUTBOX_CYCLES", "10", "positive", "outbox: send() + relay + purge cycles"),
+    Knob("BENCH_OUTBOX_MESSAGES", "1000000", "positive", "outbox: messages per cycle"),
+    Knob("BENCH_OUTBOX_RETENTION", "10", "positive",
+         "outbox: eventbox.outbox_retention during the cycles (seconds)"),
     Knob("BENCH_HTTP_MESSAGES", "100000", "positive",
          "http: messages per run, ~1 KiB JSON over 64 keys"),
     Knob("BENCH_HTTP_REPEAT", "1", "positive", "http: runs per side, best kept"),
