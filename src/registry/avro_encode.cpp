@@ -11,6 +11,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "core/base64.hpp"
 #include "messages/json_scan.hpp"
 
 namespace eventbox::registry::avro {
@@ -195,28 +196,6 @@ bool decimal_bytes(std::string_view text, int scale, std::size_t size, std::stri
     return true;
 }
 
-bool base64_decode(const std::string& text, std::string* out) {
-    static const std::string kAlphabet =
-        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    out->clear();
-    uint32_t buffer = 0;
-    int bits = 0;
-    std::size_t i = 0;
-    for (; i < text.size() && text[i] != '='; ++i) {
-        std::size_t v = kAlphabet.find(text[i]);
-        if (v == std::string::npos) return false;
-        buffer = (buffer << 6) | static_cast<uint32_t>(v);
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            out->push_back(static_cast<char>((buffer >> bits) & 0xff));
-        }
-    }
-    for (; i < text.size(); ++i)
-        if (text[i] != '=') return false;
-    return true;
-}
-
 // Integer text (no fraction or exponent) as int64.
 bool integer_of(std::string_view text, int64_t* x) {
     if (text.find_first_of(".eE") != std::string_view::npos) return false;
@@ -387,7 +366,7 @@ class Encoder {
                 for (int k = 0; k < 4; ++k)
                     bytes.push_back(static_cast<char>((u >> (8 * k)) & 0xff));
             }
-        } else if (v.kind != JsonTokens::kString || !base64_decode(std::string(v.text), &bytes)) {
+        } else if (v.kind != JsonTokens::kString || !decode_base64(v.text, &bytes)) {
             return fail("base64 bytes");
         }
         if (fixed > 0) {

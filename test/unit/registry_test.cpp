@@ -235,6 +235,79 @@ TEST(RegistryKeys, DecodedWaitingOrUnparsable) {
     EXPECT_FALSE(c.key_decoded_ok);
 }
 
+// A Debezium change event in Avro (the envelope's shape from Debezium's PostgreSQL connector
+// documentation) under message_id_rule 'debezium': the envelope is read from the decoded record,
+// the row from the decoded key, so the same change written again at another offset, or with
+// another schema id of the same shape, gets the same message id.
+TEST(RegistryCdc, DebeziumEnvelopeReadFromTheDecodedRecord) {
+    const char* value_schema = R"({"type":"record","name":"Envelope",
+      "namespace":"dbserver1.inventory.customers","fields":[
+      {"name":"before","type":["null",{"type":"record","name":"Value","fields":[
+        {"name":"id","type":"int"},{"name":"email","type":"string"}]}],"default":null},
+      {"name":"after","type":["null","Value"],"default":null},
+      {"name":"source","type":{"type":"record","name":"Source",
+        "namespace":"io.debezium.connector.postgresql","fields":[
+        {"name":"version","type":"string"},{"name":"connector","type":"string"},
+        {"name":"name","type":"string"},{"name":"ts_ms","type":"long"},
+        {"name":"db","type":"string"},{"name":"schema","type":"string"},
+        {"name":"table","type":"string"},
+        {"name":"txId","type":["null","long"],"default":null},
+        {"name":"lsn","type":["null","long"],"default":null}]}},
+      {"name":"op","type":"string"},
+      {"name":"ts_ms","type":["null","long"],"default":null}]})";
+    const char* key_schema = R"({"type":"record","name":"Key",
+      "namespace":"dbserver1.inventory.customers","fields":[{"name":"id","type":"int"}]})";
+    auto response = [](const char* schema) { return nlohmann::json{{"schema", schema}}.dump(); };
+    Registry r(Config{});
+    r.put(11, Registry::parse_response(11, response(value_schema), 1 << 20));
+    r.put(12, Registry::parse_response(12, response(key_schema), 1 << 20));
+    r.put(13, Registry::parse_response(13, response(value_schema), 1 << 20));
+    AvroSchema envelope(value_schema), key_type(key_schema);
+    std::string value, key, error;
+    ASSERT_TRUE(envelope.from_json(
+        R"({"before":null,"after":{"id":1004,"email":"annek@noanswer.org"},)"
+        R"("source":{"version":"2.5.0.Final","connector":"postgresql","name":"dbserver1",)"
+        R"("ts_ms":1559033904863,"db":"postgres","schema":"inventory","table":"customers",)"
+        R"("txId":555,"lsn":24023128},"op":"c","ts_ms":1559033904863})",
+        &value, &error))
+        << error;
+    ASSERT_TRUE(key_type.from_json(R"({"id":1004})", &key, &error)) << error;
+    std::string value_wire = wire(11, value), key_wire = wire(12, key);
+    inbox::Options options;
+    options.registry = &r;
+    options.registry_values = true;
+    options.registry_keys = true;
+    options.id_rule = inbox::IdRule::kDebezium;
+    inbox::Record rec;
+    rec.topic = "dbserver1.inventory.customers";
+    rec.value = value_wire.data();
+    rec.value_len = value_wire.size();
+    rec.key = key_wire.data();
+    rec.key_len = key_wire.size();
+    rec.offset = 7;
+    inbox::Classified c = inbox::classify(rec, options);
+    ASSERT_TRUE(c.parsable) << c.note;
+    ASSERT_TRUE(c.event_type.has_value());
+    EXPECT_EQ(*c.event_type, "create");
+    EXPECT_FALSE(c.transport_id);
+    EXPECT_EQ(c.message_id.rfind("postgresql:dbserver1:postgres.inventory.customers:"
+                                 "lsn=24023128,txId=555:c:",
+                                 0),
+              0u)
+        << c.message_id;
+    // Replayed at another offset, written with another id of the same schema: the same id.
+    std::string again = wire(13, value);
+    rec.value = again.data();
+    rec.value_len = again.size();
+    rec.offset = 900;
+    inbox::Classified replay = inbox::classify(rec, options);
+    EXPECT_EQ(replay.message_id, c.message_id);
+    // The tombstone after a delete is not stored.
+    rec.value = nullptr;
+    rec.value_len = 0;
+    EXPECT_TRUE(inbox::classify(rec, options).skip);
+}
+
 TEST(RegistryWire, Header) {
     uint32_t id = 0;
     std::string why;
