@@ -56,27 +56,34 @@ std::string base64(std::string_view bytes) {
     return out;
 }
 
-bool decode_base64(std::string_view text, std::string* out) {
-    out->clear();
+long decode_base64(std::string_view text, char* out) noexcept {
     std::size_t data_len = text.size();
     while (data_len > 0 && text[data_len - 1] == '=') --data_len;
     std::size_t pad = text.size() - data_len;
     // A lone character carries fewer than 8 bits; padding, when present, completes the group.
-    if (data_len % 4 == 1) return false;
-    if (pad > 0 && (pad > 2 || text.size() % 4 != 0)) return false;
-    out->reserve(data_len / 4 * 3 + 2);
+    if (data_len % 4 == 1) return -1;
+    if (pad > 0 && (pad > 2 || text.size() % 4 != 0)) return -1;
+    char* p = out;
     uint32_t buffer = 0;
     int bits = 0;
     for (std::size_t i = 0; i < data_len; ++i) {
         int v = sextet(text[i]);
-        if (v < 0) return false;
+        if (v < 0) return -1;
         buffer = (buffer << 6) | static_cast<uint32_t>(v);
         bits += 6;
         if (bits >= 8) {
             bits -= 8;
-            out->push_back(static_cast<char>((buffer >> bits) & 0xff));
+            *p++ = static_cast<char>((buffer >> bits) & 0xff);
         }
     }
+    return static_cast<long>(p - out);
+}
+
+bool decode_base64(std::string_view text, std::string* out) {
+    out->resize(base64_decoded_bound(text.size()));
+    long n = decode_base64(text, out->data());
+    if (n < 0) return false;
+    out->resize(static_cast<std::size_t>(n));
     return true;
 }
 

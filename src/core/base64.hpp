@@ -20,4 +20,11 @@ std::string base64(std::string_view bytes);
 // last group, or '=' before the end are refused (false, `*out` unspecified).
 bool decode_base64(std::string_view text, std::string* out);
 
+// The same into `out`, which holds at least base64_decoded_bound(text.size()) bytes (no
+// allocation: for buffers PostgreSQL allocates). Returns the bytes written, or -1 when refused.
+long decode_base64(std::string_view text, char* out) noexcept;
+inline constexpr std::size_t base64_decoded_bound(std::size_t text_len) noexcept {
+    return text_len / 4 * 3 + 3;
+}
+
 }  // namespace eventbox

@@ -265,7 +265,7 @@ struct Columns {
     int count;        // rows
     int records = 0;  // records of the batch: the rows and those skipped (sub->skipped)
     pg::ArrayColumn ids, topics, partitions, offsets, keys, key_payloads, headers, payloads, raws,
-        types, statuses, notes, modes;
+        types, statuses, notes, modes, raw_headers;
     pg::ArrayColumn unparsable_ids;  // for the dead-letter topic
     int transport_ids = 0;
     int unparsable_rows = 0;

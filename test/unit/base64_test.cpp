@@ -60,5 +60,14 @@ TEST(Base64, RefusesWhatIsNotBase64) {
     EXPECT_FALSE(decode_base64("Zm9v Yg==", &out));  // whitespace
 }
 
+TEST(Base64, DecodesIntoABufferOfTheBound) {
+    std::string text = base64("hello, world");
+    std::string buffer(base64_decoded_bound(text.size()), '\0');
+    long n = decode_base64(text, buffer.data());
+    ASSERT_EQ(n, 12);
+    EXPECT_EQ(buffer.substr(0, 12), "hello, world");
+    EXPECT_EQ(decode_base64("a!==", buffer.data()), -1);
+}
+
 }  // namespace
 }  // namespace eventbox
