@@ -391,6 +391,7 @@ Encoded Registry::encode(const std::string& subject, int version, const char* js
             break;
     }
     if (!ok) {
+        e.payload_refused = true;
         e.reason = "subject \"" + subject + "\" (schema id " + std::to_string(id) +
                    ") refuses the payload: " + why;
         return e;

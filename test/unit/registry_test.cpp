@@ -6,6 +6,7 @@
 #include "core/error.hpp"
 #include "inbox/record.hpp"
 #include "outbox/relay_formats.hpp"
+#include "outbox/send_formats.hpp"
 #include "registry/avro_json.hpp"
 #include "registry/protobuf_json.hpp"
 
@@ -306,6 +307,36 @@ TEST(RegistryCdc, DebeziumEnvelopeReadFromTheDecodedRecord) {
     rec.value = nullptr;
     rec.value_len = 0;
     EXPECT_TRUE(inbox::classify(rec, options).skip);
+}
+
+// send()'s check (src/outbox/send_formats.cpp): topics found by name; without the schema at
+// hand (here: no registry URL, so the subject cannot be fetched) nothing is refused.
+TEST(SendFormats, LooksUpTopicsAndPassesWhatItCannotCheck) {
+    outbox::FormatCheck check;
+    EXPECT_TRUE(check.empty());
+    check.configure({{"b", "b-value", 0, "", 0}, {"a", "", 0, "a-key", 2}}, "|", Config{});
+    EXPECT_TRUE(check.same_settings("", ""));
+    EXPECT_FALSE(check.same_settings("http://r", ""));
+    check.configure({{"b", "b-value", 0, "", 0}, {"a", "", 0, "a-key", 2}}, "http://r|x=1",
+                    Config{});
+    EXPECT_TRUE(check.same_settings("http://r", "x=1"));
+    EXPECT_FALSE(check.same_settings("http://r", "x=2"));
+    EXPECT_FALSE(check.same_settings("http://r|x", "1"));
+    ASSERT_FALSE(check.empty());
+    ASSERT_NE(check.format("a"), nullptr);
+    EXPECT_EQ(check.format("a")->key_version, 2);
+    ASSERT_NE(check.format("b"), nullptr);
+    EXPECT_EQ(check.format("b")->value_subject, "b-value");
+    EXPECT_EQ(check.format("c"), nullptr);
+    EXPECT_EQ(check.format(""), nullptr);
+    std::string bad = R"({"id": 1})";
+    for (int i = 0; i < 3; ++i) {
+        outbox::FormatVerdict v =
+            check.check(*check.format("b"), bad.data(), bad.size(), nullptr, 0, 1000 + i);
+        EXPECT_FALSE(v.refused) << v.reason;
+    }
+    check.configure({}, "|", Config{});
+    EXPECT_TRUE(check.empty());
 }
 
 TEST(RegistryWire, Header) {

@@ -9,9 +9,11 @@ import subprocess
 import sys
 import time
 
+import psycopg2
 import pytest
 
-from inbox_support import end_offsets, footprint, json_value, poll, produce, report, unique_name
+from inbox_support import (Db, end_offsets, footprint, json_value, poll, produce, report,
+                           unique_name)
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "lib"))
 from schema_registry import SchemaRegistry, avro_encode, wire  # noqa: E402
@@ -369,8 +371,11 @@ def test_relay_encodes_topics_with_a_registry_format(ib_db, ib_topic, registry):
     for i, v in enumerate(values):
         # Byte for byte what python3-avro writes for the same order.
         assert v == wire(sid, avro_encode(ORDER, order(i))), i
-    # A payload the schema refuses fails with the reason; the topic's later rows go on.
-    ib_db.rows("SELECT eventbox.send(%s, '{\"id\": 1}'::jsonb, key => 'k')", (topic,))
+    # A payload the schema refuses, sent from a new session (whose backend has not fetched the
+    # schema: send() lets it through), fails with the reason; the topic's later rows go on.
+    cold = Db()
+    cold.rows("SELECT eventbox.send(%s, '{\"id\": 1}'::jsonb, key => 'k')", (topic,))
+    cold.close()
     ib_db.rows("SELECT eventbox.send(%s, %s::jsonb, key => 'k')",
                (topic, json.dumps(expected(11))))
     assert read_values(topic, 11)[10] == wire(sid, avro_encode(ORDER, order(11)))
@@ -381,6 +386,49 @@ def test_relay_encodes_topics_with_a_registry_format(ib_db, ib_topic, registry):
     ib_db.rows("SELECT eventbox.reset_topic_format(%s)", (topic,))
     ib_db.rows("SELECT eventbox.send(%s, '{\"plain\": true}'::jsonb)", (topic,))
     assert json.loads(read_values(topic, 12)[11]) == {"plain": True}
+
+
+def refused_at_send(db, topic, payload, key):
+    """The SQLSTATE, detail and hint send() raised, or None when it took the message (rolled
+    back either way)."""
+    conn = db.conn()
+    conn.autocommit = False
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT eventbox.send(%s, %s::jsonb, key => %s)", (topic, payload, key))
+        return None
+    except psycopg2.Error as e:
+        return e.pgcode, e.diag.message_primary, e.diag.message_detail, e.diag.message_hint
+    finally:
+        conn.rollback()
+        conn.autocommit = True
+
+
+def test_send_refuses_what_the_schema_cannot_encode_once_it_has_the_schema(
+        ib_db, ib_topic, registry):
+    topic = ib_topic("outrefuse", 1)
+    registry.register(topic + "-value", ORDER)
+    registry.register(topic + "-key", json.dumps({"type": "string"}))
+    ib_db.rows("SELECT eventbox.set_topic_format(%s, 'registry', key_format => 'registry')",
+               (topic,))
+    session = Db()
+    # The session's first send() starts the schemas' fetch and does not wait for it.
+    bad = json.dumps({"id": 1})
+    refusal = poll(lambda: refused_at_send(session, topic, bad, '"k"'), 30,
+                   "send() to know the schema")
+    code, message, detail, hint = refusal
+    assert code == "22023", refusal
+    assert message == 'payload does not fit the schema of topic "%s"' % topic, refusal
+    assert "$.id: expected a string" in detail and "set_topic_format" in hint, refusal
+    # A key its schema refuses (a JSON number for a string schema), and a good message.
+    code, message, _, hint = refused_at_send(session, topic, json.dumps(expected(1)), "7")
+    assert code == "22023" and message.startswith("key does not fit"), message
+    assert refused_at_send(session, topic, json.dumps(expected(1)), '"k"') is None
+    # Other topics are not checked.
+    assert refused_at_send(session, ib_topic("outrefuse_plain", 1), bad, "7") is None
+    session.close()
+    # Nothing of the refused ones reached the outbox.
+    assert outbox_statuses(ib_db, topic) == []
 
 
 def test_unknown_subject_fails_the_row_with_the_reason(ib_db, ib_topic, registry):
