@@ -442,6 +442,22 @@ TEST(RegistryResponses, TypesAndRefusals) {
     EXPECT_NE(odd->refused.find("unsupported"), std::string::npos);
     auto big = Registry::parse_response(5, R"({"schema":"\"string\""})", 4);
     EXPECT_NE(big->refused.find("exceeds"), std::string::npos);
+    // References: a JSON Schema's are not needed (usable), an Avro schema's are refused.
+    const char* refs = R"("references":[{"name":"Address","subject":"address","version":1}])";
+    auto json_refs = Registry::parse_response(
+        6,
+        std::string(R"({"schemaType":"JSON","schema":"{\"title\":\"Customer\",)"
+                    R"(\"properties\":{\"home\":{\"$ref\":\"Address\"}}}",)") +
+            refs + "}",
+        1 << 20);
+    EXPECT_TRUE(json_refs->refused.empty()) << json_refs->refused;
+    EXPECT_EQ(json_refs->name, "Customer");
+    auto avro_refs = Registry::parse_response(
+        7,
+        std::string(R"({"schema":"{\"type\":\"record\",\"name\":\"C\",\"fields\":[]}",)") + refs +
+            "}",
+        1 << 20);
+    EXPECT_NE(avro_refs->refused.find("references are not supported"), std::string::npos);
 }
 
 TEST(RegistryDecode, PendingThenDecodedThenRefused) {

@@ -621,3 +621,26 @@ def test_debezium_avro_envelopes_dedupe_a_replayed_connector(
     assert ib_db.value("SELECT count(*) FROM eventbox.conflicts WHERE subscription = %s",
                        (sub,)) == 0
     report("cdc_debezium_avro", records=2 * len(changes), stored=len(ids))
+
+
+def test_json_schema_with_references_to_other_subjects(
+        ib_db, ib_topic, ib_producer, ib_subscriptions, registry):
+    """A JSON Schema whose $ref names another subject (the registry's `references`): its records
+    are stored as sent, the schema read for its name, the reference not needed."""
+    topic = ib_topic("jsonrefs", 1)
+    registry.register("jsonrefs-address", json.dumps(
+        {"$id": "address.json", "type": "object",
+         "properties": {"city": {"type": "string"}}}), "JSON")
+    sid = 910000 + int(time.time()) % 10000
+    registry.add_id(sid, json.dumps(
+        {"title": "Customer", "type": "object",
+         "properties": {"home": {"$ref": "address.json"}}}), "JSON",
+        references=[{"name": "address.json", "subject": "jsonrefs-address", "version": 1}])
+    sub = registry_subscription(ib_db, ib_subscriptions, "jsonrefs", [topic])
+    value = wire(sid, b'{"home":{"city":"Lyon"}}')
+    produce(ib_producer, topic, [{"value": value, "headers": [("message_id", b"r1")]}])
+    ib_db.wait_rows(sub, 1, timeout=60)
+    (row,) = ib_db.inbox_rows(sub, "status, payload, event_type, raw_payload, last_error")
+    assert row["status"] == "received", row
+    assert row["payload"] == {"home": {"city": "Lyon"}} and row["event_type"] == "Customer"
+    assert bytes(row["raw_payload"]) == value
