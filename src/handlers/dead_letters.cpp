@@ -30,14 +30,18 @@ Policy current{false, false, ""};
 // The record a dead-letter topic receives for inbox row `d`: its key, its value bytes (the
 // producer's, in raw_payload: a subscription with a dead-letter topic keeps them for every
 // record, inbox::keeps_raw(); the stored JSON's text only for a row stored before it had one),
-// its headers (string values; the message_id header is the outbox row's own), and the headers
-// saying where it came from and why it failed, named after Kafka Connect's dead-letter headers
-// where one fits.
+// its headers (those of raw_headers, exactly as they came, carried in the one header the relay
+// expands, inbox::kRawHeadersHeader; else the string values of the jsonb headers; the
+// message_id header is the outbox row's own either way), and the headers saying where it came
+// from and why it failed, named after Kafka Connect's dead-letter headers where one fits.
 #define DLT_COLUMNS                                                                              \
     "gen_random_uuid(), d.key, "                                                                 \
     "coalesce(d.raw_payload, convert_to(d.payload::text, 'UTF8')), "                             \
-    "coalesce((SELECT jsonb_object_agg(h.key, h.value) FROM jsonb_each(d.headers) h "            \
+    "CASE WHEN d.raw_headers IS NULL "                                                           \
+    "THEN coalesce((SELECT jsonb_object_agg(h.key, h.value) FROM jsonb_each(d.headers) h "       \
     "          WHERE jsonb_typeof(h.value) = 'string' AND h.key <> 'message_id'), '{}'::jsonb) " \
+    "ELSE jsonb_build_object('__eventbox.raw_headers', "                                         \
+    "                        translate(encode(d.raw_headers, 'base64'), E'\\n', '')) END "       \
     "|| jsonb_strip_nulls(jsonb_build_object("                                                   \
     "  '__connect.errors.topic', d.topic, "                                                      \
     "  '__connect.errors.partition', d.\"partition\"::text, "                                    \

@@ -265,7 +265,7 @@ struct Columns {
     int count;        // rows
     int records = 0;  // records of the batch: the rows and those skipped (sub->skipped)
     pg::ArrayColumn ids, topics, partitions, offsets, keys, key_payloads, headers, payloads, raws,
-        types, statuses, notes, modes;
+        types, statuses, notes, modes, raw_headers;
     pg::ArrayColumn unparsable_ids;  // for the dead-letter topic
     int transport_ids = 0;
     int unparsable_rows = 0;
@@ -288,7 +288,8 @@ struct RecordBytes {
     std::size_t key_len = 0;
     const char* value = nullptr;
     std::size_t value_len = 0;
-    bool backfill = false;  // the row's mode when the subscription has backfill
+    bool backfill = false;                // the row's mode when the subscription has backfill
+    rd_kafka_message_t* kafka = nullptr;  // the Kafka record (headers kept exactly); nullptr: AMQP
 };
 
 // Fills Columns row by row (ingest_columns.cpp). Values most rows share are made once (the
@@ -302,6 +303,7 @@ class ColumnBuilder {
   private:
     Datum topic(const RecordBytes& r);
     Datum event_type(const std::string& type);
+    void raw_headers(int i, const RecordBytes& r);
     void key_payload(int i, const RecordBytes& r, inbox::Classified& row);
     void payload(int i, const RecordBytes& r, inbox::Classified& row);
 

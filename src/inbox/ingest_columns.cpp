@@ -12,6 +12,7 @@ extern "C" {
 #include <vector>
 
 #include "inbox/jsonb.hpp"
+#include "inbox/raw_headers.hpp"
 #include "pg/boundary.hpp"
 #include "registry/registry.hpp"
 
@@ -123,6 +124,7 @@ Columns::Columns(int n)
       statuses(n, TEXTOID),
       notes(n, TEXTOID),
       modes(n, TEXTOID),
+      raw_headers(n, BYTEAOID),
       unparsable_ids(n, TEXTOID) {}
 
 namespace {
@@ -206,14 +208,44 @@ void ColumnBuilder::payload(int i, const RecordBytes& r, inbox::Classified& row)
     std::size_t text_len = decoded ? row.decoded.size() : r.value_len;
     if (row.parsable && inbox::payload_jsonb(row, text, text_len, &payload, &row.note)) {
         c_->payloads.set(i, payload);
-        if (sub_->options.keep_raw || row.keep_raw)
+        if (sub_->options.keep_raw || row.keep_raw) {
             c_->raws.set(i, PointerGetDatum(to_bytea(r.value, r.value_len)));
+            raw_headers(i, r);
+        }
         return;
     }
     if (row.parsable) row.raw_len = r.value_len;  // jsonb refused what looked like JSON
     row.parsable = false;
     if (!row.raw_null) c_->raws.set(i, PointerGetDatum(to_bytea(r.value, row.raw_len)));
+    if (!row.raw_null || sub_->options.keep_raw) raw_headers(i, r);
     c_->notes.set(i, CStringGetTextDatum(row.note.c_str()));
+}
+
+// Where the value's bytes are kept, a Kafka record's headers too, exactly
+// (inbox/raw_headers.hpp): a dead letter publishes them again as they came. Nothing for a record
+// without headers, or for a RabbitMQ delivery (its headers are an AMQP table, kept as jsonb).
+void ColumnBuilder::raw_headers(int i, const RecordBytes& r) {
+    if (r.kafka == nullptr) return;
+    rd_kafka_headers_t* hdrs = nullptr;
+    if (rd_kafka_message_headers(r.kafka, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR) return;
+    std::size_t n = rd_kafka_header_cnt(hdrs);
+    if (n == 0) return;
+    auto* headers = static_cast<inbox::KafkaHeader*>(palloc(sizeof(inbox::KafkaHeader) * n));
+    std::size_t got = 0;
+    const char* name;
+    const void* value;
+    size_t size;
+    while (got < n &&
+           rd_kafka_header_get_all(hdrs, got, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        headers[got] = inbox::KafkaHeader{name, static_cast<const char*>(value), size};
+        ++got;
+    }
+    std::size_t len = inbox::raw_headers_size(headers, got);
+    auto* b = static_cast<bytea*>(palloc(VARHDRSZ + len));
+    SET_VARSIZE(b, VARHDRSZ + len);
+    inbox::write_raw_headers(headers, got, VARDATA(b));
+    pfree(headers);
+    c_->raw_headers.set(i, PointerGetDatum(b));
 }
 
 void build_columns(Subscription* sub, rd_kafka_message_t* const* messages, Columns* columns,
@@ -237,6 +269,7 @@ void build_columns(Subscription* sub, rd_kafka_message_t* const* messages, Colum
         r.value = static_cast<const char*>(msg->payload);
         r.value_len = msg->len;
         r.backfill = sub->backfill && msg->offset < state.backfill_until(sub, msg);
+        r.kafka = msg;
         builder.add(i, r, sub->rows[k]);
     }
     if (!one_lane) {

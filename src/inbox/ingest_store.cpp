@@ -52,15 +52,16 @@ int64 batches_begun = 0;
 // took its messages for duplicates of those orphans.
 // Index: inbox_pkey (each row's insertion, and ON CONFLICT's arbiter: one probe per row) and
 // subscriptions_pkey (the lock).
-#define INSERT_ROWS(MODE_COLUMN, MODE_VALUES)                                                     \
-    "INSERT INTO eventbox.inbox (subscription, message_id, topic, \"partition\", \"offset\", "    \
-    "key, headers, payload, raw_payload, event_type, status, last_error, key_payload" MODE_COLUMN \
-    ") "                                                                                          \
-    "SELECT $1, unnest($2::text[]), unnest($3::text[]), unnest($4::int4[]), "                     \
-    "unnest($5::int8[]), unnest($6::bytea[]), unnest($7::jsonb[]), unnest($8::jsonb[]), "         \
-    "unnest($9::bytea[]), unnest($10::text[]), unnest($11::text[]), "                             \
-    "unnest($12::text[]), unnest($13::jsonb[])" MODE_VALUES                                       \
-    " "                                                                                           \
+#define INSERT_ROWS(MODE_COLUMN, MODE_VALUES)                                                  \
+    "INSERT INTO eventbox.inbox (subscription, message_id, topic, \"partition\", \"offset\", " \
+    "key, headers, payload, raw_payload, event_type, status, last_error, key_payload, "        \
+    "raw_headers" MODE_COLUMN                                                                  \
+    ") "                                                                                       \
+    "SELECT $1, unnest($2::text[]), unnest($3::text[]), unnest($4::int4[]), "                  \
+    "unnest($5::int8[]), unnest($6::bytea[]), unnest($7::jsonb[]), unnest($8::jsonb[]), "      \
+    "unnest($9::bytea[]), unnest($10::text[]), unnest($11::text[]), "                          \
+    "unnest($12::text[]), unnest($13::jsonb[]), unnest($14::bytea[])" MODE_VALUES              \
+    " "                                                                                        \
     "WHERE EXISTS (SELECT 1 FROM eventbox.subscriptions s WHERE s.name = $1 FOR KEY SHARE)"
 #define ON_CONFLICT " ON CONFLICT (subscription, message_id) DO NOTHING"
 
@@ -71,25 +72,25 @@ struct InsertPlans {
 InsertPlans insert_plans() {
     static InsertPlans plans{};
     if (plans.insert_new_modes != nullptr) return plans;  // prepared last
-    Oid insert_types[13] = {TEXTOID,       TEXTARRAYOID,  TEXTARRAYOID,  INT4ARRAYOID,
+    Oid insert_types[14] = {TEXTOID,       TEXTARRAYOID,  TEXTARRAYOID,  INT4ARRAYOID,
                             INT8ARRAYOID,  BYTEAARRAYOID, JSONBARRAYOID, JSONBARRAYOID,
                             BYTEAARRAYOID, TEXTARRAYOID,  TEXTARRAYOID,  TEXTARRAYOID,
-                            JSONBARRAYOID};
-    plans.insert = prepare(INSERT_ROWS("", "") ON_CONFLICT, 13, insert_types);
+                            JSONBARRAYOID, BYTEAARRAYOID};
+    plans.insert = prepare(INSERT_ROWS("", "") ON_CONFLICT, 14, insert_types);
     // A batch expected to hold only new messages (insert_new()): the same rows without ON
     // CONFLICT, which spares each row the arbiter's probe of inbox_pkey before its insertion and
     // the speculative insertion's extra WAL record (~30% of the statement at 200 B); inbox_pkey
     // still refuses a duplicate, at its insertion.
-    plans.insert_new = prepare(INSERT_ROWS("", ""), 13, insert_types);
-    // The same for a backfill subscription, with each row's mode ($14) (and the same lock).
-    Oid insert_modes_types[14] = {TEXTOID,       TEXTARRAYOID,  TEXTARRAYOID,  INT4ARRAYOID,
+    plans.insert_new = prepare(INSERT_ROWS("", ""), 14, insert_types);
+    // The same for a backfill subscription, with each row's mode ($15) (and the same lock).
+    Oid insert_modes_types[15] = {TEXTOID,       TEXTARRAYOID,  TEXTARRAYOID,  INT4ARRAYOID,
                                   INT8ARRAYOID,  BYTEAARRAYOID, JSONBARRAYOID, JSONBARRAYOID,
                                   BYTEAARRAYOID, TEXTARRAYOID,  TEXTARRAYOID,  TEXTARRAYOID,
-                                  JSONBARRAYOID, TEXTARRAYOID};
+                                  JSONBARRAYOID, BYTEAARRAYOID, TEXTARRAYOID};
     plans.insert_modes =
-        prepare(INSERT_ROWS(", mode", ", unnest($14::text[])") ON_CONFLICT, 14, insert_modes_types);
+        prepare(INSERT_ROWS(", mode", ", unnest($15::text[])") ON_CONFLICT, 15, insert_modes_types);
     plans.insert_new_modes =
-        prepare(INSERT_ROWS(", mode", ", unnest($14::text[])"), 14, insert_modes_types);
+        prepare(INSERT_ROWS(", mode", ", unnest($15::text[])"), 15, insert_modes_types);
     return plans;
 }
 
@@ -131,8 +132,8 @@ bool insert_new(SPIPlanPtr plan, Datum* values, uint64* inserted, TransactionId*
 // The old way, for a batch not expected to hold only new messages and foreseen duplicates (below
 // what this process stored in a lane, after a batch with unforeseen duplicates, unparsable rows
 // with ids stored before) and when the fast way found an unforeseen duplicate: every row with ON
-// CONFLICT, then every row compared with the stored one. `values` are the statement's 13
-// parameters (14 with the modes).
+// CONFLICT, then every row compared with the stored one. `values` are the statement's 14
+// parameters (15 with the modes).
 uint64 insert_all(Subscription* sub, Datum* values, TransactionId* writer) {
     InsertPlans plans = insert_plans();
     worker::exec_kept(kWho, sub->backfill ? plans.insert_modes : plans.insert, values, false,
@@ -144,11 +145,12 @@ uint64 insert_all(Subscription* sub, Datum* values, TransactionId* writer) {
 // The statement's parameters for the rows `rows[0..n)` of `c` (all of them when rows is null).
 void row_values(const Subscription* sub, const Columns& c, Datum name, const int* rows, int n,
                 Datum* values) {
-    const pg::ArrayColumn* columns[14] = {
-        nullptr,     &c.ids,  &c.topics, &c.partitions, &c.offsets, &c.keys,         &c.headers,
-        &c.payloads, &c.raws, &c.types,  &c.statuses,   &c.notes,   &c.key_payloads, &c.modes};
+    const pg::ArrayColumn* columns[15] = {
+        nullptr,     &c.ids,     &c.topics,       &c.partitions,  &c.offsets,
+        &c.keys,     &c.headers, &c.payloads,     &c.raws,        &c.types,
+        &c.statuses, &c.notes,   &c.key_payloads, &c.raw_headers, &c.modes};
     values[0] = name;
-    for (int k = 1; k < (sub->backfill ? 14 : 13); ++k)
+    for (int k = 1; k < (sub->backfill ? 15 : 14); ++k)
         values[k] = rows == nullptr ? columns[k]->get() : columns[k]->get_rows(rows, n);
 }
 
@@ -292,7 +294,7 @@ Inserted store_rows(Subscription* sub, const Columns& c, const Below& below) {
     Split split;
     split_rows(sub, c, cdc, &split);
     TransactionId writer = InvalidTransactionId;  // the xmin of the rows inserted now
-    Datum values[14];
+    Datum values[15];
     // The unparsable rows are found by their inserter's xid (the subtransaction's): none may go
     // in with the known ones (the top transaction's).
     bool fast = sub->expect_new && (c.unparsable_rows == 0 || split.n_known == 0) && !below();

@@ -296,11 +296,22 @@ void transport_id(const Record& r, Classified& out) {
     out.message_id += "/" + std::to_string(r.partition) + "/" + std::to_string(r.offset);
 }
 
-// The change event a CDC rule reads from the record (Kind::kOther under the other rules).
-ChangeEvent change_event(const Record& r, const Options& options) {
+// The change event a CDC rule reads from the record (Kind::kOther under the other rules). A
+// registry-format value is read as decoded (the envelope is the record: Avro, Protobuf or JSON
+// Schema), a registry-format key likewise (the row's identity is the key's content, not its
+// schema id).
+ChangeEvent change_event(const Record& r, const Options& options, const Classified& c) {
     if (options.id_rule != IdRule::kDebezium && options.id_rule != IdRule::kCockroachDb)
         return ChangeEvent{};
     ChangeRecord change{r.topic, r.key, r.key_len, r.value, r.value_len};
+    if (options.registry_values && r.value != nullptr) {
+        change.value = c.decoded.data();
+        change.value_len = c.decoded.size();
+    }
+    if (options.registry_keys && c.key_decoded_ok) {
+        change.key = c.key_decoded.data();
+        change.key_len = c.key_decoded.size();
+    }
     return options.id_rule == IdRule::kDebezium ? debezium_event(change)
                                                 : cockroachdb_event(change);
 }
@@ -395,7 +406,7 @@ void classify(const Record& r, const Options& options, Classified& out) {
     // A change event is read only from a value jsonb accepts (or a tombstone): one that is not
     // JSON gets the default rule, and is stored unparsable with its bytes.
     ChangeEvent change =
-        out.parsable || r.value == nullptr ? change_event(r, options) : ChangeEvent{};
+        out.parsable || r.value == nullptr ? change_event(r, options, out) : ChangeEvent{};
     if (change.kind == ChangeEvent::Kind::kSkip) {
         out.skip = true;
         out.skipped = change.skipped;

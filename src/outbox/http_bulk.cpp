@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "core/base64.hpp"
 #include "messages/json_write.hpp"
 #include "messages/message_rules.hpp"
 #include "outbox/http_client.hpp"
@@ -33,7 +34,7 @@ void append_record(std::string& out, std::string_view topic, const BulkRecord& r
         append_json_string(out, r.key);
     } else {
         out += ",\"key_base64\":";
-        append_json_string(out, base64(r.key));
+        append_json_string(out, eventbox::base64(r.key));
     }
     out += ",\"headers\":{";
     for (std::size_t i = 0; i < r.headers.size(); ++i) {
@@ -50,7 +51,7 @@ void append_record(std::string& out, std::string_view topic, const BulkRecord& r
         out += r.payload;
     } else {
         out += ",\"payload_base64\":";
-        append_json_string(out, base64(r.payload));
+        append_json_string(out, eventbox::base64(r.payload));
     }
     out.push_back('}');
 }
@@ -338,31 +339,13 @@ std::vector<RecordResult> settle_bulk(BatchFormat format, int status, std::strin
     return map_results(format, status, results, body, message_ids);
 }
 
-std::string base64(std::string_view bytes) {
-    std::string out(4 * ((bytes.size() + 2) / 3), '\0');
-    int len = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                              reinterpret_cast<const unsigned char*>(bytes.data()),
-                              static_cast<int>(bytes.size()));
-    out.resize(static_cast<std::size_t>(std::max(len, 0)));
-    return out;
-}
-
 bool decode_webhook_secret(std::string_view secret, std::string* key) {
     constexpr std::string_view kPrefix = "whsec_";
     if (secret.substr(0, kPrefix.size()) != kPrefix) return false;
     std::string_view text = secret.substr(kPrefix.size());
     if (text.empty() || text.size() % 4 != 0 || text.size() > 1024) return false;
-    for (char c : text)
-        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '+' && c != '/' && c != '=')
-            return false;
-    std::string out(text.size() / 4 * 3, '\0');
-    int len = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                              reinterpret_cast<const unsigned char*>(text.data()),
-                              static_cast<int>(text.size()));
-    if (len < 0) return false;
-    // EVP_DecodeBlock counts the padding's bytes as data.
-    std::size_t pad = text.back() == '=' ? (text[text.size() - 2] == '=' ? 2 : 1) : 0;
-    out.resize(static_cast<std::size_t>(len) - pad);
+    std::string out;
+    if (!decode_base64(text, &out)) return false;
     if (out.empty()) return false;
     *key = std::move(out);
     return true;
@@ -385,7 +368,7 @@ std::string webhook_signature(const std::vector<std::string>& keys, std::string_
              reinterpret_cast<const unsigned char*>(content.data()), content.size(), mac, &mac_len);
         if (!out.empty()) out.push_back(' ');
         out += "v1,";
-        out += base64(std::string_view(reinterpret_cast<const char*>(mac), mac_len));
+        out += eventbox::base64(std::string_view(reinterpret_cast<const char*>(mac), mac_len));
     }
     return out;
 }

@@ -73,7 +73,4 @@ bool decode_webhook_secret(std::string_view secret, std::string* key);
 // key, separated by a space.
 std::string webhook_signature(const std::vector<std::string>& keys, std::string_view id,
                               int64_t timestamp, std::string_view body);
-// Standard base64 (with padding).
-std::string base64(std::string_view bytes);
-
 }  // namespace eventbox::http

@@ -301,8 +301,13 @@ Client::Request* Client::make_request(std::size_t dest, std::vector<Item*> items
                          : "Content-Type: application/octet-stream");
         else
             add("Content-Type:");  // no body: no type
-        for (const auto& header : rec.headers)
+        for (const auto& header : rec.headers) {
+            // send() refuses such values, but a dead letter's headers are the producer's bytes
+            // (__eventbox.raw_headers): never let them end a header line.
+            if (header.second.find_first_of(std::string_view("\r\n\0", 3)) != std::string::npos)
+                continue;
             add(std::string(kHeaderPrefix) + header_token(header.first) + ": " + header.second);
+        }
     }
     // IETF httpapi Idempotency-Key: a structured-field string.
     add("Idempotency-Key: \"" + id + "\"");

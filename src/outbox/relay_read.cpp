@@ -12,8 +12,11 @@ extern "C" {
 #include "utils/uuid.h"
 }
 
+#include <algorithm>
 #include <string_view>
 
+#include "core/base64.hpp"
+#include "inbox/raw_headers.hpp"
 #include "pg/guc.hpp"
 #include "workers/common.hpp"
 
@@ -73,21 +76,59 @@ void format_uuid(const pg_uuid_t* uuid, char* out) {
     *p = '\0';
 }
 
-// Reads the headers of a row into a palloc'd array; returns the count.
+// The headers a dead letter carries as they came (inbox/raw_headers.hpp), from the value of its
+// __eventbox.raw_headers header: decoded into palloc'd memory, or -1 (with *bytes unset) when
+// that value is not their base64, which then goes out as the plain header it is.
+long expanded_headers(const JsonbValue& value, std::string_view* bytes) {
+    std::string_view text(value.val.string.val, value.val.string.len);
+    auto* buffer = static_cast<char*>(palloc(base64_decoded_bound(text.size())));
+    long len = decode_base64(text, buffer);
+    if (len < 0) return -1;
+    std::string_view decoded(buffer, static_cast<std::size_t>(len));
+    long n = inbox::count_raw_headers(decoded);
+    if (n >= 0) *bytes = decoded;
+    return n;
+}
+
+// Reads the headers of a row into a palloc'd array; returns the count. A dead letter's original
+// headers (kRawHeadersHeader) come first, in their order, without a message_id header (the
+// relay's own names the row); then the row's other headers.
 std::size_t read_headers(Jsonb* jb, relay::Header** out) {
     *out = nullptr;
     uint32 count = JB_ROOT_COUNT(jb);
     if (count == 0 || !JB_ROOT_IS_OBJECT(jb)) return 0;
-    auto* headers = static_cast<relay::Header*>(palloc(sizeof(relay::Header) * count));
-    std::size_t n = 0;
-    JsonbIterator* it = JsonbIteratorInit(&jb->root);
+    std::string_view raw;
+    long n_raw = 0;
     JsonbValue key, value;
     JsonbIteratorToken token;
+    JsonbIterator* it = JsonbIteratorInit(&jb->root);
     while ((token = JsonbIteratorNext(&it, &key, true)) != WJB_DONE) {
         if (token != WJB_KEY) continue;
         JsonbIteratorNext(&it, &value, true);
-        if (value.type != jbvString || n >= count) continue;
-        headers[n].name = std::string_view(key.val.string.val, key.val.string.len);
+        std::string_view name(key.val.string.val, key.val.string.len);
+        if (name == inbox::kRawHeadersHeader && value.type == jbvString)
+            n_raw = std::max(n_raw, expanded_headers(value, &raw));
+    }
+    std::size_t capacity = count + static_cast<std::size_t>(n_raw);
+    auto* headers = static_cast<relay::Header*>(palloc(sizeof(relay::Header) * capacity));
+    std::size_t n = 0;
+    inbox::RawHeader h;
+    while (inbox::next_raw_header(&raw, &h)) {
+        if (h.name == "message_id") continue;
+        headers[n].name = h.name;
+        // A null value keeps a null data pointer; an empty one does not.
+        headers[n].value =
+            h.value == nullptr ? std::string_view() : std::string_view(h.value, h.value_len);
+        ++n;
+    }
+    it = JsonbIteratorInit(&jb->root);
+    while ((token = JsonbIteratorNext(&it, &key, true)) != WJB_DONE) {
+        if (token != WJB_KEY) continue;
+        JsonbIteratorNext(&it, &value, true);
+        if (value.type != jbvString || n >= capacity) continue;
+        std::string_view name(key.val.string.val, key.val.string.len);
+        if (n_raw > 0 && name == inbox::kRawHeadersHeader) continue;
+        headers[n].name = name;
         headers[n].value = std::string_view(value.val.string.val, value.val.string.len);
         ++n;
     }

@@ -17,6 +17,7 @@ extern "C" {
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "port.h"
+#include "storage/ipc.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/jsonb.h"
@@ -26,13 +27,18 @@ extern "C" {
 }
 
 #include <optional>
+#include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "handlers/runner.hpp"
 #include "messages/message_rules.hpp"
 #include "metrics/counters.hpp"
+#include "outbox/http_relay.hpp"
 #include "outbox/lineage.hpp"
 #include "outbox/outbox_insert.hpp"
+#include "outbox/send_formats.hpp"
 #include "pg/boundary.hpp"
 #include "pg/guc.hpp"
 #include "pg/shmem.hpp"
@@ -297,6 +303,140 @@ void insert_suppressed(Datum handled, const char* mode, pg_uuid_t* message_id, t
     leave_owner_context(as_owner);
 }
 
+// ---- registry formats: send()'s check (outbox/send_formats.hpp) ----------------------------
+
+// This backend's check and what it was loaded from: eventbox.topic_formats as of the HTTP
+// relay's route generation (which the table's trigger moves, as it does for destinations), and
+// the registry settings. Deleted when the backend exits.
+outbox::FormatCheck* format_check = nullptr;
+uint64 formats_generation = 0;
+bool formats_loaded = false;
+
+void free_format_check(int, Datum) {
+    delete format_check;
+    format_check = nullptr;
+}
+
+// The rows of eventbox.topic_formats, read as the table's owner (the caller may not read it),
+// as plain data; n is 0 when the table does not exist (an extension not updated yet).
+struct FormatRows {
+    int n = 0;
+    char** topic = nullptr;
+    char** value_subject = nullptr;  // "": none
+    int* value_version = nullptr;
+    char** key_subject = nullptr;
+    int* key_version = nullptr;
+};
+
+// `s` copied into the memory context that was current at SPI_connect().
+char* upper_copy(const char* s) {
+    std::size_t n = strlen(s) + 1;
+    auto* copy = static_cast<char*>(SPI_palloc(n));
+    memcpy(copy, s, n);
+    return copy;
+}
+
+void read_format_rows(FormatRows* rows) {
+    Oid relid = RangeVarGetRelid(
+        makeRangeVar(const_cast<char*>("eventbox"), const_cast<char*>("topic_formats"), -1), NoLock,
+        true);
+    if (!OidIsValid(relid)) return;
+    HeapTuple rel = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+    if (!HeapTupleIsValid(rel)) return;
+    Oid owner = reinterpret_cast<Form_pg_class>(GETSTRUCT(rel))->relowner;
+    ReleaseSysCache(rel);
+    OwnerContext as_owner = enter_owner_context(owner);
+    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
+    int rc = SPI_execute(
+        "SELECT topic, coalesce(value_subject, ''), coalesce(value_version, 0), "
+        "coalesce(key_subject, ''), coalesce(key_version, 0) FROM eventbox.topic_formats",
+        true, 0);
+    if (rc != SPI_OK_SELECT) elog(ERROR, "reading eventbox.topic_formats failed");
+    int n = static_cast<int>(SPI_processed);
+    rows->topic = static_cast<char**>(SPI_palloc(sizeof(char*) * Max(n, 1)));
+    rows->value_subject = static_cast<char**>(SPI_palloc(sizeof(char*) * Max(n, 1)));
+    rows->key_subject = static_cast<char**>(SPI_palloc(sizeof(char*) * Max(n, 1)));
+    rows->value_version = static_cast<int*>(SPI_palloc(sizeof(int) * Max(n, 1)));
+    rows->key_version = static_cast<int*>(SPI_palloc(sizeof(int) * Max(n, 1)));
+    for (int i = 0; i < n; ++i) {
+        HeapTuple tuple = SPI_tuptable->vals[i];
+        TupleDesc desc = SPI_tuptable->tupdesc;
+        bool isnull;
+        rows->topic[i] = upper_copy(SPI_getvalue(tuple, desc, 1));
+        rows->value_subject[i] = upper_copy(SPI_getvalue(tuple, desc, 2));
+        rows->value_version[i] = DatumGetInt32(SPI_getbinval(tuple, desc, 3, &isnull));
+        rows->key_subject[i] = upper_copy(SPI_getvalue(tuple, desc, 4));
+        rows->key_version[i] = DatumGetInt32(SPI_getbinval(tuple, desc, 5, &isnull));
+    }
+    rows->n = n;
+    SPI_finish();
+    leave_owner_context(as_owner);
+}
+
+// The check, reloaded when the topic formats or the registry settings changed since.
+outbox::FormatCheck& current_format_check() {
+    if (format_check == nullptr) {
+        format_check = new outbox::FormatCheck();
+        pg_guard([] { on_proc_exit(free_format_check, 0); });
+    }
+    uint64 generation = pg_guard([] { return http_relay::generation(); });
+    const char* url = guc::schema_registry_url ? guc::schema_registry_url : "";
+    const char* options = guc::schema_registry_options ? guc::schema_registry_options : "";
+    // Every send() asks: no allocation unless something changed.
+    if (formats_loaded && generation == formats_generation &&
+        (format_check->empty() || format_check->same_settings(url, options)))
+        return *format_check;
+    std::string settings = std::string(url) + "|" + options;
+    {
+        FormatRows rows;
+        pg_guard([&] { read_format_rows(&rows); });
+        std::vector<relay::TopicFormat> formats;
+        for (int i = 0; i < rows.n; ++i)
+            formats.push_back(relay::TopicFormat{rows.topic[i], rows.value_subject[i],
+                                                 rows.value_version[i], rows.key_subject[i],
+                                                 rows.key_version[i]});
+        registry::Config config;
+        config.url = url;
+        try {
+            registry::parse_options(options, &config);
+        } catch (const Error& e) {
+            config.invalid = e.what();
+        }
+        format_check->configure(std::move(formats), settings, std::move(config));
+        formats_generation = generation;
+        formats_loaded = true;
+    }
+    return *format_check;
+}
+
+// Refuses (22023) a payload or key the schema of `topic`'s registry format cannot encode, when
+// this backend has that schema (outbox/send_formats.hpp); nothing for the other topics.
+void check_topic_format(text* topic, bytea* payload, text* key) {
+    outbox::FormatCheck& check = current_format_check();
+    if (check.empty()) return;
+    std::string_view name(VARDATA_ANY(topic), VARSIZE_ANY_EXHDR(topic));
+    const relay::TopicFormat* format = check.format(name);
+    if (format == nullptr) return;
+    int64_t now_ms = pg_guard([] {
+        return static_cast<int64_t>(GetCurrentTimestamp() / 1000 +
+                                    int64{POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE} * SECS_PER_DAY *
+                                        1000);
+    });
+    outbox::FormatVerdict verdict = check.check(
+        *format, payload ? VARDATA_ANY(payload) : nullptr, payload ? VARSIZE_ANY_EXHDR(payload) : 0,
+        key ? VARDATA_ANY(key) : nullptr, key ? VARSIZE_ANY_EXHDR(key) : 0, now_ms);
+    if (!verdict.refused) return;
+    throw Error(sqlstate::kInvalidParameterValue,
+                std::string(verdict.key ? "key" : "payload") +
+                    " does not fit the schema of topic \"" + printable(name) + "\"",
+                verdict.reason,
+                verdict.key
+                    ? "With key_format 'registry' the key is JSON text its subject's schema "
+                      "accepts (a string key is '\"c-1\"'); see eventbox.topic_formats."
+                    : "Send a payload its subject's schema accepts, or change the topic's "
+                      "format with eventbox.set_topic_format() or eventbox.reset_topic_format().");
+}
+
 }  // namespace
 
 void outbox::require_writable(const char* function) {
@@ -335,6 +475,7 @@ Datum outbox::send_message(FunctionCallInfo fcinfo, bytea* payload, bool json, b
                    header_bytes + header_wire_bytes(kMessageIdHeader.size(), 36) +
                    kRecordOverheadBytes;
     validate_message_size(bytes, static_cast<size_t>(guc::max_message_bytes));
+    check_topic_format(topic, payload, key);
 
     // In a handler: a dry run only reports the send; a replay or backfill run keeps it in
     // eventbox.suppressed_sends unless the handler insists (publish_in_replay). A live run's

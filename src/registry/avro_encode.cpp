@@ -5,12 +5,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
 
+#include "core/base64.hpp"
 #include "messages/json_scan.hpp"
 
 namespace eventbox::registry::avro {
@@ -195,36 +197,12 @@ bool decimal_bytes(std::string_view text, int scale, std::size_t size, std::stri
     return true;
 }
 
-bool base64_decode(const std::string& text, std::string* out) {
-    static const std::string kAlphabet =
-        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    out->clear();
-    uint32_t buffer = 0;
-    int bits = 0;
-    std::size_t i = 0;
-    for (; i < text.size() && text[i] != '='; ++i) {
-        std::size_t v = kAlphabet.find(text[i]);
-        if (v == std::string::npos) return false;
-        buffer = (buffer << 6) | static_cast<uint32_t>(v);
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            out->push_back(static_cast<char>((buffer >> bits) & 0xff));
-        }
-    }
-    for (; i < text.size(); ++i)
-        if (text[i] != '=') return false;
-    return true;
-}
-
 // Integer text (no fraction or exponent) as int64.
 bool integer_of(std::string_view text, int64_t* x) {
     if (text.find_first_of(".eE") != std::string_view::npos) return false;
-    std::string s(text);
-    char* end = nullptr;
-    errno = 0;
-    long long v = strtoll(s.c_str(), &end, 10);
-    if (errno != 0 || end == s.c_str() || *end != '\0') return false;
+    int64_t v = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc() || end != text.data() + text.size() || text.empty()) return false;
     *x = v;
     return true;
 }
@@ -276,8 +254,12 @@ class Encoder {
                         put_long(static_cast<int64_t>(t.items[c].key.size()), out);
                         out->append(t.items[c].key);
                     }
-                    Scope scope(this, map ? "." + std::string(t.items[c].key)
-                                          : "[" + std::to_string(k) + "]");
+                    char index[24];
+                    std::size_t index_len =
+                        map ? 0
+                            : static_cast<std::size_t>(snprintf(index, sizeof index, "%zu]", k));
+                    Scope scope(this, map ? "." : "[",
+                                map ? t.items[c].key : std::string_view(index, index_len));
                     if (!encode(t, c, n->children[0], out)) return false;
                 }
                 out->push_back(0);
@@ -295,8 +277,11 @@ class Encoder {
 
   private:
     struct Scope {
-        Scope(Encoder* e, const std::string& part) : e_(e), size_(e->path.size()) {
-            e->path += part;
+        // Appends `prefix` and `part` to the path (no temporary string per field).
+        Scope(Encoder* e, std::string_view prefix, std::string_view part)
+            : e_(e), size_(e->path.size()) {
+            e->path.append(prefix);
+            e->path.append(part);
         }
         ~Scope() {
             if (e_->error_->empty()) e_->path.resize(size_);
@@ -387,7 +372,7 @@ class Encoder {
                 for (int k = 0; k < 4; ++k)
                     bytes.push_back(static_cast<char>((u >> (8 * k)) & 0xff));
             }
-        } else if (v.kind != JsonTokens::kString || !base64_decode(std::string(v.text), &bytes)) {
+        } else if (v.kind != JsonTokens::kString || !decode_base64(v.text, &bytes)) {
             return fail("base64 bytes");
         }
         if (fixed > 0) {
@@ -404,7 +389,7 @@ class Encoder {
         if (v.kind != JsonTokens::kBeginObject) return fail("an object (record)");
         std::size_t matched = 0;
         for (std::size_t f = 0; f < n->names.size(); ++f) {
-            Scope scope(this, "." + n->names[f]);
+            Scope scope(this, ".", n->names[f]);
             std::size_t found = 0;  // the last member of that name, as jsonb keeps it
             for (std::size_t c = i + 1; c < v.end; c = t.items[c].end)
                 if (t.items[c].key == n->names[f]) found = c;
@@ -421,7 +406,7 @@ class Encoder {
         if (matched < v.children) {
             for (std::size_t c = i + 1; c < v.end; c = t.items[c].end)
                 if (std::find(n->names.begin(), n->names.end(), t.items[c].key) == n->names.end()) {
-                    Scope scope(this, "." + std::string(t.items[c].key));
+                    Scope scope(this, ".", t.items[c].key);
                     return fail("no such field: the schema has none");
                 }
         }

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/base64.hpp"
 #include "core/error.hpp"
 #include "registry/avro_tree.hpp"
 #include "registry/json_text.hpp"
@@ -197,7 +198,7 @@ bool write_bytes(const unsigned char* b, std::size_t len, const Node* n, std::st
         out->push_back('}');
     } else {
         out->push_back('"');
-        append_base64(b, len, out);
+        append_base64(std::string_view(reinterpret_cast<const char*>(b), len), out);
         out->push_back('"');
     }
     return true;

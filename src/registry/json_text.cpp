@@ -13,29 +13,4 @@ bool append_json_string(const char* s, std::size_t len, std::string* out) {
     return true;
 }
 
-void append_base64(const unsigned char* data, std::size_t len, std::string* out) {
-    static constexpr char kAlphabet[] =
-        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    std::size_t i = 0;
-    for (; i + 3 <= len; i += 3) {
-        uint32_t w = (data[i] << 16) | (data[i + 1] << 8) | data[i + 2];
-        out->push_back(kAlphabet[w >> 18]);
-        out->push_back(kAlphabet[(w >> 12) & 63]);
-        out->push_back(kAlphabet[(w >> 6) & 63]);
-        out->push_back(kAlphabet[w & 63]);
-    }
-    if (len - i == 1) {
-        uint32_t w = data[i] << 16;
-        out->push_back(kAlphabet[w >> 18]);
-        out->push_back(kAlphabet[(w >> 12) & 63]);
-        out->append("==");
-    } else if (len - i == 2) {
-        uint32_t w = (data[i] << 16) | (data[i + 1] << 8);
-        out->push_back(kAlphabet[w >> 18]);
-        out->push_back(kAlphabet[(w >> 12) & 63]);
-        out->push_back(kAlphabet[(w >> 6) & 63]);
-        out->push_back('=');
-    }
-}
-
 }  // namespace eventbox::registry

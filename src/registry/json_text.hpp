@@ -1,5 +1,5 @@
 // Small writers of JSON text shared by the registry formats' decoders: strings (checked to be
-// UTF-8) and base64. Pure C++.
+// UTF-8). Pure C++.
 #pragma once
 
 #include <cstddef>
@@ -10,8 +10,5 @@ namespace eventbox::registry {
 // Appends [s, s+len) as a quoted JSON string; false (nothing sensible appended) when it is not
 // valid UTF-8.
 bool append_json_string(const char* s, std::size_t len, std::string* out);
-
-// Appends the standard base64 (RFC 4648, padded) of [data, data+len).
-void append_base64(const unsigned char* data, std::size_t len, std::string* out);
 
 }  // namespace eventbox::registry

@@ -128,8 +128,11 @@ std::unique_ptr<Schema> Registry::parse_response(uint32_t id, std::string_view b
     if (text.size() > max_text)
         return refused(kind, prefix + "schema of " + std::to_string(text.size()) +
                                  " bytes exceeds the cache's limit of " + std::to_string(max_text));
+    // A JSON Schema's references ($ref to other subjects) need not be fetched: its records are
+    // stored as sent and the schema is read for its name only. Avro's are not supported yet;
+    // Protobuf's imports are refused by ProtobufSchema, naming the import.
     auto refs = j.find("references");
-    if (refs != j.end() && refs->is_array() && !refs->empty() && kind != SchemaType::kProtobuf)
+    if (refs != j.end() && refs->is_array() && !refs->empty() && kind == SchemaType::kAvro)
         return refused(kind, prefix + "schemas with references are not supported");
     auto s = std::make_unique<Schema>();
     s->type = kind;
@@ -391,6 +394,7 @@ Encoded Registry::encode(const std::string& subject, int version, const char* js
             break;
     }
     if (!ok) {
+        e.payload_refused = true;
         e.reason = "subject \"" + subject + "\" (schema id " + std::to_string(id) +
                    ") refuses the payload: " + why;
         return e;

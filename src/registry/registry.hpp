@@ -80,6 +80,8 @@ struct Encoded {
     };
     Status status = kRefused;
     std::string reason;
+    // kRefused: the schema was there and refused this payload (not the subject or the schema).
+    bool payload_refused = false;
 };
 
 // Reads the wire header of [data, data+len): false with the reason when it is not one.

@@ -4,7 +4,7 @@
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pg_eventbox;
 
-SELECT plan(337);
+SELECT plan(341);
 
 -- ---- tables: exactly these columns, with these types, nullability and defaults -------------
 
@@ -19,7 +19,7 @@ SELECT columns_are('eventbox', 'subscriptions', ARRAY[
 SELECT columns_are('eventbox', 'inbox', ARRAY[
     'subscription', 'message_id', 'topic', 'partition', 'offset', 'key', 'headers', 'payload',
     'raw_payload', 'event_type', 'status', 'attempts', 'next_attempt_at', 'received_at',
-    'processed_at', 'last_error', 'mode', 'key_payload']);
+    'processed_at', 'last_error', 'mode', 'key_payload', 'raw_headers']);
 SELECT columns_are('eventbox', 'offsets', ARRAY[
     'subscription', 'topic', 'partition', 'next_offset', 'high_watermark', 'updated_at',
     'backfill_until']);
@@ -72,6 +72,7 @@ INSERT INTO expected_columns VALUES
     ('inbox',         'last_error',       'text',                     false, NULL),
     ('inbox',         'mode',             'text',                     true,  'live'),
     ('inbox',         'key_payload',      'jsonb',                    false, NULL),
+    ('inbox',         'raw_headers',      'bytea',                    false, NULL),
     ('offsets',       'subscription',     'text',                     true,  NULL),
     ('offsets',       'topic',            'text',                     true,  NULL),
     ('offsets',       'partition',        'integer',                  true,  NULL),
@@ -80,7 +81,7 @@ INSERT INTO expected_columns VALUES
     ('offsets',       'updated_at',       'timestamp with time zone', true,  'now()'),
     ('offsets',       'backfill_until',   'bigint',                   false, NULL);
 
--- 48 columns: has_column + col_type_is + nullability + default (or none) = 192 tests.
+-- 49 columns: has_column + col_type_is + nullability + default (or none) = 196 tests.
 SELECT has_column('eventbox', tbl, col, tbl || ' has column ' || col)
   FROM expected_columns ORDER BY tbl, col;
 SELECT col_type_is('eventbox', tbl, col, typ, tbl || '.' || col || ' is ' || typ)

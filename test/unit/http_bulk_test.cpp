@@ -316,7 +316,6 @@ TEST(HttpWebhookSignature, StandardWebhooksVector) {
     EXPECT_FALSE(decode_webhook_secret("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", &key));
     EXPECT_FALSE(decode_webhook_secret("whsec_abc", &key));
     EXPECT_FALSE(decode_webhook_secret("whsec_ab!d", &key));
-    EXPECT_EQ(base64("hello"), "aGVsbG8=");
 }
 
 }  // namespace

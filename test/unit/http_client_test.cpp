@@ -97,6 +97,10 @@ class Server {
         std::lock_guard<std::mutex> g(mu_);
         return bodies_;
     }
+    std::vector<std::string> heads() {
+        std::lock_guard<std::mutex> g(mu_);
+        return heads_;
+    }
 
   private:
     void run() {
@@ -129,10 +133,12 @@ class Server {
                 buf.append(tmp, static_cast<std::size_t>(n));
             }
             std::string body = buf.substr(end + 4, length);
+            std::string head = buf.substr(0, end);
             buf.erase(0, end + 4 + length);
             {
                 std::lock_guard<std::mutex> g(mu_);
                 bodies_.push_back(body);
+                heads_.push_back(head);
             }
             if (body.find("slow") != std::string::npos)
                 std::this_thread::sleep_for(std::chrono::seconds(2));
@@ -151,6 +157,7 @@ class Server {
     std::vector<std::thread> workers_;
     std::mutex mu_;
     std::vector<std::string> bodies_;
+    std::vector<std::string> heads_;
 };
 
 relay::Row row(int64_t id, const char* key, const std::string& payload) {
@@ -214,6 +221,29 @@ TEST(HttpClient, DeliversAndKeepsKeyOrder) {
     EXPECT_TRUE(std::is_sorted(b.begin(), b.end()));
     EXPECT_EQ(a.size() + b.size(), 20u);
     EXPECT_EQ(client.open_requests(), 0u);
+}
+
+// A row's headers become Eventbox-Header-* request headers; a value with CR, LF or NUL (a dead
+// letter's producer bytes can hold them) is left out rather than ending the header line.
+TEST(HttpClient, HeaderValuesThatWouldEndTheLineAreLeftOut) {
+    Server server;
+    Client client({dest(server.url())}, 100);
+    relay::Header headers[3] = {
+        {"ok", "v-1"}, {"evil", "x\r\nInjected: yes"}, {"nul", std::string_view("a\0b", 3)}};
+    relay::Row r = row(1, "k", "{}");
+    r.headers = headers;
+    r.n_headers = 3;
+    std::string error;
+    ASSERT_EQ(client.produce(r, error), relay::Produced::kQueued) << error;
+    std::vector<Outcome> out = run_until(client, 1);
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_TRUE(out[0].delivered) << out[0].error;
+    ASSERT_EQ(server.heads().size(), 1u);
+    std::string head = server.heads()[0];
+    EXPECT_NE(head.find("Eventbox-Header-ok: v-1\r\n"), std::string::npos) << head;
+    EXPECT_EQ(head.find("Injected"), std::string::npos) << head;
+    EXPECT_EQ(head.find("Eventbox-Header-evil"), std::string::npos) << head;
+    EXPECT_EQ(head.find("Eventbox-Header-nul"), std::string::npos) << head;
 }
 
 TEST(HttpClient, FailureHandsBackTheRowsBehindItUncounted) {

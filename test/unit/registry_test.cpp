@@ -6,6 +6,7 @@
 #include "core/error.hpp"
 #include "inbox/record.hpp"
 #include "outbox/relay_formats.hpp"
+#include "outbox/send_formats.hpp"
 #include "registry/avro_json.hpp"
 #include "registry/protobuf_json.hpp"
 
@@ -235,6 +236,109 @@ TEST(RegistryKeys, DecodedWaitingOrUnparsable) {
     EXPECT_FALSE(c.key_decoded_ok);
 }
 
+// A Debezium change event in Avro (the envelope's shape from Debezium's PostgreSQL connector
+// documentation) under message_id_rule 'debezium': the envelope is read from the decoded record,
+// the row from the decoded key, so the same change written again at another offset, or with
+// another schema id of the same shape, gets the same message id.
+TEST(RegistryCdc, DebeziumEnvelopeReadFromTheDecodedRecord) {
+    const char* value_schema = R"({"type":"record","name":"Envelope",
+      "namespace":"dbserver1.inventory.customers","fields":[
+      {"name":"before","type":["null",{"type":"record","name":"Value","fields":[
+        {"name":"id","type":"int"},{"name":"email","type":"string"}]}],"default":null},
+      {"name":"after","type":["null","Value"],"default":null},
+      {"name":"source","type":{"type":"record","name":"Source",
+        "namespace":"io.debezium.connector.postgresql","fields":[
+        {"name":"version","type":"string"},{"name":"connector","type":"string"},
+        {"name":"name","type":"string"},{"name":"ts_ms","type":"long"},
+        {"name":"db","type":"string"},{"name":"schema","type":"string"},
+        {"name":"table","type":"string"},
+        {"name":"txId","type":["null","long"],"default":null},
+        {"name":"lsn","type":["null","long"],"default":null}]}},
+      {"name":"op","type":"string"},
+      {"name":"ts_ms","type":["null","long"],"default":null}]})";
+    const char* key_schema = R"({"type":"record","name":"Key",
+      "namespace":"dbserver1.inventory.customers","fields":[{"name":"id","type":"int"}]})";
+    auto response = [](const char* schema) { return nlohmann::json{{"schema", schema}}.dump(); };
+    Registry r(Config{});
+    r.put(11, Registry::parse_response(11, response(value_schema), 1 << 20));
+    r.put(12, Registry::parse_response(12, response(key_schema), 1 << 20));
+    r.put(13, Registry::parse_response(13, response(value_schema), 1 << 20));
+    AvroSchema envelope(value_schema), key_type(key_schema);
+    std::string value, key, error;
+    ASSERT_TRUE(envelope.from_json(
+        R"({"before":null,"after":{"id":1004,"email":"annek@noanswer.org"},)"
+        R"("source":{"version":"2.5.0.Final","connector":"postgresql","name":"dbserver1",)"
+        R"("ts_ms":1559033904863,"db":"postgres","schema":"inventory","table":"customers",)"
+        R"("txId":555,"lsn":24023128},"op":"c","ts_ms":1559033904863})",
+        &value, &error))
+        << error;
+    ASSERT_TRUE(key_type.from_json(R"({"id":1004})", &key, &error)) << error;
+    std::string value_wire = wire(11, value), key_wire = wire(12, key);
+    inbox::Options options;
+    options.registry = &r;
+    options.registry_values = true;
+    options.registry_keys = true;
+    options.id_rule = inbox::IdRule::kDebezium;
+    inbox::Record rec;
+    rec.topic = "dbserver1.inventory.customers";
+    rec.value = value_wire.data();
+    rec.value_len = value_wire.size();
+    rec.key = key_wire.data();
+    rec.key_len = key_wire.size();
+    rec.offset = 7;
+    inbox::Classified c = inbox::classify(rec, options);
+    ASSERT_TRUE(c.parsable) << c.note;
+    ASSERT_TRUE(c.event_type.has_value());
+    EXPECT_EQ(*c.event_type, "create");
+    EXPECT_FALSE(c.transport_id);
+    EXPECT_EQ(c.message_id.rfind("postgresql:dbserver1:postgres.inventory.customers:"
+                                 "lsn=24023128,txId=555:c:",
+                                 0),
+              0u)
+        << c.message_id;
+    // Replayed at another offset, written with another id of the same schema: the same id.
+    std::string again = wire(13, value);
+    rec.value = again.data();
+    rec.value_len = again.size();
+    rec.offset = 900;
+    inbox::Classified replay = inbox::classify(rec, options);
+    EXPECT_EQ(replay.message_id, c.message_id);
+    // The tombstone after a delete is not stored.
+    rec.value = nullptr;
+    rec.value_len = 0;
+    EXPECT_TRUE(inbox::classify(rec, options).skip);
+}
+
+// send()'s check (src/outbox/send_formats.cpp): topics found by name; without the schema at
+// hand (here: no registry URL, so the subject cannot be fetched) nothing is refused.
+TEST(SendFormats, LooksUpTopicsAndPassesWhatItCannotCheck) {
+    outbox::FormatCheck check;
+    EXPECT_TRUE(check.empty());
+    check.configure({{"b", "b-value", 0, "", 0}, {"a", "", 0, "a-key", 2}}, "|", Config{});
+    EXPECT_TRUE(check.same_settings("", ""));
+    EXPECT_FALSE(check.same_settings("http://r", ""));
+    check.configure({{"b", "b-value", 0, "", 0}, {"a", "", 0, "a-key", 2}}, "http://r|x=1",
+                    Config{});
+    EXPECT_TRUE(check.same_settings("http://r", "x=1"));
+    EXPECT_FALSE(check.same_settings("http://r", "x=2"));
+    EXPECT_FALSE(check.same_settings("http://r|x", "1"));
+    ASSERT_FALSE(check.empty());
+    ASSERT_NE(check.format("a"), nullptr);
+    EXPECT_EQ(check.format("a")->key_version, 2);
+    ASSERT_NE(check.format("b"), nullptr);
+    EXPECT_EQ(check.format("b")->value_subject, "b-value");
+    EXPECT_EQ(check.format("c"), nullptr);
+    EXPECT_EQ(check.format(""), nullptr);
+    std::string bad = R"({"id": 1})";
+    for (int i = 0; i < 3; ++i) {
+        outbox::FormatVerdict v =
+            check.check(*check.format("b"), bad.data(), bad.size(), nullptr, 0, 1000 + i);
+        EXPECT_FALSE(v.refused) << v.reason;
+    }
+    check.configure({}, "|", Config{});
+    EXPECT_TRUE(check.empty());
+}
+
 TEST(RegistryWire, Header) {
     uint32_t id = 0;
     std::string why;
@@ -338,6 +442,22 @@ TEST(RegistryResponses, TypesAndRefusals) {
     EXPECT_NE(odd->refused.find("unsupported"), std::string::npos);
     auto big = Registry::parse_response(5, R"({"schema":"\"string\""})", 4);
     EXPECT_NE(big->refused.find("exceeds"), std::string::npos);
+    // References: a JSON Schema's are not needed (usable), an Avro schema's are refused.
+    const char* refs = R"("references":[{"name":"Address","subject":"address","version":1}])";
+    auto json_refs = Registry::parse_response(
+        6,
+        std::string(R"({"schemaType":"JSON","schema":"{\"title\":\"Customer\",)"
+                    R"(\"properties\":{\"home\":{\"$ref\":\"Address\"}}}",)") +
+            refs + "}",
+        1 << 20);
+    EXPECT_TRUE(json_refs->refused.empty()) << json_refs->refused;
+    EXPECT_EQ(json_refs->name, "Customer");
+    auto avro_refs = Registry::parse_response(
+        7,
+        std::string(R"({"schema":"{\"type\":\"record\",\"name\":\"C\",\"fields\":[]}",)") + refs +
+            "}",
+        1 << 20);
+    EXPECT_NE(avro_refs->refused.find("references are not supported"), std::string::npos);
 }
 
 TEST(RegistryDecode, PendingThenDecodedThenRefused) {

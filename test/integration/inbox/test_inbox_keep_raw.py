@@ -3,11 +3,18 @@ record's value bytes are kept in raw_payload, JSON ones too, and the dead letter
 the producer's value, key and headers, however the JSON was spelled (whitespace, key order,
 duplicate keys, \\u escapes, numbers jsonb rewrites). Records are produced with kafka-python and
 the dead letters read back with confluent_kafka, two independent clients."""
+import json
+import pathlib
+import sys
 import time
 
 import confluent_kafka
+import pytest
 
 from inbox_support import bootstrap, end_offsets, produce, report, unique_name
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "lib"))
+from schema_registry import SchemaRegistry, avro_encode, wire  # noqa: E402
 
 # Values jsonb stores as the same JSON with other bytes.
 SPELLINGS = [
@@ -137,3 +144,95 @@ def test_keep_raw_option(ib_db, ib_topic, ib_producer, ib_subscriptions):
                        (kept,)) == 0
     report("keep_raw_option", subscriptions=2)
 
+
+
+# Headers jsonb cannot hold as they came: a repeated name, a null value, an empty one, bytes that
+# are not UTF-8, a name that is not ASCII; with the record's own message_id among them.
+def odd_headers(i):
+    return [("trace", b"t-1"), ("message_id", b"odd-%d" % i), ("trace", b"t-2"),
+            ("nothing", None), ("empty", b""), ("bin", b"\x00\xff\xfe-%d" % i),
+            ("n\u00e9", b"caf\xc3\xa9")]
+
+
+def assert_headers_as_produced(m, produced):
+    """The dead letter's headers: the relay's message_id, then the producer's headers exactly as
+    they were (order, repeats, null and binary values) but its message_id, then those saying why
+    (__connect.errors.*, __eventbox.errors.*)."""
+    got = m.headers()
+    assert got[0][0] == "message_id", got
+    want = [(n, v) for n, v in produced if n != "message_id"]
+    assert got[1:1 + len(want)] == want, (got, want)
+    assert all(n.startswith(("__connect.errors.", "__eventbox.errors."))
+               for n, _ in got[1 + len(want):]), got
+
+
+def test_dead_letters_carry_the_producers_headers_exactly(ib_db, ib_topic, ib_producer,
+                                                          ib_subscriptions):
+    topic = ib_topic("raw-hdr", 1)
+    dlt = ib_topic("raw-hdr-dead", 1)
+    sub = ib_subscriptions(unique_name("rawhdr"), [topic], dead_letter_topic=dlt,
+                           unhandled="ignore", max_attempts=1)
+    setup_handler(ib_db, sub)
+    # confluent_kafka's producer, which can send a header with a null value.
+    p = confluent_kafka.Producer({"bootstrap.servers": bootstrap(), "acks": "all"})
+    values = [b'{ "a" : 1 }', b"not json \xff"]
+    for i, v in enumerate(values):
+        p.produce(topic, value=v, key=b"k\x00-%d" % i, partition=0, headers=odd_headers(i))
+    assert p.flush(60) == 0
+    ib_db.wait_caught_up(sub, end_offsets(topic))
+    raw = ib_db.value("SELECT raw_headers FROM eventbox.inbox WHERE subscription = %s "
+                      "AND message_id = 'odd-0'", (sub,))
+    assert raw is not None
+    dead = read_all(dlt, 1, len(values))
+    assert len(dead) == len(values)
+    by_id = {dict(m.headers())["__eventbox.errors.message_id"].decode(): m for m in dead}
+    for i, v in enumerate(values):
+        m = by_id["odd-%d" % i]
+        assert m.value() == v and m.key() == b"k\x00-%d" % i
+        assert_headers_as_produced(m, odd_headers(i))
+    report("raw_headers_dead_letters", dead_letters=len(dead))
+
+
+ORDER = json.dumps({"type": "record", "name": "Order", "namespace": "com.example",
+                    "fields": [{"name": "id", "type": "string"}, {"name": "qty", "type": "int"}]})
+
+
+@pytest.fixture
+def registry(ib_db):
+    r = SchemaRegistry().start()
+    since = ib_db.set_setting("eventbox.schema_registry_url", r.url, r.url)
+    ib_db.wait_worker_reloaded(since)
+    yield r
+    r.stop()
+    ib_db.set_setting("eventbox.schema_registry_url", None, "")
+
+
+def test_registry_dead_letters_carry_value_key_and_headers_exactly(
+        ib_db, ib_topic, ib_producer, ib_subscriptions, registry):
+    topic = ib_topic("raw-reg", 1)
+    dlt = ib_topic("raw-reg-dead", 1)
+    sid = registry.register(topic + "-value", ORDER)
+    sub = ib_subscriptions(unique_name("rawreg"), [topic], dead_letter_topic=dlt,
+                           unhandled="ignore", max_attempts=1)
+    since = ib_db.value("SELECT clock_timestamp()")
+    ib_db.rows("SELECT eventbox.set_subscription_format(%s, 'registry')", (sub,))
+    ib_db.wait_worker_reloaded(since)
+    setup_handler(ib_db, sub)
+    values = [wire(sid, avro_encode(ORDER, {"id": "o-1", "qty": 2})),  # decoded, then refused
+              b"\x01" + wire(sid, avro_encode(ORDER, {"id": "o-2", "qty": 3}))[1:]]  # unparsable
+    p = confluent_kafka.Producer({"bootstrap.servers": bootstrap(), "acks": "all"})
+    for i, v in enumerate(values):
+        p.produce(topic, value=v, key=b"\x00\x00\x00\x00\x07k%d" % i, partition=0,
+                  headers=odd_headers(i))
+    assert p.flush(60) == 0
+    ib_db.wait_caught_up(sub, end_offsets(topic), timeout=60)
+    dead = read_all(dlt, 1, len(values))
+    assert len(dead) == len(values)
+    by_id = {dict(m.headers())["__eventbox.errors.message_id"].decode(): m for m in dead}
+    for i, v in enumerate(values):
+        m = by_id["odd-%d" % i]
+        assert m.value() == v and m.key() == b"\x00\x00\x00\x00\x07k%d" % i
+        assert_headers_as_produced(m, odd_headers(i))
+    status = {k: dict(m.headers())["__eventbox.errors.status"] for k, m in by_id.items()}
+    assert status == {"odd-0": b"dead", "odd-1": b"unparsable"}, status
+    report("raw_headers_registry_dead_letters", dead_letters=len(dead))

@@ -9,9 +9,11 @@ import subprocess
 import sys
 import time
 
+import psycopg2
 import pytest
 
-from inbox_support import end_offsets, footprint, json_value, poll, produce, report, unique_name
+from inbox_support import (Db, end_offsets, footprint, json_value, poll, produce, report,
+                           unique_name)
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "lib"))
 from schema_registry import SchemaRegistry, avro_encode, wire  # noqa: E402
@@ -370,8 +372,11 @@ def test_relay_encodes_topics_with_a_registry_format(ib_db, ib_topic, registry):
     for i, v in enumerate(values):
         # Byte for byte what python3-avro writes for the same order.
         assert v == wire(sid, avro_encode(ORDER, order(i))), i
-    # A payload the schema refuses fails with the reason; the topic's later rows go on.
-    ib_db.rows("SELECT eventbox.send(%s, '{\"id\": 1}'::jsonb, key => 'k')", (topic,))
+    # A payload the schema refuses, sent from a new session (whose backend has not fetched the
+    # schema: send() lets it through), fails with the reason; the topic's later rows go on.
+    cold = Db()
+    cold.rows("SELECT eventbox.send(%s, '{\"id\": 1}'::jsonb, key => 'k')", (topic,))
+    cold.close()
     ib_db.rows("SELECT eventbox.send(%s, %s::jsonb, key => 'k')",
                (topic, json.dumps(expected(11))))
     assert read_values(topic, 11)[10] == wire(sid, avro_encode(ORDER, order(11)))
@@ -382,6 +387,49 @@ def test_relay_encodes_topics_with_a_registry_format(ib_db, ib_topic, registry):
     ib_db.rows("SELECT eventbox.reset_topic_format(%s)", (topic,))
     ib_db.rows("SELECT eventbox.send(%s, '{\"plain\": true}'::jsonb)", (topic,))
     assert json.loads(read_values(topic, 12)[11]) == {"plain": True}
+
+
+def refused_at_send(db, topic, payload, key):
+    """The SQLSTATE, detail and hint send() raised, or None when it took the message (rolled
+    back either way)."""
+    conn = db.conn()
+    conn.autocommit = False
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT eventbox.send(%s, %s::jsonb, key => %s)", (topic, payload, key))
+        return None
+    except psycopg2.Error as e:
+        return e.pgcode, e.diag.message_primary, e.diag.message_detail, e.diag.message_hint
+    finally:
+        conn.rollback()
+        conn.autocommit = True
+
+
+def test_send_refuses_what_the_schema_cannot_encode_once_it_has_the_schema(
+        ib_db, ib_topic, registry):
+    topic = ib_topic("outrefuse", 1)
+    registry.register(topic + "-value", ORDER)
+    registry.register(topic + "-key", json.dumps({"type": "string"}))
+    ib_db.rows("SELECT eventbox.set_topic_format(%s, 'registry', key_format => 'registry')",
+               (topic,))
+    session = Db()
+    # The session's first send() starts the schemas' fetch and does not wait for it.
+    bad = json.dumps({"id": 1})
+    refusal = poll(lambda: refused_at_send(session, topic, bad, '"k"'), 30,
+                   "send() to know the schema")
+    code, message, detail, hint = refusal
+    assert code == "22023", refusal
+    assert message == 'payload does not fit the schema of topic "%s"' % topic, refusal
+    assert "$.id: expected a string" in detail and "set_topic_format" in hint, refusal
+    # A key its schema refuses (a JSON number for a string schema), and a good message.
+    code, message, _, hint = refused_at_send(session, topic, json.dumps(expected(1)), "7")
+    assert code == "22023" and message.startswith("key does not fit"), message
+    assert refused_at_send(session, topic, json.dumps(expected(1)), '"k"') is None
+    # Other topics are not checked.
+    assert refused_at_send(session, ib_topic("outrefuse_plain", 1), bad, "7") is None
+    session.close()
+    # Nothing of the refused ones reached the outbox.
+    assert outbox_statuses(ib_db, topic) == []
 
 
 def test_unknown_subject_fails_the_row_with_the_reason(ib_db, ib_topic, registry):
@@ -489,3 +537,111 @@ def test_relay_encodes_protobuf_and_json_schema(ib_db, ib_topic, registry, proto
     failed = poll(lambda: [r for r in outbox_statuses(ib_db, ptopic) if r[0] == "failed"], 90,
                   "the refused row to fail")
     assert "shop.v1.Order" in failed[0][2] and "nope" in failed[0][2], failed
+
+
+# Debezium's PostgreSQL connector with the Avro converter: the envelope and key as its
+# documentation shows them (before/after optional records of the table's row, the source block,
+# op, ts_ms), written here with python3-avro.
+DBZ_VALUE = json.dumps({
+    "type": "record", "name": "Envelope", "namespace": "PostgreSQL_server.inventory.customers",
+    "fields": [
+        {"name": "before", "type": ["null", {
+            "type": "record", "name": "Value", "fields": [
+                {"name": "id", "type": "int"}, {"name": "first_name", "type": "string"},
+                {"name": "last_name", "type": "string"}, {"name": "email", "type": "string"}]}],
+         "default": None},
+        {"name": "after", "type": ["null", "Value"], "default": None},
+        {"name": "source", "type": {
+            "type": "record", "name": "Source", "namespace": "io.debezium.connector.postgresql",
+            "fields": [
+                {"name": "version", "type": "string"}, {"name": "connector", "type": "string"},
+                {"name": "name", "type": "string"}, {"name": "ts_ms", "type": "long"},
+                {"name": "snapshot", "type": ["null", "string"], "default": None},
+                {"name": "db", "type": "string"},
+                {"name": "sequence", "type": ["null", "string"], "default": None},
+                {"name": "schema", "type": "string"}, {"name": "table", "type": "string"},
+                {"name": "txId", "type": ["null", "long"], "default": None},
+                {"name": "lsn", "type": ["null", "long"], "default": None},
+                {"name": "xmin", "type": ["null", "long"], "default": None}]}},
+        {"name": "op", "type": "string"},
+        {"name": "ts_ms", "type": ["null", "long"], "default": None}]})
+DBZ_KEY = json.dumps({"type": "record", "name": "Key",
+                      "namespace": "PostgreSQL_server.inventory.customers",
+                      "fields": [{"name": "id", "type": "int"}]})
+
+
+def dbz_change(op, before, after, lsn, tx, ts_ms, snapshot="false"):
+    return {"before": before, "after": after, "op": op, "ts_ms": ts_ms,
+            "source": {"version": "2.7.0.Final", "connector": "postgresql",
+                       "name": "PostgreSQL_server", "ts_ms": 1559033904863,
+                       "snapshot": snapshot, "db": "postgres", "sequence": None,
+                       "schema": "inventory", "table": "customers", "txId": tx, "lsn": lsn,
+                       "xmin": None}}
+
+
+def dbz_row(i, email):
+    return {"id": i, "first_name": "Anne %d" % i, "last_name": "Kretchmar", "email": email}
+
+
+def test_debezium_avro_envelopes_dedupe_a_replayed_connector(
+        ib_db, ib_topic, ib_producer, ib_subscriptions, registry):
+    topic = ib_topic("dbzavro", 2)
+    vid = registry.register(topic + "-value", DBZ_VALUE)
+    kid = registry.register(topic + "-key", DBZ_KEY)
+    sub = registry_subscription(ib_db, ib_subscriptions, "dbzavro", [topic],
+                                key_format="registry", message_id_rule="debezium")
+    changes = [(i, dbz_change("r", None, dbz_row(i, "a%d@x" % i), 24023128, 555,
+                              1559033904000 + i, snapshot="true")) for i in (1, 2)]
+    changes += [(3, dbz_change("c", None, dbz_row(3, "a3@x"), 24023200, 556, 1559033905000)),
+                (1, dbz_change("u", dbz_row(1, "a1@x"), dbz_row(1, "b1@x"), 24023300, 557,
+                               1559033906000)),
+                (2, dbz_change("d", dbz_row(2, "a2@x"), None, 24023400, 558, 1559033907000)),
+                (2, None)]  # the delete's tombstone
+
+    def records(ts_shift, partition_of):
+        return [{"key": wire(kid, avro_encode(DBZ_KEY, {"id": k})),
+                 "value": None if c is None else wire(vid, avro_encode(DBZ_VALUE, dict(
+                     c, ts_ms=c["ts_ms"] + ts_shift))),
+                 "partition": partition_of(k)} for k, c in changes]
+
+    produce(ib_producer, topic, records(0, lambda k: k % 2))
+    ib_db.wait_caught_up(sub, end_offsets(topic), timeout=60)
+    rows = ib_db.inbox_rows(sub, "message_id, event_type, status, payload, key_payload")
+    assert sorted((r["event_type"], r["status"]) for r in rows) == [
+        ("create", "received"), ("delete", "received"), ("read", "received"),
+        ("read", "received"), ("update", "received")]
+    ids = {r["message_id"] for r in rows}
+    assert all(i.startswith("postgresql:PostgreSQL_server:postgres.inventory.customers:"
+                            "lsn=") for i in ids), ids
+    update = next(r for r in rows if r["event_type"] == "update")
+    assert update["payload"]["after"]["email"] == "b1@x" and update["key_payload"] == {"id": 1}
+    # The connector replays it all (another ts_ms, other partitions): nothing stored twice.
+    produce(ib_producer, topic, records(60000, lambda k: 1 - k % 2))
+    ib_db.wait_caught_up(sub, end_offsets(topic), timeout=60)
+    assert {r["message_id"] for r in ib_db.inbox_rows(sub, "message_id")} == ids
+    assert ib_db.value("SELECT count(*) FROM eventbox.conflicts WHERE subscription = %s",
+                       (sub,)) == 0
+    report("cdc_debezium_avro", records=2 * len(changes), stored=len(ids))
+
+
+def test_json_schema_with_references_to_other_subjects(
+        ib_db, ib_topic, ib_producer, ib_subscriptions, registry):
+    """A JSON Schema whose $ref names another subject (the registry's `references`): its records
+    are stored as sent, the schema read for its name, the reference not needed."""
+    topic = ib_topic("jsonrefs", 1)
+    registry.register("jsonrefs-address", json.dumps(
+        {"$id": "address.json", "type": "object",
+         "properties": {"city": {"type": "string"}}}), "JSON")
+    sid = 910000 + int(time.time()) % 10000
+    registry.add_id(sid, json.dumps(
+        {"title": "Customer", "type": "object",
+         "properties": {"home": {"$ref": "address.json"}}}), "JSON",
+        references=[{"name": "address.json", "subject": "jsonrefs-address", "version": 1}])
+    sub = registry_subscription(ib_db, ib_subscriptions, "jsonrefs", [topic])
+    value = wire(sid, b'{"home":{"city":"Lyon"}}')
+    produce(ib_producer, topic, [{"value": value, "headers": [("message_id", b"r1")]}])
+    ib_db.wait_rows(sub, 1, timeout=60)
+    (row,) = ib_db.inbox_rows(sub, "status, payload, event_type, raw_payload, last_error")
+    assert row["status"] == "received", row
+    assert row["payload"] == {"home": {"city": "Lyon"}} and row["event_type"] == "Customer"
+    assert bytes(row["raw_payload"]) == value
