@@ -152,7 +152,7 @@ void GroupMember::revoke(rd_kafka_topic_partition_list_t* partitions, bool lost)
     if (!lost && partitions != nullptr) {
         rd_kafka_topic_partition_list_t* list = owed(partitions);
         if (list->cnt > 0) {
-            rd_kafka_resp_err_t err = rd_kafka_commit(rk_, list, 0);
+            rd_kafka_resp_err_t err = commit_now(list);
             if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
                 acknowledge(list);
             else
@@ -184,6 +184,24 @@ void GroupMember::started(const std::string& topic, int32_t partition, int64_t n
     if (!assigned_.count(tp)) return;
     int64_t& acked = acked_[tp];
     if (acked < 0) acked = next;
+}
+
+rd_kafka_resp_err_t GroupMember::commit_now(rd_kafka_topic_partition_list_t* offsets) {
+    // On a queue of its own, waited for at most kCommittedTimeoutMs: a coordinator away must
+    // not hold a revocation, or the worker's exit (the close revokes too), for long.
+    rd_kafka_queue_t* queue = rd_kafka_queue_new(rk_);
+    rd_kafka_resp_err_t err = rd_kafka_commit_queue(rk_, offsets, queue, nullptr, nullptr);
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        rd_kafka_event_t* event = rd_kafka_queue_poll(queue, kCommittedTimeoutMs);
+        if (event == nullptr) {
+            err = RD_KAFKA_RESP_ERR__TIMED_OUT;
+        } else {
+            err = rd_kafka_event_error(event);
+            rd_kafka_event_destroy(event);
+        }
+    }
+    rd_kafka_queue_destroy(queue);
+    return err;
 }
 
 void GroupMember::stored(const std::string& topic, int32_t partition, int64_t next) {
@@ -229,7 +247,6 @@ void GroupMember::commit() {
 void GroupMember::on_commit(rd_kafka_t*, rd_kafka_resp_err_t err,
                             rd_kafka_topic_partition_list_t* offsets, void* opaque) {
     GroupMember* self = member_of(opaque);
-    // Also called for the synchronous commits of revoke(), which acknowledged their offsets.
     self->in_flight_ = false;
     if (err == RD_KAFKA_RESP_ERR_NO_ERROR && offsets != nullptr) {
         self->acknowledge(offsets);

@@ -87,6 +87,8 @@ class GroupMember final : public ClientEvents {
     // The owed offsets of the partitions in `among` (all held ones when null), as a list.
     rd_kafka_topic_partition_list_t* owed(const rd_kafka_topic_partition_list_t* among) const;
     void acknowledge(const rd_kafka_topic_partition_list_t* offsets);
+    // Commits `offsets` and waits for the result, a few seconds at most.
+    rd_kafka_resp_err_t commit_now(rd_kafka_topic_partition_list_t* offsets);
 
     rd_kafka_t* rk_ = nullptr;
     std::map<TopicPartition, int64_t> assigned_;  // held, with the group's offset at assignment
