@@ -122,9 +122,11 @@ void GroupMember::assign(rd_kafka_topic_partition_list_t* partitions) {
                              : -1;
         assigned_[{tp.topic, tp.partition}] = offset;
         acked_[{tp.topic, tp.partition}] = offset;
-        // Taken at a given offset, so that librdkafka does not look the committed offsets up
-        // again (which would hold its next rejoin back until answered).
-        tp.offset = offset >= 0 ? offset : RD_KAFKA_OFFSET_END;
+        // Taken at a concrete offset (never fetched from: paused): a logical one (the committed
+        // offset, the end) would be looked up first, and librdkafka does not rejoin the group
+        // while a lookup is pending, which it stays in while the partition is paused. The
+        // member then missed the next rebalance and was declared lost.
+        tp.offset = offset >= 0 ? offset : 0;
         tp.err = RD_KAFKA_RESP_ERR_NO_ERROR;
     }
     rd_kafka_error_t* error = nullptr;
