@@ -93,6 +93,9 @@ struct Subscription {
     std::string error;             // why its last batch failed
     std::string recorded;          // its error as in eventbox.ingest_errors ("" = no row)
     int recorded_attempts = 0;
+    bool group = false;  // membership 'group'
+    // Its group's uncommitted offsets as last added to eventbox_ingest_group_uncommitted.
+    int64_t reported_uncommitted = 0;
 
     // Well again: no longer failing.
     void recovered() noexcept {
@@ -113,6 +116,7 @@ struct Wanted {
     bool backfill;          // backfill => true
     bool registry_format;   // value_format 'registry'
     bool registry_keys;     // key_format 'registry'
+    bool group;             // membership 'group'
     int64_t created_ms;     // Unix epoch ms: where start_from 'latest' starts
     int batch_size;
 };
@@ -133,6 +137,7 @@ struct WantedRow {
     bool backfill;
     bool registry_format;
     bool registry_keys;
+    bool group;  // membership 'group'
 };
 
 // The worker's C++ state as its PostgreSQL-side steps use it: a facade whose methods run their
@@ -216,6 +221,9 @@ class IngestState {
     const std::vector<kafka::PartitionEnd>& partition_ends(const Subscription* sub,
                                                            std::size_t from, std::size_t to);
     void committed(const Subscription* sub);
+    // Brings eventbox_ingest_group_uncommitted in line with the group members' uncommitted
+    // offsets (after a poll and after a commit); noexcept: the metric is shared memory.
+    void report_group_uncommitted() noexcept;
 
     // ---- the schema registry (ingest_registry.cpp)
     // Builds, keeps or drops the registry client for eventbox.schema_registry_url and _options

@@ -3,6 +3,7 @@
 #include "inbox/ingest.hpp"
 
 extern "C" {
+#include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "commands/dbcommands.h"
 #include "miscadmin.h"
@@ -17,6 +18,7 @@ extern "C" {
 #include <vector>
 
 #include "kafka/options.hpp"
+#include "metrics/counters.hpp"
 #include "pg/arrays.hpp"
 #include "pg/boundary.hpp"
 #include "pg/guc.hpp"
@@ -35,6 +37,12 @@ void IngestState::make_lists() {
 }
 
 void IngestState::build_consumer(int member, int members) {
+    // The group.instance.id base of the 'group' subscriptions: the cluster's system identifier
+    // (stable across restarts, distinct between servers), the database's oid and the worker.
+    char base[64];
+    snprintf(base, sizeof base, UINT64_FORMAT ".%u.%d", GetSystemIdentifier(), MyDatabaseId,
+             member);
+    const char* instance_base = base;
     // A consumer built for other brokers or another share of the partitions starts over.
     bool rebuild = call_cpp([&] {
         std::string fingerprint = std::string(guc::brokers) + "|" + std::to_string(members);
@@ -51,6 +59,7 @@ void IngestState::build_consumer(int member, int members) {
         config.member = member;
         config.members = members;
         config.group_id = "pg_eventbox-ingest";
+        config.instance_base = instance_base;
         consumer_fingerprint_ = std::string(guc::brokers) + "|" + std::to_string(members);
         return new kafka::Consumer(config);
     });
@@ -86,6 +95,8 @@ void IngestState::add_wanted(const WantedRow& row) {
                         (row.registry_keys ? "|registry-keys" : "");
         w.registry_format = row.registry_format;
         w.registry_keys = row.registry_keys;
+        w.group = row.group;
+        if (w.group) w.fingerprint += "|group";
         wanted_->push_back(std::move(w));
     });
 }
@@ -105,7 +116,7 @@ void read_wanted() {
         "coalesce(message_id_field, ''), batch_size, "
         "(extract(epoch FROM created_at) * 1000)::int8, message_id_rule, "
         "backfill, keep_raw, dead_letter_topic IS NOT NULL, value_format = 'registry', "
-        "key_format = 'registry' "
+        "key_format = 'registry', membership = 'group' "
         "FROM eventbox.subscriptions "
         "WHERE enabled AND source = 'kafka' ORDER BY name",
         true, 0);
@@ -131,6 +142,7 @@ void read_wanted() {
         row.dead_letter_topic = DatumGetBool(SPI_getbinval(tuple, desc, 11, &isnull));
         row.registry_format = DatumGetBool(SPI_getbinval(tuple, desc, 12, &isnull));
         row.registry_keys = DatumGetBool(SPI_getbinval(tuple, desc, 13, &isnull));
+        row.group = DatumGetBool(SPI_getbinval(tuple, desc, 14, &isnull));
         state.add_wanted(row);
     }
 }
@@ -148,6 +160,7 @@ void IngestState::drop_unwanted(int64 now) {
                 keep.push_back(s);
             } else {
                 consumer_->remove_subscription(s->id);
+                metrics::group_uncommitted(s->name.c_str(), -s->reported_uncommitted);
                 delete s;
             }
         }
@@ -189,6 +202,8 @@ std::size_t IngestState::start_wanted() {
             config.start_latest = w.start_latest;
             config.latest_since_ms = w.created_ms;
             config.backfill = w.backfill;
+            config.group = w.group;
+            s->group = w.group;
             s->backfill = w.backfill;
             s->registry_format = w.registry_format;
             s->registry_keys = w.registry_keys;

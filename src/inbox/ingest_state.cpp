@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "handlers/low_water.hpp"
+#include "metrics/counters.hpp"
 #include "pg/boundary.hpp"
 #include "registry/registry.hpp"
 
@@ -16,7 +17,10 @@ IngestState state;
 
 void IngestState::destroy() noexcept {
     if (subscriptions_ != nullptr) {
-        for (Subscription* s : *subscriptions_) delete s;
+        for (Subscription* s : *subscriptions_) {
+            metrics::group_uncommitted(s->name.c_str(), -s->reported_uncommitted);
+            delete s;
+        }
         delete subscriptions_;
         subscriptions_ = nullptr;
     }
@@ -34,7 +38,25 @@ void IngestState::start_over() {
 }
 
 std::size_t IngestState::poll(std::size_t max) {
-    return call_cpp([&] { return consumer_ ? consumer_->poll(max) : 0; });
+    std::size_t n = call_cpp([&] { return consumer_ ? consumer_->poll(max) : 0; });
+    report_group_uncommitted();
+    return n;
+}
+
+void IngestState::report_group_uncommitted() noexcept {
+    if (subscriptions_ == nullptr || consumer_ == nullptr) return;
+    for (Subscription* s : *subscriptions_) {
+        if (!s->group) continue;
+        int64_t now = 0;
+        try {
+            now = consumer_->group_uncommitted(s->id);
+        } catch (...) {
+            continue;
+        }
+        if (now == s->reported_uncommitted) continue;
+        metrics::group_uncommitted(s->name.c_str(), now - s->reported_uncommitted);
+        s->reported_uncommitted = now;
+    }
 }
 
 void IngestState::emit_logs() {

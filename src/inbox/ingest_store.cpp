@@ -5,6 +5,7 @@
 
 extern "C" {
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -374,6 +375,7 @@ const std::vector<kafka::PartitionEnd>& IngestState::partition_ends(const Subscr
 
 void IngestState::committed(const Subscription* sub) {
     call_cpp([&] { consumer_->committed(sub->id); });
+    if (sub->group) report_group_uncommitted();
 }
 
 namespace {
@@ -445,6 +447,10 @@ void after_commit(Subscription* sub, std::size_t n, const Columns& c, const Inse
     // rows (handlers/quiet.hpp).
     if (done.rows > 0) shmem::inbox_stored(sub->name.c_str());
     pgstat_report_stat(false);  // lets autovacuum and autoanalyze see the inbox
+    // Membership 'group': the group learns these offsets next, and the next owner of a
+    // partition starts there, so the rows must outlive a crash first (the worker commits
+    // asynchronously).
+    if (sub->group) XLogFlush(XactLastCommitEnd);
     state.committed(sub);
     if (moved) {
         // A stored offset was moved under us (eventbox.replay): continue from the table's.

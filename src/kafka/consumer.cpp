@@ -19,7 +19,11 @@ int partition_owner(const std::string& topic, int32_t partition, int members) {
 }
 
 Consumer::Consumer(const ConsumerConfig& config)
-    : member_(config.member), members_(config.members < 1 ? 1 : config.members) {
+    : member_(config.member),
+      members_(config.members < 1 ? 1 : config.members),
+      brokers_(config.brokers),
+      options_(config.options),
+      instance_base_(config.instance_base) {
     std::vector<KafkaOption> ours = {
         {"group.id", config.group_id},
         {"client.id", "pg_eventbox-ingest"},
@@ -60,6 +64,7 @@ Consumer::Consumer(const ConsumerConfig& config)
 
 Consumer::~Consumer() {
     release();
+    subs_.clear();  // group members leave (committing what they owe) while the consumer exists
     rd_kafka_queue_destroy(admin_queue_);
     disable_queue_events(queue_);
     rd_kafka_queue_destroy(queue_);
@@ -83,6 +88,15 @@ const Consumer::Sub& Consumer::sub(int id) const {
 int Consumer::add_subscription(const SubscriptionConfig& config) {
     auto s = std::make_unique<Sub>();
     s->config = config;
+    if (config.group) {
+        GroupMember::Config group;
+        group.brokers = brokers_;
+        group.options = options_;
+        group.group_id = config.group_id;
+        group.instance_id = group_instance_id(instance_base_, config.name);
+        group.topics = config.topics;
+        s->member = std::make_unique<GroupMember>(group);
+    }
     int id = next_id_++;
     subs_.emplace(id, std::move(s));
     changed_ = true;
@@ -97,8 +111,9 @@ void Consumer::remove_subscription(int id) {
 
 bool Consumer::set_stored_offset(int id, const std::string& topic, int32_t partition,
                                  int64_t next_offset, int64_t backfill_until) {
-    if (!owns(topic, partition)) return false;
-    Position& p = sub(id).positions[{topic, partition}];
+    Sub& s = sub(id);
+    if (s.member == nullptr && !owns(topic, partition)) return false;
+    Position& p = s.positions[{topic, partition}];
     if (backfill_until >= 0) p.backfill_until = backfill_until;
     if (p.stored == next_offset) return false;
     p.stored = next_offset;
@@ -144,7 +159,8 @@ void Consumer::pause(int id) {
 void Consumer::resume(int id) {
     Sub& s = sub(id);
     s.paused = false;
-    for (auto& [tp, p] : s.positions) p.next = p.stored;
+    // A group's partition starts at the later of its stored and committed offsets (maintain()).
+    for (auto& [tp, p] : s.positions) p.next = s.member ? -1 : p.stored;
     changed_ = true;
 }
 
@@ -162,6 +178,57 @@ bool Consumer::has_positions_to_store(int id) const {
     return !s.paused && (!s.initial.empty() || !s.skipped.empty());
 }
 
+bool Consumer::reads(const Sub& s, const TopicPartition& tp) const {
+    return s.member ? s.member->assigned().count(tp) > 0 : owns(tp.first, tp.second);
+}
+
+int64_t Consumer::group_uncommitted(int id) const {
+    const Sub& s = sub(id);
+    return s.member ? s.member->uncommitted() : 0;
+}
+
+int Consumer::group_partitions(int id) const {
+    const Sub& s = sub(id);
+    return s.member ? static_cast<int>(s.member->assigned().size()) : -1;
+}
+
+void Consumer::serve_groups() {
+    for (auto& [id, sp] : subs_) {
+        Sub& s = *sp;
+        if (s.member == nullptr) continue;
+        GroupMember& member = *s.member;
+        member.serve(0);
+        // Waits briefly for the last batch's commit (a round trip to the group coordinator).
+        member.commit();
+        for (int i = 0; i < kGroupCommitWaits && member.committing(); ++i)
+            member.serve(kGroupCommitWaitMs);
+        for (LogLine& line : member.logs()) logs_.push_back(std::move(line));
+        member.logs().clear();
+        if (member.changes() != s.member_changes) {
+            // Partitions released stop here; those that came start in maintain().
+            s.member_changes = member.changes();
+            for (auto& [tp, p] : s.positions) {
+                if (member.assigned().count(tp)) continue;
+                p.next = -1;
+                p.skip_before_ms = -1;
+                s.initial.erase(tp);
+                s.skipped.erase(tp);
+            }
+            changed_ = true;
+        }
+        bool held = member.uncommitted() > 0;
+        if (held != s.held) {
+            changed_ = true;
+            logs_.push_back(
+                LogLine{6, "subscription " + s.config.name +
+                               (held ? " waits for its group to acknowledge " +
+                                           std::to_string(member.uncommitted()) + " offsets"
+                                     : " has its offsets acknowledged by its group")});
+        }
+        s.held = held;
+    }
+}
+
 const std::string& Consumer::problem(int id) const noexcept {
     auto it = subs_.find(id);
     return it == subs_.end() ? no_problem_ : it->second->problem;
@@ -172,7 +239,8 @@ void Consumer::commit_offsets() {
     std::size_t sent = 0;
     for (auto& [id, sp] : subs_) {
         Sub& s = *sp;
-        if (!s.commit_due || s.paused || now < s.next_commit) continue;
+        // A group's offsets are committed by its member (committed()).
+        if (!s.commit_due || s.paused || s.member || now < s.next_commit) continue;
         if (sent++ >= kCommitsPerPoll) break;
         rd_kafka_topic_partition_list_t* list = rd_kafka_topic_partition_list_new(4);
         for (const auto& [tp, p] : s.positions)
@@ -203,6 +271,7 @@ void Consumer::serve_admin_results() {
 std::size_t Consumer::poll(std::size_t max) {
     drain_pipe();
     serve_admin_results();
+    serve_groups();
     if (changed_ || Clock::now() >= next_maintain_) maintain();
     commit_offsets();
     std::size_t read = 0;
@@ -300,7 +369,10 @@ void Consumer::committed(int id) {
     for (const PartitionEnd& end : s.ends) {
         auto p = s.positions.find({end.topic, end.partition});
         if (p != s.positions.end()) p->second.stored = end.next_offset;
+        if (s.member) s.member->stored(end.topic, end.partition, end.next_offset);
     }
+    // Right after the database commit; its acknowledgement is awaited by serve_groups().
+    if (s.member) s.member->commit();
     if (!s.ends.empty()) s.commit_due = true;
     s.ends.clear();
     s.initial.clear();

@@ -14,6 +14,13 @@
 //
 // The subscriptions' offsets are committed to Kafka under their own group ids, at most every few
 // seconds and asynchronously, only so that external lag tools see progress. Pure C++.
+//
+// A subscription with membership 'group' reads instead the partitions its Kafka consumer group
+// gives this worker (kafka/group_member.hpp): each starts at the later of its stored offset and
+// the group's committed one, and each batch's offsets are committed to the group after the
+// database commit. While the group has not acknowledged the last batch's offsets the
+// subscription is held (not read), so that what a move can hand to two servers stays within one
+// batch (docs/guide/scaling.md).
 #pragma once
 
 #include <librdkafka/rdkafka.h>
@@ -28,6 +35,7 @@
 #include <vector>
 
 #include "kafka/client.hpp"
+#include "kafka/group_member.hpp"
 
 namespace eventbox::kafka {
 
@@ -42,6 +50,9 @@ struct ConsumerConfig {
     int members = 1;                   // how many ingest workers share the partitions
     std::vector<KafkaOption> options;  // user options, applied after our defaults
     std::string group_id;              // the handle's own group id (nothing is committed there)
+    // A stable identity of this server, database and worker: the base of the group.instance.id
+    // of its subscriptions with membership 'group'.
+    std::string instance_base;
 };
 
 struct SubscriptionConfig {
@@ -54,6 +65,7 @@ struct SubscriptionConfig {
     // where it stood when the subscription was created (as for start_from 'latest') is kept as
     // its backfill boundary (backfill_until()).
     bool backfill = false;
+    bool group = false;  // membership 'group': the partitions its consumer group gives us
 };
 
 struct PartitionEnd {
@@ -119,6 +131,11 @@ class Consumer final : public ClientEvents {
     // Frees the records of the last poll().
     void release() noexcept;
 
+    // Membership 'group': offsets stored and not yet acknowledged by the group (0 otherwise).
+    int64_t group_uncommitted(int id) const;
+    // Membership 'group': the partitions the group gives this worker (-1 otherwise).
+    int group_partitions(int id) const;
+
     // Why the subscription cannot read (some of) its partitions; empty when it can.
     const std::string& problem(int id) const noexcept;
 
@@ -152,6 +169,9 @@ class Consumer final : public ClientEvents {
         std::string problem;
         bool commit_due = false;
         std::chrono::steady_clock::time_point next_commit{};
+        std::unique_ptr<GroupMember> member;  // membership 'group'
+        uint64_t member_changes = 0;          // member->changes() when last followed
+        bool held = false;  // its last batch's offsets are not acknowledged by the group yet
     };
     struct Reader {
         Sub* sub;
@@ -174,6 +194,12 @@ class Consumer final : public ClientEvents {
 
     Sub& sub(int id);
     const Sub& sub(int id) const;
+    // Whether the subscription reads the partition: for membership 'group', one its group gives
+    // this worker; else one this worker owns (partition_owner()).
+    bool reads(const Sub& s, const TopicPartition& tp) const;
+    // Serves the subscriptions' group members: follows their assignments, commits what the
+    // database stored and holds those whose last commit is not acknowledged.
+    void serve_groups();
     // Refreshes the metadata of the topics that are due (all every 10 s, failing ones with a
     // growing backoff), resolves missing start positions and brings the assignment, the readers
     // and the fetch positions in line.
@@ -182,6 +208,9 @@ class Consumer final : public ClientEvents {
     void refresh_topics(const std::vector<std::string>& due);
     void topic_found(const std::string& name, const rd_kafka_metadata_topic_t& md);
     void topic_missing(const std::string& name, rd_kafka_resp_err_t why);
+    // Positions of the partitions the group gave a 'group' subscription that it does not read
+    // yet; false when a start could not be resolved.
+    bool place_group_positions(Sub& s, bool may_try);
     // Where a partition with nothing stored starts; false when it cannot be resolved now.
     bool start_position(Sub& s, const std::string& topic, int32_t partition, Position* position);
     // The first offset at or after time `ms` (Unix epoch), -1 when there is none, -2 on error.
@@ -219,6 +248,9 @@ class Consumer final : public ClientEvents {
     rd_kafka_queue_t* admin_queue_ = nullptr;
     int member_ = 0;
     int members_ = 1;
+    std::string brokers_;
+    std::vector<KafkaOption> options_;
+    std::string instance_base_;
     int next_id_ = 1;
     bool changed_ = true;         // subscriptions or positions changed: maintain() at the next poll
     int missing_in_refresh_ = 0;  // topics the current refresh found without partitions

@@ -21,6 +21,10 @@ inline constexpr int kMissingTopicLogs = 5;
 inline constexpr auto kCommitInterval = std::chrono::seconds(5);  // Kafka commits, per subscription
 inline constexpr int kMaxBackoffMs = 60000;
 inline constexpr std::size_t kCommitsPerPoll = 20;
+// How long a poll waits for a group's acknowledgement of the last batch's offsets (in steps)
+// before holding the subscription until the next poll.
+inline constexpr int kGroupCommitWaits = 20;
+inline constexpr int kGroupCommitWaitMs = 5;
 
 // 1 s, doubling up to a minute.
 inline int next_backoff(int backoff_ms) {

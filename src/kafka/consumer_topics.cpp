@@ -165,7 +165,9 @@ void Consumer::maintain() {
         if (s.paused) continue;
         bool may_try = now >= s.next_start_try;
         bool unresolved = false;
+        if (s.member) unresolved = !place_group_positions(s, may_try);
         for (const std::string& name : s.config.topics) {
+            if (s.member) break;
             const Topic& topic = topics_[name];
             for (int32_t partition : topic.partitions) {
                 Position& p = s.positions[{name, partition}];
@@ -189,11 +191,38 @@ void Consumer::maintain() {
     update_problems();
 }
 
+bool Consumer::place_group_positions(Sub& s, bool may_try) {
+    // The later of what this server stored and what the group committed, else start_from.
+    bool resolved = true;
+    for (const auto& [tp, group_offset] : s.member->assigned()) {
+        Position& p = s.positions[tp];
+        if (p.next >= 0) continue;
+        int64_t base = std::max(p.stored, group_offset);
+        if (base >= 0) {
+            p.next = base;
+        } else if (!may_try || !start_position(s, tp.first, tp.second, &p)) {
+            resolved = false;
+            continue;
+        }
+        s.member->started(tp.first, tp.second, p.next);
+    }
+    return resolved;
+}
+
 void Consumer::update_assignment() {
-    // Partitions some subscription reads (or will, once resumed).
+    // Partitions some subscription reads (or will, once resumed): this worker's share of the
+    // direct subscriptions' topics, and what the groups give it.
     std::set<TopicPartition> wanted;
+    std::set<std::string> direct;
+    for (const auto& [id, s] : subs_) {
+        if (s->member == nullptr)
+            direct.insert(s->config.topics.begin(), s->config.topics.end());
+        else
+            for (const auto& [tp, offset] : s->member->assigned()) wanted.insert(tp);
+    }
     for (const auto& [name, topic] : topics_)
-        for (int32_t partition : topic.partitions) wanted.insert({name, partition});
+        if (direct.count(name))
+            for (int32_t partition : topic.partitions) wanted.insert({name, partition});
     unassign_unwanted(wanted);
     Changes changes = place_readers(wanted);
     for (auto& [tp, part] : partitions_) {
@@ -230,9 +259,10 @@ Consumer::Changes Consumer::place_readers(const std::set<TopicPartition>& wanted
     // Readers: subscriptions not paused, at a resolved position.
     std::map<TopicPartition, std::vector<Reader>> readers;
     for (auto& [id, sp] : subs_) {
-        if (sp->paused) continue;
+        if (sp->paused || sp->held) continue;
         for (auto& [tp, p] : sp->positions)
-            if (p.next >= 0 && wanted.count(tp)) readers[tp].push_back(Reader{sp.get(), &p, &tp});
+            if (p.next >= 0 && wanted.count(tp) && reads(*sp, tp))
+                readers[tp].push_back(Reader{sp.get(), &p, &tp});
     }
     Changes changes;
     for (auto& [tp, list] : readers) {
@@ -277,6 +307,9 @@ void Consumer::apply(Changes& changes) {
                 partitions_.erase({add->elems[i].topic, add->elems[i].partition});
             changed_ = true;
         } else {
+            // librdkafka keeps a partition's pause across its unassignment: one paused when it
+            // was released (no reader) would never be fetched again.
+            rd_kafka_resume_partitions(rk_, add);
             logs_.push_back(LogLine{6, "assigned " + std::to_string(add->cnt) + " partition(s)"});
         }
     }

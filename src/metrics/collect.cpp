@@ -168,6 +168,14 @@ void build_subscriptions(const Counters& s, Exposition& e) {
             e.add(f, sub_label(s.subscriptions[i].name),
                   static_cast<double>(s.subscriptions[i].*c.field));
     }
+    Family& uncommitted =
+        e.family("eventbox_ingest_group_uncommitted",
+                 "Membership 'group': offsets stored here and not yet acknowledged by the Kafka "
+                 "group (what another server could handle again if this one stopped now).",
+                 T::kGauge);
+    for (int i = 0; i < s.n_subscriptions; ++i)
+        e.add(uncommitted, sub_label(s.subscriptions[i].name),
+              static_cast<double>(static_cast<int64>(s.subscriptions[i].group_uncommitted)));
     Family& duration = e.family("eventbox_handler_duration_seconds",
                                 "Time spent in a message's handlers (per attempt).", T::kHistogram);
     for (int i = 0; i < s.n_subscriptions; ++i)

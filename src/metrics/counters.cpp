@@ -33,6 +33,9 @@ struct SubscriptionEntry {
     char name[NAMEDATALEN];
     pg_atomic_uint64 records, stored, duplicates, transport_ids, unparsable, conflicts, skipped;
     pg_atomic_uint64 redelivered;  // RabbitMQ deliveries flagged redelivered
+    // Membership 'group': offsets stored and not yet acknowledged by the group (a gauge, the
+    // sum of the ingest workers' deltas).
+    pg_atomic_uint64 group_uncommitted;
     pg_atomic_uint64 processed, retried, dead, ignored;
     AtomicHistogram duration;
     AtomicHistogram e2e;  // inbox received_at -> ack of a message its handlers sent
@@ -155,10 +158,11 @@ bool read_name(SubscriptionEntry& e, char* name, uint32* version) {
 void rename_entry(SubscriptionEntry& e, const char* name) {
     pg_atomic_fetch_add_u32(&e.version, 1);  // odd: readers without the mutex look again
     if (name[0] != '\0') {
-        pg_atomic_uint64* counters[] = {
-            &e.records,         &e.stored,    &e.duplicates,  &e.transport_ids, &e.unparsable,
-            &e.conflicts,       &e.processed, &e.retried,     &e.dead,          &e.ignored,
-            &e.duration.sum_us, &e.skipped,   &e.redelivered, &e.e2e.sum_us};
+        pg_atomic_uint64* counters[] = {&e.records,       &e.stored,          &e.duplicates,
+                                        &e.transport_ids, &e.unparsable,      &e.conflicts,
+                                        &e.processed,     &e.retried,         &e.dead,
+                                        &e.ignored,       &e.duration.sum_us, &e.skipped,
+                                        &e.redelivered,   &e.e2e.sum_us,      &e.group_uncommitted};
         for (pg_atomic_uint64* c : counters) pg_atomic_write_u64(c, 0);
         for (pg_atomic_uint64& c : e.duration.counts) pg_atomic_write_u64(&c, 0);
         for (pg_atomic_uint64& c : e.e2e.counts) pg_atomic_write_u64(&c, 0);
@@ -285,6 +289,12 @@ void ingest_redelivered(const char* subscription, uint64 n) {
     Shared* shared = this_block();
     if (shared == nullptr || n == 0) return;
     add(&entry_of(subscription)->redelivered, n);
+}
+
+void group_uncommitted(const char* subscription, int64 delta) {
+    Shared* shared = this_block();
+    if (shared == nullptr || delta == 0) return;
+    pg_atomic_fetch_add_u64(&entry_of(subscription)->group_uncommitted, delta);
 }
 
 void ingest_conflicts(const char* subscription, uint64 n) {
@@ -473,6 +483,7 @@ void snapshot(Counters* out) {
         c.unparsable = read(e.unparsable);
         c.conflicts = read(e.conflicts);
         c.redelivered = read(e.redelivered);
+        c.group_uncommitted = read(e.group_uncommitted);
         c.skipped = read(e.skipped);
         c.processed = read(e.processed);
         c.retried = read(e.retried);

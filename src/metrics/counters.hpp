@@ -52,6 +52,9 @@ void ingested(const char* subscription, uint64 records, uint64 duplicates, uint6
               uint64 unparsable, uint64 skipped);
 // Ingest: duplicates of `subscription` whose payload differs from the stored row's.
 void ingest_conflicts(const char* subscription, uint64 n);
+// Ingest: membership 'group': `delta` added to the offsets `subscription` stored and its group
+// did not acknowledge yet (eventbox_ingest_group_uncommitted).
+void group_uncommitted(const char* subscription, int64 delta);
 // Ingest: RabbitMQ deliveries of `subscription` flagged redelivered (committed in a batch).
 void ingest_redelivered(const char* subscription, uint64 n);
 // Handlers: a process-local tally of the current pass, added to `subscription` by
@@ -88,6 +91,7 @@ struct SubscriptionCounters {
     bool overflow;
     uint64 records, stored, duplicates, transport_ids, unparsable, conflicts, skipped;
     uint64 redelivered;
+    uint64 group_uncommitted;
     uint64 processed, retried, dead, ignored;
     uint64 duration_counts[kBounds + 1];
     uint64 duration_sum_us;

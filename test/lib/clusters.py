@@ -119,10 +119,10 @@ class Elapsed:
 class Cluster:
     """One PostgreSQL cluster in its own directory: DIR/data, DIR/postgres.log, socket in DIR."""
 
-    def __init__(self, name):
+    def __init__(self, name, port=None):
         self.dir = tempfile.mkdtemp(prefix="eb-%s." % name, dir="/tmp")
         self.name = name
-        self.port = _take_port()
+        self.port = port or _take_port()
         self.db = None
         self.started = False
         self._log_mark = 0
@@ -173,8 +173,8 @@ class Cluster:
         as_postgres([os.path.join(PGBIN, "pg_ctl"), "-D", self.datadir, "-l", self.log, "-w",
                      "-t", "60", "start"], cwd=self.dir)
 
-    def pg_ctl_stop(self):
-        as_postgres([os.path.join(PGBIN, "pg_ctl"), "-D", self.datadir, "-m", "fast", "-w",
+    def pg_ctl_stop(self, mode="fast"):
+        as_postgres([os.path.join(PGBIN, "pg_ctl"), "-D", self.datadir, "-m", mode, "-w",
                      "-t", "60", "stop"], cwd=self.dir)
 
     def stop(self):

@@ -1,0 +1,129 @@
+// Membership 'group' (kafka/group_member.hpp) against librdkafka's mock cluster: the member's
+// group.instance.id, the partitions a group gives a subscription, the offsets committed to the
+// group after each stored batch, and where a partition starts when it comes to another server
+// (the later of that server's stored offset and the group's).
+#include "kafka/group_member.hpp"
+
+#include <gtest/gtest.h>
+#include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "kafka/consumer.hpp"
+
+namespace {
+
+using eventbox::kafka::Consumer;
+using eventbox::kafka::ConsumerConfig;
+using eventbox::kafka::group_instance_id;
+using eventbox::kafka::SubscriptionConfig;
+
+constexpr int kPartitions = 4;
+
+// A mock cluster of one broker with one topic "orders" of kPartitions partitions, and a producer.
+class MockCluster {
+  public:
+    MockCluster() {
+        rd_kafka_conf_t* conf = rd_kafka_conf_new();
+        char errstr[256];
+        rd_kafka_conf_set(conf, "log_level", "0", errstr, sizeof errstr);
+        rk_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof errstr);
+        mock_ = rd_kafka_mock_cluster_new(rk_, 1);
+        rd_kafka_mock_topic_create(mock_, "orders", kPartitions, 1);
+        rd_kafka_conf_t* pconf = rd_kafka_conf_new();
+        rd_kafka_conf_set(pconf, "bootstrap.servers", bootstraps().c_str(), errstr, sizeof errstr);
+        rd_kafka_conf_set(pconf, "log_level", "0", errstr, sizeof errstr);
+        producer_ = rd_kafka_new(RD_KAFKA_PRODUCER, pconf, errstr, sizeof errstr);
+    }
+    ~MockCluster() {
+        rd_kafka_destroy(producer_);
+        rd_kafka_mock_cluster_destroy(mock_);
+        rd_kafka_destroy(rk_);
+    }
+    std::string bootstraps() const { return rd_kafka_mock_cluster_bootstraps(mock_); }
+    // n records into partition 0.
+    void produce(int n) {
+        for (int i = 0; i < n; ++i)
+            rd_kafka_producev(producer_, RD_KAFKA_V_TOPIC("orders"), RD_KAFKA_V_PARTITION(0),
+                              RD_KAFKA_V_VALUE(const_cast<char*>("{}"), 2), RD_KAFKA_V_END);
+        rd_kafka_flush(producer_, 10000);
+    }
+
+  private:
+    rd_kafka_t* rk_;
+    rd_kafka_t* producer_;
+    rd_kafka_mock_cluster_t* mock_;
+};
+
+// Polls `consumer` until `done` (a functional wait, not a timing assertion: 60 s at most).
+bool poll_until(Consumer& consumer, const std::function<bool()>& done) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!done() && std::chrono::steady_clock::now() < deadline) {
+        consumer.poll(100);
+        if (done()) return true;
+        consumer.release();
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return done();
+}
+
+std::unique_ptr<Consumer> group_consumer(const MockCluster& cluster, const std::string& server,
+                                         int* id) {
+    ConsumerConfig config;
+    config.brokers = cluster.bootstraps();
+    config.group_id = "eventbox-unit";
+    config.instance_base = server;
+    auto consumer = std::make_unique<Consumer>(config);
+    SubscriptionConfig sub;
+    sub.name = "orders";
+    sub.group_id = "unit-group";
+    sub.topics = {"orders"};
+    sub.group = true;
+    *id = consumer->add_subscription(sub);
+    return consumer;
+}
+
+TEST(GroupInstanceId, NamesServerAndSubscriptionInKafkasAlphabet) {
+    EXPECT_EQ(group_instance_id("7301.16384.0", "orders"), "pg_eventbox.7301.16384.0.orders");
+    // Bytes outside [A-Za-z0-9._-] (each byte of a multibyte character too) become "_".
+    EXPECT_EQ(group_instance_id("1.2.0", "ordres été/v2"), "pg_eventbox.1.2.0.ordres___t___v2");
+    EXPECT_EQ(group_instance_id("1.2.0", std::string(400, 'x')).size(), 249u);
+}
+
+TEST(GroupMember, APartitionMovesOnAtTheLaterOfStoredAndCommittedOffsets) {
+    MockCluster cluster;
+    cluster.produce(10);
+    int first_id = 0;
+    {
+        // Server A holds every partition, stores records 0..9 of partition 0 and commits them
+        // to the group.
+        auto a = group_consumer(cluster, "A", &first_id);
+        a->resume(first_id);
+        ASSERT_TRUE(poll_until(*a, [&] { return a->group_partitions(first_id) == kPartitions; }));
+        ASSERT_TRUE(poll_until(*a, [&] { return a->batch(first_id).size() == 10u; }));
+        const auto& ends = a->partition_ends(first_id, 0, 10);
+        ASSERT_EQ(ends.size(), 1u);
+        EXPECT_EQ(ends[0].next_offset, 10);
+        a->committed(first_id);
+        a->release();
+        EXPECT_EQ(a->group_uncommitted(first_id), 10);
+        ASSERT_TRUE(poll_until(*a, [&] { return a->group_uncommitted(first_id) == 0; }));
+    }  // A stops: a static member does not leave; the group waits out its session.
+    cluster.produce(5);
+    // Server B once stored offset 3 in partition 0 (it held it before A): it starts at 10, the
+    // group's offset, not at 3.
+    int id = 0;
+    auto b = group_consumer(cluster, "B", &id);
+    b->set_stored_offset(id, "orders", 0, 3);
+    b->resume(id);
+    ASSERT_TRUE(poll_until(*b, [&] { return b->batch(id).size() >= 5u; }));
+    EXPECT_EQ(b->batch(id).front()->offset, 10);
+    EXPECT_EQ(b->batch(id).size(), 5u);
+    EXPECT_EQ(b->group_partitions(id), kPartitions);
+}
+
+}  // namespace
