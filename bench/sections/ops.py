@@ -82,6 +82,7 @@ class Scraper(threading.Thread):
         self.stop_flag = threading.Event()
         self.scrapes = self.errors = self.bytes = 0
         self.slowest = 0.0
+        self.counts = []  # eventbox_metrics_pending_counts_total as each scrape saw it
 
     def run(self):
         while True:
@@ -92,6 +93,9 @@ class Scraper(threading.Thread):
                     if r.status != 200 or b"eventbox_relay_published_total" not in body:
                         self.errors += 1
                     self.bytes += len(body)
+                    m = re.search(rb"^eventbox_metrics_pending_counts_total (\S+)$", body, re.M)
+                    if m:
+                        self.counts.append(float(m.group(1)))
                     self.scrapes += 1
             except OSError:
                 self.errors += 1
@@ -113,7 +117,8 @@ def scraped(address, scrape, fn):
             s.stop_flag.set()
             s.join()
     stats = {"scrapes": s.scrapes, "errors": s.errors, "bytes": s.bytes,
-             "slowest_s": s.slowest} if s else None
+             "slowest_s": s.slowest,
+             "counts": s.counts[-1] - s.counts[0] if len(s.counts) > 1 else 0} if s else None
     return out, stats
 
 
@@ -576,6 +581,8 @@ def metrics_notes(o, m):
                        " ".join("%.0f" % (1000 * x["cpu"].get("supervisor_s", 0))
                                 for x in m[what][True])))
     sc = m["scrapers"]
+    out.append("ops: exact counts of the pending rows the endpoint ran between the first and the "
+               "last scrape of each scraped run: %s" % " ".join("%d" % s["counts"] for s in sc))
     out.append("ops scrapes: %d answered, %d failed, ~%.0f bytes each, slowest %.0f ms"
                % (sum(s["scrapes"] for s in sc), sum(s["errors"] for s in sc),
                   sum(s["bytes"] for s in sc) / max(1, sum(s["scrapes"] for s in sc)),
