@@ -136,12 +136,6 @@ void count_gauges(const Counters& c) {
     call_cpp([&] {
         pending_estimate->start_count(started);
         pending_estimate->set_outbox(gauges.outbox_pending, outbox_balance(c));
-        // Every counter entry gets a base: a subscription created after the count under the
-        // name of one dropped before starts from that entry's balance then, not from zero.
-        for (int i = 0; i < c.n_subscriptions; ++i)
-            if (!c.subscriptions[i].overflow)
-                pending_estimate->set_inbox(c.subscriptions[i].name, 0,
-                                            inbox_pending_balance(c.subscriptions[i]));
         for (int i = 0; i < gauges.n_inbox; ++i)
             pending_estimate->set_inbox(gauges.inbox[i].subscription, gauges.inbox[i].pending,
                                         inbox_balance(c, gauges.inbox[i].subscription));
@@ -166,19 +160,16 @@ void refresh_pending(void*) {
     MemoryContextReset(gauge_context);
     query_gauges(&gauges, gauge_context, GaugeCost::kHeads, true);
     gauges.outbox_pending = pending_estimate->outbox(outbox_balance(c));
-    // A subscription created since the last count, whose counter entry did not exist then: it
-    // had no rows, so it has what the workers stored for it since (rows inserted by SQL show at
-    // the next count, like every change no worker makes). Counting all of them again here cost
-    // the whole backlog's count whenever a subscription was created (measured: 40-400 ms of the
-    // supervisor's CPU per new subscription with 300k rows waiting).
-    call_cpp([&] {
+    bool missing = call_cpp([&] {
         for (int i = 0; i < gauges.n_inbox; ++i) {
             InboxGauge& g = gauges.inbox[i];
-            int64 balance = inbox_balance(c, g.subscription);
-            if (!pending_estimate->inbox(g.subscription, balance, &g.pending))
-                g.pending = Max(balance, 0);
+            if (!pending_estimate->inbox(g.subscription, inbox_balance(c, g.subscription),
+                                         &g.pending))
+                return true;
         }
+        return false;
     });
+    if (missing) count_gauges(c);  // a subscription created since the last count
 }
 
 void refresh_gauges(void* arg) {

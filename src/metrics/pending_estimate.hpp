@@ -20,9 +20,8 @@ namespace eventbox::metrics {
 
 class PendingEstimate {
   public:
-    // Counts take at most 1/200 of the time (0.5% of a core): at 1/50, the counts of a backlog
-    // the ingest filled at full rate took most of the 1-3% of a core that scraping cost
-    // (bench/NOTEBOOK.md, 2026-11-27).
+    // Counts take at most 1/200 of the time (0.5% of a core; 1/50 was 2%, of the CPU the
+    // workers need most while a backlog is large: bench/NOTEBOOK.md, 2026-11-27).
     static constexpr int64_t kCountShare = 200;
     static constexpr int64_t kMinIntervalMs = 1000;
     static constexpr double kDefaultRowUs = 1.0;  // ~0.3 us per fresh row measured, x3 margin
@@ -42,8 +41,8 @@ class PendingEstimate {
     void set_inbox(const std::string& subscription, int64_t pending, int64_t balance);
     void end_count(int64_t took_ms);
 
-    // The estimates from the balances now; false when the subscription was not counted (one
-    // created since: the endpoint takes its balance).
+    // The estimates from the balances now; false when the subscription was not counted (a new
+    // one: count again).
     int64_t outbox(int64_t balance) const noexcept;
     bool inbox(const std::string& subscription, int64_t balance, int64_t* pending) const;
 
