@@ -73,24 +73,10 @@ constexpr const char* kLagQuery =
     "FROM eventbox.offsets WHERE high_watermark IS NOT NULL "
     "ORDER BY subscription, topic, \"partition\"";
 
-// The endpoint's statements, prepared once per supervisor and kept: planning them took about
-// as long as running them (the heads query plans a probe per partition), at every refresh.
-// PostgreSQL replans a kept plan when the tables it reads change (a DROP/CREATE EXTENSION too).
-worker::KeptStatement kept[] = {{kOutboxQuery, 0, {}, nullptr},
-                                {kOutboxHeadQuery, 0, {}, nullptr},
-                                {kInboxQuery, 0, {}, nullptr},
-                                {kInboxHeadsQuery, 0, {}, nullptr},
-                                {kLagQuery, 0, {}, nullptr}};
-
-void run(const char* sql, bool keep) {
-    const char* who = "eventbox metrics";
-    if (keep) {
-        for (worker::KeptStatement& k : kept)
-            if (k.sql == sql) return worker::exec_kept(who, k, nullptr, true, SPI_OK_SELECT);
-    }
+void run(const char* sql) {
     SPIPlanPtr plan = SPI_prepare(sql, 0, nullptr);
     if (plan == nullptr) elog(ERROR, "eventbox metrics: could not prepare \"%s\"", sql);
-    worker::exec_kept(who, plan, nullptr, true, SPI_OK_SELECT);
+    worker::exec_kept("eventbox metrics", plan, nullptr, true, SPI_OK_SELECT);
 }
 
 Datum column(int row, int col, bool* isnull) {
@@ -292,21 +278,21 @@ void collect_here(Counters* s, Gauges* g) {
     snapshot(s);
     memset(g, 0, sizeof *g);
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "eventbox metrics: SPI_connect failed");
-    query_gauges(g, caller, GaugeCost::kCounted, false);
+    query_gauges(g, caller, GaugeCost::kCounted);
     SPI_finish();
 }
 
 }  // namespace
 
-void query_gauges(Gauges* out, MemoryContext context, GaugeCost cost, bool keep_plans) {
+void query_gauges(Gauges* out, MemoryContext context, GaugeCost cost) {
     memset(out, 0, sizeof *out);
     bool counted = cost == GaugeCost::kCounted;
     bool isnull;
-    run(counted ? kOutboxQuery : kOutboxHeadQuery, keep_plans);
+    run(counted ? kOutboxQuery : kOutboxHeadQuery);
     out->outbox_pending = DatumGetInt64(column(0, 1, &isnull));
     out->outbox_oldest_age_s = DatumGetFloat8(column(0, 2, &isnull));
 
-    run(counted ? kInboxQuery : kInboxHeadsQuery, keep_plans);
+    run(counted ? kInboxQuery : kInboxHeadsQuery);
     int n = static_cast<int>(SPI_processed);
     out->inbox =
         static_cast<InboxGauge*>(MemoryContextAllocZero(context, sizeof(InboxGauge) * Max(n, 1)));
@@ -321,7 +307,7 @@ void query_gauges(Gauges* out, MemoryContext context, GaugeCost cost, bool keep_
     }
     out->n_inbox = n;
 
-    run(kLagQuery, keep_plans);
+    run(kLagQuery);
     n = static_cast<int>(SPI_processed);
     out->lag =
         static_cast<LagGauge*>(MemoryContextAllocZero(context, sizeof(LagGauge) * Max(n, 1)));

@@ -48,9 +48,8 @@ struct Gauges {
 enum class GaugeCost { kCounted, kHeads };
 
 // Runs the gauge queries (SPI connected, a snapshot active) into `out`, allocated in `context`;
-// the lag gauges are bounded by the partitions. keep_plans: prepare each statement once per
-// process and keep it (the supervisor's endpoint); else prepared for this call only (sessions).
-void query_gauges(Gauges* out, MemoryContext context, GaugeCost cost, bool keep_plans);
+// the lag gauges are bounded by the partitions.
+void query_gauges(Gauges* out, MemoryContext context, GaugeCost cost);
 
 // The text exposition of `counters` and (when valid) `gauges`, palloc'd; *len gets its length.
 // `database`, when not null, labels every series database="..." (eventbox.database lists

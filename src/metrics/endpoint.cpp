@@ -131,7 +131,7 @@ int64 inbox_balance(const Counters& c, const char* subscription) {
 void count_gauges(const Counters& c) {
     int64 started = worker::now_ms();
     MemoryContextReset(gauge_context);
-    query_gauges(&gauges, gauge_context, GaugeCost::kCounted, true);
+    query_gauges(&gauges, gauge_context, GaugeCost::kCounted);
     int64 took = worker::now_ms() - started;
     call_cpp([&] {
         pending_estimate->start_count(started);
@@ -158,7 +158,7 @@ void refresh_pending(void*) {
         return;
     }
     MemoryContextReset(gauge_context);
-    query_gauges(&gauges, gauge_context, GaugeCost::kHeads, true);
+    query_gauges(&gauges, gauge_context, GaugeCost::kHeads);
     gauges.outbox_pending = pending_estimate->outbox(outbox_balance(c));
     bool missing = call_cpp([&] {
         for (int i = 0; i < gauges.n_inbox; ++i) {
