@@ -130,6 +130,9 @@ KNOBS = [
     Knob("BENCH_OPS_MESSAGES", "300000", "positive",
          "ops: messages per run with and without /metrics scraped"),
     Knob("BENCH_OPS_REPEAT", "6", "positive", "ops: runs per side of the scraped figures"),
+    Knob("BENCH_OPS_PART", "all", ("all", "metrics", "metrics_ingest", "purge", "cycles"),
+         "ops: run one part only (metrics: the scraped figures; metrics_ingest: their ingest "
+         "half, the relay runs skipped)"),
     Knob("BENCH_OPS_PURGE_ROWS", "1000000", "positive",
          "ops: aged processed rows purged during a run"),
     Knob("BENCH_OPS_PURGE_MESSAGES", "600000", "positive",

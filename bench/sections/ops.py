@@ -63,6 +63,12 @@ def deleted_mark(cur):
     return stat(cur, "n_tup_del")
 
 
+def supervisor_pids(cur):
+    """The supervisor's pid, as a list (empty while none runs): it serves /metrics."""
+    return [r for r in [q1(cur, "SELECT pid FROM pg_stat_activity "
+                                "WHERE backend_type = 'eventbox supervisor'")] if r]
+
+
 def partitions_for(n):
     return max(8, -(-n // PER_PARTITION))
 
@@ -76,6 +82,7 @@ class Scraper(threading.Thread):
         self.stop_flag = threading.Event()
         self.scrapes = self.errors = self.bytes = 0
         self.slowest = 0.0
+        self.counts = []  # eventbox_metrics_pending_counts_total as each scrape saw it
 
     def run(self):
         while True:
@@ -86,6 +93,9 @@ class Scraper(threading.Thread):
                     if r.status != 200 or b"eventbox_relay_published_total" not in body:
                         self.errors += 1
                     self.bytes += len(body)
+                    m = re.search(rb"^eventbox_metrics_pending_counts_total (\S+)$", body, re.M)
+                    if m:
+                        self.counts.append(float(m.group(1)))
                     self.scrapes += 1
             except OSError:
                 self.errors += 1
@@ -107,7 +117,8 @@ def scraped(address, scrape, fn):
             s.stop_flag.set()
             s.join()
     stats = {"scrapes": s.scrapes, "errors": s.errors, "bytes": s.bytes,
-             "slowest_s": s.slowest} if s else None
+             "slowest_s": s.slowest,
+             "counts": s.counts[-1] - s.counts[0] if len(s.counts) > 1 else 0} if s else None
     return out, stats
 
 
@@ -165,12 +176,15 @@ def ingest_run(env, cur, topic, sub, n, pg_groups):
 
 def section_metrics(env, cur, args, pg_groups, out):
     n, address = args.ops_messages, out["address"]
+    pg_groups = dict(pg_groups, supervisor=lambda: supervisor_pids(cur))
     parts = partitions_for(n)
     out["metrics"] = m = {"n": n, "partitions": parts, "relay": {False: [], True: []},
                           "ingest": {False: [], True: []}, "scrapers": []}
-    log("ops: warm-up: relay, %d messages (not counted)" % (n // 10))
-    relay_run(env, cur, "ops_relay_warmup_" + RUN, n // 10, parts, pg_groups)
-    for k in range(args.ops_repeat):
+    relay = args.ops_part != "metrics_ingest"
+    if relay:
+        log("ops: warm-up: relay, %d messages (not counted)" % (n // 10))
+        relay_run(env, cur, "ops_relay_warmup_" + RUN, n // 10, parts, pg_groups)
+    for k in range(args.ops_repeat if relay else 0):
         # Alternate which side goes first, so that a drift of the box favours neither.
         for scrape in ((False, True) if k % 2 == 0 else (True, False)):
             topic = "ops_relay_%d_%s_%s" % (k, "scraped" if scrape else "plain", RUN)
@@ -328,11 +342,7 @@ def section_purge(env, cur, args, pg_groups, out):
     topic = "ops_purge_" + RUN
     out["purge"] = p = {"n": n, "rows": rows, "partitions": parts, "runs": []}
 
-    def supervisor():
-        return [r for r in [q1(cur, "SELECT pid FROM pg_stat_activity "
-                                    "WHERE backend_type = 'eventbox supervisor'")] if r]
-
-    groups = dict(pg_groups, supervisor=supervisor)
+    groups = dict(pg_groups, supervisor=lambda: supervisor_pids(cur))
     set_conf(cur, "eventbox.inbox_retention", "0")
     log("ops: producing %d messages to %s (%d partitions)" % (n, topic, parts))
     msgs = Messages(n, 200, seed=0x9e)
@@ -456,15 +466,13 @@ def run(ctx):
     cur.execute("TRUNCATE eventbox.inbox")
     out = res["ops"] = {"address": address,
                         "handler_workers": int(q1(cur, "SHOW eventbox.handler_workers"))}
-    t0 = time.monotonic()
-    section_metrics(env, cur, args, pg_groups, out)
-    out["metrics_s"] = time.monotonic() - t0
-    t0 = time.monotonic()
-    section_purge(env, cur, args, pg_groups, out)
-    out["purge_s"] = time.monotonic() - t0
-    t0 = time.monotonic()
-    section_cycles(env, cur, args, pg_groups, out)
-    out["cycles_s"] = time.monotonic() - t0
+    part = args.ops_part
+    for name, fn in (("metrics", section_metrics), ("purge", section_purge),
+                     ("cycles", section_cycles)):
+        if part == "all" or part.split("_")[0] == name:
+            t0 = time.monotonic()
+            fn(env, cur, args, pg_groups, out)
+            out[name + "_s"] = time.monotonic() - t0
 
 
 def postgres_us(runs):
@@ -478,8 +486,8 @@ def table_rows(res):
     if not o:
         return []
     rows = []
-    m = o["metrics"]
-    for what in ("relay", "ingest"):
+    m = o.get("metrics", {"relay": {False: []}, "ingest": {False: []}})
+    for what in [w for w in ("relay", "ingest") if m[w][False]]:
         b = max(x["rate"] for x in m[what][False])
         w = max(x["rate"] for x in m[what][True])
         rows.append(ROW % ("%s, /metrics every 1 s (msg/s)" % what, "%.0f" % w,
@@ -488,7 +496,15 @@ def table_rows(res):
         cb, cw = postgres_us(m[what][False]), postgres_us(m[what][True])
         rows.append(ROW % ("  postgres CPU/msg, all runs (us)", "%.2f" % cw,
                            "not scraped %.2f" % cb, "%.3f" % (cw / cb), "info (less load-bound)"))
-    p = o["purge"]
+    if "purge" in o:
+        rows.extend(purge_rows(o["purge"]))
+    if "cycles" in o:
+        rows.extend(cycles_rows(o["cycles"]))
+    return rows
+
+
+def purge_rows(p):
+    rows = []
     base = max(x["rate"] for x in p["runs"] if not x["purge"])
     purging = max(x["rate"] for x in p["runs"] if x["purge"])
     r = purging / base
@@ -506,7 +522,11 @@ def table_rows(res):
     rows.append(ROW % ("  aged rows purged during the runs", "/".join(
         "%d" % x["purged_in_run"] for x in p["runs"] if x["purge"]), "of %d" % p["rows"], "-",
         "info"))
-    c = o["cycles"]
+    return rows
+
+
+def cycles_rows(c):
+    rows = []
     first, last = c["runs"][0], c["runs"][-1]
     r = last["after"]["total"] / first["after"]["total"]
     rows.append(ROW % ("inbox heap+idx after cycle %d (MiB)" % len(c["runs"]),
@@ -525,23 +545,44 @@ def notes(res, args):
     o = res.get("ops")
     if not o:
         return []
-    m, p, c = o["metrics"], o["purge"], o["cycles"]
-    out = ["ops: %.0f s in all (metrics %.0f s, purge %.0f s, cycles %.0f s); payloads ~%.0f B "
-           "JSON, %d keys; eventbox.handler_workers = %d"
-           % (o["metrics_s"] + o["purge_s"] + o["cycles_s"], o["metrics_s"], o["purge_s"],
-              o["cycles_s"], m["avg_payload"], DISTINCT_KEYS, o["handler_workers"])]
+    parts = [k for k in ("metrics", "purge", "cycles") if k in o]
+    out = ["ops: %.0f s in all (%s); payloads ~%.0f B JSON, %d keys; "
+           "eventbox.handler_workers = %d"
+           % (sum(o[k + "_s"] for k in parts),
+              ", ".join("%s %.0f s" % (k, o[k + "_s"]) for k in parts),
+              o.get("metrics", {}).get("avg_payload", 200), DISTINCT_KEYS,
+              o["handler_workers"])]
+    if "metrics" in o:
+        out.extend(metrics_notes(o, o["metrics"]))
+    if "purge" in o:
+        out.extend(purge_notes(o["purge"]))
+    if "cycles" in o:
+        out.extend(cycles_notes(o["cycles"]))
+    return out
+
+
+def metrics_notes(o, m):
+    out = []
     out.append("ops metrics: %d messages per run, topics of %d partitions, %d runs per side "
                "(interleaved, alternating which goes first), best kept. relay: one transaction "
                "sends the rows (relay running), clock from its COMMIT to the relay's counter "
                "grown by N, then the topic's watermarks checked; ingest: produced beforehand, "
                "subscription enabled on an emptied inbox, clock to its offsets adding up to N. "
                "Scraper: GET http://%s/metrics every 1 s from a thread of the bench"
-               % (m["n"], m["partitions"], len(m["relay"][False]), o["address"]))
-    for what in ("relay", "ingest"):
+               % (m["n"], m["partitions"], len(m["ingest"][False]), o["address"]))
+    for what in [w for w in ("relay", "ingest") if m[w][False]]:
         out.append("ops %s runs (msg/s): not scraped %s; scraped %s" % (
             what, " ".join("%.0f" % x["rate"] for x in m[what][False]),
             " ".join("%.0f" % x["rate"] for x in m[what][True])))
+    for what in [w for w in ("relay", "ingest") if m[w][False]]:
+        out.append("ops %s: supervisor CPU (serves /metrics) per run, ms: not scraped %s; "
+                   "scraped %s" % (what, " ".join(
+                       "%.0f" % (1000 * x["cpu"].get("supervisor_s", 0)) for x in m[what][False]),
+                       " ".join("%.0f" % (1000 * x["cpu"].get("supervisor_s", 0))
+                                for x in m[what][True])))
     sc = m["scrapers"]
+    out.append("ops: exact counts of the pending rows the endpoint ran between the first and the "
+               "last scrape of each scraped run: %s" % " ".join("%d" % s["counts"] for s in sc))
     out.append("ops scrapes: %d answered, %d failed, ~%.0f bytes each, slowest %.0f ms"
                % (sum(s["scrapes"] for s in sc), sum(s["errors"] for s in sc),
                   sum(s["bytes"] for s in sc) / max(1, sum(s["scrapes"] for s in sc)),
@@ -550,6 +591,11 @@ def notes(res, args):
             for w in ("relay", "ingest") for s in (False, True) for x in m[w][s]]
     out.append("ops: the whole box was %.0f-%.0f%% busy during these runs (other users' "
                "processes included)" % (min(busy), max(busy)))
+    return out
+
+
+def purge_notes(p):
+    out = []
     out.append("ops purge: %d messages produced beforehand (%d partitions), trivial INSERT "
                "handler (bench_on_msg, run_as bench_handler); clock from enabling the "
                "subscription to the handler workers' counter grown by N (ingest and handlers "
@@ -585,6 +631,11 @@ def notes(res, args):
             line += " (%d more until the purge ended)" % (len(x["lock_waits_after"]) -
                                                           len(x["lock_waits"]))
         out.append(line)
+    return out
+
+
+def cycles_notes(c):
+    out = []
     out.append("ops cycles: %d cycles of %d messages (one topic of %d partitions, a new "
                "subscription with the handler per cycle, dropped once empty), inbox TRUNCATEd "
                "first; aged by setting eventbox.inbox_retention = 1s once processed, back to 1d "

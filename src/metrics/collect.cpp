@@ -247,7 +247,7 @@ void build_upkeep(const Counters& s, const Gauges* g, Exposition& e) {
         e.add(counts, {}, static_cast<double>(g->counts));
         Family& took = e.family("eventbox_metrics_pending_count_seconds",
                                 "How long the last exact count took (the next one runs at "
-                                "least 50 times that later, and at most a second later).",
+                                "least 200 times that later, and at most a second later).",
                                 T::kGauge);
         e.add(took, {}, g->count_seconds);
     }

@@ -20,7 +20,9 @@ namespace eventbox::metrics {
 
 class PendingEstimate {
   public:
-    static constexpr int64_t kCountShare = 50;  // counts take at most 1/50 of the time
+    // Counts take at most 1/200 of the time (0.5% of a core; 1/50 was 2%, of the CPU the
+    // workers need most while a backlog is large: bench/NOTEBOOK.md, 2026-11-27).
+    static constexpr int64_t kCountShare = 200;
     static constexpr int64_t kMinIntervalMs = 1000;
     static constexpr double kDefaultRowUs = 1.0;  // ~0.3 us per fresh row measured, x3 margin
     static constexpr int64_t kLearnRows = 10000;

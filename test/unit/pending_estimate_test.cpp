@@ -18,37 +18,38 @@ TEST(PendingEstimate, CountsFirstAndEverySecondWhileCheap) {
     EXPECT_TRUE(p.count_due(0, 0));
     p.start_count(0);
     p.set_inbox("orders", 15000, 0);
-    p.end_count(19);  // 19 ms x 50 < 1 s: counting every refresh costs under 2%
+    p.end_count(4);  // 4 ms x 200 < 1 s: counting every refresh costs under 0.5%
     EXPECT_EQ(p.counts(), 1);
-    EXPECT_EQ(p.took_ms(), 19);
+    EXPECT_EQ(p.took_ms(), 4);
     EXPECT_TRUE(p.count_due(1000, 15000));
     EXPECT_TRUE(
         p.count_due(999, 15000));  // refreshes come once a second: never skipped while cheap
 }
 
-TEST(PendingEstimate, ExpensiveCountsAreSpacedByFiftyTimesTheirDuration) {
+TEST(PendingEstimate, ExpensiveCountsAreSpacedBy200TimesTheirDuration) {
     PendingEstimate p;
     p.start_count(10000);
     p.set_inbox("orders", 400000, 0);
-    p.end_count(200);  // 200 ms: next count 10 s after this one started
+    p.end_count(200);  // 200 ms: next count 40 s after this one started
     EXPECT_FALSE(p.count_due(11000, 400000));
-    EXPECT_FALSE(p.count_due(19999, 400000));
-    EXPECT_TRUE(p.count_due(20000, 400000));
-    // Twice the rows now: a count would take ~400 ms, so 20 s.
-    EXPECT_FALSE(p.count_due(20000, 800000));
-    EXPECT_TRUE(p.count_due(30000, 800000));
+    EXPECT_FALSE(p.count_due(49999, 400000));
+    EXPECT_TRUE(p.count_due(50000, 400000));
+    // Twice the rows now: a count would take ~400 ms, so 80 s.
+    EXPECT_FALSE(p.count_due(50000, 800000));
+    EXPECT_TRUE(p.count_due(90000, 800000));
 }
 
 TEST(PendingEstimate, AGrowingBacklogIsNotCountedAtEveryRefresh) {
     PendingEstimate p;
     p.start_count(0);
     p.end_count(1);  // an empty inbox, counted in 1 ms: too few rows to learn a cost per row
-    // 75,000 rows stored since: ~75 ms at the default cost per row, so 3.75 s between counts.
+    // 75,000 rows stored since: ~75 ms at the default cost per row, so 15 s between counts.
     EXPECT_FALSE(p.count_due(1000, 75000));
-    EXPECT_FALSE(p.count_due(3000, 75000));
-    EXPECT_TRUE(p.count_due(3750, 75000));
-    // Few rows: every refresh.
-    EXPECT_TRUE(p.count_due(1000, 15000));
+    EXPECT_FALSE(p.count_due(14999, 75000));
+    EXPECT_TRUE(p.count_due(15000, 75000));
+    // Few rows (~5 ms): every refresh.
+    EXPECT_TRUE(p.count_due(1000, 5000));
+    EXPECT_FALSE(p.count_due(1000, 15000));
 }
 
 TEST(PendingEstimate, AddsTheBalanceChangeSinceTheCount) {
