@@ -32,14 +32,7 @@ void IngestState::configure_registry() {
                 if (s->waiting) s->schema_ready = true;
         }
         if (wanted && registry_ == nullptr) {
-            registry::Config config;
-            config.url = url;
-            try {
-                registry::parse_options(options, &config);
-            } catch (const Error& e) {
-                config.invalid = e.what();
-            }
-            registry_ = new registry::Registry(config);
+            registry_ = new registry::Registry(registry::make_config(url, options));
             registry_fingerprint_ = fingerprint;
         }
         for (Subscription* s : *subscriptions_) {

@@ -81,14 +81,9 @@ relay::Sink* PgDispatcher::with_formats(relay::Sink* kafka) {
         formats.push_back(relay::TopicFormat{loaded[i].topic, loaded[i].value_subject,
                                              loaded[i].value_version, loaded[i].key_subject,
                                              loaded[i].key_version});
-    registry::Config config;
-    config.url = guc::schema_registry_url ? guc::schema_registry_url : "";
-    try {
-        registry::parse_options(guc::schema_registry_options ? guc::schema_registry_options : "",
-                                &config);
-    } catch (const Error& e) {
-        config.invalid = e.what();
-    }
+    registry::Config config =
+        registry::make_config(guc::schema_registry_url ? guc::schema_registry_url : "",
+                              guc::schema_registry_options ? guc::schema_registry_options : "");
     formats_ = new relay::FormatSink(*kafka, std::move(config), std::move(formats),
                                      [] { return worker::now_ms(); });
     return formats_;

@@ -395,14 +395,7 @@ outbox::FormatCheck& current_format_check() {
             formats.push_back(relay::TopicFormat{rows.topic[i], rows.value_subject[i],
                                                  rows.value_version[i], rows.key_subject[i],
                                                  rows.key_version[i]});
-        registry::Config config;
-        config.url = url;
-        try {
-            registry::parse_options(options, &config);
-        } catch (const Error& e) {
-            config.invalid = e.what();
-        }
-        format_check->configure(std::move(formats), settings, std::move(config));
+        format_check->configure(std::move(formats), settings, registry::make_config(url, options));
         formats_generation = generation;
         formats_loaded = true;
     }

@@ -58,6 +58,17 @@ void parse_options(std::string_view text, Config* config) {
     }
 }
 
+Config make_config(std::string_view url, std::string_view options) {
+    Config config;
+    config.url = std::string(url);
+    try {
+        parse_options(options, &config);
+    } catch (const Error& e) {
+        config.invalid = e.what();
+    }
+    return config;
+}
+
 std::string url_for_messages(std::string_view url) {
     std::size_t scheme = url.find("://");
     std::size_t start = scheme == std::string_view::npos ? 0 : scheme + 3;

@@ -43,6 +43,9 @@ struct Config {
 // Parses eventbox.schema_registry_options ("key=value,..."; see docs/reference/settings.md) into
 // `config`. Throws eventbox::Error (22023) naming the key, never a value.
 void parse_options(std::string_view text, Config* config);
+// The configuration of eventbox.schema_registry_url and _options: options that do not parse
+// leave `invalid` set to why (every fetch then fails with it) instead of throwing.
+Config make_config(std::string_view url, std::string_view options);
 
 // `url` without its user information (what messages may show).
 std::string url_for_messages(std::string_view url);

@@ -18,11 +18,10 @@ instead of resuming its static membership; the figures printed are the mock's. W
 does with static members is not shown here (see docs/guide/scaling.md)."""
 
 import os
-import socket
 import time
 import uuid
 
-from clusters import Cluster, Kafka, query, query_one, report, wait_until
+from clusters import Cluster, Kafka, port_free, query, query_one, report, wait_until
 
 SUB = "orders"
 GROUP = "eventbox-group-test"
@@ -38,19 +37,10 @@ MOVE_DEADLINE = 60
 CHANGES = 7
 
 
-def free(port):
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def ports():
     """Three ports after $EVENTBOX_PORT when they are free (a run's own range), else any."""
     base = int(os.environ.get("EVENTBOX_PORT", "0") or 0)
-    return [base + k if base and free(base + k) else None for k in (1, 2, 3)]
+    return [base + k if base and port_free(base + k) else None for k in (1, 2, 3)]
 
 
 def subscribe(cluster, topic):

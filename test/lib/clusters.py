@@ -56,7 +56,8 @@ __all__ = [
 _ports_taken = set()
 
 
-def _port_free(port):
+def port_free(port):
+    """Whether nothing listens on loopback `port`."""
     with socket.socket() as s:
         try:
             s.bind(("127.0.0.1", port))
@@ -67,7 +68,7 @@ def _port_free(port):
 
 def _take_port():
     for p in PORTS:
-        if p not in _ports_taken and _port_free(p):
+        if p not in _ports_taken and port_free(p):
             _ports_taken.add(p)
             return p
     pytest.fail("no free port in %d-%d" % (PORTS[0], PORTS[-1]))

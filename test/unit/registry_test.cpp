@@ -370,6 +370,17 @@ TEST(RegistryOptions, KnownKeysAndRefusals) {
     }
 }
 
+TEST(RegistryOptions, ConfigKeepsWhyOptionsAreUnusable) {
+    Config good = make_config("http://127.0.0.1:8081", "request.timeout.ms=500");
+    EXPECT_EQ(good.url, "http://127.0.0.1:8081");
+    EXPECT_EQ(good.timeout_ms, 500);
+    EXPECT_TRUE(good.invalid.empty());
+    Config bad = make_config("http://127.0.0.1:8081", "basic.auth.user.info=secret,bogus=secret2");
+    EXPECT_EQ(bad.url, "http://127.0.0.1:8081");
+    EXPECT_NE(bad.invalid.find("bogus"), std::string::npos);
+    EXPECT_EQ(bad.invalid.find("secret"), std::string::npos);
+}
+
 const char* kProto = R"(syntax = "proto3";
 package shop.v1;
 import "google/protobuf/timestamp.proto";

@@ -9,12 +9,11 @@ import sys
 import time
 
 import confluent_kafka
-import pytest
 
 from inbox_support import bootstrap, end_offsets, produce, report, unique_name
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "lib"))
-from schema_registry import SchemaRegistry, avro_encode, wire  # noqa: E402
+from schema_registry import avro_encode, wire  # noqa: E402
 
 # Values jsonb stores as the same JSON with other bytes.
 SPELLINGS = [
@@ -195,16 +194,6 @@ def test_dead_letters_carry_the_producers_headers_exactly(ib_db, ib_topic, ib_pr
 
 ORDER = json.dumps({"type": "record", "name": "Order", "namespace": "com.example",
                     "fields": [{"name": "id", "type": "string"}, {"name": "qty", "type": "int"}]})
-
-
-@pytest.fixture
-def registry(ib_db):
-    r = SchemaRegistry().start()
-    since = ib_db.set_setting("eventbox.schema_registry_url", r.url, r.url)
-    ib_db.wait_worker_reloaded(since)
-    yield r
-    r.stop()
-    ib_db.set_setting("eventbox.schema_registry_url", None, "")
 
 
 def test_registry_dead_letters_carry_value_key_and_headers_exactly(

@@ -16,7 +16,7 @@ from inbox_support import (Db, end_offsets, footprint, json_value, poll, produce
                            unique_name)
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "lib"))
-from schema_registry import SchemaRegistry, avro_encode, wire  # noqa: E402
+from schema_registry import avro_encode, wire  # noqa: E402
 
 ORDER = json.dumps({
     "type": "record", "name": "Order", "namespace": "com.example.shop",
@@ -59,16 +59,6 @@ def expected(i):
             "placed": "2024-05-01T12:00:00.250Z", "day": "2024-05-01",
             "status": "PAID" if i % 2 else "NEW", "note": None if i % 3 else "n%d" % i,
             "lines": [{"sku": "s%d" % i, "qty": i}], "attrs": {"w": 1.5}, "blob": "AP8="}
-
-
-@pytest.fixture
-def registry(ib_db):
-    r = SchemaRegistry().start()
-    since = ib_db.set_setting("eventbox.schema_registry_url", r.url, r.url)
-    ib_db.wait_worker_reloaded(since)
-    yield r
-    r.stop()
-    ib_db.set_setting("eventbox.schema_registry_url", None, "")
 
 
 def registry_subscription(ib_db, ib_subscriptions, label, topics, key_format="json",
