@@ -43,6 +43,18 @@ rd_kafka_conf_t* ClientEvents::new_conf(const std::string& brokers,
     return conf;
 }
 
+rd_kafka_t* ClientEvents::new_handle(rd_kafka_type_t type, rd_kafka_conf_t* conf,
+                                     const char* what) {
+    char errstr[512];
+    rd_kafka_t* rk = rd_kafka_new(type, conf, errstr, sizeof errstr);
+    if (rk == nullptr) {
+        rd_kafka_conf_destroy(conf);
+        throw Error(sqlstate::kConfigFileError, std::string("could not create the Kafka ") + what,
+                    scrubber_.scrub(errstr));
+    }
+    return rk;
+}
+
 void ClientEvents::enable_queue_events(rd_kafka_queue_t* queue) {
     if (pipe2(pipe_, O_NONBLOCK | O_CLOEXEC) != 0)
         throw Error(sqlstate::kInternalError, "could not create a Kafka event pipe",

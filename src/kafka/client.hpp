@@ -29,6 +29,9 @@ class ClientEvents {
     // Throws eventbox::Error naming the rejected key (never its value).
     rd_kafka_conf_t* new_conf(const std::string& brokers, const std::vector<KafkaOption>& ours,
                               const std::vector<KafkaOption>& user);
+    // The handle of `conf` (which it then owns); `conf` destroyed and eventbox::Error (F0000:
+    // "could not create the Kafka <what>", librdkafka's reason scrubbed) when librdkafka refuses.
+    rd_kafka_t* new_handle(rd_kafka_type_t type, rd_kafka_conf_t* conf, const char* what);
     // Makes the non-blocking pipe librdkafka signals when `queue` has events; fills pipe_.
     void enable_queue_events(rd_kafka_queue_t* queue);
     void disable_queue_events(rd_kafka_queue_t* queue);

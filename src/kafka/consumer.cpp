@@ -41,13 +41,7 @@ Consumer::Consumer(const ConsumerConfig& config)
     };
     rd_kafka_conf_t* conf = new_conf(config.brokers, ours, config.options);
 
-    char errstr[512];
-    rk_ = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof errstr);
-    if (rk_ == nullptr) {
-        rd_kafka_conf_destroy(conf);
-        throw Error(sqlstate::kConfigFileError, "could not create the Kafka consumer",
-                    scrubber_.scrub(errstr));
-    }
+    rk_ = new_handle(RD_KAFKA_CONSUMER, conf, "consumer");
     // Logs and errors arrive on the consumer queue too, served by poll().
     rd_kafka_poll_set_consumer(rk_);
     queue_ = rd_kafka_queue_get_consumer(rk_);

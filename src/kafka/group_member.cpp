@@ -53,13 +53,7 @@ GroupMember::GroupMember(const Config& config) {
     rd_kafka_conf_t* conf = new_conf(config.brokers, ours, config.options);
     rd_kafka_conf_set_rebalance_cb(conf, &GroupMember::on_rebalance);
     rd_kafka_conf_set_offset_commit_cb(conf, &GroupMember::on_commit);
-    char errstr[512];
-    rk_ = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof errstr);
-    if (rk_ == nullptr) {
-        rd_kafka_conf_destroy(conf);
-        throw Error(sqlstate::kConfigFileError, "could not create the Kafka group member",
-                    scrubber_.scrub(errstr));
-    }
+    rk_ = new_handle(RD_KAFKA_CONSUMER, conf, "group member");
     rd_kafka_poll_set_consumer(rk_);
     rd_kafka_topic_partition_list_t* topics =
         rd_kafka_topic_partition_list_new(static_cast<int>(config.topics.size()));

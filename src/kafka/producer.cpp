@@ -25,13 +25,7 @@ Producer::Producer(const ProducerConfig& config) {
     rd_kafka_conf_t* conf = new_conf(config.brokers, ours, config.options);
     rd_kafka_conf_set_dr_msg_cb(conf, &Producer::on_delivery);
 
-    char errstr[512];
-    rk_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof errstr);
-    if (rk_ == nullptr) {
-        rd_kafka_conf_destroy(conf);
-        throw Error(sqlstate::kConfigFileError, "could not create the Kafka producer",
-                    scrubber_.scrub(errstr));
-    }
+    rk_ = new_handle(RD_KAFKA_PRODUCER, conf, "producer");
     rd_kafka_set_log_queue(rk_, nullptr);
     rd_kafka_queue_t* main_queue = rd_kafka_queue_get_main(rk_);
     try {
