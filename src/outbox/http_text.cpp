@@ -8,6 +8,7 @@
 #include <cctype>
 #include <ctime>
 
+#include "inbox/record.hpp"
 #include "messages/json_scan.hpp"
 #include "messages/message_rules.hpp"
 
@@ -36,37 +37,6 @@ bool is_tchar(unsigned char c) {
         default:
             return false;
     }
-}
-
-bool valid_utf8(const unsigned char* s, std::size_t n) {
-    std::size_t i = 0;
-    while (i < n) {
-        unsigned char c = s[i];
-        if (c < 0x80) {
-            ++i;
-            continue;
-        }
-        std::size_t len;
-        uint32_t cp;
-        if ((c & 0xE0) == 0xC0)
-            len = 2, cp = c & 0x1F;
-        else if ((c & 0xF0) == 0xE0)
-            len = 3, cp = c & 0x0F;
-        else if ((c & 0xF8) == 0xF0)
-            len = 4, cp = c & 0x07;
-        else
-            return false;
-        if (i + len > n) return false;
-        for (std::size_t k = 1; k < len; ++k) {
-            if ((s[i + k] & 0xC0) != 0x80) return false;
-            cp = (cp << 6) | (s[i + k] & 0x3F);
-        }
-        if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-            cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-            return false;
-        i += len;
-    }
-    return true;
 }
 
 }  // namespace
@@ -113,12 +83,20 @@ std::string header_token(std::string_view name) {
 
 bool is_json(const char* payload, std::size_t len) {
     if (payload == nullptr || len == 0) return false;
-    if (!valid_utf8(reinterpret_cast<const unsigned char*>(payload), len)) return false;
+    if (!inbox::valid_utf8(payload, len)) return false;  // raw NUL: not JSON either
     return inbox::scan_json(std::string_view(payload, len), {}).valid;
 }
 
 bool is_utf8(std::string_view text) {
-    return valid_utf8(reinterpret_cast<const unsigned char*>(text.data()), text.size());
+    // NUL is UTF-8 (a JSON string escapes it); inbox::valid_utf8() refuses it for PostgreSQL's
+    // text, so the text is checked between its NULs.
+    for (std::size_t start = 0;;) {
+        std::size_t nul = text.find('\0', start);
+        std::size_t end = nul == std::string_view::npos ? text.size() : nul;
+        if (!inbox::valid_utf8(text.data() + start, end - start)) return false;
+        if (nul == std::string_view::npos) return true;
+        start = nul + 1;
+    }
 }
 
 std::string describe_response(int status, std::string_view body) {

@@ -70,6 +70,19 @@ TEST(HttpContentType, JsonOrBytes) {
     EXPECT_EQ(describe_response(503, ""), "HTTP 503");
 }
 
+TEST(HttpText, Utf8WithNulsIsUtf8) {
+    using namespace std::string_view_literals;
+    EXPECT_TRUE(is_utf8(""));
+    EXPECT_TRUE(is_utf8("caf\xc3\xa9"));
+    EXPECT_TRUE(is_utf8("a\0b\0"sv));
+    EXPECT_TRUE(is_utf8("\0caf\xc3\xa9"sv));
+    EXPECT_FALSE(is_utf8("a\0\xff"sv));
+    EXPECT_FALSE(is_utf8("\xc3"));          // truncated
+    EXPECT_FALSE(is_utf8("\xc0\xaf"));      // overlong
+    EXPECT_FALSE(is_utf8("\xed\xa0\x80"));  // surrogate
+    EXPECT_FALSE(is_json("{\"a\":\"\0\"}", 8));
+}
+
 // A keep-alive HTTP/1.1 server on 127.0.0.1: a body containing "fail" gets 500, "slow" an answer
 // after 2 s, anything else 204. Requests are recorded in arrival order.
 class Server {
