@@ -262,6 +262,34 @@ UNION ALL
 SELECT 'only after upgrade', line FROM (TABLE upgraded_0_4 EXCEPT ALL TABLE fresh) u
 ORDER BY 1, 2;
 
+-- 0.5.0 as released, with a group-membership subscription reading registry values and keeping
+-- raw headers, and a topic encoded through the registry, then the update.
+DROP EXTENSION pg_eventbox;
+CREATE EXTENSION pg_eventbox VERSION '0.5.0';
+-- What 0.6.0 changes.
+CREATE TEMP TABLE released_0_5 AS SELECT * FROM upgrade_check.eventbox_catalog() AS line;
+SELECT 'only in current' AS side, left(line, 100) AS line
+  FROM (TABLE fresh EXCEPT ALL TABLE released_0_5) f
+UNION ALL
+SELECT 'only in 0.5.0', left(line, 100) FROM (TABLE released_0_5 EXCEPT ALL TABLE fresh) r
+ORDER BY 1, 2;
+SELECT eventbox.create_subscription('upgrade-0-5', ARRAY['orders'], value_format => 'registry',
+                                    membership => 'group', keep_raw => true);
+SELECT eventbox.set_topic_format('orders-out', 'registry', 'orders-out-value');
+ALTER EXTENSION pg_eventbox UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'pg_eventbox';
+-- State came through.
+SELECT name, topics, value_format, membership, keep_raw FROM eventbox.subscriptions;
+SELECT topic, value_format, value_subject FROM eventbox.topic_formats;
+SELECT eventbox.reset_topic_format('orders-out');
+SELECT eventbox.drop_subscription('upgrade-0-5');
+-- The same catalog as a fresh install.
+CREATE TEMP TABLE upgraded_0_5 AS SELECT * FROM upgrade_check.eventbox_catalog() AS line;
+SELECT 'only in fresh install' AS side, line FROM (TABLE fresh EXCEPT ALL TABLE upgraded_0_5) f
+UNION ALL
+SELECT 'only after upgrade', line FROM (TABLE upgraded_0_5 EXCEPT ALL TABLE fresh) u
+ORDER BY 1, 2;
+
 -- Leave the database as the other suites expect it: a fresh install.
 DROP SCHEMA upgrade_check CASCADE;
 DROP EXTENSION pg_eventbox;

@@ -6,8 +6,8 @@ SELECT plan(113);
 
 -- Extension and schema.
 SELECT has_extension('eventbox', 'pg_eventbox', 'pg_eventbox is installed in schema eventbox');
-SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'pg_eventbox'), '0.5.0',
-          'extension version is 0.5.0');
+SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'pg_eventbox'), '0.6.0',
+          'extension version is 0.6.0');
 SELECT is((SELECT extrelocatable FROM pg_extension WHERE extname = 'pg_eventbox'), false,
           'extension is not relocatable');
 SELECT has_schema('eventbox');
