@@ -117,6 +117,21 @@ class Elapsed:
         return time.monotonic() - self.t0
 
 
+# Directories of the clusters stopped in this session: their data directories go once every
+# test passed (remove_stopped_data()); after a failure all of it stays for reading.
+_stopped_dirs = []
+
+
+def remove_stopped_data():
+    """Removes DIR/data of every cluster stopped in this session (the logs stay), unless
+    EVENTBOX_KEEP is set. Called by the test session's end hook when every test passed: a
+    cluster directory is tens of MB, and repeated runs would fill /tmp."""
+    if os.environ.get("EVENTBOX_KEEP"):
+        return
+    while _stopped_dirs:
+        shutil.rmtree(os.path.join(_stopped_dirs.pop(), "data"), ignore_errors=True)
+
+
 class Cluster:
     """One PostgreSQL cluster in its own directory: DIR/data, DIR/postgres.log, socket in DIR."""
 
@@ -184,6 +199,7 @@ class Cluster:
         subprocess.run([str(CLUSTER_SH), "stop", self.dir], env=_tool_env(),
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
         _ports_taken.discard(self.port)
+        _stopped_dirs.append(self.dir)
 
     def connect(self, dbname=None, autocommit=True, timeout=30.0):
         deadline = time.monotonic() + timeout
