@@ -4,7 +4,8 @@ upgrade, dump/restore and lifecycle tests (test/integration/upgrade) and the fai
 
 Unlike the other tests these do not use the run's shared cluster: each test starts
 the clusters it needs with tools/cluster.sh (or, for pg_upgrade's target, initdb) in fresh
-directories under /tmp, on ports 54462-54479, and always stops them. Every PostgreSQL binary
+directories under /tmp, on ports 54462-54479 (EVENTBOX_TEST_PORTS=FIRST-LAST for two runs at
+once on one machine), and always stops them. Every PostgreSQL binary
 comes from $EVENTBOX_PGBIN. One dev broker is started for the whole folder and all clusters
 point eventbox.brokers at it (EVENTBOX_NO_BROKER=1 for cluster.sh), so that a cluster made from
 another one (pg_upgrade, pg_restore) finds the same topics and offsets.
@@ -42,7 +43,15 @@ PGBIN = os.environ.get("EVENTBOX_PGBIN") or "/usr/lib/postgresql/15/bin"
 CLUSTER_SH = REPO / "tools" / "cluster.sh"
 DEVBROKER_BIN = os.environ.get("EVENTBOX_DEVBROKER") or str(
     REPO / "tools" / "devbroker" / "eventbox-devbroker")
-PORTS = range(54462, 54480)
+
+
+def _port_range(text):
+    first, last = (int(p) for p in text.split("-"))
+    return range(first, last + 1)
+
+
+# A port another run takes between a cluster's stop and its restart fails that restart.
+PORTS = _port_range(os.environ.get("EVENTBOX_TEST_PORTS") or "54462-54479")
 WORKER_TYPES = ("eventbox relay", "eventbox ingest", "eventbox handler")
 CRASH_RE = re.compile(r"terminated by signal|server process \(PID \d+\) was terminated|"
                       r"PANIC:|TRAP:")
