@@ -136,7 +136,8 @@ void index_definitions(const json& j, int depth, std::unordered_map<std::string,
         auto fields = j.find("fields");
         if (fields != j.end() && fields->is_array())
             for (const auto& f : *fields)
-                if (f.is_object() && f.contains("type")) index_definitions(f["type"], depth + 1, defs);
+                if (f.is_object() && f.contains("type"))
+                    index_definitions(f["type"], depth + 1, defs);
     } else if (t == "array" && j.contains("items")) {
         index_definitions(j["items"], depth + 1, defs);
     } else if (t == "map" && j.contains("values")) {

@@ -135,8 +135,8 @@ bool ReferenceSet::visit(const std::string& key, const std::string& name,
         path->pop_back();
         s = 2;
     }
-    bool named = std::any_of(out->begin(), out->end(),
-                             [&](const Reference& r) { return r.name == name; });
+    bool named =
+        std::any_of(out->begin(), out->end(), [&](const Reference& r) { return r.name == name; });
     if (!named) out->push_back(Reference{name, node.text});
     return true;
 }

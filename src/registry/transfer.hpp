@@ -14,7 +14,7 @@ namespace eventbox::registry {
 
 struct Registry::Transfer {
     uint32_t id = 0;
-    std::string subject_key;  // a subject's version (else schema `id`, or a reference)
+    std::string subject_key;           // a subject's version (else schema `id`, or a reference)
     Resolution* resolution = nullptr;  // a reference's: the schema that waits for it
     std::string ref_key;               // ... and its subject version
     CURL* easy = nullptr;

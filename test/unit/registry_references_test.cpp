@@ -83,13 +83,15 @@ TEST(AvroReferences, UnknownNamesStillRefusedAndBadJsonThrows) {
 }
 
 TEST(ProtobufImports, ImportedMessagesDecodeAndEncode) {
-    const char* money = "syntax = \"proto3\"; package common;\n"
-                        "message Money { string currency = 1; int64 units = 2; }\n";
-    const char* order = "syntax = \"proto3\"; package shop;\n"
-                        "import \"common/money.proto\";\n"
-                        "import \"google/protobuf/timestamp.proto\";\n"
-                        "message Order { string id = 1; common.Money total = 2;\n"
-                        "  google.protobuf.Timestamp at = 3; }\n";
+    const char* money =
+        "syntax = \"proto3\"; package common;\n"
+        "message Money { string currency = 1; int64 units = 2; }\n";
+    const char* order =
+        "syntax = \"proto3\"; package shop;\n"
+        "import \"common/money.proto\";\n"
+        "import \"google/protobuf/timestamp.proto\";\n"
+        "message Order { string id = 1; common.Money total = 2;\n"
+        "  google.protobuf.Timestamp at = 3; }\n";
     ProtobufSchema s(order, {{"common/money.proto", money}});
     std::string out, why;
     ASSERT_TRUE(s.from_json(R"({"id":"o1","total":{"currency":"EUR","units":"5"},)"
@@ -178,9 +180,9 @@ TEST(ReferenceSet, CyclesMissingDeepAndMixedTypesAreRefused) {
         std::string key = "d" + std::to_string(depth) + "@1";
         ASSERT_EQ(deep.take_wanted(), (std::vector<std::string>{key}));
         std::string next = "d" + std::to_string(depth + 1);
-        deep.arrived(key, answer(depth + 1, "D",
-                                 R"([{"name":")" + next + R"(","subject":")" + next +
-                                     R"(","version":1}])"));
+        deep.arrived(
+            key, answer(depth + 1, "D",
+                        R"([{"name":")" + next + R"(","subject":")" + next + R"(","version":1}])"));
     }
     EXPECT_NE(deep.refused().find("is nested deeper than 8 references"), std::string::npos)
         << deep.refused();
@@ -204,8 +206,8 @@ TEST(ReferenceSet, TooManyReferencesAreRefused) {
 }
 
 TEST(RegistryReferences, AnswerWithItsReferences) {
-    std::string body =
-        answer(7, kCustomer, R"([{"name":"com.acme.common.Address","subject":"addr","version":1}])");
+    std::string body = answer(
+        7, kCustomer, R"([{"name":"com.acme.common.Address","subject":"addr","version":1}])");
     EXPECT_TRUE(needs_references(body));
     EXPECT_FALSE(needs_references(answer(8, "{}", R"([{"subject":"x","version":1}])", "JSON")));
     auto unfetched = Registry::parse_response(7, body, 1 << 20);
