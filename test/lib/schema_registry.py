@@ -9,7 +9,8 @@ answers by id and by subject version; as the real registry does, a schema's iden
 its references (the same text with other references is another id). Tests may register
 references that do not resolve (a missing subject, a cycle) to see them refused.
 Test controls: a delay per request (a slow registry), stop()/start() on the same port (down and
-back), basic auth, add_id() to place a schema under a chosen id, and request counts.
+back), `failing` (a path prefix answered 503, e.g. one subject's versions), basic auth, add_id()
+to place a schema under a chosen id, and request counts.
 
 It uses only the standard library; it imports none of its users.
 """
@@ -27,6 +28,7 @@ class SchemaRegistry:
         self.port = port
         self.auth = auth  # "user:password" required when set
         self.delay = 0.0
+        self.failing = None  # a path prefix answered 503 while set
         self.lock = threading.Lock()
         self.schemas = {}  # id -> {"schema", "schemaType", "references"}
         self.subjects = {}  # subject -> [id, ...] (versions in order)
@@ -178,6 +180,8 @@ class SchemaRegistry:
             expected = "Basic " + base64.b64encode(self.auth.encode()).decode()
             if handler.headers.get("Authorization") != expected:
                 return _reply(handler, 401, {"error_code": 401, "message": "Unauthorized"})
+        if self.failing is not None and path.startswith(self.failing):
+            return _reply(handler, 503, {"error_code": 50003, "message": "Unavailable"})
         if method == "GET":
             with self.lock:
                 status, body = self._answer_get(path)

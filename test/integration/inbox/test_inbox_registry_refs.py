@@ -14,7 +14,8 @@ import psycopg2
 import pytest
 
 from inbox_support import Db, end_offsets, poll, produce
-from test_inbox_registry import outbox_statuses, read_values, registry_subscription
+from test_inbox_registry import (outbox_statuses, read_values, registry_subscription,
+                                 subscription_error)
 
 from schema_registry import wire
 
@@ -224,6 +225,28 @@ def test_hostile_references_are_unparsable_and_nothing_is_lost(
     failed = poll(lambda: [r for r in outbox_statuses(ib_db, out) if r[0] == "failed"], 90,
                   "the row to fail")
     assert 'subject "%s-nope" version 1) is not in the schema registry' % topic in failed[0][2]
+
+
+def test_a_reference_the_registry_cannot_serve_pauses_the_subscription(
+        ib_db, ib_topic, ib_producer, ib_subscriptions, registry):
+    """A referenced version answered 503 is an outage, not a refusal: the subscription waits
+    (shown in subscription_errors), and its record is stored decoded once the registry serves
+    the reference again."""
+    topic = ib_topic("refdown", 1)
+    sid = register_customer(registry, topic, topic + "-value")
+    registry.failing = "/subjects/%s-address/" % topic
+    sub = registry_subscription(ib_db, ib_subscriptions, "refdown", [topic])
+    value = wire(sid, avro_bytes(avro_schema(CUSTOMER, ADDRESS), customer(2)))
+    produce(ib_producer, topic, [{"value": value, "headers": [("message_id", b"d1")]}])
+    error = poll(lambda: subscription_error(ib_db, sub), 60, "the subscription's error")
+    assert 'reference subject "%s-address" version 1 of schema id %d: HTTP status 503' % (
+        topic, sid) in error, error
+    assert ib_db.inbox_rows(sub, "message_id") == []
+    registry.failing = None
+    ib_db.wait_rows(sub, 1, timeout=90)
+    (row,) = ib_db.inbox_rows(sub, "status, payload, raw_payload")
+    assert row["status"] == "received" and row["payload"] == customer(2), row
+    assert bytes(row["raw_payload"]) == value
 
 
 def sent_in_transaction(db, statements):
