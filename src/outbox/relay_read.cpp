@@ -4,6 +4,7 @@
 #include "outbox/relay_worker.hpp"
 
 extern "C" {
+#include "access/twophase.h"
 #include "access/xlog.h"
 #include "access/xlog_internal.h"
 #include "catalog/pg_type.h"
@@ -26,7 +27,7 @@ int64 cursor = 0;
 
 namespace {
 
-SPIPlanPtr claim_plan, range_plan, refetch_plan;
+SPIPlanPtr claim_plan, range_plan, refetch_plan, prepared_plan, prepared_writers_plan;
 
 constexpr const char* kRowColumns =
     "SELECT id, message_id, topic, key, payload, headers, attempts, next_attempt_at, created_at, "
@@ -50,6 +51,24 @@ void prepare_read_plans() {
     refetch_plan = worker::prepare_kept(
         kWho, psprintf("%s WHERE id = ANY($1) AND status = 'pending' ORDER BY id", kRowColumns), 1,
         ids_type);
+    // Whether a transaction is prepared, from shared memory (the function, not the view: the
+    // view joins pg_authid, which only a superuser may read).
+    prepared_plan = worker::prepare_kept(
+        kWho, "SELECT 1 FROM pg_catalog.pg_prepared_xact() LIMIT 1", 0, nullptr);
+    // Those of them that hold a lock on this database's outbox, which every writer of a row
+    // takes (send() and INSERT) and a prepared transaction keeps, also across a restart. A
+    // prepared transaction's locks are those without a pid, tied to its xid's lock by their
+    // virtual transaction (its backend's while it runs, "-1/<xid>" once recovered).
+    prepared_writers_plan = worker::prepare_kept(
+        kWho,
+        "WITH l AS MATERIALIZED (SELECT locktype, relation, database, transactionid, "
+        "virtualtransaction FROM pg_catalog.pg_locks WHERE pid IS NULL) "
+        "SELECT t.transactionid::text::int8 FROM l t JOIN l r USING (virtualtransaction) "
+        "WHERE t.locktype = 'transactionid' AND r.locktype = 'relation' "
+        "AND r.relation = 'eventbox.outbox'::regclass "
+        "AND r.database = (SELECT oid FROM pg_catalog.pg_database "
+        "WHERE datname = pg_catalog.current_database())",
+        0, nullptr);
 }
 
 void exec(SPIPlanPtr plan, Datum* values, bool read_only, int expected) {
@@ -212,6 +231,30 @@ int64 offer_result(int64* last_id, bool scan) {
     return static_cast<int64>(SPI_processed);
 }
 
+// The outbox writers running now (after the pass's snapshot): the writers' slots, and the
+// prepared transactions that hold a lock on the outbox. A transaction that drew an id and was
+// prepared leaves its backend's slot once that backend draws an id for its next transaction;
+// it is still running (it may commit at any time, from any session, also after a restart), so
+// its gap must not be forgotten. Prepared transactions that never wrote to the outbox (another
+// application's, another database's) are not writers: one left prepared for days would keep
+// every gap of its time otherwise.
+void read_writers() {
+    rechecks.read_writers();
+    if (max_prepared_xacts <= 0) return;
+    exec(prepared_plan, nullptr, true, SPI_OK_SELECT);
+    if (SPI_processed == 0) return;  // the usual case: pg_locks is not read
+    exec(prepared_writers_plan, nullptr, true, SPI_OK_SELECT);
+    int m = static_cast<int>(SPI_processed);
+    if (m == 0) return;
+    auto* xids = static_cast<uint32*>(palloc(sizeof(uint32) * m));
+    for (int i = 0; i < m; ++i) {
+        bool isnull;
+        Datum d = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull);
+        xids[i] = isnull ? InvalidTransactionId : static_cast<uint32>(DatumGetInt64(d));
+    }
+    rechecks.add_writers(xids, m);
+}
+
 // How many rows a read may ask for now: what the dispatcher has room for, at most a batch.
 int read_limit(std::size_t room) {
     return static_cast<int>(Min(room, static_cast<std::size_t>(guc::relay_batch_size)));
@@ -268,7 +311,7 @@ bool claim_new() {
 bool read_rows(const relay::IdRange* ranges, int n_ranges) {
     publish_lsn = inserted_wal_end();
     // Writers read after the snapshot: any id this scan cannot see yet belongs to one of them.
-    rechecks.read_writers();
+    read_writers();
     refetch_due();
     // Gaps first, then new rows, in one snapshot: a row that committed late is offered before
     // any row of its key that committed after it.

@@ -6,8 +6,10 @@
 // xid in shared memory before it draws an outbox id, see next_outbox_id), and re-read in every
 // pass, before the pass's new rows and with the same snapshot: a row that committed late is thus
 // never overtaken by a later-committed row of its key. A gap is forgotten after the first pass
-// that starts when none of its writers runs any more. A periodic sweep covers what this cannot
-// see (prepared transactions whose backend moved on).
+// that starts when none of its writers runs any more. The writers are the xids of the writers'
+// slots and of the prepared transactions holding a lock on the outbox (relay_read.cpp): a
+// prepared transaction keeps its gap after its backend moved on. A periodic sweep re-reads
+// everything as a safety net.
 #pragma once
 
 #include <cstddef>

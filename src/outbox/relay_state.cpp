@@ -197,6 +197,13 @@ void PgRechecks::read_writers() {
     call_cpp([&] { shmem::outbox_writers(*writers_); });
 }
 
+void PgRechecks::add_writers(const uint32* xids, int n) {
+    call_cpp([&] {
+        for (int i = 0; i < n; ++i)
+            if (xids[i] != InvalidTransactionId) writers_->push_back(xids[i]);
+    });
+}
+
 void PgRechecks::scanned(int64 id) {
     call_cpp([&] { scan_ids_->push_back(id); });
 }

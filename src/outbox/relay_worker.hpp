@@ -168,8 +168,10 @@ class PgRechecks {
     relay::IdRange* begin_pass(int* n);
     // Ends the pass in which the first `fully_read` ranges were read whole.
     void end_pass(int fully_read);
-    // Reads the outbox writers running now (after the pass's snapshot).
+    // Reads the outbox writers running now (after the pass's snapshot) from their slots;
+    // add_writers() adds the prepared transactions' xids (relay_read.cpp).
     void read_writers();
+    void add_writers(const uint32* xids, int n);
     // The claim scan: its ids in order, then the gaps it left above `cursor` recorded with the
     // writers read.
     void start_scan() noexcept { scan_ids_->clear(); }
