@@ -30,6 +30,7 @@ import uuid
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "test" / "lib"))
 
+import clusters as clusters_lib  # noqa: E402
 from clusters import Cluster, Kafka, query  # noqa: E402
 
 PORT = int(os.environ.get("BENCH_PORT", "54353"))
@@ -117,6 +118,7 @@ def run(n):
 
 def main():
     rows = [run(n) for n in SERVERS]
+    clusters_lib.remove_stopped_data()  # every run finished: the logs stay, the data goes
     print()
     print("one subscription over %d partitions, membership 'group', batch_size %d, dev broker"
           % (PARTITIONS, BATCH))

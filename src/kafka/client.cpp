@@ -79,22 +79,33 @@ void ClientEvents::drain_pipe() {
     }
 }
 
+void ClientEvents::rethrow_deferred() {
+    if (!deferred_) return;
+    std::exception_ptr e = deferred_;
+    deferred_ = nullptr;
+    std::rethrow_exception(e);
+}
+
 void ClientEvents::on_error(rd_kafka_t* rk, int err, const char* reason, void* opaque) {
     auto* self = static_cast<ClientEvents*>(opaque);
-    std::string text = reason ? reason : "";
-    if (err == RD_KAFKA_RESP_ERR__FATAL) {
-        char fatal[512];
-        rd_kafka_fatal_error(rk, fatal, sizeof fatal);
-        self->fatal_ = true;
-        text = std::string("fatal error: ") + fatal;
-    }
-    self->logs_.push_back(
-        LogLine{err == RD_KAFKA_RESP_ERR__FATAL ? 3 : 4, self->scrubber_.scrub(std::move(text))});
+    if (err == RD_KAFKA_RESP_ERR__FATAL) self->fatal_ = true;
+    self->in_callback([&] {
+        std::string text = reason ? reason : "";
+        if (err == RD_KAFKA_RESP_ERR__FATAL) {
+            char fatal[512];
+            rd_kafka_fatal_error(rk, fatal, sizeof fatal);
+            text = std::string("fatal error: ") + fatal;
+        }
+        self->logs_.push_back(LogLine{err == RD_KAFKA_RESP_ERR__FATAL ? 3 : 4,
+                                      self->scrubber_.scrub(std::move(text))});
+    });
 }
 
 void ClientEvents::on_log(const rd_kafka_t* rk, int level, const char* fac, const char* buf) {
     auto* self = static_cast<ClientEvents*>(rd_kafka_opaque(rk));
-    self->logs_.push_back(LogLine{level, self->scrubber_.scrub(std::string(fac) + ": " + buf)});
+    self->in_callback([&] {
+        self->logs_.push_back(LogLine{level, self->scrubber_.scrub(std::string(fac) + ": " + buf)});
+    });
 }
 
 }  // namespace eventbox::kafka

@@ -5,6 +5,7 @@
 
 #include <librdkafka/rdkafka.h>
 
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -38,11 +39,26 @@ class ClientEvents {
     void close_pipe();
     // Empties the wake-up pipe.
     void drain_pipe();
+    // Runs the body of a callback librdkafka calls: no C++ exception may cross its C frames.
+    // One thrown (std::bad_alloc while a log line or delivery is recorded) is kept, and the
+    // first kept is rethrown by rethrow_deferred() once the librdkafka call that served the
+    // callback has returned.
+    template <class Body>
+    void in_callback(Body&& body) noexcept {
+        try {
+            body();
+        } catch (...) {
+            if (!deferred_) deferred_ = std::current_exception();
+        }
+    }
+    // After each librdkafka call that serves callbacks (poll, consumer_poll).
+    void rethrow_deferred();
 
     int pipe_[2] = {-1, -1};
     std::vector<LogLine> logs_;
     bool fatal_ = false;
-    SecretScrubber scrubber_;  // applied to everything librdkafka says
+    SecretScrubber scrubber_;      // applied to everything librdkafka says
+    std::exception_ptr deferred_;  // thrown in a callback, not yet rethrown
 
   private:
     static void on_error(rd_kafka_t* rk, int err, const char* reason, void* opaque);

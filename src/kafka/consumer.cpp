@@ -271,6 +271,8 @@ std::size_t Consumer::poll(std::size_t max) {
     std::size_t read = 0;
     while (read < max) {
         rd_kafka_message_t* msg = rd_kafka_consumer_poll(rk_, 0);
+        if (msg != nullptr && deferred_) rd_kafka_message_destroy(msg);  // read again later
+        rethrow_deferred();
         if (msg == nullptr) break;
         if (msg->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
             std::string text = rd_kafka_message_errstr(msg);

@@ -78,6 +78,8 @@ GroupMember::~GroupMember() {
 void GroupMember::serve(int wait_ms) {
     for (int i = 0; i < kEventsPerServe; ++i) {
         rd_kafka_message_t* msg = rd_kafka_consumer_poll(rk_, i == 0 ? wait_ms : 0);
+        if (msg != nullptr && deferred_) rd_kafka_message_destroy(msg);
+        rethrow_deferred();
         if (msg == nullptr) return;
         if (msg->err != RD_KAFKA_RESP_ERR_NO_ERROR)
             logs_.push_back(LogLine{6, std::string("consumer group: ") +
@@ -90,14 +92,18 @@ void GroupMember::serve(int wait_ms) {
 void GroupMember::on_rebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err,
                                rd_kafka_topic_partition_list_t* partitions, void* opaque) {
     GroupMember* self = member_of(opaque);
-    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
-        self->assign(partitions);
-    } else {
-        if (err != RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS)
-            self->logs_.push_back(LogLine{
-                4, std::string("consumer group rebalance failed: ") + rd_kafka_err2str(err)});
-        self->revoke(partitions, rd_kafka_assignment_lost(rk) != 0);
-    }
+    // An assignment or revocation cut short (no memory) ends the worker's run: the rethrown
+    // error closes this member, and the group moves its partitions.
+    self->in_callback([&] {
+        if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+            self->assign(partitions);
+        } else {
+            if (err != RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS)
+                self->logs_.push_back(LogLine{
+                    4, std::string("consumer group rebalance failed: ") + rd_kafka_err2str(err)});
+            self->revoke(partitions, rd_kafka_assignment_lost(rk) != 0);
+        }
+    });
 }
 
 void GroupMember::assign(rd_kafka_topic_partition_list_t* partitions) {
@@ -243,17 +249,19 @@ void GroupMember::commit() {
 void GroupMember::on_commit(rd_kafka_t*, rd_kafka_resp_err_t err,
                             rd_kafka_topic_partition_list_t* offsets, void* opaque) {
     GroupMember* self = member_of(opaque);
-    self->in_flight_ = false;
-    if (err == RD_KAFKA_RESP_ERR_NO_ERROR && offsets != nullptr) {
-        self->acknowledge(offsets);
-    } else if (err != RD_KAFKA_RESP_ERR__NO_OFFSET) {
-        // Refused while the group rebalances: tried again a little later, not in a loop that
-        // would crowd the coordinator's connection.
-        self->retry_at_ = std::chrono::steady_clock::now() + kCommitRetry;
-        self->logs_.push_back(
-            LogLine{6, std::string("committing offsets to the group failed (retried): ") +
-                           rd_kafka_err2str(err)});
-    }
+    self->in_callback([&] {
+        self->in_flight_ = false;
+        if (err == RD_KAFKA_RESP_ERR_NO_ERROR && offsets != nullptr) {
+            self->acknowledge(offsets);
+        } else if (err != RD_KAFKA_RESP_ERR__NO_OFFSET) {
+            // Refused while the group rebalances: tried again a little later, not in a loop that
+            // would crowd the coordinator's connection.
+            self->retry_at_ = std::chrono::steady_clock::now() + kCommitRetry;
+            self->logs_.push_back(
+                LogLine{6, std::string("committing offsets to the group failed (retried): ") +
+                               rd_kafka_err2str(err)});
+        }
+    });
 }
 
 void GroupMember::acknowledge(const rd_kafka_topic_partition_list_t* offsets) {

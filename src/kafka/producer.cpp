@@ -90,6 +90,7 @@ relay::Produced Producer::produce(const relay::Row& row, std::string& error) {
 void Producer::poll() {
     drain_pipe();
     rd_kafka_poll(rk_, 0);
+    rethrow_deferred();
 }
 
 void Producer::purge() {
@@ -119,12 +120,16 @@ void Producer::on_delivery(rd_kafka_t*, const rd_kafka_message_t* msg, void* opa
     auto* self = static_cast<Producer*>(static_cast<ClientEvents*>(opaque));
     rd_kafka_resp_err_t err = msg->err;
     bool purged = err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT;
-    self->deliveries_.push_back(
-        Delivery{static_cast<int64_t>(reinterpret_cast<intptr_t>(msg->_private)),
-                 static_cast<int>(err), is_permanent(err), !purged, msg->partition, msg->offset,
-                 err == RD_KAFKA_RESP_ERR_NO_ERROR
-                     ? std::string()
-                     : std::string(rd_kafka_err2name(err)) + ": " + rd_kafka_err2str(err)});
+    // A report not recorded (no memory) leaves its row in flight: the rethrown error restarts
+    // the relay, which reads the row again (at least once).
+    self->in_callback([&] {
+        self->deliveries_.push_back(
+            Delivery{static_cast<int64_t>(reinterpret_cast<intptr_t>(msg->_private)),
+                     static_cast<int>(err), is_permanent(err), !purged, msg->partition, msg->offset,
+                     err == RD_KAFKA_RESP_ERR_NO_ERROR
+                         ? std::string()
+                         : std::string(rd_kafka_err2name(err)) + ": " + rd_kafka_err2str(err)});
+    });
 }
 
 }  // namespace eventbox::kafka

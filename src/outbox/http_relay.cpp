@@ -115,8 +115,9 @@ int slot_of(const char* topic) {
 }
 
 bool bump_registered = false;
-bool bump_pending = false;   // this transaction changed destinations
-bool between_moves = false;  // ... and its first move is done, the second one not yet
+bool bump_pending = false;     // this transaction changed destinations
+bool between_moves = false;    // ... and its first move is done, the second one not yet
+uint64 own_changes_count = 0;  // own_changes()
 
 // The two moves of a change (outbox/relay_routes.hpp): the first before the commit becomes
 // visible (committing, then generation), the second after it (generation, then committing).
@@ -147,17 +148,24 @@ void on_xact_event(XactEvent event, void*) {
         case XACT_EVENT_PARALLEL_COMMIT:
             second_move();  // after ProcArrayEndTransaction(): the change is visible
             if (bump_pending) shmem::wake_relay();
+            if (bump_pending) ++own_changes_count;
             bump_pending = false;
             break;
         case XACT_EVENT_ABORT:
         case XACT_EVENT_PARALLEL_ABORT:
         case XACT_EVENT_PREPARE:
             second_move();  // an abort after PRE_COMMIT ends the bracket too
+            if (bump_pending) ++own_changes_count;
             bump_pending = false;
             break;
         default:
             break;
     }
+}
+
+// A rollback to a savepoint may undo a change this transaction made.
+void on_subxact_event(SubXactEvent event, SubTransactionId, SubTransactionId, void*) {
+    if (event == SUBXACT_EVENT_ABORT_SUB && bump_pending) ++own_changes_count;
 }
 
 // One row of eventbox.http_destination_config as plain data.
@@ -564,9 +572,15 @@ void add_families(metrics::Exposition& e) {
 void destinations_changed_at_commit() {
     if (!bump_registered) {
         RegisterXactCallback(on_xact_event, nullptr);
+        RegisterSubXactCallback(on_subxact_event, nullptr);
         bump_registered = true;
     }
     bump_pending = true;
+    ++own_changes_count;
+}
+
+uint64 own_changes() {
+    return own_changes_count;
 }
 
 }  // namespace eventbox::http_relay

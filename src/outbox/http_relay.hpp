@@ -49,5 +49,10 @@ int read_breakers(BreakerRow* rows, int max);
 void add_families(metrics::Exposition& e);
 // The relay reloads its destinations once the current transaction commits.
 void destinations_changed_at_commit();
+// A count of this backend's own changes of destinations and topic formats that the generation
+// does not show yet: it moves at each change, at a rollback to a savepoint that may undo one,
+// and at the end of a transaction that made one. A cache of what the current transaction reads
+// keys on it beside the generation (send()'s format check does).
+uint64 own_changes();
 
 }  // namespace eventbox::http_relay

@@ -306,10 +306,13 @@ void insert_suppressed(Datum handled, const char* mode, pg_uuid_t* message_id, t
 // ---- registry formats: send()'s check (outbox/send_formats.hpp) ----------------------------
 
 // This backend's check and what it was loaded from: eventbox.topic_formats as of the HTTP
-// relay's route generation (which the table's trigger moves, as it does for destinations), and
-// the registry settings. Deleted when the backend exits.
+// relay's route generation (which the table's trigger moves at commit, as it does for
+// destinations) and of this backend's own changes (which the generation does not show before
+// their commit: a send() after set_topic_format() in the same transaction checks the new
+// format), and the registry settings. Deleted when the backend exits.
 outbox::FormatCheck* format_check = nullptr;
 uint64 formats_generation = 0;
+uint64 formats_own_changes = 0;
 bool formats_loaded = false;
 
 void free_format_check(int, Datum) {
@@ -380,10 +383,11 @@ outbox::FormatCheck& current_format_check() {
         pg_guard([] { on_proc_exit(free_format_check, 0); });
     }
     uint64 generation = pg_guard([] { return http_relay::generation(); });
+    uint64 own_changes = http_relay::own_changes();
     const char* url = guc::schema_registry_url ? guc::schema_registry_url : "";
     const char* options = guc::schema_registry_options ? guc::schema_registry_options : "";
     // Every send() asks: no allocation unless something changed.
-    if (formats_loaded && generation == formats_generation &&
+    if (formats_loaded && generation == formats_generation && own_changes == formats_own_changes &&
         (format_check->empty() || format_check->same_settings(url, options)))
         return *format_check;
     std::string settings = std::string(url) + "|" + options;
@@ -397,6 +401,7 @@ outbox::FormatCheck& current_format_check() {
                                                  rows.key_version[i]});
         format_check->configure(std::move(formats), settings, registry::make_config(url, options));
         formats_generation = generation;
+        formats_own_changes = own_changes;
         formats_loaded = true;
     }
     return *format_check;

@@ -129,7 +129,8 @@ const Node* TreeBuilder::reference(const std::string& name, const std::string& n
     if (it == by_name_.end())
         throw Error(sqlstate::kInvalidParameterValue,
                     "Avro schema refers to an unknown type \"" + name + "\"",
-                    "References to other subjects' schemas are not supported.");
+                    "A type defined in another subject's schema needs a reference to that "
+                    "subject in the registry (the schema's references).");
     return it->second;
 }
 

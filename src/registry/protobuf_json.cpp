@@ -11,6 +11,7 @@
 #include <google/protobuf/stubs/logging.h>
 #include <google/protobuf/util/json_util.h>
 
+#include <algorithm>
 #include <map>
 
 #include "core/error.hpp"
@@ -77,6 +78,12 @@ std::size_t read_message_indexes(const char* data, std::size_t len, std::vector<
     return pos;
 }
 
+// The schema's own file in the pool (a reference's is its import path).
+constexpr const char* kMainFile = "registry_schema.proto";
+// How deep imports may nest (the registry's references are bounded before, in
+// registry/references.hpp; this bounds what a caller passes).
+constexpr std::size_t kMaxImportDepth = 32;
+
 struct ProtobufSchema::Impl {
     pb::DescriptorPool pool;
     const pb::FileDescriptor* file = nullptr;
@@ -96,6 +103,9 @@ struct ProtobufSchema::Impl {
         return pool.BuildFile(proto) != nullptr;
     }
 
+    const pb::FileDescriptor* build(pb::FileDescriptorProto& proto, const Imports& imports,
+                                    std::vector<std::string>* path);
+
     const pb::Descriptor* at(const std::vector<int>& indexes) const {
         const pb::Descriptor* d = nullptr;
         for (std::size_t k = 0; k < indexes.size(); ++k) {
@@ -112,33 +122,71 @@ struct ProtobufSchema::Impl {
     }
 };
 
-ProtobufSchema::ProtobufSchema(const std::string& text, const std::vector<std::string>& references)
-    : impl_(std::make_unique<Impl>()) {
-    static bool quieted = false;
-    if (!quieted) pb::SetLogHandler(quiet_log);
-    quieted = true;
+namespace {
+
+// Parses one .proto text into `proto` (named `name`). Throws eventbox::Error.
+void parse_proto(const std::string& text, const std::string& name, pb::FileDescriptorProto* proto) {
     Errors errors;
     pb::io::ArrayInputStream input(text.data(), static_cast<int>(text.size()));
     pb::io::Tokenizer tokenizer(&input, &errors);
     pb::compiler::Parser parser;
     parser.RecordErrorsTo(&errors);
-    pb::FileDescriptorProto proto;
-    if (!parser.Parse(&tokenizer, &proto))
+    if (!parser.Parse(&tokenizer, proto))
         throw Error(sqlstate::kInvalidParameterValue,
-                    "Protobuf schema does not parse: " + errors.first);
-    proto.set_name("registry_schema.proto");
-    for (const std::string& dependency : proto.dependency())
-        if (!impl_->add_well_known(dependency)) {
-            std::string why = "Protobuf schema imports \"" + dependency + "\"";
-            why += references.empty() ? ", which is not one of Google's well-known types"
-                                      : ", a reference to another subject's schema, which is "
-                                        "not supported";
-            throw Error(sqlstate::kInvalidParameterValue, why);
+                    (name == kMainFile ? std::string("Protobuf schema")
+                                       : "Protobuf reference \"" + name + "\"") +
+                        " does not parse: " + errors.first);
+    proto->set_name(name);
+}
+
+}  // namespace
+
+// Builds `proto`'s imports (depth first: each file after the files it imports), then `proto`.
+const pb::FileDescriptor* ProtobufSchema::Impl::build(pb::FileDescriptorProto& proto,
+                                                      const Imports& imports,
+                                                      std::vector<std::string>* path) {
+    if (path->size() > kMaxImportDepth)
+        throw Error(sqlstate::kInvalidParameterValue,
+                    "Protobuf imports nest deeper than " + std::to_string(kMaxImportDepth));
+    path->push_back(proto.name());
+    for (const std::string& dependency : proto.dependency()) {
+        if (pool.FindFileByName(dependency) != nullptr) continue;
+        auto it = std::find_if(imports.begin(), imports.end(),
+                               [&](const auto& i) { return i.first == dependency; });
+        if (it == imports.end()) {
+            if (add_well_known(dependency)) continue;
+            throw Error(sqlstate::kInvalidParameterValue,
+                        "Protobuf schema \"" + proto.name() + "\" imports \"" + dependency +
+                            "\", which is neither one of the registry's references nor one of "
+                            "Google's well-known types");
         }
-    impl_->file = impl_->pool.BuildFileCollectingErrors(proto, &errors);
-    if (impl_->file == nullptr)
+        if (std::find(path->begin(), path->end(), dependency) != path->end())
+            throw Error(sqlstate::kInvalidParameterValue,
+                        "Protobuf imports form a cycle through \"" + dependency + "\"");
+        pb::FileDescriptorProto imported;
+        parse_proto(it->second, dependency, &imported);
+        build(imported, imports, path);
+    }
+    path->pop_back();
+    Errors errors;
+    const pb::FileDescriptor* file = pool.BuildFileCollectingErrors(proto, &errors);
+    if (file == nullptr)
         throw Error(sqlstate::kInvalidParameterValue,
-                    "Protobuf schema does not build: " + errors.first);
+                    (proto.name() == kMainFile ? std::string("Protobuf schema")
+                                               : "Protobuf reference \"" + proto.name() + "\"") +
+                        " does not build: " + errors.first);
+    return file;
+}
+
+ProtobufSchema::ProtobufSchema(const std::string& text, const Imports& imports)
+    : impl_(std::make_unique<Impl>()) {
+    static bool quieted = false;
+    if (!quieted) pb::SetLogHandler(quiet_log);
+    quieted = true;
+    pb::FileDescriptorProto proto;
+    parse_proto(text, kMainFile, &proto);
+    std::vector<std::string> path;
+    impl_->file = impl_->build(proto, imports, &path);
     if (impl_->file->message_type_count() == 0)
         throw Error(sqlstate::kInvalidParameterValue, "Protobuf schema has no message type");
 }

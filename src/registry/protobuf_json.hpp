@@ -1,22 +1,28 @@
 // Protobuf data of the Schema Registry's wire format as JSON text: the registry's .proto text is
 // parsed (compiler::Parser) into a descriptor pool, the record's message-indexes select the
 // message type, a dynamic message reads the bytes and libprotobuf's JSON mapping writes them
-// (docs/guide/formats.md). Imports other than Google's well-known types are refused. Pure C++.
+// (docs/guide/formats.md). Imports are the registry's references (their .proto texts, fetched
+// by registry/registry.cpp) or Google's well-known types (from libprotobuf's own descriptors).
+// Pure C++.
 #pragma once
 
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace eventbox::registry {
 
 class ProtobufSchema {
   public:
-    // Throws eventbox::Error (22023) when the text does not parse or build, or imports a file
-    // that is not one of Google's well-known types (`references` names the registry's
-    // references, for the message).
-    ProtobufSchema(const std::string& text, const std::vector<std::string>& references);
+    // The imported files: (import path, .proto text), the registry's references.
+    using Imports = std::vector<std::pair<std::string, std::string>>;
+
+    // Throws eventbox::Error (22023) when the text or an imported one does not parse or build,
+    // or imports a file that is neither in `imports` nor one of Google's well-known types, or
+    // the imports form a cycle.
+    ProtobufSchema(const std::string& text, const Imports& imports);
     ~ProtobufSchema();
     ProtobufSchema(const ProtobufSchema&) = delete;
     ProtobufSchema& operator=(const ProtobufSchema&) = delete;

@@ -10,7 +10,9 @@
 #include "core/error.hpp"
 #include "kafka/options.hpp"
 #include "registry/avro_json.hpp"
+#include "registry/avro_refs.hpp"
 #include "registry/protobuf_json.hpp"
+#include "registry/transfer.hpp"
 
 namespace eventbox::registry {
 
@@ -124,7 +126,8 @@ std::string json_schema_name(const std::string& text) {
 }  // namespace
 
 std::unique_ptr<Schema> Registry::parse_response(uint32_t id, std::string_view body,
-                                                 std::size_t max_text) {
+                                                 std::size_t max_text,
+                                                 const std::vector<Reference>* references) {
     std::string prefix = "schema id " + std::to_string(id) + ": ";
     nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
     if (!j.is_object() || !j.contains("schema") || !j["schema"].is_string())
@@ -136,28 +139,34 @@ std::unique_ptr<Schema> Registry::parse_response(uint32_t id, std::string_view b
                                          : SchemaType::kAvro;
     if (type != "AVRO" && type != "PROTOBUF" && type != "JSON")
         return refused(kind, prefix + "unsupported schema type \"" + type + "\"");
-    if (text.size() > max_text)
-        return refused(kind, prefix + "schema of " + std::to_string(text.size()) +
-                                 " bytes exceeds the cache's limit of " + std::to_string(max_text));
     // A JSON Schema's references ($ref to other subjects) need not be fetched: its records are
-    // stored as sent and the schema is read for its name only. Avro's are not supported yet;
-    // Protobuf's imports are refused by ProtobufSchema, naming the import.
-    auto refs = j.find("references");
-    if (refs != j.end() && refs->is_array() && !refs->empty() && kind == SchemaType::kAvro)
-        return refused(kind, prefix + "schemas with references are not supported");
+    // stored as sent and the schema is read for its name only. An Avro or Protobuf schema's are
+    // (registry/references.hpp), and written in (Avro) or imported (Protobuf).
+    static const std::vector<Reference> kNone;
+    const std::vector<Reference>& refs = references != nullptr ? *references : kNone;
+    if (references == nullptr && needs_references(body))
+        return refused(kind, prefix + "the schema's references were not fetched");
+    std::size_t total = text.size();
+    for (const Reference& r : refs) total += r.text.size();
+    if (total > max_text)
+        return refused(kind, prefix + "schema of " + std::to_string(total) +
+                                 " bytes (with its references) exceeds the cache's limit of " +
+                                 std::to_string(max_text));
     auto s = std::make_unique<Schema>();
     s->type = kind;
     try {
         if (kind == SchemaType::kAvro) {
-            s->avro = std::make_unique<AvroSchema>(text);
+            std::vector<std::string> texts;
+            for (const Reference& r : refs) texts.push_back(r.text);
+            s->avro = std::make_unique<AvroSchema>(
+                refs.empty() ? text : avro::inline_references(text, texts));
             s->name = s->avro->full_name();
-            s->bytes = 1024 + 8 * text.size();  // Avro C's and our trees: measured ~5x the text
+            s->bytes = 1024 + 8 * total;  // Avro C's and our trees: measured ~5x the text
         } else if (kind == SchemaType::kProtobuf) {
-            std::vector<std::string> names;
-            if (refs != j.end() && refs->is_array())
-                for (const auto& r : *refs) names.push_back(r.value("name", std::string()));
-            s->protobuf = std::make_unique<ProtobufSchema>(text, names);
-            s->bytes = 4096 + 16 * text.size();
+            ProtobufSchema::Imports imports;
+            for (const Reference& r : refs) imports.emplace_back(r.name, r.text);
+            s->protobuf = std::make_unique<ProtobufSchema>(text, imports);
+            s->bytes = 4096 + 16 * total;
         } else {
             s->name = json_schema_name(text);
             s->bytes = 256 + s->name.size();
@@ -268,22 +277,6 @@ Decoded Registry::decode(const char* data, std::size_t len, std::string* json, J
 
 // ---- the transfers --------------------------------------------------------------------------
 
-struct Registry::Transfer {
-    uint32_t id = 0;
-    std::string subject_key;  // a subject's version (else schema `id`)
-    CURL* easy = nullptr;
-    std::string body;
-    std::size_t limit = 0;
-    char error[CURL_ERROR_SIZE] = {0};
-
-    static size_t on_data(char* data, size_t size, size_t n, void* self) {
-        auto* t = static_cast<Transfer*>(self);
-        if (t->body.size() + size * n > t->limit) return 0;  // aborts: too large
-        t->body.append(data, size * n);
-        return size * n;
-    }
-};
-
 Registry::~Registry() {
     for (auto& [id, t] : open_) {
         curl_multi_remove_handle(multi_, t->easy);
@@ -295,11 +288,18 @@ Registry::~Registry() {
         curl_easy_cleanup(t->easy);
         delete t;
     }
+    for (auto& [key, r] : resolving_)
+        for (Transfer* t : r->open) {
+            curl_multi_remove_handle(multi_, t->easy);
+            curl_easy_cleanup(t->easy);
+            delete t;
+        }
     if (multi_ != nullptr) curl_multi_cleanup(multi_);
 }
 
 void Registry::want(uint32_t id) {
-    if (open_.count(id) != 0 || std::find(queued_.begin(), queued_.end(), id) != queued_.end())
+    if (open_.count(id) != 0 || std::find(queued_.begin(), queued_.end(), id) != queued_.end() ||
+        resolving_.count("#" + std::to_string(id)) != 0)
         return;
     if (open_.size() + queued_.size() >= kMaxFetches) return;  // asked again after this round
     failures_.erase(id);
@@ -347,19 +347,23 @@ Registry::Transfer* Registry::start(const std::string& path) {
 
 // ---- subjects (the relay) -------------------------------------------------------------------
 
+std::string Registry::subject_path(const std::string& subject, int version) const {
+    char* escaped = curl_easy_escape(nullptr, subject.c_str(), static_cast<int>(subject.size()));
+    std::string path = "/subjects/" + std::string(escaped ? escaped : "") + "/versions/" +
+                       (version > 0 ? std::to_string(version) : std::string("latest"));
+    curl_free(escaped);
+    return path;
+}
+
 void Registry::want_subject(const std::string& key, const std::string& subject, int version) {
-    if (open_subjects_.count(key) != 0) return;
+    if (open_subjects_.count(key) != 0 || resolving_.count(key) != 0) return;
     subject_failures_.erase(key);
     if (config_.url.empty() || !config_.invalid.empty()) {
         subject_failures_[key] =
             config_.url.empty() ? "eventbox.schema_registry_url is empty" : config_.invalid;
         return;
     }
-    char* escaped = curl_easy_escape(nullptr, subject.c_str(), static_cast<int>(subject.size()));
-    std::string path = "/subjects/" + std::string(escaped ? escaped : "") + "/versions/" +
-                       (version > 0 ? std::to_string(version) : std::string("latest"));
-    curl_free(escaped);
-    Transfer* t = start(path);
+    Transfer* t = start(subject_path(subject, version));
     t->subject_key = key;
     open_subjects_[key] = t;
 }
@@ -441,7 +445,13 @@ void Registry::finish_subject(Transfer* t, int curl_code, long status) {
         nlohmann::json j = nlohmann::json::parse(t->body, nullptr, false);
         SubjectEntry entry;
         entry.fetched_ms = now_ms_;
-        if (j.is_object() && j.contains("id") && j["id"].is_number_unsigned()) {
+        if (j.is_object() && j.contains("id") && j["id"].is_number_unsigned() &&
+            needs_references(t->body)) {
+            resolve(j["id"].get<uint32_t>(), key, std::move(t->body));
+            open_subjects_.erase(key);
+            release(t);
+            return;
+        } else if (j.is_object() && j.contains("id") && j["id"].is_number_unsigned()) {
             entry.id = j["id"].get<uint32_t>();
             entry.schema = parse_response(entry.id, t->body, config_.max_schema_text);
         } else {
@@ -461,15 +471,18 @@ void Registry::finish_subject(Transfer* t, int curl_code, long status) {
                  ? std::string(t->error[0] ? t->error : curl_easy_strerror(CURLcode(curl_code)))
                  : "HTTP status " + std::to_string(status));
     }
-    curl_multi_remove_handle(multi_, t->easy);
-    curl_easy_cleanup(t->easy);
-    open_subjects_.erase(key);
-    delete t;
+    std::string done = key;  // `key` is the transfer's
+    release(t);
+    open_subjects_.erase(done);
 }
 
 void Registry::finish(Transfer* t, int curl_code) {
     long status = 0;
     curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &status);
+    if (t->resolution != nullptr) {
+        finish_reference(t, curl_code, status);
+        return;
+    }
     if (!t->subject_key.empty()) {
         finish_subject(t, curl_code, status);
         return;
@@ -482,6 +495,8 @@ void Registry::finish(Transfer* t, int curl_code) {
         else
             failures_[t->id] =
                 where + ": " + (t->error[0] ? t->error : curl_easy_strerror(CURLcode(curl_code)));
+    } else if (status == 200 && needs_references(t->body)) {
+        resolve(t->id, "", std::move(t->body));
     } else if (status == 200) {
         put(t->id, parse_response(t->id, t->body, config_.max_schema_text));
     } else if (status == 404) {
@@ -490,9 +505,13 @@ void Registry::finish(Transfer* t, int curl_code) {
     } else {
         failures_[t->id] = where + ": HTTP status " + std::to_string(status);
     }
+    open_.erase(t->id);
+    release(t);
+}
+
+void Registry::release(Transfer* t) {
     curl_multi_remove_handle(multi_, t->easy);
     curl_easy_cleanup(t->easy);
-    open_.erase(t->id);
     delete t;
 }
 

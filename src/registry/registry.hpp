@@ -9,7 +9,10 @@
 // schema arrived). A fetch ends with the schema, with a definitive refusal that is cached like a
 // schema (no such id: 404; a schema that cannot be parsed; an unsupported type), or with a
 // transport failure (no connection, timeout, 5xx, 401/403) that is not cached: the caller pauses
-// and asks again after its backoff.
+// and asks again after its backoff. An Avro or Protobuf schema with references (named types or
+// imports from other subjects) is usable once its referenced subject versions arrived, fetched
+// the same way (registry/references.hpp): a missing one refuses the schema, a transport failure
+// fails the fetch.
 #pragma once
 
 #include <cstddef>
@@ -20,6 +23,8 @@
 #include <string_view>
 #include <unordered_map>
 #include <vector>
+
+#include "registry/references.hpp"
 
 namespace eventbox {
 struct JsonTokens;
@@ -125,7 +130,7 @@ class Registry {
     void perform(int64_t now_ms = 0);
     // Whether transfers are open or queued.
     bool busy() const noexcept {
-        return !open_.empty() || !queued_.empty() || !open_subjects_.empty();
+        return !open_.empty() || !queued_.empty() || !open_subjects_.empty() || !resolving_.empty();
     }
     // Whether schema `id` is cached (usable or refused).
     bool cached(uint32_t id) const { return cache_.count(id) != 0; }
@@ -138,9 +143,12 @@ class Registry {
     std::size_t cached_count() const noexcept { return cache_.size(); }
     std::size_t cached_bytes() const noexcept { return bytes_; }
 
-    // A registry response body as a schema (or its refusal). Public for the unit tests.
-    static std::unique_ptr<Schema> parse_response(uint32_t id, std::string_view body,
-                                                  std::size_t max_text);
+    // A registry response body as a schema (or its refusal), with its references fetched
+    // (`references`: each after those it uses; nullptr: none were, and an Avro or Protobuf schema
+    // that has some is refused). Public for the unit tests.
+    static std::unique_ptr<Schema> parse_response(
+        uint32_t id, std::string_view body, std::size_t max_text,
+        const std::vector<Reference>* references = nullptr);
 
   private:
     struct Entry {
@@ -148,6 +156,7 @@ class Registry {
         std::list<uint32_t>::iterator lru;
     };
     struct Transfer;
+    struct Resolution;  // a schema whose references are being fetched
     // A subject's version as the relay encodes with it.
     struct SubjectEntry {
         uint32_t id = 0;
@@ -162,6 +171,12 @@ class Registry {
     void finish(Transfer* t, int curl_code);
     void finish_subject(Transfer* t, int curl_code, long status);
     void evict();
+    std::string subject_path(const std::string& subject, int version) const;
+    void resolve(uint32_t id, const std::string& subject_key, std::string body);
+    void ask_references(Resolution* r);
+    void finish_reference(Transfer* t, int curl_code, long status);
+    void resolved(Resolution* r);
+    void release(Transfer* t);
 
     Config config_;
     std::string shown_url_;
@@ -174,6 +189,8 @@ class Registry {
     std::unordered_map<std::string, SubjectEntry> subjects_;  // by "subject@version"
     std::unordered_map<std::string, std::string> subject_failures_;
     std::unordered_map<std::string, Transfer*> open_subjects_;
+    // By "#id" (a schema id's) or the subject key (the relay's).
+    std::unordered_map<std::string, std::unique_ptr<Resolution>> resolving_;
     void* multi_ = nullptr;  // CURLM*
     int64_t now_ms_ = 0;     // as of the last perform()
 };

@@ -4,7 +4,8 @@ upgrade, dump/restore and lifecycle tests (test/integration/upgrade) and the fai
 
 Unlike the other tests these do not use the run's shared cluster: each test starts
 the clusters it needs with tools/cluster.sh (or, for pg_upgrade's target, initdb) in fresh
-directories under /tmp, on ports 54462-54479, and always stops them. Every PostgreSQL binary
+directories under /tmp, on ports 54462-54479 (EVENTBOX_TEST_PORTS=FIRST-LAST for two runs at
+once on one machine), and always stops them. Every PostgreSQL binary
 comes from $EVENTBOX_PGBIN. One dev broker is started for the whole folder and all clusters
 point eventbox.brokers at it (EVENTBOX_NO_BROKER=1 for cluster.sh), so that a cluster made from
 another one (pg_upgrade, pg_restore) finds the same topics and offsets.
@@ -42,7 +43,15 @@ PGBIN = os.environ.get("EVENTBOX_PGBIN") or "/usr/lib/postgresql/15/bin"
 CLUSTER_SH = REPO / "tools" / "cluster.sh"
 DEVBROKER_BIN = os.environ.get("EVENTBOX_DEVBROKER") or str(
     REPO / "tools" / "devbroker" / "eventbox-devbroker")
-PORTS = range(54462, 54480)
+
+
+def _port_range(text):
+    first, last = (int(p) for p in text.split("-"))
+    return range(first, last + 1)
+
+
+# A port another run takes between a cluster's stop and its restart fails that restart.
+PORTS = _port_range(os.environ.get("EVENTBOX_TEST_PORTS") or "54462-54479")
 WORKER_TYPES = ("eventbox relay", "eventbox ingest", "eventbox handler")
 CRASH_RE = re.compile(r"terminated by signal|server process \(PID \d+\) was terminated|"
                       r"PANIC:|TRAP:")
@@ -117,6 +126,21 @@ class Elapsed:
         return time.monotonic() - self.t0
 
 
+# Directories of the clusters stopped in this session: their data directories go once every
+# test passed (remove_stopped_data()); after a failure all of it stays for reading.
+_stopped_dirs = []
+
+
+def remove_stopped_data():
+    """Removes DIR/data of every cluster stopped in this session (the logs stay), unless
+    EVENTBOX_KEEP is set. Called by the test session's end hook when every test passed: a
+    cluster directory is tens of MB, and repeated runs would fill /tmp."""
+    if os.environ.get("EVENTBOX_KEEP"):
+        return
+    while _stopped_dirs:
+        shutil.rmtree(os.path.join(_stopped_dirs.pop(), "data"), ignore_errors=True)
+
+
 class Cluster:
     """One PostgreSQL cluster in its own directory: DIR/data, DIR/postgres.log, socket in DIR."""
 
@@ -184,6 +208,7 @@ class Cluster:
         subprocess.run([str(CLUSTER_SH), "stop", self.dir], env=_tool_env(),
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
         _ports_taken.discard(self.port)
+        _stopped_dirs.append(self.dir)
 
     def connect(self, dbname=None, autocommit=True, timeout=30.0):
         deadline = time.monotonic() + timeout

@@ -39,7 +39,7 @@ __all__ = [
     "Rec", "env", "connect", "query", "query_one", "pending_count",
     "wait_outbox_drained", "read_topic", "wait_for_ids", "relay_pids",
     "wait_relay", "sigkill", "wait_until", "LogWatcher", "StreamSender",
-    "count_ids", "java_partition", "report", "pytest_terminal_summary",
+    "count_ids", "java_partition", "report", "pytest_terminal_summary", "pytest_sessionfinish",
     # fixtures
     "eventbox_env", "extension", "conn", "broker", "new_topic", "settings",
     "log_watch", "restore_broker_state",
@@ -327,6 +327,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.section("eventbox figures (lost / duplicated)")
         for line in _REPORTS:
             terminalreporter.write_line(line)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    # Clusters of their own (test/lib/clusters.py) keep their data only when something failed.
+    clusters = sys.modules.get("clusters")
+    if clusters is not None and exitstatus == 0:
+        clusters.remove_stopped_data()
 
 
 # ---------------------------------------------------------------------------

@@ -4,8 +4,13 @@ formats (docs/guide/formats.md).
 Implemented: GET /schemas/ids/{id}, GET /subjects/{s}/versions/{v|latest}, GET /subjects,
 POST /subjects/{s}/versions (409 when a new Avro record version adds a field without a default,
 the BACKWARD rule), with the registry's error bodies ({"error_code": 40401|40402|40403, ...}).
+Schema references: `references` ([{name, subject, version}]) registered with a schema are in its
+answers by id and by subject version; as the real registry does, a schema's identity includes
+its references (the same text with other references is another id). Tests may register
+references that do not resolve (a missing subject, a cycle) to see them refused.
 Test controls: a delay per request (a slow registry), stop()/start() on the same port (down and
-back), basic auth, add_id() to place a schema under a chosen id, and request counts.
+back), `failing` (a path prefix answered 503, e.g. one subject's versions), basic auth, add_id()
+to place a schema under a chosen id, and request counts.
 
 It uses only the standard library; it imports none of its users.
 """
@@ -23,6 +28,7 @@ class SchemaRegistry:
         self.port = port
         self.auth = auth  # "user:password" required when set
         self.delay = 0.0
+        self.failing = None  # a path prefix answered 503 while set
         self.lock = threading.Lock()
         self.schemas = {}  # id -> {"schema", "schemaType", "references"}
         self.subjects = {}  # subject -> [id, ...] (versions in order)
@@ -77,9 +83,12 @@ class SchemaRegistry:
                                        "references": references or []}
             self.next_id = max(self.next_id, schema_id + 1)
 
-    def register(self, subject, schema, schema_type="AVRO"):
+    def register(self, subject, schema, schema_type="AVRO", references=None):
         """Registers like POST /subjects/{s}/versions; returns the id (raises on 409)."""
-        status, body = self._register(subject, {"schema": schema, "schemaType": schema_type})
+        request = {"schema": schema, "schemaType": schema_type}
+        if references:
+            request["references"] = references
+        status, body = self._register(subject, request)
         if status != 200:
             raise ValueError("registry refused: %r" % (body,))
         return body["id"]
@@ -93,15 +102,20 @@ class SchemaRegistry:
     def _register(self, subject, request):
         schema = request.get("schema")
         schema_type = request.get("schemaType", "AVRO")
-        if not isinstance(schema, str):
+        references = request.get("references") or []
+        if not isinstance(schema, str) or not isinstance(references, list):
             return 422, {"error_code": 42201, "message": "Invalid schema"}
+
+        def same(s):
+            return (s["schema"] == schema and s["schemaType"] == schema_type
+                    and s["references"] == references)
+
         with self.lock:
             versions = self.subjects.setdefault(subject, [])
             for sid in versions:
-                s = self.schemas[sid]
-                if s["schema"] == schema and s["schemaType"] == schema_type:
+                if same(self.schemas[sid]):
                     return 200, {"id": sid}
-            if versions and schema_type == "AVRO":
+            if versions and schema_type == "AVRO" and not references:
                 previous = self.schemas[versions[-1]]["schema"]
                 if not _backward_compatible(previous, schema):
                     return 409, {"error_code": 409,
@@ -109,13 +123,13 @@ class SchemaRegistry:
                                             "earlier schema for subject \"%s\"" % subject}
             sid = None
             for known, s in self.schemas.items():
-                if s["schema"] == schema and s["schemaType"] == schema_type:
+                if same(s):
                     sid = known
             if sid is None:
                 sid = self.next_id
                 self.next_id += 1
                 self.schemas[sid] = {"schema": schema, "schemaType": schema_type,
-                                     "references": request.get("references") or []}
+                                     "references": references}
             versions.append(sid)
             return 200, {"id": sid}
 
@@ -147,8 +161,11 @@ class SchemaRegistry:
                 return 404, {"error_code": 40402, "message": "Version not found."}
             sid = versions[index - 1]
             s = self.schemas[sid]
-            return 200, {"subject": m.group(1), "version": index, "id": sid,
-                         "schemaType": s["schemaType"], "schema": s["schema"]}
+            body = {"subject": m.group(1), "version": index, "id": sid,
+                    "schemaType": s["schemaType"], "schema": s["schema"]}
+            if s["references"]:
+                body["references"] = s["references"]
+            return 200, body
         return 404, {"error_code": 404, "message": "HTTP 404 Not Found"}
 
     def _serve(self, handler, method):
@@ -163,6 +180,8 @@ class SchemaRegistry:
             expected = "Basic " + base64.b64encode(self.auth.encode()).decode()
             if handler.headers.get("Authorization") != expected:
                 return _reply(handler, 401, {"error_code": 401, "message": "Unauthorized"})
+        if self.failing is not None and path.startswith(self.failing):
+            return _reply(handler, 503, {"error_code": 50003, "message": "Unavailable"})
         if method == "GET":
             with self.lock:
                 status, body = self._answer_get(path)

@@ -453,7 +453,8 @@ TEST(RegistryResponses, TypesAndRefusals) {
     EXPECT_NE(odd->refused.find("unsupported"), std::string::npos);
     auto big = Registry::parse_response(5, R"({"schema":"\"string\""})", 4);
     EXPECT_NE(big->refused.find("exceeds"), std::string::npos);
-    // References: a JSON Schema's are not needed (usable), an Avro schema's are refused.
+    // References: a JSON Schema's are not needed (usable), an Avro schema's must be fetched
+    // first (registry/references.hpp).
     const char* refs = R"("references":[{"name":"Address","subject":"address","version":1}])";
     auto json_refs = Registry::parse_response(
         6,
@@ -468,7 +469,7 @@ TEST(RegistryResponses, TypesAndRefusals) {
         std::string(R"({"schema":"{\"type\":\"record\",\"name\":\"C\",\"fields\":[]}",)") + refs +
             "}",
         1 << 20);
-    EXPECT_NE(avro_refs->refused.find("references are not supported"), std::string::npos);
+    EXPECT_NE(avro_refs->refused.find("references were not fetched"), std::string::npos);
 }
 
 TEST(RegistryDecode, PendingThenDecodedThenRefused) {

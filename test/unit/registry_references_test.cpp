@@ -1,0 +1,224 @@
+// Schema references (docs/guide/formats.md): Avro named types from referenced schemas written
+// into the referencing one, Protobuf imports given to the descriptor pool, the bookkeeping of
+// the references to fetch (bounds, cycles, order), and a registry answer with its references.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "registry/avro_json.hpp"
+#include "registry/avro_refs.hpp"
+#include "registry/protobuf_json.hpp"
+#include "registry/references.hpp"
+#include "registry/registry.hpp"
+
+namespace eventbox::registry {
+namespace {
+
+const char* kAddress = R"({"type":"record","name":"Address","namespace":"com.acme.common",
+    "fields":[{"name":"city","type":"string"},
+              {"name":"kind","type":{"type":"enum","name":"Kind","symbols":["HOME","WORK"]}}]})";
+const char* kCustomer = R"({"type":"record","name":"Customer","namespace":"com.acme.crm",
+    "fields":[{"name":"name","type":"string"},
+              {"name":"home","type":"com.acme.common.Address"},
+              {"name":"work","type":["null","com.acme.common.Address"],"default":null},
+              {"name":"kind","type":"com.acme.common.Kind"}]})";
+
+std::string avro_string(const std::string& s) {
+    return std::string(1, static_cast<char>(s.size() * 2)) + s;
+}
+
+TEST(AvroReferences, NamedTypesAreWrittenInAtTheirFirstUse) {
+    std::string full = avro::inline_references(kCustomer, {kAddress});
+    nlohmann::json j = nlohmann::json::parse(full);
+    EXPECT_EQ(j["fields"][1]["type"]["name"], "com.acme.common.Address");
+    EXPECT_EQ(j["fields"][2]["type"][1], "com.acme.common.Address");  // then a reference
+    EXPECT_EQ(j["fields"][3]["type"], "com.acme.common.Kind");
+    AvroSchema s(full);
+    EXPECT_EQ(s.full_name(), "com.acme.crm.Customer");
+    // name, home {city, kind}, work (null branch), kind
+    std::string data = avro_string("Ann") + avro_string("Lyon") + std::string("\x02\x00\x00", 3);
+    std::string out, why;
+    ASSERT_TRUE(s.to_json(data.data(), data.size(), &out, &why)) << why;
+    EXPECT_EQ(out, R"({"name":"Ann","home":{"city":"Lyon","kind":"WORK"},"work":null,)"
+                   R"("kind":"HOME"})");
+    std::string encoded;
+    ASSERT_TRUE(s.from_json(out, &encoded, &why)) << why;
+    EXPECT_EQ(encoded, data);
+}
+
+TEST(AvroReferences, TransitiveReferencesAndSimpleNamesInTheirNamespace) {
+    const char* country = R"({"type":"enum","name":"Country","namespace":"geo",
+        "symbols":["FR","DE"]})";
+    // A simple name refers to the enclosing namespace's type; the referenced schema itself
+    // uses a type of another reference.
+    const char* place = R"({"type":"record","name":"Place","namespace":"geo",
+        "fields":[{"name":"country","type":"Country"}]})";
+    const char* trip = R"({"type":"record","name":"Trip","namespace":"geo",
+        "fields":[{"name":"from","type":"Place"},{"name":"to","type":"Place"},
+                  {"name":"via","type":{"type":"array","items":"Country"}}]})";
+    AvroSchema s(avro::inline_references(trip, {country, place}));
+    std::string data("\x00\x02\x04\x00\x02\x00", 6);
+    std::string out, why;
+    ASSERT_TRUE(s.to_json(data.data(), data.size(), &out, &why)) << why;
+    EXPECT_EQ(out, R"({"from":{"country":"FR"},"to":{"country":"DE"},"via":["FR","DE"]})");
+}
+
+TEST(AvroReferences, NullNamespaceTypesKeepTheirNameInsideANamespace) {
+    const char* money = R"({"type":"fixed","name":"Money","size":2})";
+    const char* order = R"({"type":"record","name":"Order","namespace":"shop",
+        "fields":[{"name":"total","type":"Money"}]})";
+    AvroSchema s(avro::inline_references(order, {money}));
+    std::string data = "\x01\x02";
+    std::string out, why;
+    ASSERT_TRUE(s.to_json(data.data(), data.size(), &out, &why)) << why;
+    EXPECT_EQ(out, R"({"total":"AQI="})");  // fixed: base64
+}
+
+TEST(AvroReferences, UnknownNamesStillRefusedAndBadJsonThrows) {
+    EXPECT_THROW(AvroSchema(avro::inline_references(kCustomer, {})), Error);
+    EXPECT_THROW(avro::inline_references(kCustomer, {"{nope"}), Error);
+}
+
+TEST(ProtobufImports, ImportedMessagesDecodeAndEncode) {
+    const char* money =
+        "syntax = \"proto3\"; package common;\n"
+        "message Money { string currency = 1; int64 units = 2; }\n";
+    const char* order =
+        "syntax = \"proto3\"; package shop;\n"
+        "import \"common/money.proto\";\n"
+        "import \"google/protobuf/timestamp.proto\";\n"
+        "message Order { string id = 1; common.Money total = 2;\n"
+        "  google.protobuf.Timestamp at = 3; }\n";
+    ProtobufSchema s(order, {{"common/money.proto", money}});
+    std::string out, why;
+    ASSERT_TRUE(s.from_json(R"({"id":"o1","total":{"currency":"EUR","units":"5"},)"
+                            R"("at":"2024-05-01T12:00:00Z"})",
+                            &out, &why))
+        << why;
+    std::string json;
+    const std::string* name = nullptr;
+    ASSERT_TRUE(s.to_json(out.data(), out.size(), &json, &why, &name)) << why;
+    EXPECT_EQ(*name, "shop.Order");
+    EXPECT_EQ(nlohmann::json::parse(json),
+              nlohmann::json::parse(R"({"id":"o1","total":{"currency":"EUR","units":"5"},)"
+                                    R"("at":"2024-05-01T12:00:00Z"})"));
+}
+
+TEST(ProtobufImports, MissingCyclicAndBrokenImportsAreRefused) {
+    try {
+        ProtobufSchema s("syntax = \"proto3\"; import \"a.proto\"; message M {}", {});
+        FAIL();
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("neither one of the registry's references"),
+                  std::string::npos)
+            << e.what();
+    }
+    const char* a = "syntax = \"proto3\"; import \"b.proto\"; message A {}";
+    const char* b = "syntax = \"proto3\"; import \"a.proto\"; message B {}";
+    try {
+        ProtobufSchema s("syntax = \"proto3\"; import \"a.proto\"; message M { A a = 1; }",
+                         {{"a.proto", a}, {"b.proto", b}});
+        FAIL();
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("cycle"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW((ProtobufSchema{"syntax = \"proto3\"; import \"a.proto\"; message M {}",
+                                 {{"a.proto", "message {"}}}),
+                 Error);
+}
+
+std::string answer(uint32_t id, const std::string& schema, const std::string& refs,
+                   const std::string& type = "AVRO") {
+    nlohmann::json j = {{"id", id}, {"schema", schema}, {"schemaType", type}};
+    if (!refs.empty()) j["references"] = nlohmann::json::parse(refs);
+    return j.dump();
+}
+
+TEST(ReferenceSet, FetchesEachOnceInDependencyOrder) {
+    ReferenceSet set;
+    set.start(answer(1, "{}", R"([{"name":"b","subject":"b","version":1},
+                                 {"name":"c","subject":"c","version":2}])"),
+              1);
+    EXPECT_EQ(set.take_wanted(), (std::vector<std::string>{"b@1", "c@2"}));
+    EXPECT_TRUE(set.take_wanted().empty());
+    set.arrived("b@1", answer(2, "B", R"([{"name":"c","subject":"c","version":2}])"));
+    EXPECT_TRUE(set.take_wanted().empty());  // c@2 is asked already
+    set.arrived("c@2", answer(3, "C", ""));
+    std::vector<Reference> order = set.ordered();
+    ASSERT_EQ(order.size(), 2u) << set.refused();
+    EXPECT_EQ(order[0].text, "C");
+    EXPECT_EQ(order[1].text, "B");
+    EXPECT_TRUE(set.refused().empty());
+}
+
+TEST(ReferenceSet, CyclesMissingDeepAndMixedTypesAreRefused) {
+    ReferenceSet cycle;
+    cycle.start(answer(1, "{}", R"([{"name":"b","subject":"b","version":1}])"), 1);
+    cycle.take_wanted();
+    cycle.arrived("b@1", answer(2, "B", R"([{"name":"a","subject":"a","version":1}])"));
+    EXPECT_EQ(cycle.take_wanted(), (std::vector<std::string>{"a@1"}));
+    cycle.arrived("a@1", answer(1, "A", R"([{"name":"b","subject":"b","version":1}])"));
+    EXPECT_TRUE(cycle.ordered().empty());
+    EXPECT_NE(cycle.refused().find("references form a cycle: the schema -> subject \"b\" "
+                                   "version 1 -> subject \"a\" version 1"),
+              std::string::npos)
+        << cycle.refused();
+
+    ReferenceSet missing;
+    missing.start(answer(1, "{}", R"([{"name":"x","subject":"x","version":3}])"), 1);
+    missing.take_wanted();
+    missing.missing("x@3", "http://r");
+    EXPECT_EQ(missing.refused(),
+              "reference \"x\" (subject \"x\" version 3) is not in the schema registry http://r");
+
+    ReferenceSet deep;
+    deep.start(answer(1, "{}", R"([{"name":"d1","subject":"d1","version":1}])"), 1);
+    for (int depth = 1; depth <= kMaxReferenceDepth && deep.refused().empty(); ++depth) {
+        std::string key = "d" + std::to_string(depth) + "@1";
+        ASSERT_EQ(deep.take_wanted(), (std::vector<std::string>{key}));
+        std::string next = "d" + std::to_string(depth + 1);
+        deep.arrived(
+            key, answer(depth + 1, "D",
+                        R"([{"name":")" + next + R"(","subject":")" + next + R"(","version":1}])"));
+    }
+    EXPECT_NE(deep.refused().find("is nested deeper than 8 references"), std::string::npos)
+        << deep.refused();
+    EXPECT_TRUE(deep.take_wanted().empty());
+
+    ReferenceSet mixed;
+    mixed.start(answer(1, "{}", R"([{"name":"p","subject":"p","version":1}])"), 1);
+    mixed.take_wanted();
+    mixed.arrived("p@1", answer(2, "message P {}", "", "PROTOBUF"));
+    EXPECT_NE(mixed.refused().find("is a PROTOBUF schema, not AVRO"), std::string::npos);
+}
+
+TEST(ReferenceSet, TooManyReferencesAreRefused) {
+    nlohmann::json refs = nlohmann::json::array();
+    for (std::size_t i = 0; i <= kMaxReferences; ++i)
+        refs.push_back({{"name", "r"}, {"subject", "s" + std::to_string(i)}, {"version", 1}});
+    ReferenceSet set;
+    set.start(answer(1, "{}", refs.dump()), 1);
+    EXPECT_TRUE(set.take_wanted().empty());
+    EXPECT_NE(set.refused().find("more than 32 references"), std::string::npos);
+}
+
+TEST(RegistryReferences, AnswerWithItsReferences) {
+    std::string body = answer(
+        7, kCustomer, R"([{"name":"com.acme.common.Address","subject":"addr","version":1}])");
+    EXPECT_TRUE(needs_references(body));
+    EXPECT_FALSE(needs_references(answer(8, "{}", R"([{"subject":"x","version":1}])", "JSON")));
+    auto unfetched = Registry::parse_response(7, body, 1 << 20);
+    EXPECT_NE(unfetched->refused.find("references were not fetched"), std::string::npos);
+    std::vector<Reference> refs = {{"com.acme.common.Address", kAddress}};
+    auto s = Registry::parse_response(7, body, 1 << 20, &refs);
+    ASSERT_TRUE(s->refused.empty()) << s->refused;
+    EXPECT_EQ(s->name, "com.acme.crm.Customer");
+    auto big = Registry::parse_response(7, body, std::string(kCustomer).size() + 10, &refs);
+    EXPECT_NE(big->refused.find("(with its references) exceeds"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace eventbox::registry
