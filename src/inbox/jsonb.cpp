@@ -13,6 +13,7 @@ extern "C" {
 #include <string>
 
 #include "pg/boundary.hpp"
+#include "registry/json_text.hpp"
 
 using eventbox::pg::call_cpp;
 using eventbox::pg::pg_guard;
@@ -32,20 +33,22 @@ int checked_jsonb_length(std::size_t len) {
     return static_cast<int>(len);
 }
 
-// jsonb from JSON text; on a PostgreSQL error (input the C++ checks let through) returns false
-// with the reason in `note`.
+// jsonb from JSON text, for C++ code (within call_cpp()); on a PostgreSQL error (input the C++
+// checks let through) returns false with the reason in `note`.
+bool guarded_jsonb(const char* data, std::size_t len, Datum* out, std::string* note) {
+    try {
+        *out = pg_guard(
+            [&] { return DirectFunctionCall1(jsonb_in, CStringGetDatum(pnstrdup(data, len))); });
+        return true;
+    } catch (const Error& e) {
+        *note = std::string("value rejected by jsonb: ") + e.what();
+        return false;
+    }
+}
+
+// The same from PostgreSQL-side code.
 bool to_jsonb(const char* data, std::size_t len, Datum* out, std::string* note) {
-    return call_cpp([&] {
-        try {
-            *out = pg_guard([&] {
-                return DirectFunctionCall1(jsonb_in, CStringGetDatum(pnstrdup(data, len)));
-            });
-            return true;
-        } catch (const Error& e) {
-            *note = std::string("value rejected by jsonb: ") + e.what();
-            return false;
-        }
-    });
+    return call_cpp([&] { return guarded_jsonb(data, len, out, note); });
 }
 
 // Nesting up to which a payload's jsonb is built from its tokens: jsonb_in's recursive parser
@@ -150,8 +153,14 @@ Datum headers_jsonb(const Classified& row) {
 bool payload_jsonb(const Classified& row, const char* data, std::size_t len, Datum* out,
                    std::string* note) {
     if (GetDatabaseEncoding() != PG_UTF8 || row.payload.depth > kMaxTokenDepth ||
-        row.payload.tokens.empty())
-        return to_jsonb(data, len, out, note);
+        row.payload.tokens.empty()) {
+        if (len > 0 || row.payload.tokens.empty()) return to_jsonb(data, len, out, note);
+        return call_cpp([&] {  // tokens without text (a decoded Avro value): their text
+            std::string text;
+            registry::append_tokens_json(row.payload, &text);
+            return guarded_jsonb(text.data(), text.size(), out, note);
+        });
+    }
     return call_cpp([&] {
         try {
             *out = pg_guard([&] { return tokens_to_jsonb(row.payload); });

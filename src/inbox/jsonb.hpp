@@ -19,8 +19,10 @@ namespace eventbox::inbox {
 // beyond jsonb's size limit).
 Datum headers_jsonb(const Classified& row);
 
-// The payload of a parsable `row` whose value is [data, data+len). False, with the reason in
-// `note`, when jsonb refuses it (a number numeric cannot hold, ...): the row is then unparsable.
+// The payload of a parsable `row` whose value is [data, data+len) (len 0: the row's tokens
+// only, a decoded Avro value, whose text is written from them where jsonb_in must build it).
+// False, with the reason in `note`, when jsonb refuses it (a number numeric cannot hold, ...):
+// the row is then unparsable.
 bool payload_jsonb(const Classified& row, const char* data, std::size_t len, Datum* out,
                    std::string* note);
 

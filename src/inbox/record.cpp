@@ -10,6 +10,7 @@
 #include "inbox/cdc.hpp"
 #include "inbox/fingerprint.hpp"
 #include "messages/json_scan.hpp"
+#include "registry/json_text.hpp"
 #include "registry/registry.hpp"
 
 namespace eventbox::inbox {
@@ -197,23 +198,42 @@ std::vector<std::string_view> wanted_fields(const Options& options) {
                                          fields + 2);
 }
 
-// A value in the Schema Registry's wire format: decoded into JSON text and scanned like a JSON
-// value, its bytes kept in raw_payload; a record whose schema is not cached yet is pending.
+// A value decoded into the payload's tokens: the scan's fields read from them; its JSON text
+// written only for the CDC rules, which read the envelope from text (the payload's jsonb is
+// built from the tokens, or from text written then where jsonb_in must build it: inbox/jsonb.hpp).
+JsonScan decoded_tokens(const Options& options, Classified& out) {
+    JsonScan scan;
+    scan.valid = true;
+    scan.fields = registry::top_fields(out.payload, wanted_fields(options));
+    out.parsable = true;
+    if (options.id_rule == IdRule::kDebezium || options.id_rule == IdRule::kCockroachDb)
+        registry::append_tokens_json(out.payload, &out.decoded);
+    return scan;
+}
+
+// A value in the Schema Registry's wire format, its bytes kept in raw_payload; a record whose
+// schema is not cached yet is pending. Avro is decoded straight into the payload's tokens (no
+// text written and scanned again), the others into JSON text scanned like a JSON value.
 JsonScan classify_registry(const Record& r, const Options& options, Classified& out) {
     JsonScan scan;
     out.keep_raw = true;
     out.raw_len = r.value_len;
-    registry::Decoded d = options.registry->decode(r.value, r.value_len, &out.decoded);
+    registry::Decoded d =
+        options.registry->decode(r.value, r.value_len, &out.decoded, &out.payload);
     if (d.status == registry::Decoded::kPending) {
         out.pending = true;
         out.pending_id = d.id;
         return scan;
     }
     if (d.status == registry::Decoded::kBad) {
+        out.payload.tokens.clear();  // a part of the value
+        out.payload.text.clear();
+        out.payload.depth = 0;
         out.note = d.reason;
         return scan;
     }
     if (d.name != nullptr) out.schema_name = *d.name;
+    if (d.tokens) return decoded_tokens(options, out);
     if (!d.utf8 && !valid_utf8(out.decoded.data(), out.decoded.size())) {
         out.note = "schema id " + std::to_string(d.id) + ": decoded value is not valid UTF-8";
         return scan;

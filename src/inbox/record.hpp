@@ -101,7 +101,8 @@ struct Classified {
     // Its offset is stored with the batch's like any other.
     bool skip = false;
     std::string skipped;
-    // value_format 'registry': the value decoded into JSON text (the payload's text), the
+    // value_format 'registry': the value decoded into JSON text (the payload's text; an Avro
+    // value is decoded into `payload`'s tokens, its text written only for the CDC rules), the
     // schema's full name, and whether the schema is still to be fetched (then nothing else is
     // set: the record waits). The producer's bytes are kept in raw_payload (keep_raw).
     std::string decoded;

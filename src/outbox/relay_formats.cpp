@@ -42,7 +42,7 @@ bool FormatSink::encode(const std::string& subject, int version, const char* jso
 }
 
 Produced FormatSink::produce(const Row& row, std::string& error) {
-    auto it = formats_.find(std::string(row.topic));
+    auto it = formats_.find(row.topic);
     if (it == formats_.end()) return next_.produce(row, error);
     const TopicFormat& f = it->second;
     Row encoded = row;

@@ -13,9 +13,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "outbox/relay_dispatch.hpp"
@@ -46,7 +46,8 @@ class FormatSink final : public Sink {
   private:
     Sink& next_;
     registry::Registry registry_;
-    std::unordered_map<std::string, TopicFormat> formats_;
+    // By topic, looked up by the row's string_view (no string built per row).
+    std::map<std::string, TopicFormat, std::less<>> formats_;
     std::function<int64_t()> now_ms_;
     // Encodes `json` with `subject` into `out`; what produce() answers unless kQueued.
     bool encode(const std::string& subject, int version, const char* json, std::size_t len,

@@ -35,10 +35,11 @@ struct JsonTree {
     // False when `json` is not JSON.
     bool build(std::string_view json) {
         items.clear();
+        open.clear();
         tokens.tokens.clear();
         tokens.text.clear();
+        tokens.depth = 0;
         if (!scan_json(json, {}, &tokens).valid) return false;
-        std::vector<std::size_t> open;
         std::string_view key;
         for (const JsonTokens::Token& t : tokens.tokens) {
             switch (t.kind) {
@@ -67,6 +68,18 @@ struct JsonTree {
         }
         return !items.empty();
     }
+
+    // Gives back the buffers a large payload grew.
+    void release_large() {
+        constexpr std::size_t kKept = 64 * 1024;
+        if (tokens.text.capacity() > kKept) std::string().swap(tokens.text);
+        if (tokens.tokens.capacity() * sizeof(JsonTokens::Token) > kKept)
+            std::vector<JsonTokens::Token>().swap(tokens.tokens);
+        if (items.capacity() * sizeof(Item) > kKept) std::vector<Item>().swap(items);
+    }
+
+  private:
+    std::vector<std::size_t> open;  // the containers being built
 };
 
 void put_long(int64_t v, std::string* out) {
@@ -442,15 +455,16 @@ class Encoder {
 
 }  // namespace
 
-bool encode(const std::string& json, const Node* root, std::string* out, std::string* error) {
-    JsonTree tree;
-    if (!tree.build(json)) {
-        *error = "payload is not JSON";
-        return false;
-    }
+bool encode(std::string_view json, const Node* root, std::string* out, std::string* error) {
+    // The payload's tree, kept between calls (the relay encodes one payload after another):
+    // its buffers are allocated once, not per message.
+    static thread_local JsonTree tree;
+    bool built = tree.build(json);
     error->clear();
-    Encoder encoder(error);
-    return encoder.encode(tree, 0, root, out);
+    bool ok = built && Encoder(error).encode(tree, 0, root, out);
+    if (!built) *error = "payload is not JSON";
+    tree.release_large();
+    return ok;
 }
 
 }  // namespace eventbox::registry::avro

@@ -4,12 +4,12 @@
 #include <avro.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
-#include <unordered_map>
 #include <vector>
 
 #include "core/base64.hpp"
@@ -22,6 +22,9 @@ namespace eventbox::registry {
 namespace {
 
 using avro::Node;
+
+// What to_json() keeps of its scratch tokens between records.
+constexpr std::size_t kKeptScratchBytes = 64 * 1024;
 
 // Days since 1970-01-01 as a civil date (Howard Hinnant's algorithm).
 void civil(int64_t days, int64_t* y, unsigned* m, unsigned* d) {
@@ -42,37 +45,35 @@ int64_t floor_div(int64_t a, int64_t b) {
     return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
 }
 
-void append_date(int64_t days, std::string* out) {
+// "YYYY-MM-DD" into `buf` (48 bytes); returns its length.
+int format_date(int64_t days, char* buf) {
     int64_t y;
     unsigned m, d;
     civil(days, &y, &m, &d);
-    char buf[48];
-    snprintf(buf, sizeof buf, "%04" PRId64 "-%02u-%02u", y, m, d);
-    out->append(buf);
+    return snprintf(buf, 48, "%04" PRId64 "-%02u-%02u", y, m, d);
 }
 
-// Time of day from `units` of 1/per second since midnight, with `digits` fraction digits.
-void append_time(int64_t units, int64_t per, int digits, std::string* out) {
+// Time of day from `units` of 1/per second since midnight, with `digits` fraction digits, into
+// `buf` (48 bytes); returns its length.
+int format_time(int64_t units, int64_t per, int digits, char* buf) {
     int64_t seconds = units / per, fraction = units % per;
-    char buf[48];
-    snprintf(buf, sizeof buf, "%02" PRId64 ":%02" PRId64 ":%02" PRId64 ".%0*" PRId64,
-             seconds / 3600, seconds / 60 % 60, seconds % 60, digits, fraction);
-    out->append(buf);
+    return snprintf(buf, 48, "%02" PRId64 ":%02" PRId64 ":%02" PRId64 ".%0*" PRId64, seconds / 3600,
+                    seconds / 60 % 60, seconds % 60, digits, fraction);
 }
 
-void append_timestamp(int64_t units, int64_t per, int digits, bool utc, std::string* out) {
+void write_timestamp(int64_t units, int64_t per, int digits, bool utc, TokenWriter& w) {
     int64_t per_day = 86400 * per;
     int64_t days = floor_div(units, per_day);
-    out->push_back('"');
-    append_date(days, out);
-    out->push_back('T');
-    append_time(units - days * per_day, per, digits, out);
-    if (utc) out->push_back('Z');
-    out->push_back('"');
+    char buf[112];
+    int n = format_date(days, buf);
+    buf[n++] = 'T';
+    n += format_time(units - days * per_day, per, digits, buf + n);
+    if (utc) buf[n++] = 'Z';
+    w.ascii(std::string_view(buf, static_cast<std::size_t>(n)));
 }
 
 // A two's-complement big-endian integer scaled by 10^-scale, as decimal text.
-void append_decimal(const unsigned char* b, std::size_t len, int scale, std::string* out) {
+void write_decimal(const unsigned char* b, std::size_t len, int scale, TokenWriter& w) {
     bool negative = len > 0 && (b[0] & 0x80) != 0;
     std::vector<unsigned char> mag(b, b + len);
     if (negative) {  // magnitude = ~x + 1
@@ -95,185 +96,217 @@ void append_decimal(const unsigned char* b, std::size_t len, int scale, std::str
     }
     if (digits.empty()) digits = "0";
     while (digits.size() <= static_cast<std::size_t>(scale)) digits.push_back('0');
-    out->push_back('"');
-    if (negative) out->push_back('-');
+    std::string text;
+    if (negative) text.push_back('-');
     for (std::size_t i = digits.size(); i-- > 0;) {
-        out->push_back(digits[i]);
-        if (i == static_cast<std::size_t>(scale) && scale > 0) out->push_back('.');
+        text.push_back(digits[i]);
+        if (i == static_cast<std::size_t>(scale) && scale > 0) text.push_back('.');
     }
-    out->push_back('"');
+    w.ascii(text);
 }
 
-void append_double(double v, bool single, std::string* out) {
+// NaN and the infinities as the strings "NaN", "Infinity", "-Infinity" (JSON has no such
+// numbers); the others with the digits that read back to the same value.
+void write_double(double v, bool single, TokenWriter& w) {
     if (std::isnan(v)) {
-        out->append("\"NaN\"");
+        w.ascii("NaN");
     } else if (std::isinf(v)) {
-        out->append(v > 0 ? "\"Infinity\"" : "\"-Infinity\"");
+        w.ascii(v > 0 ? "Infinity" : "-Infinity");
     } else {
         char buf[40];
-        snprintf(buf, sizeof buf, single ? "%.9g" : "%.17g", v);
-        out->append(buf);
+        int n = snprintf(buf, sizeof buf, single ? "%.9g" : "%.17g", v);
+        w.number(std::string_view(buf, static_cast<std::size_t>(n)));
     }
 }
 
-void append_int(int64_t v, std::string* out) {
+void write_int(int64_t v, TokenWriter& w) {
     char buf[24];
-    snprintf(buf, sizeof buf, "%" PRId64, v);
-    out->append(buf);
+    auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+    (void)ec;  // 24 bytes hold any int64
+    w.number(std::string_view(buf, static_cast<std::size_t>(end - buf)));
 }
 
 uint32_t le32(const unsigned char* p) {
     return p[0] | (p[1] << 8) | (p[2] << 16) | (static_cast<uint32_t>(p[3]) << 24);
 }
 
-// Writes one value; false with `error` on data Avro C read but JSON cannot say.
-bool write(avro_value_t* v, const Node* n, std::string* out, std::string* error);
+// The walk of one datum read by Avro C, along the schema's node tree (for the logical types),
+// into a TokenWriter. Its methods return false with `error` on data Avro C read but JSON
+// cannot say (a string or map key that is not UTF-8).
+class Walker {
+  public:
+    Walker(TokenWriter& w, std::string* error) : w_(w), error_(error) {}
 
-bool write_children(avro_value_t* v, const Node* n, bool object, bool by_field, std::string* out,
-                    std::string* error) {
+    bool value(avro_value_t* v, const Node* n);
+
+  private:
+    bool children(avro_value_t* v, const Node* n, avro_type_t type);
+    void integer(int64_t x, Node::Logical logical);
+    void bytes(const unsigned char* b, std::size_t len, const Node* n);
+    bool scalar(avro_value_t* v, avro_type_t type);
+
+    TokenWriter& w_;
+    std::string* error_;
+    std::string scratch_;  // base64 text
+};
+
+bool Walker::children(avro_value_t* v, const Node* n, avro_type_t type) {
+    bool object = type != AVRO_ARRAY, by_field = type == AVRO_RECORD;
     size_t count = 0;
     avro_value_get_size(v, &count);
-    out->push_back(object ? '{' : '[');
+    if (object)
+        w_.begin_object();
+    else
+        w_.begin_array();
     for (size_t i = 0; i < count; ++i) {
         avro_value_t child;
         const char* name = nullptr;
         avro_value_get_by_index(v, i, &child, &name);
-        if (i > 0) out->push_back(',');
-        if (object) {
-            if (!append_json_string(name, strlen(name), out)) {
-                *error = "Avro map key is not valid UTF-8";
-                return false;
-            }
-            out->push_back(':');
+        if (object && !w_.key(name, strlen(name))) {
+            *error_ = "Avro map key is not valid UTF-8";
+            return false;
         }
         const Node* c = by_field ? (i < n->children.size() ? n->children[i] : nullptr)
                                  : (n->children.empty() ? nullptr : n->children[0]);
-        if (!write(&child, c, out, error)) return false;
+        if (!value(&child, c)) return false;
     }
-    out->push_back(object ? '}' : ']');
+    if (object)
+        w_.end_object();
+    else
+        w_.end_array();
     return true;
 }
 
-bool write_int(int64_t x, Node::Logical logical, std::string* out) {
+void Walker::integer(int64_t x, Node::Logical logical) {
+    char buf[48];
     switch (logical) {
         case Node::kDate:
-            out->push_back('"');
-            append_date(x, out);
-            out->push_back('"');
-            return true;
+            w_.ascii(std::string_view(buf, static_cast<std::size_t>(format_date(x, buf))));
+            return;
         case Node::kTimeMillis:
-        case Node::kTimeMicros:
-            out->push_back('"');
-            if (logical == Node::kTimeMillis)
-                append_time(x, 1000, 3, out);
-            else
-                append_time(x, 1000000, 6, out);
-            out->push_back('"');
-            return true;
+        case Node::kTimeMicros: {
+            bool millis = logical == Node::kTimeMillis;
+            int n = format_time(x, millis ? 1000 : 1000000, millis ? 3 : 6, buf);
+            w_.ascii(std::string_view(buf, static_cast<std::size_t>(n)));
+            return;
+        }
         case Node::kTimestampMillis:
         case Node::kLocalTimestampMillis:
-            append_timestamp(x, 1000, 3, logical == Node::kTimestampMillis, out);
-            return true;
+            write_timestamp(x, 1000, 3, logical == Node::kTimestampMillis, w_);
+            return;
         case Node::kTimestampMicros:
         case Node::kLocalTimestampMicros:
-            append_timestamp(x, 1000000, 6, logical == Node::kTimestampMicros, out);
-            return true;
+            write_timestamp(x, 1000000, 6, logical == Node::kTimestampMicros, w_);
+            return;
         default:
-            append_int(x, out);
-            return true;
+            write_int(x, w_);
+            return;
     }
 }
 
-bool write_bytes(const unsigned char* b, std::size_t len, const Node* n, std::string* out) {
+void Walker::bytes(const unsigned char* b, std::size_t len, const Node* n) {
     Node::Logical logical = n ? n->logical : Node::kNone;
     if (logical == Node::kDecimal) {
-        append_decimal(b, len, n->scale, out);
+        write_decimal(b, len, n->scale, w_);
     } else if (logical == Node::kDuration && len == 12) {
-        out->append("{\"months\":");
-        append_int(le32(b), out);
-        out->append(",\"days\":");
-        append_int(le32(b + 4), out);
-        out->append(",\"milliseconds\":");
-        append_int(le32(b + 8), out);
-        out->push_back('}');
+        w_.begin_object();
+        const char* parts[] = {"months", "days", "milliseconds"};
+        for (int k = 0; k < 3; ++k) {
+            w_.key(parts[k], strlen(parts[k]));
+            write_int(le32(b + 4 * k), w_);
+        }
+        w_.end_object();
     } else {
-        out->push_back('"');
-        append_base64(std::string_view(reinterpret_cast<const char*>(b), len), out);
-        out->push_back('"');
+        scratch_.clear();
+        append_base64(std::string_view(reinterpret_cast<const char*>(b), len), &scratch_);
+        w_.ascii(scratch_);
     }
-    return true;
 }
 
-bool write(avro_value_t* v, const Node* n, std::string* out, std::string* error) {
-    Node::Logical logical = n ? n->logical : Node::kNone;
-    switch (avro_value_get_type(v)) {
+// null, boolean, float, double, string and enum values.
+bool Walker::scalar(avro_value_t* v, avro_type_t type) {
+    switch (type) {
         case AVRO_NULL:
-            out->append("null");
+            w_.null();
             return true;
         case AVRO_BOOLEAN: {
             int b = 0;
             avro_value_get_boolean(v, &b);
-            out->append(b ? "true" : "false");
+            w_.boolean(b != 0);
             return true;
-        }
-        case AVRO_INT32: {
-            int32_t x = 0;
-            avro_value_get_int(v, &x);
-            return write_int(x, logical, out);
-        }
-        case AVRO_INT64: {
-            int64_t x = 0;
-            avro_value_get_long(v, &x);
-            return write_int(x, logical, out);
         }
         case AVRO_FLOAT: {
             float x = 0;
             avro_value_get_float(v, &x);
-            append_double(x, true, out);
+            write_double(x, true, w_);
             return true;
         }
         case AVRO_DOUBLE: {
             double x = 0;
             avro_value_get_double(v, &x);
-            append_double(x, false, out);
+            write_double(x, false, w_);
             return true;
         }
         case AVRO_STRING: {
             const char* s = nullptr;
             size_t size = 0;
             avro_value_get_string(v, &s, &size);
-            if (!append_json_string(s, size > 0 ? size - 1 : 0, out)) {
-                *error = "Avro string is not valid UTF-8";
+            if (!w_.string(s, size > 0 ? size - 1 : 0)) {
+                *error_ = "Avro string is not valid UTF-8";
                 return false;
             }
+            return true;
+        }
+        case AVRO_ENUM: {
+            int symbol = 0;
+            avro_value_get_enum(v, &symbol);
+            // Avro C reads any index; the symbol's lookup past the last is undefined.
+            avro_schema_t schema = avro_value_get_schema(v);
+            const char* name = symbol >= 0 && symbol < avro_schema_enum_number_of_symbols(schema)
+                                   ? avro_schema_enum_get(schema, symbol)
+                                   : nullptr;
+            if (name == nullptr) {
+                *error_ = "Avro enum symbol " + std::to_string(symbol) + " out of range";
+                return false;
+            }
+            return w_.string(name, strlen(name));
+        }
+        default:
+            *error_ = "Avro value of an unsupported type";
+            return false;
+    }
+}
+
+bool Walker::value(avro_value_t* v, const Node* n) {
+    avro_type_t type = avro_value_get_type(v);
+    switch (type) {
+        case AVRO_INT32: {
+            int32_t x = 0;
+            avro_value_get_int(v, &x);
+            integer(x, n ? n->logical : Node::kNone);
+            return true;
+        }
+        case AVRO_INT64: {
+            int64_t x = 0;
+            avro_value_get_long(v, &x);
+            integer(x, n ? n->logical : Node::kNone);
             return true;
         }
         case AVRO_BYTES:
         case AVRO_FIXED: {
             const void* b = nullptr;
             size_t size = 0;
-            if (avro_value_get_type(v) == AVRO_BYTES)
+            if (type == AVRO_BYTES)
                 avro_value_get_bytes(v, &b, &size);
             else
                 avro_value_get_fixed(v, &b, &size);
-            return write_bytes(static_cast<const unsigned char*>(b), size, n, out);
-        }
-        case AVRO_ENUM: {
-            int symbol = 0;
-            avro_value_get_enum(v, &symbol);
-            const char* name = avro_schema_enum_get(avro_value_get_schema(v), symbol);
-            if (name == nullptr) {
-                *error = "Avro enum symbol " + std::to_string(symbol) + " out of range";
-                return false;
-            }
-            return append_json_string(name, strlen(name), out);
+            bytes(static_cast<const unsigned char*>(b), size, n);
+            return true;
         }
         case AVRO_RECORD:
-            return write_children(v, n, true, true, out, error);
         case AVRO_MAP:
-            return write_children(v, n, true, false, out, error);
         case AVRO_ARRAY:
-            return write_children(v, n, false, false, out, error);
+            return children(v, n, type);
         case AVRO_UNION: {
             int branch = 0;
             avro_value_t current;
@@ -283,11 +316,10 @@ bool write(avro_value_t* v, const Node* n, std::string* out, std::string* error)
                 n && branch >= 0 && static_cast<std::size_t>(branch) < n->children.size()
                     ? n->children[branch]
                     : nullptr;
-            return write(&current, c, out, error);
+            return value(&current, c);
         }
         default:
-            *error = "Avro value of an unsupported type";
-            return false;
+            return scalar(v, type);
     }
 }
 
@@ -302,6 +334,7 @@ struct AvroSchema::Impl {
     std::vector<std::unique_ptr<Node>> nodes;
     const Node* root = nullptr;
     std::string name;
+    JsonTokens scratch;  // to_json()'s tokens, kept between records
 
     ~Impl() {
         if (has_value) avro_value_decref(&value);
@@ -338,7 +371,7 @@ AvroSchema::AvroSchema(std::string_view json) : impl_(std::make_unique<Impl>()) 
 
 AvroSchema::~AvroSchema() = default;
 
-bool AvroSchema::from_json(const std::string& json, std::string* out, std::string* error) const {
+bool AvroSchema::from_json(std::string_view json, std::string* out, std::string* error) const {
     return avro::encode(json, impl_->root, out, error);
 }
 
@@ -348,6 +381,20 @@ const std::string& AvroSchema::full_name() const noexcept {
 
 bool AvroSchema::to_json(const char* data, std::size_t len, std::string* out,
                          std::string* error) const {
+    JsonTokens& tokens = impl_->scratch;
+    tokens.tokens.clear();
+    tokens.text.clear();
+    tokens.depth = 0;
+    bool ok = to_tokens(data, len, &tokens, error);
+    if (ok) append_tokens_json(tokens, out);
+    if (tokens.text.capacity() > kKeptScratchBytes) JsonTokens().text.swap(tokens.text);
+    if (tokens.tokens.capacity() * sizeof(JsonTokens::Token) > kKeptScratchBytes)
+        std::vector<JsonTokens::Token>().swap(tokens.tokens);
+    return ok;
+}
+
+bool AvroSchema::to_tokens(const char* data, std::size_t len, JsonTokens* tokens,
+                           std::string* error) const {
     avro_reader_memory_set_source(impl_->reader, data, static_cast<int64_t>(len));
     if (avro_value_read(impl_->reader, &impl_->value) != 0) {
         *error = std::string("Avro data does not match its schema: ") + avro_strerror();
@@ -360,7 +407,8 @@ bool AvroSchema::to_json(const char* data, std::size_t len, std::string* out,
         *error = "Avro data has " + std::to_string(len - used) + " bytes after its value";
         return false;
     }
-    return write(&impl_->value, impl_->root, out, error);
+    TokenWriter writer(tokens);
+    return Walker(writer, error).value(&impl_->value, impl_->root);
 }
 
 }  // namespace eventbox::registry

@@ -8,6 +8,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -74,6 +75,6 @@ class TreeBuilder {
 
 // Appends the Avro binary of the JSON text `json` written with the schema at `root` (the
 // mapping of docs/guide/formats.md read back); false with the reason (the value's path).
-bool encode(const std::string& json, const Node* root, std::string* out, std::string* error);
+bool encode(std::string_view json, const Node* root, std::string* out, std::string* error);
 
 }  // namespace eventbox::registry::avro

@@ -231,7 +231,7 @@ uint32_t Registry::pending_id(const char* data, std::size_t len) const {
     return id;
 }
 
-Decoded Registry::decode(const char* data, std::size_t len, std::string* json) {
+Decoded Registry::decode(const char* data, std::size_t len, std::string* json, JsonTokens* tokens) {
     Decoded d;
     if (!read_header(data, len, &d.id, &d.reason)) return d;
     auto it = cache_.find(d.id);
@@ -252,7 +252,9 @@ Decoded Registry::decode(const char* data, std::size_t len, std::string* json) {
     std::string why;
     switch (s.type) {
         case SchemaType::kAvro:
-            ok = s.avro->to_json(body, body_len, json, &why);
+            d.tokens = tokens != nullptr;
+            ok = d.tokens ? s.avro->to_tokens(body, body_len, tokens, &why)
+                          : s.avro->to_json(body, body_len, json, &why);
             d.name = &s.name;
             d.utf8 = true;
             break;
@@ -398,7 +400,7 @@ Encoded Registry::encode(const std::string& subject, int version, const char* js
     bool ok = false;
     switch (s.type) {
         case SchemaType::kAvro:
-            ok = s.avro->from_json(std::string(json, len), out, &why);
+            ok = s.avro->from_json(std::string_view(json, len), out, &why);
             break;
         case SchemaType::kProtobuf:
             ok = s.protobuf->from_json(std::string(json, len), out, &why);

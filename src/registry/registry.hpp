@@ -26,6 +26,10 @@
 
 #include "registry/references.hpp"
 
+namespace eventbox {
+struct JsonTokens;
+}
+
 namespace eventbox::registry {
 
 class AvroSchema;
@@ -75,7 +79,8 @@ struct Decoded {
     uint32_t id = 0;
     std::string reason;                 // kBad: why the record is unparsable
     const std::string* name = nullptr;  // kOk: the schema's full name ("" when it has none)
-    bool utf8 = false;  // kOk: the JSON text is known to be UTF-8 (Avro's: our walker checks)
+    bool utf8 = false;    // kOk: the JSON text is known to be UTF-8 (Avro's: our walker checks)
+    bool tokens = false;  // kOk: the value is in decode()'s `tokens`, not in its text
 };
 
 // What encoding a payload for a subject came to (the relay's side).
@@ -105,8 +110,10 @@ class Registry {
     const Config& config() const noexcept { return config_; }
 
     // Decodes one record's value into JSON text (appended to `json`). kPending starts the
-    // schema's fetch (if it is not under way).
-    Decoded decode(const char* data, std::size_t len, std::string* json);
+    // schema's fetch (if it is not under way). With `tokens`, an Avro value is written there
+    // instead, as the JSON scanner's tokens (Decoded::tokens; registry/avro_json.hpp).
+    Decoded decode(const char* data, std::size_t len, std::string* json,
+                   JsonTokens* tokens = nullptr);
     // Starts the fetch of the schema of [data, data+len) when it is not cached; the caller
     // prefetches the schemas of records after a pending one this way.
     void prefetch(const char* data, std::size_t len);
