@@ -371,7 +371,8 @@ void Registry::want_subject(const std::string& key, const std::string& subject, 
 Encoded Registry::encode(const std::string& subject, int version, const char* json, std::size_t len,
                          std::string* out, int64_t now_ms) {
     Encoded e;
-    std::string key = subject + "@" + std::to_string(version);
+    subject_key_.assign(subject).append("@").append(std::to_string(version));
+    const std::string& key = subject_key_;
     auto it = subjects_.find(key);
     if (it == subjects_.end()) {
         auto failed = subject_failures_.find(key);

@@ -187,6 +187,7 @@ class Registry {
     std::vector<uint32_t> queued_;
     std::unordered_map<uint32_t, Transfer*> open_;
     std::unordered_map<std::string, SubjectEntry> subjects_;  // by "subject@version"
+    std::string subject_key_;  // encode()'s lookup key, its buffer kept between messages
     std::unordered_map<std::string, std::string> subject_failures_;
     std::unordered_map<std::string, Transfer*> open_subjects_;
     // By "#id" (a schema id's) or the subject key (the relay's).
