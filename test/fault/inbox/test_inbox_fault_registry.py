@@ -167,7 +167,7 @@ def test_sigkill_and_outage_of_registry_subscription_lose_and_duplicate_nothing(
     resumed = []
     for k in range(STREAM_KILLS):
         base = rows()
-        # Storing: the count moves between two looks.
+        # Storing: 500 more rows since the last look, with the stream still flowing.
         n = wait_rows_at_least(base + 500, RECOVERY_BOUND_S)
         assert n is not None, "the worker stored nothing for %d s (kill %d of the stream)" % (
             RECOVERY_BOUND_S, k + 1)
@@ -283,3 +283,5 @@ def test_sigkill_and_outage_of_registry_subscription_lose_and_duplicate_nothing(
     assert not crashes, "unexpected crash lines:\n" + "\n".join(crashes)
     assert len(log.crash_lines()) >= len(kills), "the kills do not show in the server log"
     assert len(stream.where) == STREAM_N
+    # The fetch lost with the first killed worker was asked again by its successor.
+    assert fetches_after_first_kill >= 2, fetches_after_first_kill
