@@ -18,6 +18,7 @@ It uses only the standard library; it imports none of its users.
 import base64
 import json
 import re
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -37,6 +38,7 @@ class SchemaRegistry:
         self.server = None
         self.thread = None
         self._stop_delay = threading.Event()
+        self._connections = set()  # the clients' open (keep-alive) connections
 
     # ---- lifetime
 
@@ -48,6 +50,16 @@ class SchemaRegistry:
 
             def log_message(self, *args):
                 pass
+
+            def setup(self):
+                super().setup()
+                with registry.lock:
+                    registry._connections.add(self.connection)
+
+            def finish(self):
+                with registry.lock:
+                    registry._connections.discard(self.connection)
+                super().finish()
 
             def do_GET(self):
                 registry._serve(self, "GET")
@@ -64,12 +76,22 @@ class SchemaRegistry:
         return self
 
     def stop(self):
-        """Down: the port refuses connections until start() (same port)."""
+        """Down: the port refuses connections until start() (same port), and the connections
+        clients keep open (HTTP/1.1 keep-alive) are closed: a client that reuses one gets no
+        answer from a registry that is down."""
         if self.server is not None:
             self._stop_delay.set()
             self.server.shutdown()
             self.server.server_close()
             self.server = None
+            with self.lock:
+                connections = list(self._connections)
+                self._connections.clear()
+            for c in connections:
+                try:
+                    c.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
 
     @property
     def url(self):
