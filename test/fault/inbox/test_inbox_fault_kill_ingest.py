@@ -4,13 +4,12 @@ the inbox exactly once and the stored offsets are the partitions' high watermark
 
 Each SIGKILL of a backend makes the postmaster restart the whole server (crash recovery); the
 killed pids are recorded in $EVENTBOX_KILLED_PIDS for the run's log scan."""
-import threading
 import time
 import uuid
 
 import pytest
 
-from inbox_support import (LogWatch, end_offsets, json_value, new_producer, report, sigkill,
+from inbox_support import (LogWatch, PacedStream, end_offsets, json_value, report, sigkill,
                            unique_name)
 
 TOTAL = 30_000
@@ -25,42 +24,6 @@ FIRST_KILL_AT = 2_000  # rows stored before the first kill (the worker is busy i
 RECOVERY_BOUND_S = 20
 
 
-class StreamProducer(threading.Thread):
-    """Produces TOTAL JSON records with unique message_id headers, paced, with kafka-python;
-    `where` maps each message id to the (partition, offset) the broker acknowledged."""
-
-    def __init__(self, topic):
-        super().__init__(daemon=True, name="inbox-fault-producer")
-        self.topic = topic
-        self.run_id = uuid.uuid4().hex[:8]
-        self.ids = ["%s-%06d" % (self.run_id, i) for i in range(TOTAL)]
-        self.where = {}
-        self.produced = 0
-        self.error = None
-
-    def run(self):
-        producer = new_producer(linger_ms=2)
-        try:
-            for start in range(0, TOTAL, CHUNK):
-                futures = []
-                for i in range(start, min(start + CHUNK, TOTAL)):
-                    mid = self.ids[i]
-                    futures.append((mid, producer.send(
-                        self.topic, key=b"k%d" % (i % 500),
-                        value=json_value({"i": i, "id": mid, "body": "x" * (i % 64)}),
-                        headers=[("message_id", mid.encode())])))
-                producer.flush(timeout=60)
-                for mid, f in futures:
-                    md = f.get(timeout=60)
-                    self.where[mid] = (md.partition, md.offset)
-                self.produced = len(self.where)
-                time.sleep(PACE_S)
-        except BaseException as e:
-            self.error = e
-        finally:
-            producer.close(timeout=10)
-
-
 def test_sigkill_ingest_worker_during_stream_loses_and_duplicates_nothing(
         ib_db, ib_topic, ib_subscriptions):
     topic = ib_topic("fault_kill", PARTITIONS)
@@ -68,7 +31,13 @@ def test_sigkill_ingest_worker_during_stream_loses_and_duplicates_nothing(
     log = LogWatch()
     ib_subscriptions(sub, [topic])
     pid = ib_db.wait_ingest_worker(timeout=60)
-    stream = StreamProducer(topic)
+    run_id = uuid.uuid4().hex[:8]
+    records = []
+    for i in range(TOTAL):
+        mid = "%s-%06d" % (run_id, i)
+        records.append((mid, json_value({"i": i, "id": mid, "body": "x" * (i % 64)}),
+                        b"k%d" % (i % 500)))
+    stream = PacedStream(topic, records, CHUNK, PACE_S)
     stream.start()
 
     def rows():

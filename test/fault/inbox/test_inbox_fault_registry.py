@@ -10,12 +10,11 @@ each kill also tests that a fetch lost with its worker is asked again. Each SIGK
 postmaster restart the server; the killed pids are recorded in $EVENTBOX_KILLED_PIDS for the
 run's log scan."""
 import json
-import threading
 import time
 import uuid
 
-from inbox_support import (LogWatch, end_offsets, json_value, new_producer, poll, produce,
-                           report, sigkill, unique_name)
+from inbox_support import (LogWatch, PacedStream, end_offsets, json_value, poll, produce, report,
+                           sigkill, unique_name)
 from schema_registry import avro_encode, wire
 
 PARTITIONS = 3
@@ -61,37 +60,6 @@ def datum(i, v2=False):
 
 def expected_payload(i, v2=False):
     return datum(i, v2)  # the JSON mapping of these types is the value itself
-
-
-class Stream(threading.Thread):
-    """Produces pre-encoded records (message_id, value, key) in paced chunks; `where` maps each
-    message id to the (partition, offset) the broker acknowledged."""
-
-    def __init__(self, topic, records):
-        super().__init__(daemon=True, name="registry-fault-producer")
-        self.topic = topic
-        self.records = records
-        self.where = {}
-        self.produced = 0
-        self.error = None
-
-    def run(self):
-        producer = new_producer(linger_ms=2)
-        try:
-            for start in range(0, len(self.records), CHUNK):
-                futures = [(mid, producer.send(self.topic, key=key, value=value,
-                                               headers=[("message_id", mid.encode())]))
-                           for mid, value, key in self.records[start:start + CHUNK]]
-                producer.flush(timeout=60)
-                for mid, f in futures:
-                    md = f.get(timeout=60)
-                    self.where[mid] = (md.partition, md.offset)
-                self.produced = len(self.where)
-                time.sleep(PACE_S)
-        except BaseException as e:
-            self.error = e
-        finally:
-            producer.close(timeout=10)
 
 
 def test_sigkill_and_outage_of_registry_subscription_lose_and_duplicate_nothing(
@@ -162,7 +130,8 @@ def test_sigkill_and_outage_of_registry_subscription_lose_and_duplicate_nothing(
     # ---- 2. The worker killed while it stores batches of a stream (each new worker fetches the
     # schema again: a shorter delay keeps the stream flowing).
     registry.delay = 0.5
-    stream = Stream(topic, [record(i) for i in range(WAITING_N, WAITING_N + STREAM_N)])
+    stream = PacedStream(topic, [record(i) for i in range(WAITING_N, WAITING_N + STREAM_N)],
+                         CHUNK, PACE_S, name="registry-fault-producer")
     stream.start()
     resumed = []
     for k in range(STREAM_KILLS):
