@@ -147,8 +147,10 @@ void on_xact_event(XactEvent event, void*) {
         case XACT_EVENT_COMMIT:
         case XACT_EVENT_PARALLEL_COMMIT:
             second_move();  // after ProcArrayEndTransaction(): the change is visible
-            if (bump_pending) shmem::wake_relay();
-            if (bump_pending) ++own_changes_count;
+            if (bump_pending) {
+                shmem::wake_relay();
+                ++own_changes_count;
+            }
             bump_pending = false;
             break;
         case XACT_EVENT_ABORT:

@@ -278,22 +278,10 @@ Decoded Registry::decode(const char* data, std::size_t len, std::string* json, J
 // ---- the transfers --------------------------------------------------------------------------
 
 Registry::~Registry() {
-    for (auto& [id, t] : open_) {
-        curl_multi_remove_handle(multi_, t->easy);
-        curl_easy_cleanup(t->easy);
-        delete t;
-    }
-    for (auto& [key, t] : open_subjects_) {
-        curl_multi_remove_handle(multi_, t->easy);
-        curl_easy_cleanup(t->easy);
-        delete t;
-    }
+    for (auto& [id, t] : open_) release(t);
+    for (auto& [key, t] : open_subjects_) release(t);
     for (auto& [key, r] : resolving_)
-        for (Transfer* t : r->open) {
-            curl_multi_remove_handle(multi_, t->easy);
-            curl_easy_cleanup(t->easy);
-            delete t;
-        }
+        for (Transfer* t : r->open) release(t);
     if (multi_ != nullptr) curl_multi_cleanup(multi_);
 }
 
@@ -446,13 +434,13 @@ void Registry::finish_subject(Transfer* t, int curl_code, long status) {
         nlohmann::json j = nlohmann::json::parse(t->body, nullptr, false);
         SubjectEntry entry;
         entry.fetched_ms = now_ms_;
-        if (j.is_object() && j.contains("id") && j["id"].is_number_unsigned() &&
-            needs_references(t->body)) {
-            resolve(j["id"].get<uint32_t>(), key, std::move(t->body));
-            open_subjects_.erase(key);
-            release(t);
-            return;
-        } else if (j.is_object() && j.contains("id") && j["id"].is_number_unsigned()) {
+        if (j.is_object() && j.contains("id") && j["id"].is_number_unsigned()) {
+            if (needs_references(t->body)) {
+                resolve(j["id"].get<uint32_t>(), key, std::move(t->body));
+                open_subjects_.erase(key);
+                release(t);
+                return;
+            }
             entry.id = j["id"].get<uint32_t>();
             entry.schema = parse_response(entry.id, t->body, config_.max_schema_text);
         } else {
@@ -467,10 +455,7 @@ void Registry::finish_subject(Transfer* t, int curl_code, long status) {
         subjects_[key] = std::move(entry);
     } else if (subjects_.count(key) == 0) {  // a refresh that failed keeps the cached version
         subject_failures_[key] =
-            "schema registry " + shown_url_ + ", " + what + ": " +
-            (curl_code != CURLE_OK
-                 ? std::string(t->error[0] ? t->error : curl_easy_strerror(CURLcode(curl_code)))
-                 : "HTTP status " + std::to_string(status));
+            "schema registry " + shown_url_ + ", " + what + ": " + t->failure(curl_code, status);
     }
     std::string done = key;  // `key` is the transfer's
     release(t);
@@ -494,8 +479,7 @@ void Registry::finish(Transfer* t, int curl_code) {
             put(t->id, refused(SchemaType::kAvro, "schema id " + std::to_string(t->id) +
                                                       ": the registry's answer is too large"));
         else
-            failures_[t->id] =
-                where + ": " + (t->error[0] ? t->error : curl_easy_strerror(CURLcode(curl_code)));
+            failures_[t->id] = where + ": " + t->failure(curl_code, status);
     } else if (status == 200 && needs_references(t->body)) {
         resolve(t->id, "", std::move(t->body));
     } else if (status == 200) {

@@ -45,12 +45,9 @@ void Registry::finish_reference(Transfer* t, int curl_code, long status) {
     } else if (curl_code == CURLE_WRITE_ERROR) {
         r->refs.refuse(ReferenceSet::describe(t->ref_key) + ": the registry's answer is too large");
     } else if (r->failed.empty()) {
-        r->failed =
-            "schema registry " + shown_url_ + ", reference " + ReferenceSet::describe(t->ref_key) +
-            " of schema id " + std::to_string(r->id) + ": " +
-            (curl_code != CURLE_OK
-                 ? std::string(t->error[0] ? t->error : curl_easy_strerror(CURLcode(curl_code)))
-                 : "HTTP status " + std::to_string(status));
+        r->failed = "schema registry " + shown_url_ + ", reference " +
+                    ReferenceSet::describe(t->ref_key) + " of schema id " + std::to_string(r->id) +
+                    ": " + t->failure(curl_code, status);
     }
     r->open.erase(std::find(r->open.begin(), r->open.end(), t));
     release(t);

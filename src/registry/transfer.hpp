@@ -22,6 +22,12 @@ struct Registry::Transfer {
     std::size_t limit = 0;
     char error[CURL_ERROR_SIZE] = {0};
 
+    // Why the transfer failed: curl's message for `curl_code`, else the HTTP status.
+    std::string failure(int curl_code, long status) const {
+        if (curl_code == CURLE_OK) return "HTTP status " + std::to_string(status);
+        return error[0] ? error : curl_easy_strerror(CURLcode(curl_code));
+    }
+
     static size_t on_data(char* data, size_t size, size_t n, void* self) {
         auto* t = static_cast<Transfer*>(self);
         if (t->body.size() + size * n > t->limit) return 0;  // aborts: too large
