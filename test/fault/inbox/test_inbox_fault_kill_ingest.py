@@ -9,7 +9,8 @@ import uuid
 
 import pytest
 
-from inbox_support import (LogWatch, PacedStream, end_offsets, json_value, report, sigkill,
+from inbox_streams import PacedStream
+from inbox_support import (LogWatch, end_offsets, json_value, report, sigkill,
                            unique_name)
 
 TOTAL = 30_000

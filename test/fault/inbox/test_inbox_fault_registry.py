@@ -13,7 +13,8 @@ import json
 import time
 import uuid
 
-from inbox_support import (LogWatch, PacedStream, end_offsets, json_value, poll, produce, report,
+from inbox_streams import PacedStream
+from inbox_support import (LogWatch, end_offsets, json_value, poll, produce, report,
                            sigkill, unique_name)
 from schema_registry import avro_encode, wire
 
