@@ -12,6 +12,8 @@ PARTITIONS = 32  # partitions of the topics of the relay and inbox sections
 SIZES = {"200B": 200, "1KiB": 1024}  # payload sizes of the throughput runs
 DISTINCT_KEYS = 1000
 EVENT_TYPE = "OrderCreated"
+DUP_EVERY = 20  # producer duplicates: 5% of the records ...
+DUP_LATER = (1, 8)  # ... sent again after this many more records of their partition
 INBOX_COLUMNS = ('subscription, message_id, topic, "partition", "offset", key, headers, payload, '
                  'event_type, status')
 
@@ -100,3 +102,27 @@ def copy_buffer(sub, topic, msgs, status="received", count=None):
 def copy_rows(cur, buf):
     """COPYs copy_buffer() data into eventbox.inbox."""
     cur.copy_expert("COPY eventbox.inbox (%s) FROM STDIN (FORMAT binary)" % INBOX_COLUMNS, buf)
+
+
+def with_duplicates(records, seed):
+    """The records (value, key, partition, headers), with record i (i % DUP_EVERY == 0) sent
+    again after 1 to 8 more records of its partition, as a producer's retry makes it. Returns
+    (records, duplicates)."""
+    rnd = random.Random(seed)
+    pending = {}  # partition -> [(records of the partition still to pass, record)]
+    out = []
+    originals = 0
+    for i, rec in enumerate(records):
+        originals += 1
+        out.append(rec)
+        waiting = pending.setdefault(rec[2], [])
+        for w in waiting:
+            w[0] -= 1
+        for w in [w for w in waiting if w[0] <= 0]:
+            out.append(w[1])
+            waiting.remove(w)
+        if i % DUP_EVERY == 0:
+            waiting.append([rnd.randint(*DUP_LATER), rec])
+    for waiting in pending.values():
+        out.extend(w[1] for w in waiting)
+    return out, len(out) - originals

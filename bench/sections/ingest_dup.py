@@ -8,47 +8,18 @@ with duplicates interleaved into an emptied inbox. Figure: the ingest worker's C
 (utime + stime from /proc) per record read, with duplicates / without, target <= 1.2x; the
 rows stored are checked (N, each once) and the duplicates counted by the worker (N / 20)."""
 
-import random
 import time
 
 from lib.common import BenchError, log
 from lib.eventbox import (create_disabled_subscription, ingest_counters, set_enabled,
                           wait_offsets, worker_pids)
 from lib.kafka import produce
-from lib.messages import EVENT_TYPE, PARTITIONS, SIZES, Messages
+from lib.messages import (DUP_EVERY, DUP_LATER, EVENT_TYPE, PARTITIONS, SIZES, Messages,
+                          with_duplicates)
 from lib.proc import TICKS, proc_cpu
 from lib.table import ROW
 
-DUP_EVERY = 20  # 5%
-DUP_LATER = (1, 8)  # records of the same partition in between
 TARGET = 1.2
-
-
-def records_with_duplicates(msgs, seed):
-    """msgs.records() with message i (i % DUP_EVERY == 0) sent again after 1 to 8 more records
-    of its partition. Returns (records, duplicates)."""
-    rnd = random.Random(seed)
-    pending = {}  # partition -> [(records of the partition still to pass, record)]
-    out = []
-    dups = 0
-    for i, (mid, part, _off, key, payload) in enumerate(msgs.items):
-        rec = (payload.encode(), key.encode(), part,
-               [("event_type", EVENT_TYPE), ("message_id", mid)])
-        out.append(rec)
-        waiting = pending.setdefault(part, [])
-        for w in waiting:
-            w[0] -= 1
-        for w in [w for w in waiting if w[0] <= 0]:
-            out.append(w[1])
-            waiting.remove(w)
-            dups += 1
-        if i % DUP_EVERY == 0:
-            waiting.append([rnd.randint(*DUP_LATER), rec])
-    for waiting in pending.values():
-        for w in waiting:
-            out.append(w[1])
-            dups += 1
-    return out, dups
 
 
 def run_one(cur, msgs, sub, topic, records, dups):
@@ -96,7 +67,10 @@ def run(ctx):
     for size in SIZES:
         msgs = Messages(n, SIZES[size], seed=0x3100)
         plain = list(msgs.records())
-        with_dups, dups = records_with_duplicates(msgs, seed=0x3100 + SIZES[size])
+        with_dups, dups = with_duplicates(
+            ((payload.encode(), key.encode(), part,
+              [("event_type", EVENT_TYPE), ("message_id", mid)])
+             for mid, part, _off, key, payload in msgs.items), seed=0x3100 + SIZES[size])
         topic_p, topic_d = "bench_dup_%s_plain" % size.lower(), "bench_dup_%s_dups" % size.lower()
         produce(env, topic_p, PARTITIONS, plain, flush_s=60)
         produce(env, topic_d, PARTITIONS, with_dups, flush_s=60)
