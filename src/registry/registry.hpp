@@ -118,6 +118,12 @@ class Registry {
     // prefetches the schemas of records after a pending one this way.
     void prefetch(const char* data, std::size_t len);
 
+    // Starts the fetch of schema `id` unless it is cached or under way (a subscription paused
+    // because the registry could not be reached asks this way whether it answers again).
+    void probe(uint32_t id) {
+        if (!cached(id)) want(id);
+    }
+
     // The schema id of a value decode() found pending.
     uint32_t pending_id(const char* data, std::size_t len) const;
 

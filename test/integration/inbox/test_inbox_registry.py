@@ -149,6 +149,10 @@ def test_bad_input_is_stored_unparsable_and_the_rest_goes_on(
         assert re.search(reason, r["last_error"]), (label, r["last_error"])
 
 
+# The attempt whose backoff (16 s) the registry comes back in.
+BACKOFF_ATTEMPTS = 5
+
+
 def subscription_error(ib_db, sub):
     return ib_db.value("SELECT error FROM eventbox.subscription_errors WHERE subscription = %s",
                        (sub,))
@@ -171,14 +175,28 @@ def test_registry_down_pauses_only_its_subscription_and_nothing_is_lost(
     ib_db.wait_rows(other, 50, timeout=30)
     other_latency = time.monotonic() - start
     assert ib_db.inbox_count(sub) == 0
+    # Down long enough for a long backoff (1 s doubling: the 5th attempt waits 16 s).
+    poll(lambda: ib_db.value("SELECT attempts >= %s FROM eventbox.subscription_errors "
+                             "WHERE subscription = %s", (BACKOFF_ATTEMPTS, sub)), 90,
+         "attempt %d of %s" % (BACKOFF_ATTEMPTS, sub))
+    attempts, retry_at, backoff_left = ib_db.rows(
+        "SELECT attempts, next_retry_at, extract(epoch FROM next_retry_at - clock_timestamp()) "
+        "FROM eventbox.subscription_errors WHERE subscription = %s", (sub,))[0]
     registry.start()  # back, on the same port
     ib_db.wait_rows(sub, 20, timeout=90)
     ib_db.wait_caught_up(sub, end_offsets(topic), timeout=30)
+    # Stored as soon as the registry answered again (its schema is asked for while the
+    # subscription is paused), not once the backoff it was in had run out.
+    stored_at = ib_db.value("SELECT max(received_at) FROM eventbox.inbox "
+                            "WHERE subscription = %s", (sub,))
+    assert stored_at < retry_at, (stored_at, retry_at, attempts, backoff_left)
     poll(lambda: subscription_error(ib_db, sub) is None, 90, "the error of %s to clear" % sub)
     statuses = ib_db.rows("SELECT status, count(*) FROM eventbox.inbox WHERE subscription = %s "
                           "GROUP BY 1", (sub,))
     assert statuses == [("received", 20)]
-    report("registry_down", other_subscription_s="%.2f" % other_latency)
+    report("registry_down", other_subscription_s="%.2f" % other_latency,
+           backoff_left_at_restart_s="%.1f" % backoff_left,
+           stored_before_retry_s="%.1f" % (retry_at - stored_at).total_seconds())
 
 
 def test_slow_registry_does_not_slow_other_subscriptions(
