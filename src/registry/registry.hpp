@@ -181,6 +181,8 @@ class Registry {
     void resolve(uint32_t id, const std::string& subject_key, std::string body);
     void ask_references(Resolution* r);
     void finish_reference(Transfer* t, int curl_code, long status);
+    // Keeps a referenced subject version's answer (a pinned version: it never changes).
+    void keep_reference(const std::string& key, const std::string& body);
     void resolved(Resolution* r);
     void release(Transfer* t);
 
@@ -198,6 +200,12 @@ class Registry {
     std::unordered_map<std::string, Transfer*> open_subjects_;
     // By "#id" (a schema id's) or the subject key (the relay's).
     std::unordered_map<std::string, std::unique_ptr<Resolution>> resolving_;
+    // The answers of referenced subject versions ("subject@version", pinned versions only):
+    // a schema resolved again (the relay's 'latest' looked up again, an id evicted and fetched
+    // again) does not fetch them again. At most kMaxKeptReferences entries and a quarter of
+    // cache.max.bytes; beyond, they are all dropped and fetched again when used.
+    std::unordered_map<std::string, std::string> references_;
+    std::size_t reference_bytes_ = 0;
     void* multi_ = nullptr;  // CURLM*
     int64_t now_ms_ = 0;     // as of the last perform()
 };
@@ -206,6 +214,8 @@ class Registry {
 // what a pending record waits for is fetched in a round of at most this many, so it is still
 // cached when its records are read again.
 inline constexpr std::size_t kMaxFetches = 256;
+// Referenced subject versions kept (Registry::references_).
+inline constexpr std::size_t kMaxKeptReferences = 1024;
 // How long the relay encodes with a subject's latest version before it asks again (in the
 // background: the cached version is used meanwhile).
 inline constexpr int64_t kLatestTtlMs = 60000;

@@ -23,22 +23,44 @@ void Registry::resolve(uint32_t id, const std::string& subject_key, std::string 
     ask_references(raw);
 }
 
-// Starts the fetches of the references found so far; ends the resolution when none is open.
+// Starts the fetches of the references found so far (a subject version resolved before is not
+// fetched again: it never changes); ends the resolution when none is open. Bounded: each
+// reference is wanted once, and at most kMaxReferences of them.
 void Registry::ask_references(Resolution* r) {
-    if (r->failed.empty())
+    bool more = true;
+    while (more && r->failed.empty()) {
+        more = false;
         for (const std::string& ref : r->refs.take_wanted()) {
+            auto known = references_.find(ref);
+            if (known != references_.end()) {
+                r->refs.arrived(ref, known->second);  // may want its own references
+                more = true;
+                continue;
+            }
             Transfer* t =
                 start(subject_path(ReferenceSet::subject_of(ref), ReferenceSet::version_of(ref)));
             t->resolution = r;
             t->ref_key = ref;
             r->open.push_back(t);
         }
+    }
     if (r->open.empty()) resolved(r);
+}
+
+void Registry::keep_reference(const std::string& key, const std::string& body) {
+    if (ReferenceSet::version_of(key) <= 0) return;  // "latest" moves
+    if (references_.size() >= kMaxKeptReferences ||
+        reference_bytes_ + body.size() > config_.max_bytes / 4) {
+        references_.clear();  // crude but bounded: they are fetched again when used
+        reference_bytes_ = 0;
+    }
+    if (references_.emplace(key, body).second) reference_bytes_ += key.size() + body.size();
 }
 
 void Registry::finish_reference(Transfer* t, int curl_code, long status) {
     Resolution* r = t->resolution;
     if (curl_code == CURLE_OK && status == 200) {
+        keep_reference(t->ref_key, t->body);
         r->refs.arrived(t->ref_key, t->body);
     } else if (curl_code == CURLE_OK && status == 404) {
         r->refs.missing(t->ref_key, shown_url_);
