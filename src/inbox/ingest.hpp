@@ -90,13 +90,13 @@ struct Subscription {
     bool registry_format = false;  // value_format 'registry'
     bool registry_keys = false;    // key_format 'registry'
     std::string registry_failure;  // why its schema could not be fetched (registry_turn())
+    std::string error;             // why its last batch failed
+    std::string recorded;          // its error as in eventbox.ingest_errors ("" = no row)
     // Failing because schema `waiting_for` could not be fetched: while its backoff runs, the
     // schema is asked again every kProbeMs (registry_step()), and the subscription is read again
     // as soon as it is cached rather than when the backoff ends.
     bool probing = false;
     int64_t probe_at_ms = 0;
-    std::string error;             // why its last batch failed
-    std::string recorded;          // its error as in eventbox.ingest_errors ("" = no row)
     int recorded_attempts = 0;
     bool group = false;  // membership 'group'
     // Its group's uncommitted offsets as last added to eventbox_ingest_group_uncommitted.

@@ -287,7 +287,7 @@ Registry::~Registry() {
 
 void Registry::want(uint32_t id) {
     if (open_.count(id) != 0 || std::find(queued_.begin(), queued_.end(), id) != queued_.end() ||
-        resolving_.count("#" + std::to_string(id)) != 0)
+        resolving_.count(id_resolution_key(id)) != 0)
         return;
     if (open_.size() + queued_.size() >= kMaxFetches) return;  // asked again after this round
     failures_.erase(id);

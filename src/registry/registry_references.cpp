@@ -4,7 +4,6 @@
 #include <curl/curl.h>
 
 #include <algorithm>
-#include <nlohmann/json.hpp>
 
 #include "registry/registry.hpp"
 #include "registry/transfer.hpp"
@@ -13,7 +12,7 @@ namespace eventbox::registry {
 
 void Registry::resolve(uint32_t id, const std::string& subject_key, std::string body) {
     auto r = std::make_unique<Resolution>();
-    r->key = subject_key.empty() ? "#" + std::to_string(id) : subject_key;
+    r->key = subject_key.empty() ? id_resolution_key(id) : subject_key;
     r->id = id;
     r->subject_key = subject_key;
     r->body = std::move(body);
@@ -82,11 +81,8 @@ void Registry::resolved(Resolution* r) {
     if (r->failed.empty()) {
         std::vector<Reference> refs = r->refs.ordered();
         if (!r->refs.refused().empty()) {
-            nlohmann::json j = nlohmann::json::parse(r->body, nullptr, false);
             schema = std::make_unique<Schema>();
-            schema->type = j.is_object() && j.value("schemaType", std::string()) == "PROTOBUF"
-                               ? SchemaType::kProtobuf
-                               : SchemaType::kAvro;
+            schema->type = r->refs.type() == "PROTOBUF" ? SchemaType::kProtobuf : SchemaType::kAvro;
             schema->refused = "schema id " + std::to_string(r->id) + ": " + r->refs.refused();
             schema->bytes = 256 + schema->refused.size();
         } else {

@@ -234,8 +234,9 @@ TEST(RegistryReferences, AnswerWithItsReferences) {
 // request per connection, and counts the requests of each path.
 class FakeRegistry {
   public:
-    explicit FakeRegistry(std::map<std::string, std::string> answers)
-        : answers_(std::move(answers)) {
+    // `slow`: a path answered after 300 ms.
+    explicit FakeRegistry(std::map<std::string, std::string> answers, std::string slow = "")
+        : answers_(std::move(answers)), slow_(std::move(slow)) {
         fd_ = socket(AF_INET, SOCK_STREAM, 0);
         sockaddr_in a{};
         a.sin_family = AF_INET;
@@ -270,8 +271,7 @@ class FakeRegistry {
     void serve(int c) {
         std::string head;
         char buf[4096];
-        for (int reads = 0; reads < 100 && head.find("\r\n\r\n") == std::string::npos;
-             ++reads) {
+        for (int reads = 0; reads < 100 && head.find("\r\n\r\n") == std::string::npos; ++reads) {
             pollfd p{c, POLLIN, 0};
             if (::poll(&p, 1, 1000) <= 0) break;
             ssize_t n = read(c, buf, sizeof buf);
@@ -281,6 +281,7 @@ class FakeRegistry {
         std::size_t sp = head.find(' ');
         std::string path = sp == std::string::npos ? "" : head.substr(sp + 1);
         path = path.substr(0, path.find(' '));
+        if (path == slow_) std::this_thread::sleep_for(std::chrono::milliseconds(300));
         std::string status = "404 Not Found", body = R"({"error_code":40401})";
         {
             std::lock_guard<std::mutex> g(mu_);
@@ -288,14 +289,16 @@ class FakeRegistry {
             auto it = answers_.find(path);
             if (it != answers_.end()) status = "200 OK", body = it->second;
         }
-        std::string reply = "HTTP/1.1 " + status + "\r\nContent-Length: " +
-                            std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+        std::string reply = "HTTP/1.1 " + status +
+                            "\r\nContent-Length: " + std::to_string(body.size()) +
+                            "\r\nConnection: close\r\n\r\n" + body;
         if (write(c, reply.data(), reply.size()) < 0) {
         }
         close(c);
     }
 
     std::map<std::string, std::string> answers_;
+    std::string slow_;
     std::map<std::string, int> counts_;
     int fd_;
     int port_;
@@ -353,6 +356,51 @@ TEST(RegistryReferences, ResolvedSubjectVersionsAreNotFetchedAgain) {
     EXPECT_EQ(decoded, json);
     EXPECT_EQ(server.count("/schemas/ids/7"), 1);
     EXPECT_EQ(server.count("/subjects/addr/versions/1"), 1);
+}
+
+TEST(RegistryReferences, SchemaIdsWithMissingReferencesAreRefusedAndFetchedOnce) {
+    const char* order =
+        "syntax = \"proto3\"; package shop;\n"
+        "import \"common/money.proto\";\n"
+        "message Order { string id = 1; common.Money total = 2; }\n";
+    FakeRegistry server(
+        {
+            {"/schemas/ids/9",
+             answer(9, order, R"([{"name":"common/money.proto","subject":"money","version":1}])",
+                    "PROTOBUF")},
+            {"/schemas/ids/10",
+             answer(10, kCustomer,
+                    R"([{"name":"com.acme.common.Address","subject":"addr","version":2}])")},
+        },
+        "/subjects/money/versions/1");
+    Registry r(make_config(server.url(), ""));
+    std::string proto = std::string("\0\0\0\0\x09\0", 6),
+                avro = std::string("\0\0\0\0\x0a", 5) + avro_string("x");
+    std::string json;
+    EXPECT_EQ(r.decode(proto.data(), proto.size(), &json).status, Decoded::kPending);
+    EXPECT_EQ(r.decode(avro.data(), avro.size(), &json).status, Decoded::kPending);
+    // While the (slow) reference is fetched, the schema id is not asked again.
+    ASSERT_TRUE(serve_until(r, 0, [&] { return server.count("/subjects/money/versions/1") == 1; }));
+    EXPECT_EQ(r.decode(proto.data(), proto.size(), &json).status, Decoded::kPending);
+    ASSERT_TRUE(serve_until(r, 0, [&] { return r.cached(9) && r.cached(10) && !r.busy(); }));
+    EXPECT_EQ(server.count("/schemas/ids/9"), 1);
+    Decoded p = r.decode(proto.data(), proto.size(), &json);
+    EXPECT_EQ(p.status, Decoded::kBad);
+    EXPECT_NE(p.reason.find("schema id 9: "), std::string::npos) << p.reason;
+    EXPECT_NE(p.reason.find("subject \"money\" version 1"), std::string::npos) << p.reason;
+    Decoded a = r.decode(avro.data(), avro.size(), &json);
+    EXPECT_EQ(a.status, Decoded::kBad);
+    EXPECT_NE(a.reason.find("subject \"addr\" version 2"), std::string::npos) << a.reason;
+}
+
+TEST(ReferenceSet, KnowsTheReferencingSchemasType) {
+    ReferenceSet avro, proto;
+    avro.start(answer(1, kCustomer, R"([{"name":"a","subject":"s","version":1}])"), 1);
+    proto.start(answer(2, "syntax = \"proto3\";", R"([{"name":"a","subject":"s","version":1}])",
+                       "PROTOBUF"),
+                2);
+    EXPECT_EQ(avro.type(), "AVRO");
+    EXPECT_EQ(proto.type(), "PROTOBUF");
 }
 
 }  // namespace
