@@ -13,10 +13,9 @@ import sys
 import psycopg2
 import pytest
 
+from inbox_streams import (outbox_statuses, read_values, registry_subscription,
+                           subscription_error)
 from inbox_support import Db, end_offsets, poll, produce
-from test_inbox_registry import (outbox_statuses, read_values, registry_subscription,
-                                 subscription_error)
-
 from schema_registry import wire
 
 ADDRESS = json.dumps({
