@@ -79,7 +79,8 @@ bool IngestState::registry_step() {
         int64_t now = worker::now_ms();
         for (Subscription* s : *subscriptions_) {
             if (!s->probing) continue;
-            if (!s->failing || s->waiting || !consumer_->paused(s->id) || now >= s->retry_at_ms) {
+            if (!s->failing || s->waiting || consumer_ == nullptr || !consumer_->paused(s->id) ||
+                now >= s->retry_at_ms) {
                 s->probing = false;  // read again already, or failed otherwise
             } else if (registry_->cached(s->waiting_for)) {
                 s->probing = false;
