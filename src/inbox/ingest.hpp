@@ -242,8 +242,9 @@ class IngestState {
     // registry_failure, for registry_turn() to fail them. Probing subscriptions (failed so) ask
     // for their schema again, bounded by kProbeMs; once it is cached their retry is due now.
     bool registry_step();
-    // Whether the registry has transfers open (the loop then waits briefly).
-    bool registry_busy() const noexcept;
+    // How long the loop may wait while the registry has transfers open (briefly; a little
+    // longer when they are all probes, registry_step()); -1 when none are.
+    long registry_wait_ms() const noexcept;
 
     // ---- error bookkeeping (ingest_errors.cpp)
     // Pauses `sub` after a failed batch and sets its backoff; returns it (ms).

@@ -23,6 +23,13 @@ namespace {
 // by the loop like any other.
 constexpr int64_t kProbeMs = 1000;
 
+// How long the loop sleeps while schema fetches are open: curl's transfers advance between
+// waits (a fetch on loopback takes ~1 ms; a slow registry costs this wakeup rate only). While
+// only probes are open (a registry that hangs keeps one open for request.timeout.ms), longer:
+// nothing waits for them but a paused subscription.
+constexpr long kRegistryPollMs = 5;
+constexpr long kProbePollMs = 50;
+
 }  // namespace
 
 void IngestState::configure_registry() {
@@ -95,8 +102,9 @@ bool IngestState::registry_step() {
     });
 }
 
-bool IngestState::registry_busy() const noexcept {
-    return registry_ != nullptr && registry_->busy();
+long IngestState::registry_wait_ms() const noexcept {
+    if (registry_ == nullptr || !registry_->busy()) return -1;
+    return registry_->probes_only() ? kProbePollMs : kRegistryPollMs;
 }
 
 // A subscription whose schema could not be fetched (the registry unreachable, refusing our

@@ -22,6 +22,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "registry/references.hpp"
@@ -121,7 +122,13 @@ class Registry {
     // Starts the fetch of schema `id` unless it is cached or under way (a subscription paused
     // because the registry could not be reached asks this way whether it answers again).
     void probe(uint32_t id) {
-        if (!cached(id)) want(id);
+        if (!cached(id)) want(id, true);
+    }
+    // Whether the transfers open are all probes (none that a record waits for): the caller may
+    // then serve them less often.
+    bool probes_only() const noexcept {
+        return !open_.empty() && queued_.empty() && open_subjects_.empty() && resolving_.empty() &&
+               probing_.size() == open_.size();
     }
 
     // The schema id of a value decode() found pending.
@@ -170,7 +177,7 @@ class Registry {
         int64_t fetched_ms = 0;
     };
 
-    void want(uint32_t id);
+    void want(uint32_t id, bool probe = false);
     void want_subject(const std::string& key, const std::string& subject, int version);
     Transfer* start(const std::string& path);
     void start_queued();
@@ -193,6 +200,7 @@ class Registry {
     std::size_t bytes_ = 0;
     std::unordered_map<uint32_t, std::string> failures_;
     std::vector<uint32_t> queued_;
+    std::unordered_set<uint32_t> probing_;  // ids queued or open for probe() only
     std::unordered_map<uint32_t, Transfer*> open_;
     std::unordered_map<std::string, SubjectEntry> subjects_;  // by "subject@version"
     std::string subject_key_;  // encode()'s lookup key, its buffer kept between messages

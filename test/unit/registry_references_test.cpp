@@ -1,6 +1,7 @@
 // Schema references (docs/guide/formats.md): Avro named types from referenced schemas written
 // into the referencing one, Protobuf imports given to the descriptor pool, the bookkeeping of
-// the references to fetch (bounds, cycles, order), and a registry answer with its references.
+// the references to fetch (bounds, cycles, order), and a registry answer with its references;
+// the registry client against a registry on loopback (references kept, probes).
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -391,6 +392,32 @@ TEST(RegistryReferences, SchemaIdsWithMissingReferencesAreRefusedAndFetchedOnce)
     Decoded a = r.decode(avro.data(), avro.size(), &json);
     EXPECT_EQ(a.status, Decoded::kBad);
     EXPECT_NE(a.reason.find("subject \"addr\" version 2"), std::string::npos) << a.reason;
+}
+
+TEST(RegistryProbe, ProbesOnlyUntilARecordWaitsForTheSchema) {
+    FakeRegistry server({{"/schemas/ids/5", R"({"schema":"\"string\""})"}}, "/schemas/ids/5");
+    Registry r(make_config(server.url(), ""));
+    r.probe(5);
+    EXPECT_TRUE(r.busy());
+    EXPECT_TRUE(r.probes_only());
+    // A record waits for the same id: the fetch under way is no longer a probe only.
+    std::string value = std::string("\0\0\0\0\x05", 5) + avro_string("hi"), json;
+    EXPECT_EQ(r.decode(value.data(), value.size(), &json).status, Decoded::kPending);
+    EXPECT_FALSE(r.probes_only());
+    ASSERT_TRUE(serve_until(r, 0, [&] { return r.cached(5) && !r.busy(); }));
+    EXPECT_EQ(server.count("/schemas/ids/5"), 1);
+    r.probe(5);  // cached: nothing to ask
+    EXPECT_FALSE(r.busy());
+    r.probe(6);  // answered 404: cached as refused, the probe ends
+    EXPECT_TRUE(r.probes_only());
+    ASSERT_TRUE(serve_until(r, 0, [&] { return r.cached(6) && !r.busy(); }));
+    EXPECT_FALSE(r.probes_only());
+    // Without a URL a probe fails at once and leaves nothing open.
+    Registry none(Config{});
+    none.probe(7);
+    EXPECT_FALSE(none.busy());
+    EXPECT_FALSE(none.probes_only());
+    EXPECT_FALSE(none.failure(7).empty());
 }
 
 TEST(ReferenceSet, KnowsTheReferencingSchemasType) {
