@@ -92,6 +92,11 @@ struct Subscription {
     std::string registry_failure;  // why its schema could not be fetched (registry_turn())
     std::string error;             // why its last batch failed
     std::string recorded;          // its error as in eventbox.ingest_errors ("" = no row)
+    // Failing because schema `waiting_for` could not be fetched: while its backoff runs, the
+    // schema is asked again every kProbeMs (registry_step()), and the subscription is read again
+    // as soon as it is cached rather than when the backoff ends.
+    bool probing = false;
+    int64_t probe_at_ms = 0;
     int recorded_attempts = 0;
     bool group = false;  // membership 'group'
     // Its group's uncommitted offsets as last added to eventbox_ingest_group_uncommitted.
@@ -102,6 +107,7 @@ struct Subscription {
         failing = false;
         attempts = 0;
         backoff_ms = 0;
+        probing = false;
         error.clear();
     }
 };
@@ -233,10 +239,12 @@ class IngestState {
     void wait_for_schema(Subscription* sub);
     // Drives the registry's transfers; waiting subscriptions whose schema arrived get
     // schema_ready (returns whether any did); those whose fetch failed get the reason in
-    // registry_failure, for registry_turn() to fail them.
+    // registry_failure, for registry_turn() to fail them. Probing subscriptions (failed so) ask
+    // for their schema again, bounded by kProbeMs; once it is cached their retry is due now.
     bool registry_step();
-    // Whether the registry has transfers open (the loop then waits briefly).
-    bool registry_busy() const noexcept;
+    // How long the loop may wait while the registry has transfers open (briefly; a little
+    // longer when they are all probes, registry_step()); -1 when none are.
+    long registry_wait_ms() const noexcept;
 
     // ---- error bookkeeping (ingest_errors.cpp)
     // Pauses `sub` after a failed batch and sets its backoff; returns it (ms).

@@ -46,6 +46,7 @@ int IngestState::fail(Subscription* sub, const char* message) {
     return pg::call_cpp([&] {
         consumer_->pause(sub->id);
         sub->failing = true;
+        sub->probing = false;  // registry_turn() sets it again when the registry failed it
         sub->attempts += 1;
         sub->backoff_ms = std::min(std::max(sub->backoff_ms * 2, 1000), kMaxBackoffMs);
         sub->retry_at_ms = worker::now_ms() + sub->backoff_ms;

@@ -36,10 +36,6 @@ namespace {
 
 TimestampTz last_batch_at = 0;  // end of the last batch with messages
 
-// How long the loop sleeps while schema fetches are open: curl's transfers advance between
-// waits (a fetch on loopback takes ~1 ms; a slow registry costs this wakeup rate only).
-constexpr long kRegistryPollMs = 5;
-
 void shutdown_ingest(int, Datum) {
     state.destroy();
     amqp_destroy();
@@ -83,7 +79,8 @@ void flush_stats(bool worked) {
 // briefly while schemas are being fetched (their transfers are served between the waits).
 void wait_for_more(bool more) {
     WaitEvent event;
-    long timeout = more ? 0 : state.registry_busy() ? kRegistryPollMs : 1000;
+    long registry_ms = state.registry_wait_ms();
+    long timeout = more ? 0 : registry_ms >= 0 ? registry_ms : 1000;
     (void)WaitEventSetWait(wait_set, timeout, &event, 1, PG_WAIT_EXTENSION);
     ResetLatch(MyLatch);
     CHECK_FOR_INTERRUPTS();

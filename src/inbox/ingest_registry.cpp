@@ -16,6 +16,22 @@ namespace eventbox::ingest {
 
 using pg::call_cpp;
 
+namespace {
+
+// How often a subscription paused because the registry could not be reached asks for its schema
+// again while its backoff runs: one fetch at a time (an open one is not started twice), served
+// by the loop like any other.
+constexpr int64_t kProbeMs = 1000;
+
+// How long the loop sleeps while schema fetches are open: curl's transfers advance between
+// waits (a fetch on loopback takes ~1 ms; a slow registry costs this wakeup rate only). While
+// only probes are open (a registry that hangs keeps one open for request.timeout.ms), longer:
+// nothing waits for them but a paused subscription.
+constexpr long kRegistryPollMs = 5;
+constexpr long kProbePollMs = 50;
+
+}  // namespace
+
 void IngestState::configure_registry() {
     call_cpp([&] {
         bool wanted = false;
@@ -66,17 +82,36 @@ bool IngestState::registry_step() {
                 s->registry_failure = why;
             }
         }
+        // After the waiting ones saw their failures: a probe's fetch clears the last one.
+        int64_t now = worker::now_ms();
+        for (Subscription* s : *subscriptions_) {
+            if (!s->probing) continue;
+            if (!s->failing || s->waiting || consumer_ == nullptr || !consumer_->paused(s->id) ||
+                now >= s->retry_at_ms) {
+                s->probing = false;  // read again already, or failed otherwise
+            } else if (registry_->cached(s->waiting_for)) {
+                s->probing = false;
+                s->retry_at_ms = now;  // the registry answers again: its retry is due
+                ready = true;
+            } else if (now >= s->probe_at_ms) {
+                registry_->probe(s->waiting_for);
+                s->probe_at_ms = now + kProbeMs;
+            }
+        }
         return ready;
     });
 }
 
-bool IngestState::registry_busy() const noexcept {
-    return registry_ != nullptr && registry_->busy();
+long IngestState::registry_wait_ms() const noexcept {
+    if (registry_ == nullptr || !registry_->busy()) return -1;
+    return registry_->probes_only() ? kProbePollMs : kRegistryPollMs;
 }
 
 // A subscription whose schema could not be fetched (the registry unreachable, refusing our
 // credentials, answering 5xx) is failed like one whose batch could not be stored: paused, shown
-// in eventbox.subscription_errors, read again after its backoff (and its schema asked again).
+// in eventbox.subscription_errors, read again after its backoff (and its schema asked again),
+// or sooner: its schema is asked for again every kProbeMs meanwhile, and once it arrived the
+// subscription is read again at once.
 bool registry_turn() {
     bool ready = state.registry_step();
     for (std::size_t k = 0; k < state.count(); ++k) {
@@ -84,6 +119,8 @@ bool registry_turn() {
         if (sub->registry_failure.empty()) continue;
         subscription_failed(sub, sub->registry_failure.c_str());
         sub->registry_failure.clear();
+        sub->probing = true;
+        sub->probe_at_ms = worker::now_ms() + kProbeMs;
     }
     return ready;
 }

@@ -50,100 +50,88 @@ std::string namespace_of(const std::string& full) {
     return dot == std::string::npos ? std::string() : full.substr(0, dot);
 }
 
-// Every full name a schema defines, at any depth.
-void collect_names(const json& j, const std::string& ns, int depth,
-                   std::unordered_set<std::string>* names) {
+// The one traversal of an Avro schema the steps below share: unions' branches, a named type's
+// fields, an array's items, a map's values, bounded by kMaxNesting. `Json` is `json` or
+// `const json`; the visitor is told of
+// - each named type (record, error, enum, fixed): `named(j, ns, depth, &inner)` returns whether
+//   its fields are walked, and sets the namespace `inner` they are in;
+// - each type name used (a bare string, or an object's "type" that is not a keyword):
+//   `used(name, ns, depth)`.
+template <typename Json, typename Visitor>
+void walk(Json& j, const std::string& ns, int depth, Visitor& v) {
     if (depth > kMaxNesting) too_deep();
+    if (j.is_string()) return v.used(j, ns, depth);
     if (j.is_array()) {
-        for (const auto& branch : j) collect_names(branch, ns, depth + 1, names);
+        for (auto& branch : j) walk(branch, ns, depth + 1, v);
         return;
     }
     if (!j.is_object()) return;
     auto type = j.find("type");
     if (type == j.end()) return;
-    if (!type->is_string()) return collect_names(*type, ns, depth + 1, names);
-    std::string t = type->get<std::string>();
+    if (!type->is_string()) return walk(*type, ns, depth + 1, v);
+    std::string t = type->template get<std::string>();
     if (is_named_kind(t)) {
-        std::string full = full_name(j, ns);
-        names->insert(full);
+        std::string inner;
+        if (!v.named(j, ns, depth, &inner)) return;
         auto fields = j.find("fields");
         if (fields != j.end() && fields->is_array())
-            for (const auto& f : *fields)
-                if (f.is_object() && f.contains("type"))
-                    collect_names(f["type"], namespace_of(full), depth + 1, names);
-    } else if (t == "array" && j.contains("items")) {
-        collect_names(j["items"], ns, depth + 1, names);
-    } else if (t == "map" && j.contains("values")) {
-        collect_names(j["values"], ns, depth + 1, names);
+            for (auto& f : *fields) {
+                if (!f.is_object()) continue;
+                auto field_type = f.find("type");
+                if (field_type != f.end()) walk(*field_type, inner, depth + 1, v);
+            }
+    } else if (t == "array" || t == "map") {
+        auto inside = j.find(t == "array" ? "items" : "values");
+        if (inside != j.end()) walk(*inside, ns, depth + 1, v);
+    } else if (!is_type_keyword(t)) {
+        v.used(*type, ns, depth);
     }
 }
+
+// Every full name a schema defines, at any depth.
+struct NameCollector {
+    std::unordered_set<std::string>* names;
+    bool named(const json& j, const std::string& ns, int, std::string* inner) {
+        std::string full = full_name(j, ns);
+        *inner = namespace_of(full);
+        names->insert(std::move(full));
+        return true;
+    }
+    void used(const json&, const std::string&, int) {}
+};
 
 // Rewrites every definition's name and every reference in full (`names`: all that are defined).
-void write_full_names(json* j, const std::string& ns, int depth,
-                      const std::unordered_set<std::string>& names) {
-    if (depth > kMaxNesting) too_deep();
-    auto resolve = [&](const std::string& name) {
-        if (is_primitive(name) || name.find('.') != std::string::npos || ns.empty()) return name;
-        return names.count(ns + "." + name) != 0 || names.count(name) == 0 ? ns + "." + name : name;
-    };
-    if (j->is_string()) {
-        *j = resolve(j->get<std::string>());
-        return;
-    }
-    if (j->is_array()) {
-        for (auto& branch : *j) write_full_names(&branch, ns, depth + 1, names);
-        return;
-    }
-    if (!j->is_object() || !j->contains("type")) return;
-    json& type = (*j)["type"];
-    if (!type.is_string()) return write_full_names(&type, ns, depth + 1, names);
-    std::string t = type.get<std::string>();
-    if (is_named_kind(t)) {
-        std::string full = full_name(*j, ns);
-        (*j)["name"] = full;
+struct FullNameWriter {
+    const std::unordered_set<std::string>& names;
+    bool named(json& j, const std::string& ns, int, std::string* inner) {
+        std::string full = full_name(j, ns);
+        j["name"] = full;
         if (full.find('.') == std::string::npos) {
-            (*j)["namespace"] = "";  // the null namespace, wherever the type lands
+            j["namespace"] = "";  // the null namespace, wherever the type lands
         } else {
-            j->erase("namespace");
+            j.erase("namespace");
         }
-        auto fields = j->find("fields");
-        if (fields != j->end() && fields->is_array())
-            for (auto& f : *fields)
-                if (f.is_object() && f.contains("type"))
-                    write_full_names(&f["type"], namespace_of(full), depth + 1, names);
-    } else if (t == "array" && j->contains("items")) {
-        write_full_names(&(*j)["items"], ns, depth + 1, names);
-    } else if (t == "map" && j->contains("values")) {
-        write_full_names(&(*j)["values"], ns, depth + 1, names);
-    } else if (!is_type_keyword(t)) {
-        type = resolve(t);
+        *inner = namespace_of(full);
+        return true;
     }
-}
+    void used(json& j, const std::string& ns, int) {
+        std::string name = j.get<std::string>();
+        if (is_primitive(name) || name.find('.') != std::string::npos || ns.empty()) return;
+        if (names.count(ns + "." + name) != 0 || names.count(name) == 0) j = ns + "." + name;
+    }
+};
 
 // Every definition of a (full-named) schema, by full name.
-void index_definitions(const json& j, int depth, std::unordered_map<std::string, json>* defs) {
-    if (depth > kMaxNesting) too_deep();
-    if (j.is_array()) {
-        for (const auto& branch : j) index_definitions(branch, depth + 1, defs);
-        return;
+struct DefinitionIndex {
+    std::unordered_map<std::string, json>* defs;
+    bool named(const json& j, const std::string&, int, std::string*) {
+        auto name = j.find("name");
+        if (name == j.end() || !name->is_string()) return false;
+        defs->emplace(name->get<std::string>(), j);
+        return true;
     }
-    if (!j.is_object() || !j.contains("type")) return;
-    const json& type = j["type"];
-    if (!type.is_string()) return index_definitions(type, depth + 1, defs);
-    std::string t = type.get<std::string>();
-    if (is_named_kind(t) && j.contains("name") && j["name"].is_string()) {
-        defs->emplace(j["name"].get<std::string>(), j);
-        auto fields = j.find("fields");
-        if (fields != j.end() && fields->is_array())
-            for (const auto& f : *fields)
-                if (f.is_object() && f.contains("type"))
-                    index_definitions(f["type"], depth + 1, defs);
-    } else if (t == "array" && j.contains("items")) {
-        index_definitions(j["items"], depth + 1, defs);
-    } else if (t == "map" && j.contains("values")) {
-        index_definitions(j["values"], depth + 1, defs);
-    }
-}
+    void used(const json&, const std::string&, int) {}
+};
 
 // Walks a full-named schema in Avro's order of definition: a reference to a type not defined yet
 // that a referenced schema defines gets that definition; a second definition of a type becomes a
@@ -153,52 +141,27 @@ class Inliner {
     explicit Inliner(std::unordered_map<std::string, json> available)
         : available_(std::move(available)) {}
 
-    void walk(json* j, int depth) {
-        if (depth > kMaxNesting) too_deep();
-        if (j->is_string()) return use(j, depth);
-        if (j->is_array()) {
-            for (auto& branch : *j) walk(&branch, depth + 1);
-            return;
+    bool named(json& j, const std::string&, int, std::string*) {
+        auto name = j.find("name");
+        if (name == j.end() || !name->is_string()) return false;
+        std::string full = name->get<std::string>();
+        if (!defined_.insert(full).second) {
+            j = full;
+            return false;
         }
-        if (!j->is_object() || !j->contains("type")) return;
-        json& type = (*j)["type"];
-        if (!type.is_string()) return walk(&type, depth + 1);
-        std::string t = type.get<std::string>();
-        if (is_named_kind(t)) {
-            define(j, depth);
-        } else if (t == "array" && j->contains("items")) {
-            walk(&(*j)["items"], depth + 1);
-        } else if (t == "map" && j->contains("values")) {
-            walk(&(*j)["values"], depth + 1);
-        } else if (!is_type_keyword(t)) {
-            use(&type, depth);
-        }
+        return true;
     }
 
-  private:
-    void use(json* j, int depth) {
-        std::string name = j->get<std::string>();
+    void used(json& j, const std::string& ns, int depth) {
+        std::string name = j.get<std::string>();
         if (is_primitive(name) || defined_.count(name) != 0) return;
         auto it = available_.find(name);
         if (it == available_.end()) return;
-        *j = it->second;
-        walk(j, depth + 1);
+        j = it->second;
+        walk(j, ns, depth + 1, *this);
     }
 
-    void define(json* j, int depth) {
-        auto name = j->find("name");
-        if (name == j->end() || !name->is_string()) return;
-        std::string full = name->get<std::string>();
-        if (!defined_.insert(full).second) {
-            *j = full;
-            return;
-        }
-        auto fields = j->find("fields");
-        if (fields != j->end() && fields->is_array())
-            for (auto& f : *fields)
-                if (f.is_object() && f.contains("type")) walk(&f["type"], depth + 1);
-    }
-
+  private:
     std::unordered_map<std::string, json> available_;
     std::unordered_set<std::string> defined_;
 };
@@ -218,16 +181,19 @@ std::string inline_references(const std::string& text, const std::vector<std::st
     refs.reserve(referenced.size());
     for (const std::string& r : referenced) refs.push_back(parse(r, "referenced Avro schema"));
     std::unordered_set<std::string> names;
-    collect_names(root, "", 0, &names);
-    for (const json& r : refs) collect_names(r, "", 0, &names);
+    NameCollector collector{&names};
+    walk(static_cast<const json&>(root), "", 0, collector);
+    for (const json& r : refs) walk(r, "", 0, collector);
+    FullNameWriter writer{names};
     std::unordered_map<std::string, json> available;
+    DefinitionIndex index{&available};
     for (json& r : refs) {
-        write_full_names(&r, "", 0, names);
-        index_definitions(r, 0, &available);
+        walk(r, "", 0, writer);
+        walk(static_cast<const json&>(r), "", 0, index);
     }
-    write_full_names(&root, "", 0, names);
+    walk(root, "", 0, writer);
     Inliner inliner(std::move(available));
-    inliner.walk(&root, 0);
+    walk(root, "", 0, inliner);
     return root.dump();
 }
 

@@ -54,6 +54,9 @@ class ReferenceSet {
     // empty with refused() set when they form a cycle.
     std::vector<Reference> ordered();
 
+    // The referencing schema's type as its answer names it ("AVRO", "PROTOBUF"), read by start().
+    const std::string& type() const noexcept { return type_; }
+
     // The subject and version of a key, as messages show them.
     static std::string describe(const std::string& key);
     static std::string subject_of(const std::string& key);

@@ -285,13 +285,15 @@ Registry::~Registry() {
     if (multi_ != nullptr) curl_multi_cleanup(multi_);
 }
 
-void Registry::want(uint32_t id) {
+void Registry::want(uint32_t id, bool probe) {
+    if (!probe) probing_.erase(id);  // a record waits for it now
     if (open_.count(id) != 0 || std::find(queued_.begin(), queued_.end(), id) != queued_.end() ||
-        resolving_.count("#" + std::to_string(id)) != 0)
+        resolving_.count(id_resolution_key(id)) != 0)
         return;
     if (open_.size() + queued_.size() >= kMaxFetches) return;  // asked again after this round
     failures_.erase(id);
     queued_.push_back(id);
+    if (probe) probing_.insert(id);
     start_queued();
 }
 
@@ -303,6 +305,7 @@ void Registry::start_queued() {
         if (config_.url.empty() || !config_.invalid.empty()) {
             failures_[id] =
                 config_.url.empty() ? "eventbox.schema_registry_url is empty" : config_.invalid;
+            probing_.erase(id);
             continue;
         }
         Transfer* t = start("/schemas/ids/" + std::to_string(id));
@@ -491,6 +494,7 @@ void Registry::finish(Transfer* t, int curl_code) {
         failures_[t->id] = where + ": HTTP status " + std::to_string(status);
     }
     open_.erase(t->id);
+    probing_.erase(t->id);
     release(t);
 }
 

@@ -22,6 +22,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "registry/references.hpp"
@@ -118,6 +119,18 @@ class Registry {
     // prefetches the schemas of records after a pending one this way.
     void prefetch(const char* data, std::size_t len);
 
+    // Starts the fetch of schema `id` unless it is cached or under way (a subscription paused
+    // because the registry could not be reached asks this way whether it answers again).
+    void probe(uint32_t id) {
+        if (!cached(id)) want(id, true);
+    }
+    // Whether the transfers open are all probes (none that a record waits for): the caller may
+    // then serve them less often.
+    bool probes_only() const noexcept {
+        return !open_.empty() && queued_.empty() && open_subjects_.empty() && resolving_.empty() &&
+               probing_.size() == open_.size();
+    }
+
     // The schema id of a value decode() found pending.
     uint32_t pending_id(const char* data, std::size_t len) const;
 
@@ -164,7 +177,7 @@ class Registry {
         int64_t fetched_ms = 0;
     };
 
-    void want(uint32_t id);
+    void want(uint32_t id, bool probe = false);
     void want_subject(const std::string& key, const std::string& subject, int version);
     Transfer* start(const std::string& path);
     void start_queued();
@@ -175,6 +188,8 @@ class Registry {
     void resolve(uint32_t id, const std::string& subject_key, std::string body);
     void ask_references(Resolution* r);
     void finish_reference(Transfer* t, int curl_code, long status);
+    // Keeps a referenced subject version's answer (a pinned version: it never changes).
+    void keep_reference(const std::string& key, const std::string& body);
     void resolved(Resolution* r);
     void release(Transfer* t);
 
@@ -185,6 +200,7 @@ class Registry {
     std::size_t bytes_ = 0;
     std::unordered_map<uint32_t, std::string> failures_;
     std::vector<uint32_t> queued_;
+    std::unordered_set<uint32_t> probing_;  // ids queued or open for probe() only
     std::unordered_map<uint32_t, Transfer*> open_;
     std::unordered_map<std::string, SubjectEntry> subjects_;  // by "subject@version"
     std::string subject_key_;  // encode()'s lookup key, its buffer kept between messages
@@ -192,6 +208,12 @@ class Registry {
     std::unordered_map<std::string, Transfer*> open_subjects_;
     // By "#id" (a schema id's) or the subject key (the relay's).
     std::unordered_map<std::string, std::unique_ptr<Resolution>> resolving_;
+    // The answers of referenced subject versions ("subject@version", pinned versions only):
+    // a schema resolved again (the relay's 'latest' looked up again, an id evicted and fetched
+    // again) does not fetch them again. At most kMaxKeptReferences entries and a quarter of
+    // cache.max.bytes; beyond, they are all dropped and fetched again when used.
+    std::unordered_map<std::string, std::string> references_;
+    std::size_t reference_bytes_ = 0;
     void* multi_ = nullptr;  // CURLM*
     int64_t now_ms_ = 0;     // as of the last perform()
 };
@@ -200,6 +222,8 @@ class Registry {
 // what a pending record waits for is fetched in a round of at most this many, so it is still
 // cached when its records are read again.
 inline constexpr std::size_t kMaxFetches = 256;
+// Referenced subject versions kept (Registry::references_).
+inline constexpr std::size_t kMaxKeptReferences = 1024;
 // How long the relay encodes with a subject's latest version before it asks again (in the
 // background: the cached version is used meanwhile).
 inline constexpr int64_t kLatestTtlMs = 60000;

@@ -4,7 +4,6 @@
 #include <curl/curl.h>
 
 #include <algorithm>
-#include <nlohmann/json.hpp>
 
 #include "registry/registry.hpp"
 #include "registry/transfer.hpp"
@@ -13,7 +12,7 @@ namespace eventbox::registry {
 
 void Registry::resolve(uint32_t id, const std::string& subject_key, std::string body) {
     auto r = std::make_unique<Resolution>();
-    r->key = subject_key.empty() ? "#" + std::to_string(id) : subject_key;
+    r->key = subject_key.empty() ? id_resolution_key(id) : subject_key;
     r->id = id;
     r->subject_key = subject_key;
     r->body = std::move(body);
@@ -23,22 +22,44 @@ void Registry::resolve(uint32_t id, const std::string& subject_key, std::string 
     ask_references(raw);
 }
 
-// Starts the fetches of the references found so far; ends the resolution when none is open.
+// Starts the fetches of the references found so far (a subject version resolved before is not
+// fetched again: it never changes); ends the resolution when none is open. Bounded: each
+// reference is wanted once, and at most kMaxReferences of them.
 void Registry::ask_references(Resolution* r) {
-    if (r->failed.empty())
+    bool more = true;
+    while (more && r->failed.empty()) {
+        more = false;
         for (const std::string& ref : r->refs.take_wanted()) {
+            auto known = references_.find(ref);
+            if (known != references_.end()) {
+                r->refs.arrived(ref, known->second);  // may want its own references
+                more = true;
+                continue;
+            }
             Transfer* t =
                 start(subject_path(ReferenceSet::subject_of(ref), ReferenceSet::version_of(ref)));
             t->resolution = r;
             t->ref_key = ref;
             r->open.push_back(t);
         }
+    }
     if (r->open.empty()) resolved(r);
+}
+
+void Registry::keep_reference(const std::string& key, const std::string& body) {
+    if (ReferenceSet::version_of(key) <= 0) return;  // "latest" moves
+    if (references_.size() >= kMaxKeptReferences ||
+        reference_bytes_ + body.size() > config_.max_bytes / 4) {
+        references_.clear();  // crude but bounded: they are fetched again when used
+        reference_bytes_ = 0;
+    }
+    if (references_.emplace(key, body).second) reference_bytes_ += key.size() + body.size();
 }
 
 void Registry::finish_reference(Transfer* t, int curl_code, long status) {
     Resolution* r = t->resolution;
     if (curl_code == CURLE_OK && status == 200) {
+        keep_reference(t->ref_key, t->body);
         r->refs.arrived(t->ref_key, t->body);
     } else if (curl_code == CURLE_OK && status == 404) {
         r->refs.missing(t->ref_key, shown_url_);
@@ -60,11 +81,8 @@ void Registry::resolved(Resolution* r) {
     if (r->failed.empty()) {
         std::vector<Reference> refs = r->refs.ordered();
         if (!r->refs.refused().empty()) {
-            nlohmann::json j = nlohmann::json::parse(r->body, nullptr, false);
             schema = std::make_unique<Schema>();
-            schema->type = j.is_object() && j.value("schemaType", std::string()) == "PROTOBUF"
-                               ? SchemaType::kProtobuf
-                               : SchemaType::kAvro;
+            schema->type = r->refs.type() == "PROTOBUF" ? SchemaType::kProtobuf : SchemaType::kAvro;
             schema->refused = "schema id " + std::to_string(r->id) + ": " + r->refs.refused();
             schema->bytes = 256 + schema->refused.size();
         } else {

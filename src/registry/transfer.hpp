@@ -36,6 +36,12 @@ struct Registry::Transfer {
     }
 };
 
+// The key in Registry::resolving_ of the resolution of schema id `id` (the relay's are by
+// subject key, "subject@version", which always has an @).
+inline std::string id_resolution_key(uint32_t id) {
+    return "#" + std::to_string(id);
+}
+
 struct Registry::Resolution {
     std::string key;          // in resolving_
     uint32_t id = 0;          // the schema's

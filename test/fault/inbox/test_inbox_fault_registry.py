@@ -31,8 +31,8 @@ RECOVERY_BOUND_S = 60    # wait for ingestion to resume after a kill (crash rest
 # The JSON subscription's records must be stored within this while the registry is down or
 # hangs. A worker that waited for the registry in its loop would miss it: a hanging fetch takes
 # the 10 s request timeout, and the refused phase lasts longer than the bound. 8 s is four
-# times the 2 s of the slow-registry integration test (test_inbox_registry.py), for a loaded
-# machine.
+# times the 2 s of the slow-registry integration test (test_inbox_registry_failures.py), for a
+# loaded machine.
 OTHER_BOUND_S = 8.0
 OUTAGE_BURSTS = 3        # JSON bursts in each outage phase (refused, hanging)
 BURST_N = 200

@@ -13,10 +13,9 @@ import sys
 import psycopg2
 import pytest
 
+from inbox_streams import (outbox_statuses, read_values, registry_subscription,
+                           subscription_error)
 from inbox_support import Db, end_offsets, poll, produce
-from test_inbox_registry import (outbox_statuses, read_values, registry_subscription,
-                                 subscription_error)
-
 from schema_registry import wire
 
 ADDRESS = json.dumps({
@@ -89,6 +88,19 @@ def test_avro_references_decode_and_encode(ib_db, ib_topic, ib_producer, ib_subs
         assert r["event_type"] == "com.acme.crm.Customer"
         assert bytes(r["raw_payload"]) == v
     # The referenced subject version was fetched once.
+    assert registry.count("/subjects/%s-address/versions/1" % topic) == 1
+    # Version 2 of the subject references the same version of the address: it is not fetched
+    # again (a subject version never changes).
+    v2 = json.dumps(dict(json.loads(CUSTOMER), fields=json.loads(CUSTOMER)["fields"] + [
+        {"name": "vip", "type": "boolean", "default": False}]))
+    sid2 = registry.register(topic + "-value", v2, references=[
+        {"name": "com.acme.common.Address", "subject": topic + "-address", "version": 1}])
+    assert sid2 != sid
+    value2 = wire(sid2, avro_bytes(avro_schema(v2, ADDRESS), dict(customer(9), vip=True)))
+    produce(ib_producer, topic, [{"value": value2, "headers": [("message_id", b"a9")]}])
+    ib_db.wait_rows(sub, len(values) + 1, timeout=60)
+    assert rows_by_id(ib_db, sub)["a9"]["payload"] == dict(customer(9), vip=True)
+    assert registry.count("/schemas/ids/%d" % sid2) == 1
     assert registry.count("/subjects/%s-address/versions/1" % topic) == 1
     # The relay encodes with a referencing subject: python3-avro's bytes, and its decoder reads
     # them back.
