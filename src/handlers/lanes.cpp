@@ -50,9 +50,9 @@ KeptStatement waiting_keys_statement{
 // now are left out so they do not use up the limit: without a handler when they are kept
 // ($5; $9: a handler takes every type, $10: the types handlers take), behind a waiting
 // message of their key ($6, $7: ordering 'key'), or waiting themselves when nothing waits
-// behind them ($8: ordering 'none'). A worker starts at the range's low-water mark ($11, an
-// index condition: the descent lands past the entries of the messages handled before; -1
-// without one).
+// behind them ($8: ordering 'none'). A read starts at the range's low-water mark or durable
+// position, the higher ($11, an index condition: the descent lands past the entries of the
+// messages handled before; -1 without either).
 #define LANE_READ(MODE)                                                                      \
     "SELECT i.message_id, i.key, i.event_type, i.attempts, i.next_attempt_at, i.ctid,"       \
     "       i.\"offset\""                                                                    \
@@ -109,14 +109,18 @@ Datum held_back_keys(const Pass& p, Datum topic, int32 partition, int* n, bool* 
     return waiting_keys.get();
 }
 
-// Runs a lane read from `mark`; if the marks may no longer hold once it ran, again without it.
-void exec_lane_read(KeptStatement& statement, Datum* args, int64 mark) {
-    args[10] = Int64GetDatum(mark);
+// Runs a lane read from `mark` (or from the range's durable position `floor`, when higher); if
+// the marks may no longer hold once it ran, again from the position. Returns whether the rows
+// read started at the position.
+bool exec_lane_read(KeptStatement& statement, Datum* args, int64 mark, int64 floor) {
+    args[10] = Int64GetDatum(Max(mark, floor));
     exec(statement, args, false, SPI_OK_SELECT);
-    if (marks_on() && !marks_still_hold() && mark != kNoMark) {
-        args[10] = Int64GetDatum(kNoMark);
+    if (marks_on() && !marks_still_hold() && mark > floor) {
+        args[10] = Int64GetDatum(floor);
         exec(statement, args, false, SPI_OK_SELECT);
+        return true;
     }
+    return mark <= floor;
 }
 
 // Adds the messages SPI_tuptable holds (a lane read) to lane l of the pass.
@@ -180,6 +184,9 @@ void read_lane(Pass& p, std::size_t l, int per_lane) {
     // are not the range's first waiting ones, and its marks stay where they are.
     bool filtered = n_held_back > 0 || null_key_waits || options.ordering == Ordering::kNone ||
                     (options.unhandled_keep && !p.setup.any_type);
+    // Before the reads: a change that makes a row wait below the position and commits after
+    // this moves the version the pass's raise of the position compares (advance_positions()).
+    LanePosition durable = lane_position(p.setup.name, lane.topic, lane.partition);
     long position = -1;
     LaneMark mark = lane_mark(p.subscription, lane.topic, lane.partition, &position);
     Datum args[11] = {p.setup.name,
@@ -193,14 +200,16 @@ void read_lane(Pass& p, std::size_t l, int per_lane) {
                       BoolGetDatum(p.setup.any_type),
                       p.setup.handled_types,
                       Int64GetDatum(kNoMark)};
-    exec_lane_read(lane_statement, args, mark.live);
+    bool from_position = exec_lane_read(lane_statement, args, mark.live, durable.live);
     raise_mark(p.subscription, position, false, filtered);
     int n_read = static_cast<int>(SPI_processed);
-    note_lane_read(l, position, marks_on() && position >= 0 && !filtered, p.memory);
+    note_lane_read(l, position, marks_on() && position >= 0 && !filtered,
+                   from_position && !filtered, lane, durable, p.memory);
     add_lane_rows(p, l);
     if (options.replays && n_read < per_lane) {
         args[3] = Int32GetDatum(per_lane - n_read);
-        exec_lane_read(replay_lane_statement, args, marks_on() ? mark.replay : kNoMark);
+        exec_lane_read(replay_lane_statement, args, marks_on() ? mark.replay : kNoMark,
+                       durable.replay);
         raise_mark(p.subscription, position, true, filtered);
         // Replays mix in (the candidates' order is no longer the live rows' alone).
         if (SPI_processed > 0) uncount_lane_read(l);
