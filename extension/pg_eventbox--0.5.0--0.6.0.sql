@@ -177,6 +177,35 @@ BEGIN
     PERFORM eventbox._notify_ingest();
 END $$;
 
+-- ---- 0.6.0: a processed mark that touches no index (issue 31) ----
+-- No index of eventbox.inbox mentions a column a handler's outcome changes (status, attempts,
+-- processed_at, last_error; next_attempt_at only where a retry set it): marking a message
+-- processed, ignored or dead is a HOT update, with no new index entry (PostgreSQL counts the
+-- columns of index predicates too). The work to do is found from the lanes' positions
+-- (eventbox.inbox_positions): lane reads, probes, discovery, eventbox.process() and the metrics
+-- walk inbox_todo_idx from there, testing the status on the row (docs/design/handlers.md,
+-- "A processed mark that touches no index"). The retention purges walk inbox_received_idx.
+-- The topic leads: see the full install script.
+DROP INDEX eventbox.inbox_todo_idx;
+CREATE INDEX inbox_todo_idx ON eventbox.inbox
+    (topic, "partition", subscription, (mode = 'replay'), "offset");
+-- Only a retry sets next_attempt_at (a processed mark or a dead one clears it).
+DROP INDEX eventbox.inbox_retry_idx;
+CREATE INDEX inbox_retry_idx ON eventbox.inbox (subscription, topic, "partition", next_attempt_at)
+    WHERE next_attempt_at IS NOT NULL;
+DROP INDEX eventbox.inbox_replay_idx;
+CREATE INDEX inbox_replay_idx ON eventbox.inbox (subscription, topic, "partition", "offset")
+    WHERE mode = 'replay';
+DROP INDEX eventbox.inbox_done_idx;
+DROP INDEX eventbox.inbox_dead_idx;
+CREATE INDEX inbox_received_idx ON eventbox.inbox (received_at);
+-- Room on each page for the new versions of a whole page of rows marked in one transaction
+-- (the old ones are dead only once it commits): the marks stay HOT. Rows stored before the
+-- update keep their pages as they are. (Reset and set again: the options in a fresh install's
+-- order.)
+ALTER TABLE eventbox.inbox RESET (fillfactor, toast_tuple_target);
+ALTER TABLE eventbox.inbox SET (fillfactor = 50, toast_tuple_target = 4096);
+
 -- Each change of 0.6.0 goes in its own section above this line, headed
 -- "-- ---- 0.6.0: <what> ----", and the same objects in the full install script.
 

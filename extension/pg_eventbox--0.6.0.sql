@@ -159,11 +159,12 @@ CREATE TABLE eventbox.inbox (
     CONSTRAINT inbox_status_check
         CHECK (status IN ('received', 'processed', 'retry', 'dead', 'ignored', 'unparsable')),
     CONSTRAINT inbox_mode_check CHECK (mode IN ('live', 'replay', 'backfill'))
-) WITH (fillfactor = 90);
--- fillfactor: the room a handler pass needs to count an attempt as a HOT update (attempts and
--- next_attempt_at are in no index), on the row's own page and without index entries. Marking
--- a message processed changes its status, which the partial indexes below depend on: not a
--- HOT update, so the new row version gets a primary key entry next to the old one. Message
+) WITH (fillfactor = 50);
+-- fillfactor: the room a handler pass needs for the new versions of a whole page of rows it
+-- marks in one transaction (the old versions are dead only once it commits), on the rows' own
+-- page: no index mentions a column an outcome changes (status, attempts, processed_at,
+-- last_error; next_attempt_at only where a retry set it), so each mark is a HOT update without
+-- index entries (docs/design/handlers.md, "A processed mark that touches no index"). Message
 -- ids often ascend (UUIDv7, like eventbox.send()'s). B-tree leaf pages split inside the index
 -- are split 50:50 and keep room for those entries; the index's rightmost page (the last
 -- subscription's newest ids) is split at the fillfactor, 90 by default, and then every batch
@@ -584,16 +585,21 @@ CREATE TABLE eventbox.handlers (
 );
 SELECT pg_catalog.pg_extension_config_dump('eventbox.handlers', '');
 
--- Handler passes read each partition's messages that still need handling, in offset order:
--- the live (and backfill) ones first, then the replays eventbox.reprocess() queued, each an
--- index range of its own (mode = 'replay' is false, then true).
+-- Handler passes read each partition's messages that still need handling, in offset order,
+-- from the lane's position (eventbox.inbox_positions): the live (and backfill) ones first, then
+-- the replays eventbox.reprocess() queued, each an index range of its own (mode = 'replay' is
+-- false, then true). Every row, whatever its status: an outcome changes no indexed column.
+-- The topic leads, not the subscription: a statement that finds rows by (subscription,
+-- message_id) is then never planned as a walk of this index over the subscription's rows (on a
+-- small or never analyzed table the two looked equally cheap, and the ingest's conflicts check
+-- walked a whole subscription per id).
 CREATE INDEX inbox_todo_idx ON eventbox.inbox
-    (subscription, topic, "partition", (mode = 'replay'), "offset")
-    WHERE status IN ('received', 'retry');
+    (topic, "partition", subscription, (mode = 'replay'), "offset");
 -- With ordering 'key', the keys of a partition that wait for a retry, in the order they become
--- due: the handler workers read them in that order, which no other index gives.
+-- due: the handler workers read them in that order, which no other index gives. Only a retry
+-- sets next_attempt_at (a processed or dead mark clears it).
 CREATE INDEX inbox_retry_idx ON eventbox.inbox (subscription, topic, "partition", next_attempt_at)
-    WHERE status = 'retry';
+    WHERE next_attempt_at IS NOT NULL;
 
 CREATE FUNCTION eventbox._register_handler(caller oid, subscription text, handler regprocedure,
                                            event_type text, run_as name, batch boolean)
@@ -849,14 +855,11 @@ RETURNS void LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
 -- Retention and metrics (0.2.0).
 -- ---------------------------------------------------------------------------------------------
 
--- eventbox.inbox_retention: the supervisor deletes processed and ignored rows oldest first, a
--- small batch per transaction, walking this index in processed_at order (and eventbox.dead_retention
--- dead and unparsable rows through the next one, by received_at). Partial: the messages still to
--- handle are not in it.
-CREATE INDEX inbox_done_idx ON eventbox.inbox (processed_at)
-    WHERE status IN ('processed', 'ignored');
-CREATE INDEX inbox_dead_idx ON eventbox.inbox (received_at)
-    WHERE status IN ('dead', 'unparsable');
+-- eventbox.inbox_retention and eventbox.dead_retention: the supervisor deletes processed and
+-- ignored rows, and dead and unparsable ones, oldest first, a small batch per transaction,
+-- walking this index in received_at order and testing status and processed_at on the row (an
+-- index on either would make every processed mark write an index entry).
+CREATE INDEX inbox_received_idx ON eventbox.inbox (received_at);
 
 -- Counters of the workers (shared memory) and gauges of the tables, in the Prometheus text
 -- exposition format 0.0.4; eventbox.metrics_address serves the same text over HTTP.
@@ -1171,9 +1174,10 @@ REVOKE ALL ON FUNCTION eventbox._http_destinations_changed(), eventbox._http_err
 -- ---------------------------------------------------------------------------------------------
 
 -- A message's queued replays are read through this index, after the live messages of its lane
--- (eventbox.reprocess() must not hold live traffic back); it holds only rows queued for a replay.
+-- (eventbox.reprocess() must not hold live traffic back); it holds only rows queued for a replay,
+-- handled or not (from the replay range's position).
 CREATE INDEX inbox_replay_idx ON eventbox.inbox (subscription, topic, "partition", "offset")
-    WHERE status IN ('received', 'retry') AND mode = 'replay';
+    WHERE mode = 'replay';
 
 -- What send() did not publish because the handler ran in mode 'replay' or 'backfill': the
 -- message columns of the outbox, the mode, and the inbox message whose handler sent it. Purged
@@ -2298,3 +2302,7 @@ BEGIN
     DELETE FROM eventbox.subscriptions WHERE subscriptions.name = s.name;
     PERFORM eventbox._notify_ingest();
 END $$;
+
+-- ---- 0.6.0: a processed mark that touches no index (issue 31) ----
+-- The inbox's indexes and fillfactor are defined where the table and indexes are created above
+-- (inbox_todo_idx, inbox_retry_idx, inbox_received_idx, inbox_replay_idx).

@@ -15,24 +15,27 @@ namespace eventbox::handlers {
 
 namespace {
 
-// The next lane with work after ($2, $3), one probe of the todo index (up to ($4, $5)
-// inclusive in the second statement): a pass looks for lanes only as far as it needs them.
-KeptStatement next_lane_statement{
-    "SELECT topic, \"partition\" FROM eventbox.inbox"
-    " WHERE subscription = $1 AND status IN ('received', 'retry')"
-    "   AND (topic, \"partition\") > ($2, $3)"
-    " ORDER BY topic, \"partition\" LIMIT 1",
-    3,
-    {TEXTOID, TEXTOID, INT4OID},
-    nullptr};
-KeptStatement next_lane_upto_statement{
-    "SELECT topic, \"partition\" FROM eventbox.inbox"
-    " WHERE subscription = $1 AND status IN ('received', 'retry')"
-    "   AND (topic, \"partition\") > ($2, $3) AND (topic, \"partition\") <= ($4, $5)"
-    " ORDER BY topic, \"partition\" LIMIT 1",
-    5,
-    {TEXTOID, TEXTOID, INT4OID, TEXTOID, INT4OID},
-    nullptr};
+// The next lane with work after ($2, $3) (up to ($4, $5) inclusive in the second statement):
+// a pass looks for lanes only as far as it needs them. The lanes' ranges come from
+// eventbox.inbox_positions in key order (its primary key), each with one descent of
+// inbox_todo_idx from its position, below which no row waits: handled rows above it are walked
+// (their status is on the row), those below are not. ORDER BY "offset" LIMIT 1 rather than
+// EXISTS, which drops the ORDER BY and lets inbox_pkey look as cheap (the workers turn sorts off).
+#define NEXT_LANE(UPTO)                                                                   \
+    "SELECT p.topic, p.\"partition\" FROM eventbox.inbox_positions p"                     \
+    " WHERE p.subscription = $1 AND (p.topic, p.\"partition\") > ($2, $3)" UPTO           \
+    "   AND (SELECT 1 FROM eventbox.inbox i"                                              \
+    "         WHERE i.subscription = $1 AND i.topic = p.topic"                            \
+    "           AND i.\"partition\" = p.\"partition\" AND (i.mode = 'replay') = p.replay" \
+    "           AND i.\"offset\" >= p.position AND i.status IN ('received', 'retry')"     \
+    "         ORDER BY i.\"offset\" LIMIT 1) IS NOT NULL"                                 \
+    " ORDER BY p.topic, p.\"partition\" LIMIT 1"
+KeptStatement next_lane_statement{NEXT_LANE(""), 3, {TEXTOID, TEXTOID, INT4OID}, nullptr};
+KeptStatement next_lane_upto_statement{NEXT_LANE(" AND (p.topic, p.\"partition\") <= ($4, $5)"),
+                                       5,
+                                       {TEXTOID, TEXTOID, INT4OID, TEXTOID, INT4OID},
+                                       nullptr};
+#undef NEXT_LANE
 
 // Keys of a lane that wait for a retry (ordering 'key'). The inner ORDER BY (a subquery
 // with one is planned on its own) pins inbox_retry_idx, the only index in that order: the
@@ -71,7 +74,8 @@ KeptStatement waiting_keys_statement{
             TEXTARRAYOID, INT8OID                                                              \
     }
 // Live (and backfill) messages first, an index range of inbox_todo_idx of their own (IS
-// FALSE: the planner turns it into an index condition, where NOT or <> would not be); then,
+// FALSE: the planner turns it into an index condition, where NOT or <> would not be) from the
+// position, the status tested on the row (the index holds every row); then,
 // with the room left, the messages queued by eventbox.reprocess(), through inbox_replay_idx:
 // a replay never holds a lane's live messages back by more than the pass it shares with
 // them, and reading either costs what the batch costs, whatever is queued.
@@ -212,7 +216,10 @@ void read_lane(Pass& p, std::size_t l, int per_lane) {
                        durable.replay);
         raise_mark(p.subscription, position, true, filtered);
         // Replays mix in (the candidates' order is no longer the live rows' alone).
-        if (SPI_processed > 0) uncount_lane_read(l);
+        if (SPI_processed > 0) {
+            uncount_lane_read(l);
+            note_replay_read(l);
+        }
         add_lane_rows(p, l);
     }
     p.work.seal_lane(l);

@@ -4,7 +4,7 @@
 // A lane range's mark is an offset below which it provably has no message to handle: the
 // first row of a lane read that no filter narrowed (no key waiting or blocked, ordering not
 // 'none', no kept messages without a handler). Only this worker handles the lane's messages
-// while it holds the lane, and handling only removes rows from the todo index; what makes a
+// while it holds the lane, and handling only takes rows out of the waiting set; what makes a
 // row wait again below a mark (a requeue, a replay, a record stored again at a lower offset)
 // bumps the shared inbox generation before and after its commit (shmem::inbox_generation()):
 // the marks are dropped when the generation moved, at a pass's start, and after any read that
@@ -53,6 +53,7 @@ struct LaneRead {
     char* topic;  // the lane, in the pass's memory
     int32 partition;
     LanePosition durable;  // eventbox.inbox_positions as read before the lane
+    bool replay_read;      // rows of the replay range were read
 };
 constexpr int kMaxLaneReads = 1024;
 struct LaneReads {
@@ -80,9 +81,10 @@ KeptStatement lanes_statement{
     nullptr};
 
 // A lane's durable positions (eventbox.inbox_positions: live range with its version, replay
-// range) and its next offset to store, each NULL when it has no row: three probes of primary keys.
+// range with its version) and its next offset to store, each NULL when it has no row: three
+// probes of primary keys.
 KeptStatement positions_statement{
-    "SELECT l.position, l.version, r.position, o.next_offset FROM (SELECT) AS one"
+    "SELECT l.position, l.version, r.position, o.next_offset, r.version FROM (SELECT) AS one"
     "  LEFT JOIN eventbox.inbox_positions l ON l.subscription = $1 AND l.topic = $2"
     "       AND l.\"partition\" = $3 AND l.replay = false"
     "  LEFT JOIN eventbox.inbox_positions r ON r.subscription = $1 AND r.topic = $2"
@@ -111,6 +113,40 @@ KeptStatement advance_statement{
     4,
     {TEXTOID, TEXTOID, INT4OID, INT8OID},
     nullptr};
+// Raising a lane's replay position ($5 as read with version $4 before the pass) to the range's
+// first row that still waits, as this transaction sees it (the pass's own outcomes included),
+// or past its last row when none waits; never past the lane's next offset to store ($6, as read
+// with the position; the largest bigint without one). Replays are read from no low-water mark in a
+// worker's memory, only from this position: without the raise every read and probe of the range
+// would walk what was replayed before. The row is locked first without waiting, as for the live
+// range; a lowering (reprocess() queueing a row) moves the version. Each walk starts at the
+// position and crosses the rows the pass handled: inbox_replay_idx.
+KeptStatement lock_replay_position_statement{
+    "SELECT 1 FROM eventbox.inbox_positions p WHERE p.subscription = $1 AND p.topic = $2"
+    " AND p.\"partition\" = $3 AND p.replay AND p.version = $4 AND p.position = $5"
+    " FOR UPDATE SKIP LOCKED",
+    5,
+    {TEXTOID, TEXTOID, INT4OID, INT8OID, INT8OID},
+    nullptr};
+#define REPLAY_ROWS                                                                             \
+    "FROM eventbox.inbox i WHERE i.subscription = $1 AND i.topic = $2 AND i.\"partition\" = $3" \
+    " AND i.mode = 'replay' AND i.\"offset\" >= $5"
+KeptStatement advance_replay_statement{
+    "UPDATE eventbox.inbox_positions p SET position = t.target"
+    "  FROM (SELECT least($6::int8, coalesce("
+    "          (SELECT i.\"offset\" " REPLAY_ROWS
+    " AND i.status IN ('received', 'retry')"
+    "            ORDER BY i.\"offset\" LIMIT 1),"
+    "          (SELECT i.\"offset\" + 1 " REPLAY_ROWS
+    " ORDER BY i.\"offset\" DESC LIMIT 1)))"
+    "        AS target) t"
+    " WHERE p.subscription = $1 AND p.topic = $2 AND p.\"partition\" = $3 AND p.replay"
+    "   AND p.version = $4 AND p.position = $5 AND t.target > $5",
+    6,
+    {TEXTOID, TEXTOID, INT4OID, INT8OID, INT8OID, INT8OID},
+    nullptr};
+#undef REPLAY_ROWS
+
 // A lane without a position (its rows were stored with the triggers off): one at $4, unless a
 // row was made meanwhile (a lowering's).
 KeptStatement first_position_statement{
@@ -366,6 +402,7 @@ LanePosition lane_position(Datum name, const char* topic, int32 partition) {
     at.version = offset_or_none(2);
     at.replay = offset_or_none(3);
     at.next = offset_or_none(4);
+    at.replay_version = offset_or_none(5);
     return at;
 }
 
@@ -382,7 +419,8 @@ void note_lane_read(std::size_t l, long position, bool counted, bool from_positi
                nullptr,
                MemoryContextStrdup(memory, lane.topic),
                lane.partition,
-               durable};
+               durable,
+               false};
     if ((counted || from_position) && r.n_read > 0) {
         r.offsets = static_cast<int64*>(MemoryContextAlloc(memory, sizeof(int64) * r.n_read));
         r.final = static_cast<bool*>(MemoryContextAllocZero(memory, sizeof(bool) * r.n_read));
@@ -398,6 +436,11 @@ void uncount_lane_read(std::size_t l) noexcept {
     if (l >= static_cast<std::size_t>(lane_reads.n)) return;
     lane_reads.reads[l].counted = false;
     lane_reads.reads[l].from_position = false;
+}
+
+void note_replay_read(std::size_t l) noexcept {
+    if (l >= static_cast<std::size_t>(lane_reads.n)) return;
+    lane_reads.reads[l].replay_read = true;
 }
 
 // A chosen message got its final outcome.
@@ -420,6 +463,21 @@ int64 mark_after(const LaneRead& r) noexcept {
     return done == r.n_read ? r.offsets[r.n_read - 1] + 1 : r.offsets[done];
 }
 
+// The replay range's raise (advance_replay_statement) for a read that took rows of it.
+void advance_replay_position(Datum name, const LaneRead& r) {
+    if (!r.replay_read || r.durable.replay_version < 0) return;
+    Datum topic = CStringGetTextDatum(r.topic);
+    Datum args[6] = {name,
+                     topic,
+                     Int32GetDatum(r.partition),
+                     Int64GetDatum(r.durable.replay_version),
+                     Int64GetDatum(r.durable.replay),
+                     Int64GetDatum(r.durable.next == kNoMark ? PG_INT64_MAX : r.durable.next)};
+    exec(lock_replay_position_statement, args, false, SPI_OK_SELECT);
+    if (SPI_processed != 1) return;
+    exec(advance_replay_statement, args, false, SPI_OK_UPDATE);
+}
+
 }  // namespace
 
 // In the transaction that commits a pass's last outcomes (a worker's, or eventbox.process()'s
@@ -432,6 +490,8 @@ void advance_positions(Datum name) {
     MemoryContext keep = CurrentMemoryContext;
     for (int l = 0; l < lane_reads.n; ++l) {
         const LaneRead& r = lane_reads.reads[l];
+        advance_replay_position(name, r);
+        MemoryContextSwitchTo(keep);
         if (!r.from_position && !(r.counted && marks_hold)) continue;
         int64 mark = mark_after(r);
         if (mark != kNoMark && r.durable.next != kNoMark) mark = Min(mark, r.durable.next);
