@@ -480,6 +480,40 @@ void advance_replay_position(Datum name, const LaneRead& r) {
 
 }  // namespace
 
+namespace {
+
+// Raises the live position of lane read `r` (see advance_positions()) and remembers the raise,
+// so that a later transaction of the same pass raises it only further.
+void advance_live_position(Datum name, LaneRead& r, bool marks_hold) {
+    if (!r.from_position && !(r.counted && marks_hold)) return;
+    int64 mark = mark_after(r);
+    if (mark != kNoMark && r.durable.next != kNoMark) mark = Min(mark, r.durable.next);
+    if (mark == kNoMark || mark <= r.durable.live) return;
+    MemoryContext keep = CurrentMemoryContext;
+    Datum topic = CStringGetTextDatum(r.topic);
+    bool raised = false;
+    if (r.durable.version < 0) {
+        Datum args[4] = {name, topic, Int32GetDatum(r.partition), Int64GetDatum(mark)};
+        exec(first_position_statement, args, false, SPI_OK_INSERT);
+        raised = SPI_processed == 1;
+    } else {
+        Datum args[5] = {name, topic, Int32GetDatum(r.partition), Int64GetDatum(r.durable.version),
+                         Int64GetDatum(mark)};
+        exec(lock_position_statement, args, false, SPI_OK_SELECT);
+        if (SPI_processed == 1) {
+            args[3] = Int64GetDatum(mark);
+            exec(advance_statement, args, false, SPI_OK_UPDATE);
+            raised = true;
+        }
+    }
+    MemoryContextSwitchTo(keep);
+    // A lowering since the read holds the row or moved its version: no later raise of this pass
+    // can pass the version check either, so nothing is remembered.
+    if (raised) r.durable.live = mark;
+}
+
+}  // namespace
+
 // In the transaction that commits a pass's last outcomes (a worker's, or eventbox.process()'s
 // caller's): the same rise as the marks', for reads that started at the position or at a mark
 // that still holds, never past the lane's next offset to store as read with the position (the
@@ -489,31 +523,29 @@ void advance_positions(Datum name) {
     bool marks_hold = marks.on && marks_still_hold();
     MemoryContext keep = CurrentMemoryContext;
     for (int l = 0; l < lane_reads.n; ++l) {
-        const LaneRead& r = lane_reads.reads[l];
+        LaneRead& r = lane_reads.reads[l];
         advance_replay_position(name, r);
         MemoryContextSwitchTo(keep);
-        if (!r.from_position && !(r.counted && marks_hold)) continue;
-        int64 mark = mark_after(r);
-        if (mark != kNoMark && r.durable.next != kNoMark) mark = Min(mark, r.durable.next);
-        if (mark == kNoMark || mark <= r.durable.live) continue;
-        Datum topic = CStringGetTextDatum(r.topic);
-        if (r.durable.version < 0) {
-            Datum args[4] = {name, topic, Int32GetDatum(r.partition), Int64GetDatum(mark)};
-            exec(first_position_statement, args, false, SPI_OK_INSERT);
-        } else {
-            Datum args[5] = {name, topic, Int32GetDatum(r.partition),
-                             Int64GetDatum(r.durable.version), Int64GetDatum(mark)};
-            exec(lock_position_statement, args, false, SPI_OK_SELECT);
-            if (SPI_processed == 1) {
-                args[3] = Int64GetDatum(mark);
-                exec(advance_statement, args, false, SPI_OK_UPDATE);
-            }
-        }
-        MemoryContextSwitchTo(keep);
+        advance_live_position(name, r, marks_hold);
     }
 }
 
-// After a worker's pass committed its last outcomes.
+// In a worker's run transaction that commits outcomes before the pass's last (a pass of 256
+// messages commits every 64): the live positions' rise as far as the outcomes so far take it.
+// The other worker probes the lanes this one holds (it cannot take them, but it looks for work
+// in them): without the rise its probe would start at the position this pass read and, the
+// mark being a HOT update that leaves the handled rows' index entries live, pay a heap visit
+// for each row the pass handled so far. The replay range's rise waits for the last outcomes (it
+// compares the position read before the pass).
+void advance_live_positions(Datum name) {
+    if (lane_reads.n == 0) return;
+    bool marks_hold = marks.on && marks_still_hold();
+    for (int l = 0; l < lane_reads.n; ++l)
+        advance_live_position(name, lane_reads.reads[l], marks_hold);
+}
+
+// After a worker's pass committed its last outcomes, and after each of its run transactions
+// (the marks rise with what committed, as the positions do: advance_live_positions()).
 void raise_marks_after_pass(const char* subscription) {
     if (!marks.on || lane_reads.n == 0 || !marks_still_hold()) return;
     for (int l = 0; l < lane_reads.n; ++l) {

@@ -274,6 +274,8 @@ void raise_marks_after_pass(const char* subscription);
 // Raises the positions of the lanes the pass read, in the transaction of its last outcomes
 // (docs/design/handlers.md, "Lane positions").
 void advance_positions(Datum name);
+// The live ranges' part, in a worker's run transaction before the last (outcomes so far).
+void advance_live_positions(Datum name);
 
 // ---- running (run.cpp, handler_call.cpp, outcomes.cpp) ----------------------------------------
 
