@@ -159,12 +159,11 @@ CREATE TABLE eventbox.inbox (
     CONSTRAINT inbox_status_check
         CHECK (status IN ('received', 'processed', 'retry', 'dead', 'ignored', 'unparsable')),
     CONSTRAINT inbox_mode_check CHECK (mode IN ('live', 'replay', 'backfill'))
-) WITH (fillfactor = 50);
--- fillfactor: the room a handler pass needs for the new versions of a whole page of rows it
--- marks in one transaction (the old versions are dead only once it commits), on the rows' own
--- page: no index mentions a column an outcome changes (status, attempts, processed_at,
--- last_error; next_attempt_at only where a retry set it), so each mark is a HOT update without
--- index entries (docs/design/handlers.md, "A processed mark that touches no index"). Message
+) WITH (fillfactor = 90);
+-- fillfactor: the room a handler pass needs to count an attempt as a HOT update (attempts and
+-- next_attempt_at are in no index), on the row's own page and without index entries. Marking
+-- a message processed changes its status, which the partial indexes below depend on: not a
+-- HOT update, so the new row version gets a primary key entry next to the old one. Message
 -- ids often ascend (UUIDv7, like eventbox.send()'s). B-tree leaf pages split inside the index
 -- are split 50:50 and keep room for those entries; the index's rightmost page (the last
 -- subscription's newest ids) is split at the fillfactor, 90 by default, and then every batch
@@ -585,21 +584,16 @@ CREATE TABLE eventbox.handlers (
 );
 SELECT pg_catalog.pg_extension_config_dump('eventbox.handlers', '');
 
--- Handler passes read each partition's messages that still need handling, in offset order,
--- from the lane's position (eventbox.inbox_positions): the live (and backfill) ones first, then
--- the replays eventbox.reprocess() queued, each an index range of its own (mode = 'replay' is
--- false, then true). Every row, whatever its status: an outcome changes no indexed column.
--- The topic leads, not the subscription: a statement that finds rows by (subscription,
--- message_id) is then never planned as a walk of this index over the subscription's rows (on a
--- small or never analyzed table the two looked equally cheap, and the ingest's conflicts check
--- walked a whole subscription per id).
+-- Handler passes read each partition's messages that still need handling, in offset order:
+-- the live (and backfill) ones first, then the replays eventbox.reprocess() queued, each an
+-- index range of its own (mode = 'replay' is false, then true).
 CREATE INDEX inbox_todo_idx ON eventbox.inbox
-    (topic, "partition", subscription, (mode = 'replay'), "offset");
+    (subscription, topic, "partition", (mode = 'replay'), "offset")
+    WHERE status IN ('received', 'retry');
 -- With ordering 'key', the keys of a partition that wait for a retry, in the order they become
--- due: the handler workers read them in that order, which no other index gives. Only a retry
--- sets next_attempt_at (a processed or dead mark clears it).
+-- due: the handler workers read them in that order, which no other index gives.
 CREATE INDEX inbox_retry_idx ON eventbox.inbox (subscription, topic, "partition", next_attempt_at)
-    WHERE next_attempt_at IS NOT NULL;
+    WHERE status = 'retry';
 
 CREATE FUNCTION eventbox._register_handler(caller oid, subscription text, handler regprocedure,
                                            event_type text, run_as name, batch boolean)
@@ -855,11 +849,14 @@ RETURNS void LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
 -- Retention and metrics (0.2.0).
 -- ---------------------------------------------------------------------------------------------
 
--- eventbox.inbox_retention and eventbox.dead_retention: the supervisor deletes processed and
--- ignored rows, and dead and unparsable ones, oldest first, a small batch per transaction,
--- walking this index in received_at order and testing status and processed_at on the row (an
--- index on either would make every processed mark write an index entry).
-CREATE INDEX inbox_received_idx ON eventbox.inbox (received_at);
+-- eventbox.inbox_retention: the supervisor deletes processed and ignored rows oldest first, a
+-- small batch per transaction, walking this index in processed_at order (and eventbox.dead_retention
+-- dead and unparsable rows through the next one, by received_at). Partial: the messages still to
+-- handle are not in it.
+CREATE INDEX inbox_done_idx ON eventbox.inbox (processed_at)
+    WHERE status IN ('processed', 'ignored');
+CREATE INDEX inbox_dead_idx ON eventbox.inbox (received_at)
+    WHERE status IN ('dead', 'unparsable');
 
 -- Counters of the workers (shared memory) and gauges of the tables, in the Prometheus text
 -- exposition format 0.0.4; eventbox.metrics_address serves the same text over HTTP.
@@ -1174,10 +1171,9 @@ REVOKE ALL ON FUNCTION eventbox._http_destinations_changed(), eventbox._http_err
 -- ---------------------------------------------------------------------------------------------
 
 -- A message's queued replays are read through this index, after the live messages of its lane
--- (eventbox.reprocess() must not hold live traffic back); it holds only rows queued for a replay,
--- handled or not (from the replay range's position).
+-- (eventbox.reprocess() must not hold live traffic back); it holds only rows queued for a replay.
 CREATE INDEX inbox_replay_idx ON eventbox.inbox (subscription, topic, "partition", "offset")
-    WHERE mode = 'replay';
+    WHERE status IN ('received', 'retry') AND mode = 'replay';
 
 -- What send() did not publish because the handler ran in mode 'replay' or 'backfill': the
 -- message columns of the outbox, the mode, and the inbox message whose handler sent it. Purged
@@ -2136,173 +2132,3 @@ ALTER TABLE eventbox.inbox SET (toast_tuple_target = 4096);
 -- are not UTF-8), written where raw_payload holds the value's bytes; dead letters publish them
 -- again as they were (docs/guide/dead-letters.md).
 ALTER TABLE eventbox.inbox ADD COLUMN raw_headers bytea;
-
--- ---- 0.6.0: durable lane positions (issue 31) ----
--- Per lane (topic, partition) of a subscription and per range (live with backfill, replay), an
--- offset below which no inbox row waits to be handled (status 'received' or 'retry'): lane
--- reads and probes start there (docs/design/handlers.md, "Lane positions"). A handler worker's
--- pass raises it, in its last run transaction, past the leading messages it gave a final
--- outcome, when the version it read with the position is still the row's; whatever makes a row
--- wait below it lowers it and moves the version in its own transaction: inserts through
--- _inbox_inserted(), updates (retry(), redrive(), reprocess(), by hand) through
--- _inbox_requeued_row(), replay() through _lower_position().
--- Its updates change no indexed column: HOT, on a table of one row per lane and range.
-CREATE TABLE eventbox.inbox_positions (
-    subscription text    NOT NULL,
-    topic        text    NOT NULL,
-    "partition"  integer NOT NULL,
-    replay       boolean NOT NULL,
-    position     bigint  NOT NULL,
-    version      bigint  NOT NULL DEFAULT 0,
-    PRIMARY KEY (subscription, topic, "partition", replay)
-) WITH (fillfactor = 50);
-REVOKE ALL ON eventbox.inbox_positions FROM PUBLIC;
-
--- Announces to the handler workers, at commit, that inbox rows may wait below offsets they
--- passed: their low-water marks in memory are dropped (docs/design/handlers.md).
-CREATE FUNCTION eventbox._inbox_requeued() RETURNS void
-LANGUAGE c AS 'MODULE_PATHNAME', 'eventbox_inbox_requeued';
-
--- Lowers a lane range's position to `below` (if it is not lower already) and moves its version:
--- a pass that read the position before this commits does not raise it past the row that waits.
--- Once per transaction and range while the position is low enough (a redrive of many rows of a
--- lane writes one row version, not one per message).
-CREATE FUNCTION eventbox._lower_position(subscription text, topic text, "partition" integer,
-                                         replay boolean, below bigint)
-RETURNS void
-LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
-    INSERT INTO eventbox.inbox_positions AS p (subscription, topic, "partition", replay, position)
-    VALUES ($1, $2, $3, $4, $5)
-    ON CONFLICT (subscription, topic, "partition", replay) DO UPDATE
-       SET position = least(p.position, excluded.position), version = p.version + 1
-     WHERE p.position > excluded.position OR p.xmin <> pg_current_xact_id()::xid;
-    SELECT eventbox._inbox_requeued();
-$$;
-
--- Rows inserted into the inbox, by the ingest workers or by hand: a lane range whose first new
--- waiting row lands below its position, or below its next offset to store (where a pass may
--- raise the position to), or that has no position or no stored offset, has its position lowered
--- and its version moved. The ingest stores at or above the next offset: its batches write
--- nothing here but a lane's first position.
-CREATE FUNCTION eventbox._inbox_inserted() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    INSERT INTO eventbox.inbox_positions AS p (subscription, topic, "partition", replay, position)
-    SELECT n.subscription, n.topic, n."partition", n.replay, n.first
-      FROM (SELECT r.subscription, r.topic, r."partition", r.mode = 'replay' AS replay,
-                   min(r."offset") AS first
-              FROM inserted_rows r
-             WHERE r.status IN ('received', 'retry')
-             GROUP BY 1, 2, 3, 4) n
-     WHERE NOT EXISTS (
-           SELECT 1 FROM eventbox.inbox_positions q
-            WHERE q.subscription = n.subscription AND q.topic = n.topic
-              AND q."partition" = n."partition" AND q.replay = n.replay
-              AND n.first >= q.position
-              AND n.first >= (SELECT o.next_offset FROM eventbox.offsets o
-                               WHERE o.subscription = n.subscription AND o.topic = n.topic
-                                 AND o."partition" = n."partition"))
-    ON CONFLICT (subscription, topic, "partition", replay) DO UPDATE
-       SET position = least(p.position, excluded.position), version = p.version + 1;
-    IF FOUND THEN
-        PERFORM eventbox._inbox_requeued();
-    END IF;
-    RETURN NULL;
-END $$;
-CREATE TRIGGER inbox_inserted AFTER INSERT ON eventbox.inbox
-    REFERENCING NEW TABLE AS inserted_rows
-    FOR EACH STATEMENT EXECUTE FUNCTION eventbox._inbox_inserted();
-
--- Rows made to wait again (retry(), redrive(), reprocess(), or an UPDATE by hand): the position
--- of the row's range goes down to it. The condition is checked before any call: a handler pass's
--- marks (processed, ignored, dead, a retry of a waiting row) call nothing.
-CREATE FUNCTION eventbox._inbox_requeued_row() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    PERFORM eventbox._lower_position(NEW.subscription, NEW.topic, NEW."partition",
-                                     NEW.mode = 'replay', NEW."offset");
-    RETURN NULL;
-END $$;
-CREATE TRIGGER inbox_requeued AFTER UPDATE ON eventbox.inbox
-    FOR EACH ROW
-    WHEN (NEW.status IN ('received', 'retry')
-          AND (OLD.status NOT IN ('received', 'retry')
-               OR (OLD.subscription, OLD.topic, OLD."partition", OLD."offset", OLD.mode)
-                  IS DISTINCT FROM (NEW.subscription, NEW.topic, NEW."partition", NEW."offset",
-                                    NEW.mode)))
-    EXECUTE FUNCTION eventbox._inbox_requeued_row();
-
-REVOKE ALL ON FUNCTION eventbox._inbox_requeued(),
-    eventbox._lower_position(text, text, integer, boolean, bigint),
-    eventbox._inbox_inserted(), eventbox._inbox_requeued_row() FROM PUBLIC;
-
--- replay() lowers the next offset to store: records stored again at or above it wait there.
-CREATE OR REPLACE FUNCTION eventbox._replay(caller oid, subscription text, topic text,
-                                            "partition" integer, from_offset bigint)
-RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    s eventbox.subscriptions;
-    stored_next bigint;
-    present bigint;
-BEGIN
-    s := eventbox._managed_subscription(caller, subscription);
-    IF topic IS NULL OR NOT topic = ANY (s.topics) THEN
-        RAISE EXCEPTION 'subscription % does not consume topic %', eventbox._quote(s.name),
-            coalesce(eventbox._quote(topic), 'NULL') USING ERRCODE = 'invalid_parameter_value',
-            HINT = format('Its topics are %s.', array_to_string(s.topics, ', '));
-    END IF;
-    IF "partition" IS NULL OR "partition" < 0 OR from_offset IS NULL OR from_offset < 0 THEN
-        RAISE EXCEPTION 'partition and from_offset must be 0 or more'
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Kafka partitions and offsets start at 0.';
-    END IF;
-    -- Records read again whose row is gone (purged by eventbox.inbox_retention, or deleted) are
-    -- not deduplicated: they are stored and handled again. Say how many, before it happens.
-    SELECT o.next_offset INTO stored_next FROM eventbox.offsets o
-     WHERE o.subscription = s.name AND o.topic = _replay.topic AND o."partition" = _replay."partition";
-    IF stored_next > from_offset THEN
-        SELECT count(*) INTO present FROM eventbox.inbox i
-         WHERE i.subscription = s.name AND i.topic = _replay.topic
-           AND i."partition" = _replay."partition"
-           AND i."offset" >= from_offset AND i."offset" < stored_next;
-        IF stored_next - from_offset - present > 0 THEN
-            RAISE NOTICE 'replay of % partition % from offset % will store up to % record(s) again',
-                topic, "partition", from_offset, stored_next - from_offset - present
-                USING DETAIL = format('Offsets %s to %s were consumed; %s of their messages are still '
-                                      'in the inbox and are deduplicated, the others are no longer '
-                                      'there (purged by eventbox.inbox_retention, or deleted).',
-                                      from_offset, stored_next - 1, present),
-                      HINT = 'Their handlers run again. The retention window is the deduplication horizon.';
-        END IF;
-    END IF;
-    INSERT INTO eventbox.offsets (subscription, topic, "partition", next_offset)
-    VALUES (s.name, topic, "partition", from_offset)
-    ON CONFLICT ON CONSTRAINT offsets_pkey DO UPDATE SET next_offset = excluded.next_offset,
-        updated_at = now();
-    PERFORM eventbox._lower_position(s.name, topic, "partition", false, from_offset);
-    PERFORM eventbox._notify_ingest();
-END $$;
-
-CREATE OR REPLACE FUNCTION eventbox._drop_subscription(caller oid, name text)
-RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    s eventbox.subscriptions;
-BEGIN
-    s := eventbox._managed_subscription(caller, name);
-    DELETE FROM eventbox.handlers WHERE subscription = s.name;
-    DELETE FROM eventbox.inbox WHERE subscription = s.name;
-    DELETE FROM eventbox.offsets WHERE subscription = s.name;
-    DELETE FROM eventbox.handler_claims WHERE subscription = s.name;
-    DELETE FROM eventbox.key_blocks WHERE subscription = s.name;
-    DELETE FROM eventbox.conflicts WHERE subscription = s.name;
-    DELETE FROM eventbox.suppressed_sends WHERE subscription = s.name;
-    DELETE FROM eventbox.inbox_positions WHERE subscription = s.name;
-    DELETE FROM eventbox.subscriptions WHERE subscriptions.name = s.name;
-    PERFORM eventbox._notify_ingest();
-END $$;
-
--- ---- 0.6.0: a processed mark that touches no index (issue 31) ----
--- The inbox's indexes and fillfactor are defined where the table and indexes are created above
--- (inbox_todo_idx, inbox_retry_idx, inbox_received_idx, inbox_replay_idx).

@@ -15,27 +15,24 @@ namespace eventbox::handlers {
 
 namespace {
 
-// The next lane with work after ($2, $3) (up to ($4, $5) inclusive in the second statement):
-// a pass looks for lanes only as far as it needs them. The lanes' ranges come from
-// eventbox.inbox_positions in key order (its primary key), each with one descent of
-// inbox_todo_idx from its position, below which no row waits: handled rows above it are walked
-// (their status is on the row), those below are not. ORDER BY "offset" LIMIT 1 rather than
-// EXISTS, which drops the ORDER BY and lets inbox_pkey look as cheap (the workers turn sorts off).
-#define NEXT_LANE(UPTO)                                                                   \
-    "SELECT p.topic, p.\"partition\" FROM eventbox.inbox_positions p"                     \
-    " WHERE p.subscription = $1 AND (p.topic, p.\"partition\") > ($2, $3)" UPTO           \
-    "   AND (SELECT 1 FROM eventbox.inbox i"                                              \
-    "         WHERE i.subscription = $1 AND i.topic = p.topic"                            \
-    "           AND i.\"partition\" = p.\"partition\" AND (i.mode = 'replay') = p.replay" \
-    "           AND i.\"offset\" >= p.position AND i.status IN ('received', 'retry')"     \
-    "         ORDER BY i.\"offset\" LIMIT 1) IS NOT NULL"                                 \
-    " ORDER BY p.topic, p.\"partition\" LIMIT 1"
-KeptStatement next_lane_statement{NEXT_LANE(""), 3, {TEXTOID, TEXTOID, INT4OID}, nullptr};
-KeptStatement next_lane_upto_statement{NEXT_LANE(" AND (p.topic, p.\"partition\") <= ($4, $5)"),
-                                       5,
-                                       {TEXTOID, TEXTOID, INT4OID, TEXTOID, INT4OID},
-                                       nullptr};
-#undef NEXT_LANE
+// The next lane with work after ($2, $3), one probe of the todo index (up to ($4, $5)
+// inclusive in the second statement): a pass looks for lanes only as far as it needs them.
+KeptStatement next_lane_statement{
+    "SELECT topic, \"partition\" FROM eventbox.inbox"
+    " WHERE subscription = $1 AND status IN ('received', 'retry')"
+    "   AND (topic, \"partition\") > ($2, $3)"
+    " ORDER BY topic, \"partition\" LIMIT 1",
+    3,
+    {TEXTOID, TEXTOID, INT4OID},
+    nullptr};
+KeptStatement next_lane_upto_statement{
+    "SELECT topic, \"partition\" FROM eventbox.inbox"
+    " WHERE subscription = $1 AND status IN ('received', 'retry')"
+    "   AND (topic, \"partition\") > ($2, $3) AND (topic, \"partition\") <= ($4, $5)"
+    " ORDER BY topic, \"partition\" LIMIT 1",
+    5,
+    {TEXTOID, TEXTOID, INT4OID, TEXTOID, INT4OID},
+    nullptr};
 
 // Keys of a lane that wait for a retry (ordering 'key'). The inner ORDER BY (a subquery
 // with one is planned on its own) pins inbox_retry_idx, the only index in that order: the
@@ -53,9 +50,9 @@ KeptStatement waiting_keys_statement{
 // now are left out so they do not use up the limit: without a handler when they are kept
 // ($5; $9: a handler takes every type, $10: the types handlers take), behind a waiting
 // message of their key ($6, $7: ordering 'key'), or waiting themselves when nothing waits
-// behind them ($8: ordering 'none'). A read starts at the range's low-water mark or durable
-// position, the higher ($11, an index condition: the descent lands past the entries of the
-// messages handled before; -1 without either).
+// behind them ($8: ordering 'none'). A worker starts at the range's low-water mark ($11, an
+// index condition: the descent lands past the entries of the messages handled before; -1
+// without one).
 #define LANE_READ(MODE)                                                                      \
     "SELECT i.message_id, i.key, i.event_type, i.attempts, i.next_attempt_at, i.ctid,"       \
     "       i.\"offset\""                                                                    \
@@ -74,8 +71,7 @@ KeptStatement waiting_keys_statement{
             TEXTARRAYOID, INT8OID                                                              \
     }
 // Live (and backfill) messages first, an index range of inbox_todo_idx of their own (IS
-// FALSE: the planner turns it into an index condition, where NOT or <> would not be) from the
-// position, the status tested on the row (the index holds every row); then,
+// FALSE: the planner turns it into an index condition, where NOT or <> would not be); then,
 // with the room left, the messages queued by eventbox.reprocess(), through inbox_replay_idx:
 // a replay never holds a lane's live messages back by more than the pass it shares with
 // them, and reading either costs what the batch costs, whatever is queued.
@@ -113,18 +109,14 @@ Datum held_back_keys(const Pass& p, Datum topic, int32 partition, int* n, bool* 
     return waiting_keys.get();
 }
 
-// Runs a lane read from `mark` (or from the range's durable position `floor`, when higher); if
-// the marks may no longer hold once it ran, again from the position. Returns whether the rows
-// read started at the position.
-bool exec_lane_read(KeptStatement& statement, Datum* args, int64 mark, int64 floor) {
-    args[10] = Int64GetDatum(Max(mark, floor));
+// Runs a lane read from `mark`; if the marks may no longer hold once it ran, again without it.
+void exec_lane_read(KeptStatement& statement, Datum* args, int64 mark) {
+    args[10] = Int64GetDatum(mark);
     exec(statement, args, false, SPI_OK_SELECT);
-    if (marks_on() && !marks_still_hold() && mark > floor) {
-        args[10] = Int64GetDatum(floor);
+    if (marks_on() && !marks_still_hold() && mark != kNoMark) {
+        args[10] = Int64GetDatum(kNoMark);
         exec(statement, args, false, SPI_OK_SELECT);
-        return true;
     }
-    return mark <= floor;
 }
 
 // Adds the messages SPI_tuptable holds (a lane read) to lane l of the pass.
@@ -188,9 +180,6 @@ void read_lane(Pass& p, std::size_t l, int per_lane) {
     // are not the range's first waiting ones, and its marks stay where they are.
     bool filtered = n_held_back > 0 || null_key_waits || options.ordering == Ordering::kNone ||
                     (options.unhandled_keep && !p.setup.any_type);
-    // Before the reads: a change that makes a row wait below the position and commits after
-    // this moves the version the pass's raise of the position compares (advance_positions()).
-    LanePosition durable = lane_position(p.setup.name, lane.topic, lane.partition);
     long position = -1;
     LaneMark mark = lane_mark(p.subscription, lane.topic, lane.partition, &position);
     Datum args[11] = {p.setup.name,
@@ -204,22 +193,17 @@ void read_lane(Pass& p, std::size_t l, int per_lane) {
                       BoolGetDatum(p.setup.any_type),
                       p.setup.handled_types,
                       Int64GetDatum(kNoMark)};
-    bool from_position = exec_lane_read(lane_statement, args, mark.live, durable.live);
+    exec_lane_read(lane_statement, args, mark.live);
     raise_mark(p.subscription, position, false, filtered);
     int n_read = static_cast<int>(SPI_processed);
-    note_lane_read(l, position, marks_on() && position >= 0 && !filtered,
-                   from_position && !filtered, lane, durable, p.memory);
+    note_lane_read(l, position, marks_on() && position >= 0 && !filtered, p.memory);
     add_lane_rows(p, l);
     if (options.replays && n_read < per_lane) {
         args[3] = Int32GetDatum(per_lane - n_read);
-        exec_lane_read(replay_lane_statement, args, marks_on() ? mark.replay : kNoMark,
-                       durable.replay);
+        exec_lane_read(replay_lane_statement, args, marks_on() ? mark.replay : kNoMark);
         raise_mark(p.subscription, position, true, filtered);
         // Replays mix in (the candidates' order is no longer the live rows' alone).
-        if (SPI_processed > 0) {
-            uncount_lane_read(l);
-            note_replay_read(l);
-        }
+        if (SPI_processed > 0) uncount_lane_read(l);
         add_lane_rows(p, l);
     }
     p.work.seal_lane(l);

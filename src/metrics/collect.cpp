@@ -44,28 +44,28 @@ constexpr const char* kOutboxHeadQuery =
 #define FAILING                                                                            \
     "(SELECT count(*) FROM eventbox.subscription_errors e WHERE e.subscription = s.name) " \
     "AS failing "
-// Per subscription and lane range of eventbox.inbox_positions, through inbox_todo_idx from the
-// position (no row waits below it; the status is tested on the row: the index holds every row).
-#define RANGE_ROWS                                                                       \
-    "FROM eventbox.inbox i WHERE i.subscription = p.subscription AND i.topic = p.topic " \
-    "AND i.\"partition\" = p.\"partition\" AND (i.mode = 'replay') = p.replay "          \
-    "AND i.\"offset\" >= p.position AND i.status IN ('received', 'retry')"
+// Per subscription, through inbox_todo_idx (the rows still to handle).
 constexpr const char* kInboxQuery =
-    "SELECT s.name, coalesce(p.n, 0)::int8, "
-    "coalesce(extract(epoch FROM now() - p.oldest), 0)::float8, b.keys, b.held, " FAILING
-    "FROM eventbox.subscriptions s, LATERAL (SELECT sum(r.n) AS n, min(r.oldest) AS oldest "
-    "FROM eventbox.inbox_positions p, LATERAL (SELECT count(*) AS n, min(i.received_at) AS "
-    "oldest " RANGE_ROWS ") r WHERE p.subscription = s.name) p, " BLOCKED_KEYS;
-// Per subscription, the first message still to handle of each lane range it has a position for
-// (live and backfill range, replay range): one index probe each, no count. Messages of a
-// partition are stored in offset order, so its first one waited longest.
+    "SELECT s.name, p.n, coalesce(extract(epoch FROM now() - p.oldest), 0)::float8, "
+    "b.keys, b.held, " FAILING
+    "FROM eventbox.subscriptions s, LATERAL (SELECT count(*) AS n, min(i.received_at) AS oldest "
+    "FROM eventbox.inbox i WHERE i.subscription = s.name "
+    "AND i.status IN ('received', 'retry')) p, " BLOCKED_KEYS;
+// Per subscription, the first message still to handle of each partition it stored offsets for
+// (live and backfill range, then the replay range): two index probes per partition, no count.
+// Messages of a partition are stored in offset order, so its first one waited longest.
+#define LANE_HEAD(MODE)                                                          \
+    "(SELECT i.received_at FROM eventbox.inbox i WHERE i.subscription = s.name " \
+    "AND i.topic = o.topic AND i.\"partition\" = o.\"partition\" "               \
+    "AND i.status IN ('received', 'retry') AND " MODE " ORDER BY i.\"offset\" LIMIT 1)"
 constexpr const char* kInboxHeadsQuery =
     "SELECT s.name, -1::int8, coalesce(extract(epoch FROM now() - h.oldest), 0)::float8, "
     "b.keys, b.held, " FAILING
     "FROM eventbox.subscriptions s, LATERAL (SELECT min(x.received_at) AS oldest "
-    "FROM eventbox.inbox_positions p, LATERAL (SELECT i.received_at " RANGE_ROWS
-    " ORDER BY i.\"offset\" LIMIT 1) x WHERE p.subscription = s.name) h, " BLOCKED_KEYS;
-#undef RANGE_ROWS
+    "FROM eventbox.offsets o, LATERAL (" LANE_HEAD("(i.mode = 'replay') IS FALSE")
+    " UNION ALL " LANE_HEAD("i.mode = 'replay'") ") x WHERE o.subscription = s.name) h, "
+    BLOCKED_KEYS;
+#undef LANE_HEAD
 #undef BLOCKED_KEYS
 #undef FAILING
 constexpr const char* kLagQuery =

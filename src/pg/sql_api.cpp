@@ -1,7 +1,7 @@
 // The SQL API's plumbing: eventbox_api_call runs eventbox._<name>(calling role, args...) as the
 // extension owner, so the config tables are writable only through the API while every function
 // still knows who called it (the pattern pg_cron uses for cron.job). Also eventbox.workers() and
-// the internal helpers _check_topic(), _notify_ingest(), _inbox_requeued() and _quote().
+// the internal helpers _check_topic(), _notify_ingest() and _quote().
 extern "C" {
 #include "postgres.h"
 
@@ -107,14 +107,6 @@ EVENTBOX_SQL_FUNCTION(eventbox_check_topic) {
 EVENTBOX_SQL_FUNCTION(eventbox_notify_ingest) {
     (void)fcinfo;
     eventbox::shmem::subscriptions_changed_at_commit();
-    PG_RETURN_VOID();
-}
-
-// eventbox._inbox_requeued(): tell the handler workers, at commit, that inbox rows may wait below
-// offsets they passed (their marks in memory go; docs/design/handlers.md).
-EVENTBOX_SQL_FUNCTION(eventbox_inbox_requeued) {
-    (void)fcinfo;
-    eventbox::shmem::inbox_requeued_at_commit();
     PG_RETURN_VOID();
 }
 

@@ -27,11 +27,7 @@ from clusters import query, query_one, wait_until
 BACKLOG = 200000
 KAFKA_RECORDS = 20000
 PARTITIONS = 4
-# An inbox row the ingest stores writes its heap page and three index entries (inbox_pkey,
-# inbox_todo_idx, inbox_received_idx: no index is partial on the status since 0.6.0, so the
-# entries a processed mark used to write are written once at the insert instead; about 13
-# buffers per row measured).
-BUFFERS_PER_ROW = 14
+BUFFERS_PER_ROW = 12
 FIXED_BUFFERS = 200
 WORKERS = ("eventbox relay", "eventbox ingest")
 EXPLAIN_CONF = (
@@ -211,9 +207,8 @@ HANDLER_PARTITIONS = 3
 HANDLER_BUFFERS_PER_ROW = 3
 HANDLER_FIXED_BUFFERS = 30
 # The plain probe for lanes missing from eventbox.offsets (a worker's discovery walk, at most
-# once a second when idle and after its marks are dropped every 10 s): over the lanes' positions
-# (eventbox.inbox_positions), from which it walks what was handled since they last moved.
-DISCOVERY_PROBE = "ORDER BY p.topic, p.\"partition\" LIMIT 1"
+# once a second when idle and after its marks are dropped every 10 s) still walks them.
+DISCOVERY_PROBE = "ORDER BY topic, \"partition\" LIMIT 1"
 
 
 def handler_problems(text, plan):
@@ -282,9 +277,7 @@ def test_handler_worker_reads_are_bounded_by_their_batch(clusters, kafka, stats)
     plans = worker_plans(cluster, ("eventbox handler",))
     texts = [t for _, t, _ in plans]
     reads = [t for t in texts if "ORDER BY i.\"offset\" LIMIT $4" in t]
-    # A probe starts at the higher of the worker's mark ($4) and the lane's durable position.
-    probes = [t for t in texts
-              if "i.\"offset\" >= greatest($4, " in t and "ORDER BY i.\"offset\" LIMIT 1" in t]
+    probes = [t for t in texts if "i.\"offset\" >= $4 ORDER BY i.\"offset\" LIMIT 1" in t]
     discovery = [t for t in texts if DISCOVERY_PROBE in t]
     assert reads and probes, "no lane read or lane probe of a handler worker in the log"
     if ordering == "key":
