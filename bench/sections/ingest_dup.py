@@ -14,7 +14,7 @@ from lib.common import BenchError, log
 from lib.eventbox import (create_disabled_subscription, ingest_counters, set_enabled,
                           wait_offsets, worker_pids)
 from lib.kafka import produce
-from lib.messages import (DUP_EVERY, DUP_LATER, EVENT_TYPE, PARTITIONS, SIZES, Messages,
+from lib.messages import (DUP_EVERY, DUP_LATER, PARTITIONS, SIZES, Messages,
                           with_duplicates)
 from lib.proc import TICKS, proc_cpu
 from lib.table import ROW
@@ -67,10 +67,7 @@ def run(ctx):
     for size in SIZES:
         msgs = Messages(n, SIZES[size], seed=0x3100)
         plain = list(msgs.records())
-        with_dups, dups = with_duplicates(
-            ((payload.encode(), key.encode(), part,
-              [("event_type", EVENT_TYPE), ("message_id", mid)])
-             for mid, part, _off, key, payload in msgs.items), seed=0x3100 + SIZES[size])
+        with_dups, dups = with_duplicates(plain, seed=0x3100 + SIZES[size])
         topic_p, topic_d = "bench_dup_%s_plain" % size.lower(), "bench_dup_%s_dups" % size.lower()
         produce(env, topic_p, PARTITIONS, plain, flush_s=60)
         produce(env, topic_d, PARTITIONS, with_dups, flush_s=60)
