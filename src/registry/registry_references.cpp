@@ -48,12 +48,13 @@ void Registry::ask_references(Resolution* r) {
 
 void Registry::keep_reference(const std::string& key, const std::string& body) {
     if (ReferenceSet::version_of(key) <= 0) return;  // "latest" moves
+    std::size_t bytes = key.size() + body.size();
     if (references_.size() >= kMaxKeptReferences ||
-        reference_bytes_ + body.size() > config_.max_bytes / 4) {
+        reference_bytes_ + bytes > config_.max_bytes / 4) {
         references_.clear();  // crude but bounded: they are fetched again when used
         reference_bytes_ = 0;
     }
-    if (references_.emplace(key, body).second) reference_bytes_ += key.size() + body.size();
+    if (references_.emplace(key, body).second) reference_bytes_ += bytes;
 }
 
 void Registry::finish_reference(Transfer* t, int curl_code, long status) {
