@@ -30,6 +30,28 @@ def _in_flight(conn, topic):
     return mid
 
 
+def _insert_at(conn, topic, mid, tid, deadline):
+    """Inserts a row the relay reads but holds back (due later) into the place `tid` a deleted
+    row left: only the tid delete of the row in flight could remove it before it is published.
+    VACUUM frees the place only once no snapshot can see the deleted row any more (a worker's
+    transaction may still hold one for a moment): an insert that lands elsewhere is rolled back
+    and tried again after the next VACUUM, until the deadline. Returns the last insert's tid."""
+    while True:
+        query(conn, "VACUUM eventbox.outbox")
+        query(conn, "BEGIN")
+        got = query_one(conn, """
+            INSERT INTO eventbox.outbox (message_id, topic, key, payload, headers,
+                                         next_attempt_at)
+            VALUES (%s, %s, 'k2', convert_to('{"n": 2}', 'UTF8'), '{}',
+                    now() + interval '8 seconds')
+            RETURNING ctid::text""", (mid, topic))
+        if got == tid or time.monotonic() > deadline:
+            query(conn, "COMMIT")
+            return got
+        query(conn, "ROLLBACK")
+        time.sleep(0.1)
+
+
 def test_a_row_updated_in_flight_is_deleted_by_id_once_acknowledged(conn, new_topic, broker):
     topic = new_topic(1)
     wait_outbox_drained()
@@ -63,20 +85,13 @@ def test_a_new_row_in_the_place_of_an_in_flight_row_is_not_deleted(conn, new_top
     query(conn, "TRUNCATE eventbox.outbox")
     broker.broker_rtt("all", RTT_MS)
     try:
+        sent_at = time.monotonic()
         a = _in_flight(conn, topic)
         a_tid = query_one(conn, "SELECT ctid::text FROM eventbox.outbox WHERE message_id = %s",
                           (a,))
         query(conn, "DELETE FROM eventbox.outbox WHERE message_id = %s", (a,))
-        query(conn, "VACUUM eventbox.outbox")
-        # A row the relay reads but holds back (due later): only the tid delete of the row in
-        # flight could remove it before it is published.
         b = str(uuid.uuid4())
-        b_tid = query_one(conn, """
-            INSERT INTO eventbox.outbox (message_id, topic, key, payload, headers,
-                                         next_attempt_at)
-            VALUES (%s, %s, 'k2', convert_to('{"n": 2}', 'UTF8'), '{}',
-                    now() + interval '8 seconds')
-            RETURNING ctid::text""", (b, topic))
+        b_tid = _insert_at(conn, topic, b, a_tid, deadline=sent_at + RTT_MS / 1000 - 1)
         assert b_tid == a_tid, "the new row did not take the place of the deleted one: %s %s" % (
             a_tid, b_tid)
         # The row in flight is acknowledged after the broker's round trip.
