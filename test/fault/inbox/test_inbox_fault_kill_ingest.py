@@ -10,8 +10,8 @@ import uuid
 import pytest
 
 from inbox_streams import PacedStream
-from inbox_support import (LogWatch, end_offsets, json_value, report, sigkill,
-                           unique_name)
+from inbox_kafka import end_offsets, json_value
+from inbox_support import LogWatch, report, sigkill, unique_name
 
 TOTAL = 30_000
 PARTITIONS = 6

@@ -14,8 +14,8 @@ import time
 import uuid
 
 from inbox_streams import PacedStream
-from inbox_support import (LogWatch, end_offsets, json_value, poll, produce, report,
-                           sigkill, unique_name)
+from inbox_kafka import end_offsets, json_value, produce
+from inbox_support import LogWatch, poll, report, sigkill, unique_name
 from schema_registry import avro_encode, wire
 
 PARTITIONS = 3

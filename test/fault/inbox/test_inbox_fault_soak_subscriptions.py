@@ -12,8 +12,9 @@ import threading
 import time
 import uuid
 
-from inbox_support import (LogWatch, caught_up, connect, create_subscriptions, end_offsets,
-                           footprint, json_value, new_producer, poll, report)
+from inbox_kafka import end_offsets, json_value, new_producer
+from inbox_support import (LogWatch, caught_up, connect, create_subscriptions, footprint, poll,
+                           report)
 
 SUBSCRIPTIONS = 300
 TOPICS = 6

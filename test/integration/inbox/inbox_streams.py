@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from inbox_support import new_producer, unique_name
+from inbox_kafka import new_producer
+from inbox_support import unique_name
 from schema_registry import SchemaRegistry
 
 

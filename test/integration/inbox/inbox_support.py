@@ -4,70 +4,24 @@ The tests run against an environment started by tools/cluster.sh whose `env` fil
 exported (PGHOST, PGPORT, PGDATABASE, EVENTBOX_LOG, EVENTBOX_BOOTSTRAP, EVENTBOX_CONTROL_HOST,
 EVENTBOX_CONTROL_PORT, EVENTBOX_KILLED_PIDS, ...). Messages are produced with kafka-python, a
 client independent of the extension's librdkafka; topics are created through the dev broker's
-control interface.
+control interface. The environment and polling are in inbox_env.py, the Kafka side in
+inbox_kafka.py (tests import from there what they produce and read with).
 
 Everything polls with a deadline; nothing asserts on a bare sleep.
 """
 
-import collections
-import json
 import os
-import pathlib
 import re
 import signal
-import sys
 import time
-import uuid
 
 import psycopg2
 import psycopg2.errors
 import psycopg2.extras
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parents[3]
-if str(REPO / "test" / "lib") not in sys.path:
-    sys.path.insert(0, str(REPO / "test" / "lib"))
-
-from devbroker import DevBroker  # noqa: E402
-
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402  (kafka-python)
-from kafka.record.default_records import DefaultRecordBatchBuilder  # noqa: E402
-
-REQUIRED_ENV = ("PGHOST", "PGPORT", "PGDATABASE", "EVENTBOX_LOG", "EVENTBOX_BOOTSTRAP",
-                "EVENTBOX_CONTROL_PORT", "EVENTBOX_KILLED_PIDS")
-
-# Lines of the server log that mean a process crashed (as tools/check_log.sh scans them).
-CRASH_RE = re.compile(r"terminated by signal|server process \(PID \d+\) was terminated|"
-                      r"PANIC:|TRAP:")
-
-
-def env(name):
-    value = os.environ.get(name)
-    if not value:
-        pytest.fail("environment variable %s is not set: export the env file written by "
-                    "tools/cluster.sh start (set -a; . DIR/env; set +a)" % name)
-    return value
-
-
-def unique_name(label):
-    """A topic / subscription name unique to this run: [A-Za-z0-9_.-], at most 63 chars."""
-    return "ib_%s_%s" % (label[:40], uuid.uuid4().hex[:10])
-
-
-def poll(fn, timeout, what, interval=0.1):
-    """Calls fn() until it returns a truthy value, which is returned. After `timeout` seconds
-    the test fails with `what` and the last value fn() returned."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while True:
-        last = fn()
-        if last:
-            return last
-        if time.monotonic() >= deadline:
-            pytest.fail("timed out after %.0f s waiting for %s (last value: %r)"
-                        % (timeout, what() if callable(what) else what, last))
-        time.sleep(interval)
-
+from inbox_env import CRASH_RE, REQUIRED_ENV, env, poll, unique_name
+from inbox_kafka import devbroker, new_producer
 
 # Figures printed in the terminal summary (seen with -q too).
 REPORTS = []
@@ -305,123 +259,6 @@ class Db:
             "SELECT last_activity > %s FROM eventbox.workers WHERE role = 'ingest'", (since,)),
             30, "the ingest worker to reload its configuration")
 
-
-# ---------------------------------------------------------------------------------------------
-# Kafka (kafka-python)
-
-# kafka-python only takes str header names and bytes values. These two markers, translated
-# back at the lowest level (the record batch builder), let a test send a header whose name is
-# arbitrary bytes, or whose value is null (-1 length), which the wire format allows.
-NULL_HEADER = b"\x00eventbox-tests:null-header-value\x00"
-_RAW_NAME_PREFIX = "\ue000eventbox-tests-raw-name:"
-
-
-def raw_header_name(data):
-    """A header name made of arbitrary bytes (e.g. not UTF-8), for KafkaProducer.send()."""
-    return _RAW_NAME_PREFIX + bytes(data).hex()
-
-
-class _RawName(str):
-    raw = b""
-
-    def encode(self, *args, **kwargs):
-        return self.raw
-
-
-def _wire_headers(headers):
-    out = []
-    for name, value in headers:
-        if isinstance(name, str) and name.startswith(_RAW_NAME_PREFIX):
-            raw = _RawName(name)
-            raw.raw = bytes.fromhex(name[len(_RAW_NAME_PREFIX):])
-            name = raw
-        if value == NULL_HEADER:
-            value = None
-        out.append((name, value))
-    return out
-
-
-if not getattr(DefaultRecordBatchBuilder.append, "_eventbox_raw_headers", False):
-    _original_append = DefaultRecordBatchBuilder.append
-
-    def _append(self, offset, timestamp, key, value, headers, *args, **kwargs):
-        return _original_append(self, offset, timestamp, key, value, _wire_headers(headers),
-                                *args, **kwargs)
-
-    _append._eventbox_raw_headers = True
-    DefaultRecordBatchBuilder.append = _append
-
-
-def header_json_name(data):
-    """How the inbox writes a header name or value: the text when UTF-8 (without NUL), else
-    "\\x" + hex."""
-    try:
-        text = data.decode("utf-8")
-        if "\x00" not in text:
-            return text
-    except UnicodeDecodeError:
-        pass
-    return "\\x" + data.hex()
-
-
-def bootstrap():
-    return env("EVENTBOX_BOOTSTRAP")
-
-
-def devbroker():
-    return DevBroker(os.environ.get("EVENTBOX_CONTROL_HOST") or "127.0.0.1",
-                     int(env("EVENTBOX_CONTROL_PORT")))
-
-
-def new_producer(**extra):
-    conf = dict(bootstrap_servers=bootstrap(), acks="all", linger_ms=5, retries=0,
-                batch_size=256 * 1024, max_request_size=16 * 1024 * 1024,
-                buffer_memory=128 * 1024 * 1024, client_id="eventbox-inbox-tests",
-                max_in_flight_requests_per_connection=1)
-    conf.update(extra)
-    return KafkaProducer(**conf)
-
-
-Sent = collections.namedtuple("Sent", "topic partition offset key value headers")
-
-
-def produce(producer, topic, records, timeout=120.0):
-    """Produces records (dicts with value and optional key, headers, partition) and waits for
-    every acknowledgement; returns a list of Sent (with the partition and offset given by the
-    broker) in the order of `records`."""
-    futures = []
-    for r in records:
-        futures.append(producer.send(topic, value=r.get("value"), key=r.get("key"),
-                                     headers=list(r.get("headers", [])),
-                                     partition=r.get("partition")))
-    producer.flush(timeout=timeout)
-    out = []
-    for r, f in zip(records, futures):
-        md = f.get(timeout=timeout)
-        out.append(Sent(topic, md.partition, md.offset, r.get("key"), r.get("value"),
-                        list(r.get("headers", []))))
-    return out
-
-
-def end_offsets(topic, partitions=None):
-    """{(topic, partition): end offset (high watermark)} read with kafka-python."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap(), group_id=None,
-                             enable_auto_commit=False, client_id="eventbox-inbox-tests")
-    try:
-        if partitions is None:
-            parts = poll(lambda: consumer.partitions_for_topic(topic), 30,
-                         "metadata of topic %s" % topic)
-        else:
-            parts = range(partitions)
-        tps = [TopicPartition(topic, p) for p in sorted(parts)]
-        ends = consumer.end_offsets(tps)
-        return {(tp.topic, tp.partition): off for tp, off in ends.items()}
-    finally:
-        consumer.close(autocommit=False)
-
-
-def json_value(obj):
-    return json.dumps(obj, separators=(",", ":")).encode()
 
 
 # ---------------------------------------------------------------------------------------------

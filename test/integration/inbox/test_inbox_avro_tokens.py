@@ -7,7 +7,8 @@ import json
 import pathlib
 import sys
 
-from inbox_support import end_offsets, produce, unique_name
+from inbox_kafka import end_offsets, produce
+from inbox_support import unique_name
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "lib"))
 from schema_registry import avro_encode, wire  # noqa: E402

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from inbox_support import (NULL_HEADER, LogWatch, end_offsets, json_value, produce,
-                           raw_header_name, report, unique_name)
+from inbox_kafka import NULL_HEADER, end_offsets, json_value, produce, raw_header_name
+from inbox_support import LogWatch, report, unique_name
 
 MAX_BYTES = 65536        # eventbox.max_message_bytes during the corpus test
 PARTITIONS = 4

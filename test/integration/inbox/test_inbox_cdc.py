@@ -10,7 +10,8 @@ import json
 
 import confluent_kafka
 
-from inbox_support import bootstrap, end_offsets, produce, report, unique_name
+from inbox_kafka import bootstrap, end_offsets, produce
+from inbox_support import report, unique_name
 
 
 def debezium(op, before, after, lsn, tx, ts_ms, snapshot="false", table="customers"):

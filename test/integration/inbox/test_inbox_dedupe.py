@@ -3,7 +3,8 @@ it (docs/design/guarantees.md)."""
 import random
 import uuid
 
-from inbox_support import end_offsets, json_value, produce, report, unique_name
+from inbox_kafka import end_offsets, json_value, produce
+from inbox_support import report, unique_name
 
 N = 50_000          # distinct messages
 DUPLICATES = N // 10  # redelivered copies (same message_id header, produced again)

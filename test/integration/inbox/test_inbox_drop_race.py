@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from inbox_support import connect, json_value, produce, unique_name
+from inbox_kafka import json_value, produce
+from inbox_support import connect, unique_name
 
 
 def records(tag, n):

@@ -4,7 +4,8 @@ caught and rolled back for that subscription alone, so the line logging it is wh
 learns which batch of which lane failed."""
 import re
 
-from inbox_support import LogWatch, json_value, poll, produce, unique_name
+from inbox_kafka import json_value, produce
+from inbox_support import LogWatch, poll, unique_name
 
 
 def test_a_failed_batch_is_logged_with_its_subscription_lane_and_batch(

@@ -11,7 +11,8 @@ import json
 
 import confluent_kafka
 
-from inbox_support import bootstrap, end_offsets, produce, report, unique_name
+from inbox_kafka import bootstrap, end_offsets, produce
+from inbox_support import report, unique_name
 
 
 def canonical(obj):

@@ -9,8 +9,8 @@ import uuid
 
 import psycopg2
 
-from inbox_support import (LogWatch, end_offsets, json_value, poll, produce, report, sigkill,
-                           unique_name)
+from inbox_kafka import end_offsets, json_value, produce
+from inbox_support import LogWatch, poll, report, sigkill, unique_name
 
 PARTITIONS = 8
 

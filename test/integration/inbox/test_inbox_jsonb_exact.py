@@ -7,8 +7,8 @@ with jsonb_in's result: equal and the same text."""
 import json
 import random
 
-from inbox_support import (NULL_HEADER, end_offsets, header_json_name, produce, raw_header_name,
-                           unique_name)
+from inbox_kafka import NULL_HEADER, end_offsets, header_json_name, produce, raw_header_name
+from inbox_support import unique_name
 
 NUMBERS = ["0", "-0", "1", "-1", "0.0", "-0.0", "1.0", "1.50", "100", "1e5", "1E5", "1e+5",
            "1E-5", "2.5e-3", "-12345678901234567890.123456789e-10", "0.000", "1e1000",

@@ -10,7 +10,8 @@ import time
 
 import confluent_kafka
 
-from inbox_support import bootstrap, end_offsets, produce, report, unique_name
+from inbox_kafka import bootstrap, end_offsets, produce
+from inbox_support import report, unique_name
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "lib"))
 from schema_registry import avro_encode, wire  # noqa: E402

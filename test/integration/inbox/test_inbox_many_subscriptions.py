@@ -8,8 +8,9 @@ import uuid
 
 import psycopg2
 
+from inbox_kafka import end_offsets, json_value, produce
 from inbox_support import (LogWatch, admin_role, caught_up, connect_as, create_subscriptions,
-                           end_offsets, footprint, json_value, poll, produce, report, unique_name)
+                           footprint, poll, report, unique_name)
 
 SUBSCRIPTIONS = 150
 TOPICS = 3

@@ -6,8 +6,9 @@
   headers:    a jsonb object; bytes that are not UTF-8 as "\\x<hex>", null values as null.
 (Header names are read through librdkafka's rd_kafka_header_get_all(), which returns them as C
 strings: a name containing a NUL byte cannot come through whole, so none is used here.)"""
-from inbox_support import (NULL_HEADER, end_offsets, header_json_name, json_value, produce,
-                           raw_header_name, report, unique_name)
+from inbox_kafka import (NULL_HEADER, end_offsets, header_json_name, json_value, produce,
+                         raw_header_name)
+from inbox_support import report, unique_name
 
 T = "<transport>"  # expected message id: topic/partition/offset of the record
 

@@ -4,7 +4,8 @@ derived from it."""
 import threading
 import time
 
-from inbox_support import Db, end_offsets, json_value, produce, report, unique_name
+from inbox_kafka import end_offsets, json_value, produce
+from inbox_support import Db, report, unique_name
 
 PARTITIONS = 5
 ROUND1 = [1, 10, 300, 3000, 0]   # messages per partition (partition 4 stays empty at first)

@@ -11,7 +11,8 @@ import pytest
 
 from inbox_streams import (ORDER, expected, order, outbox_statuses, read_values,
                            registry_subscription)
-from inbox_support import Db, end_offsets, footprint, poll, produce, report, unique_name
+from inbox_kafka import end_offsets, produce
+from inbox_support import Db, footprint, poll, report, unique_name
 from schema_registry import avro_encode, wire
 
 # The same subject, version 2: a field added with a default (compatible).

@@ -7,7 +7,8 @@ import time
 
 from inbox_streams import (ORDER, expected, order, outbox_statuses, registry_subscription,
                            subscription_error)
-from inbox_support import end_offsets, json_value, poll, produce, report, unique_name
+from inbox_kafka import end_offsets, json_value, produce
+from inbox_support import poll, report, unique_name
 from schema_registry import avro_encode, wire
 
 def test_bad_input_is_stored_unparsable_and_the_rest_goes_on(

@@ -5,7 +5,7 @@ import json
 import time
 
 from inbox_streams import registry_subscription
-from inbox_support import produce
+from inbox_kafka import produce
 from schema_registry import wire
 
 def test_json_schema_records(ib_db, ib_topic, ib_producer, ib_subscriptions, registry):

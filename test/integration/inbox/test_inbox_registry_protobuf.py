@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from inbox_streams import outbox_statuses, read_values, registry_subscription
-from inbox_support import poll, produce
+from inbox_kafka import produce
+from inbox_support import poll
 from schema_registry import wire
 
 PROTO = """syntax = "proto3";

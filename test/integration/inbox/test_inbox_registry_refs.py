@@ -15,7 +15,8 @@ import pytest
 
 from inbox_streams import (outbox_statuses, read_values, registry_subscription,
                            subscription_error)
-from inbox_support import Db, end_offsets, poll, produce
+from inbox_kafka import end_offsets, produce
+from inbox_support import Db, poll
 from schema_registry import wire
 
 ADDRESS = json.dumps({

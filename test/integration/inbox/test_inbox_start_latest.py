@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from inbox_support import (Db, devbroker, end_offsets, env, json_value, new_producer, poll,
-                           produce, report, unique_name)
+from inbox_kafka import devbroker, end_offsets, json_value, new_producer, produce
+from inbox_support import Db, env, poll, report, unique_name
 
 
 def records(tag, n, start=0):

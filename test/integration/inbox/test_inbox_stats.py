@@ -4,7 +4,8 @@ back while its flushes would be less than a second apart, and the worker used to
 after a batch, so the last batches of a burst stayed unreported until the next message came."""
 import time
 
-from inbox_support import end_offsets, poll, produce, unique_name
+from inbox_kafka import end_offsets, produce
+from inbox_support import poll, unique_name
 
 
 def inbox_inserts(db):

@@ -5,7 +5,8 @@ import time
 
 import pytest
 
-from inbox_support import end_offsets, json_value, produce, report, unique_name
+from inbox_kafka import end_offsets, json_value, produce
+from inbox_support import report, unique_name
 
 
 def records(tag, n, start=0):

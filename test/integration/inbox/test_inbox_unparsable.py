@@ -5,7 +5,8 @@ import re
 
 import psycopg2
 
-from inbox_support import end_offsets, produce, unique_name
+from inbox_kafka import end_offsets, produce
+from inbox_support import unique_name
 
 # (label, value, regex the reason in last_error must match, case-insensitive)
 UNPARSABLE = [
