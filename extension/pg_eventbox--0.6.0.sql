@@ -2132,3 +2132,26 @@ ALTER TABLE eventbox.inbox SET (toast_tuple_target = 4096);
 -- are not UTF-8), written where raw_payload holds the value's bytes; dead letters publish them
 -- again as they were (docs/guide/dead-letters.md).
 ALTER TABLE eventbox.inbox ADD COLUMN raw_headers bytea;
+
+-- ---- 0.6.0: eventbox.truncate_outbox() empties the outbox ----
+-- What TRUNCATE eventbox.outbox did, under a name that stays when the outbox becomes rotated
+-- tables behind a view, which TRUNCATE cannot reach (docs/design/outbox-rotation.md). Every row
+-- goes, pending ones unsent, except what the relay had already handed to a broker or an endpoint.
+CREATE FUNCTION eventbox._truncate_outbox(caller oid)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    TRUNCATE eventbox.outbox;
+END $$;
+
+CREATE FUNCTION eventbox.truncate_outbox()
+RETURNS void
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
+
+COMMENT ON FUNCTION eventbox.truncate_outbox() IS
+    'Empty the outbox: every message, pending ones included, is removed unsent';
+
+REVOKE ALL ON FUNCTION eventbox._truncate_outbox(oid), eventbox.truncate_outbox() FROM PUBLIC;
+
+INSERT INTO eventbox._grant_names (name, kind, object)
+VALUES ('truncate_outbox', 'admin', 'function');

@@ -7,7 +7,7 @@
 \set SHOW_CONTEXT never
 SELECT current_setting('eventbox.handler_workers') = '0'
            OR current_setting('eventbox.database') <> current_database() AS no_handler_worker_here;
-TRUNCATE eventbox.outbox;
+SELECT eventbox.truncate_outbox();
 
 CREATE ROLE regress_lineage_runner;
 CREATE SCHEMA regress_lineage;
@@ -65,13 +65,13 @@ $$;
 SELECT * FROM pg_temp.causes();
 
 -- Outside a handler nothing is added.
-TRUNCATE eventbox.outbox;
+SELECT eventbox.truncate_outbox();
 SELECT eventbox.send('lineage-out', '{"n": 0}'::jsonb, key => 'outside') IS NOT NULL AS sent;
 SELECT * FROM pg_temp.sent();
 SELECT * FROM pg_temp.causes();
 
 -- A table with a trigger makes send() insert through SQL: the headers are the same there.
-TRUNCATE eventbox.outbox;
+SELECT eventbox.truncate_outbox();
 CREATE FUNCTION regress_lineage.keep() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END';
 CREATE TRIGGER regress_lineage_keep BEFORE INSERT ON eventbox.outbox
     FOR EACH ROW EXECUTE FUNCTION regress_lineage.keep();
@@ -118,7 +118,7 @@ SELECT subscription, message_id FROM eventbox.conflicts ORDER BY 1;
 
 -- Clean up.
 SELECT eventbox.drop_subscription('lineage-fp');
-TRUNCATE eventbox.outbox;
+SELECT eventbox.truncate_outbox();
 REVOKE ALL ON FUNCTION eventbox.send(text, jsonb, text, jsonb, uuid) FROM regress_lineage_runner;
 REVOKE ALL ON SCHEMA eventbox FROM regress_lineage_runner;
 DROP SCHEMA regress_lineage CASCADE;

@@ -7,7 +7,7 @@
 \set SHOW_CONTEXT never
 SELECT current_setting('eventbox.handler_workers') = '0'
            OR current_setting('eventbox.database') <> current_database() AS no_handler_worker_here;
-TRUNCATE eventbox.outbox;
+SELECT eventbox.truncate_outbox();
 
 CREATE ROLE regress_modes_runner;
 CREATE ROLE regress_modes_owner;
@@ -84,7 +84,7 @@ SELECT count(*) AS still_processed FROM eventbox.inbox WHERE subscription = 'mod
    AND status = 'processed';
 
 -- ---- replay: the handler fixed, both messages re-run; sends are suppressed, not lost -------
-TRUNCATE eventbox.outbox;
+SELECT eventbox.truncate_outbox();
 SELECT eventbox.reprocess('modes', event_type => 'NoSuchType') AS none_of_that_type;
 SELECT eventbox.reprocess('modes', since => now() - interval '1 hour') AS queued;
 SELECT message_id, status, mode, attempts, processed_at IS NULL AS not_processed
@@ -127,7 +127,8 @@ SELECT eventbox.process('modes');
 SELECT message_id, mode FROM regress_modes.seen ORDER BY n;
 
 -- ---- backfill: rows the ingest worker stored in mode 'backfill' suppress like replays -------
-TRUNCATE eventbox.outbox, eventbox.suppressed_sends;
+SELECT eventbox.truncate_outbox();
+TRUNCATE eventbox.suppressed_sends;
 SELECT pg_temp.put(3, '{"id": 4, "total": 40}', 'backfill');
 SELECT pg_temp.put(4, '{"id": 5, "total": 50}');
 SELECT eventbox.process('modes');
@@ -202,7 +203,8 @@ SELECT message_id, outcome, sqlstate, error FROM eventbox.dry_run('modes_owned')
 -- ---- cleanup -----------------------------------------------------------------------------
 SELECT eventbox.drop_subscription('modes');
 SELECT eventbox.drop_subscription('modes_owned');
-TRUNCATE eventbox.outbox, eventbox.suppressed_sends;
+SELECT eventbox.truncate_outbox();
+TRUNCATE eventbox.suppressed_sends;
 DROP SCHEMA regress_modes CASCADE;
 REVOKE ALL ON FUNCTION eventbox.send(text, jsonb, text, jsonb, uuid),
     eventbox.send(text, jsonb, text, jsonb, uuid, boolean), eventbox.current_mode(),

@@ -2,7 +2,7 @@
 -- README's grants to send, and cannot touch the outbox directly.
 \set SHOW_CONTEXT never
 \set show_sqlstate 'SELECT :''LAST_ERROR_SQLSTATE'' AS sqlstate;'
-TRUNCATE eventbox.outbox;
+SELECT eventbox.truncate_outbox();
 
 -- Every object of the schema, with its ACL as it is in effect (a NULL ACL means the built-in
 -- default, which for functions includes EXECUTE for PUBLIC).
@@ -133,6 +133,8 @@ DELETE FROM eventbox.outbox;
 :show_sqlstate
 TRUNCATE eventbox.outbox;
 :show_sqlstate
+SELECT eventbox.truncate_outbox();
+:show_sqlstate
 COPY eventbox.outbox TO STDOUT;
 :show_sqlstate
 SELECT count(*) FROM eventbox.outbox_stats;
@@ -180,7 +182,7 @@ RESET ROLE;
 SELECT count(*) AS rows_sent_by_writer FROM eventbox.outbox WHERE topic = 'writer';
 
 -- Clean up: the grants go with DROP OWNED, then the roles.
-TRUNCATE eventbox.outbox;
+SELECT eventbox.truncate_outbox();
 DROP OWNED BY regress_eventbox_nobody, regress_eventbox_usage_only, regress_eventbox_writer,
               regress_eventbox_app;
 DROP ROLE regress_eventbox_app;

@@ -1,6 +1,6 @@
 -- eventbox.send(): both overloads store one pending outbox row per call, in the caller's
 -- transaction. Ids and timestamps vary between runs, so rows are shown without them.
-TRUNCATE eventbox.outbox;
+SELECT eventbox.truncate_outbox();
 \pset null '(null)'
 
 -- jsonb payload with every default: the returned id is the row's message_id, the payload is
@@ -175,7 +175,7 @@ SELECT eventbox.send('after-recreate', '{}'::jsonb) IS NOT NULL AS sent;
 SELECT eventbox.send('after-recreate', '\x00'::bytea) IS NOT NULL AS sent;
 SELECT topic, status, attempts FROM eventbox.outbox ORDER BY id;
 
-TRUNCATE eventbox.outbox;
+SELECT eventbox.truncate_outbox();
 
 -- send() writes its row directly (no executor per call): the row has the columns' defaults,
 -- is visible to the rest of the transaction, and goes with a rollback.
@@ -196,7 +196,7 @@ SELECT eventbox.send('direct', '{"n": 2}'::jsonb) IS NOT NULL AS sent;
 ROLLBACK TO SAVEPOINT s;
 COMMIT;
 SELECT convert_from(payload, 'UTF8') AS kept FROM eventbox.outbox WHERE topic = 'direct';
-TRUNCATE eventbox.outbox;
+SELECT eventbox.truncate_outbox();
 -- An outbox someone gave a trigger: send() goes through SQL, so the trigger fires.
 CREATE TABLE public.send_audit (topic text, status text);
 CREATE FUNCTION public.send_audit() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -212,7 +212,7 @@ SELECT topic, status FROM eventbox.outbox;
 DROP TRIGGER send_audit ON eventbox.outbox;
 DROP FUNCTION public.send_audit();
 DROP TABLE public.send_audit;
-TRUNCATE eventbox.outbox;
+SELECT eventbox.truncate_outbox();
 -- send() works out the outbox's indexes once and keeps that while they stay the same: an index
 -- created or dropped later in the session is taken in at the next call.
 SELECT eventbox.send('shape', '{}'::jsonb) IS NOT NULL AS sent;
@@ -253,11 +253,11 @@ SELECT eventbox.send('shape7', '{}'::jsonb) IS NOT NULL AS sent_after_savepoint_
 COMMIT;
 SELECT topic, count(*) FROM eventbox.outbox WHERE topic IN ('shape6', 'shape7') GROUP BY topic
  ORDER BY topic;
--- Nothing stays open between calls: the transaction that sent may still TRUNCATE the outbox.
+-- Nothing stays open between calls: the transaction that sent may still truncate the outbox.
 BEGIN;
 SELECT eventbox.send('shape', '{}'::jsonb) IS NOT NULL AS sent;
-TRUNCATE eventbox.outbox;
+SELECT eventbox.truncate_outbox();
 SELECT eventbox.send('shape4', '{}'::jsonb) IS NOT NULL AS sent;
 COMMIT;
 SELECT topic FROM eventbox.outbox;
-TRUNCATE eventbox.outbox;
+SELECT eventbox.truncate_outbox();

@@ -4,7 +4,7 @@
 -- The default verbosity shows the message, DETAIL and HINT. The SQLSTATE is printed by
 -- :after_error below rather than with VERBOSITY verbose, whose LOCATION lines carry source line
 -- numbers of the extension and of PostgreSQL and would make this file break on unrelated edits.
-TRUNCATE eventbox.outbox;
+SELECT eventbox.truncate_outbox();
 \set SHOW_CONTEXT never
 \set after_error 'SELECT :''LAST_ERROR_SQLSTATE'' AS sqlstate, count(*) AS rows_stored FROM eventbox.outbox;'
 
@@ -135,7 +135,7 @@ SET eventbox.max_message_bytes = 2048;
 SELECT eventbox.send('big', convert_to(repeat('a', 999911), 'UTF8'), key => 'k',
                      headers => '{"h": "v"}') IS NOT NULL AS accepted_at_limit;
 SELECT octet_length(payload) AS payload_bytes FROM eventbox.outbox WHERE topic = 'big';
-TRUNCATE eventbox.outbox;
+SELECT eventbox.truncate_outbox();
 -- One byte more is refused.
 SELECT eventbox.send('big', convert_to(repeat('a', 999912), 'UTF8'), key => 'k',
                      headers => '{"h": "v"}');
@@ -159,7 +159,7 @@ SELECT eventbox.send('hdrs', '{}'::jsonb,
 SELECT eventbox.send('hdrs', '{}'::jsonb,
                      headers => (SELECT jsonb_object_agg('h' || g, '') FROM generate_series(1, 1000) g))
        IS NOT NULL AS thousand_headers_accepted;
-TRUNCATE eventbox.outbox;
+SELECT eventbox.truncate_outbox();
 
 -- Duplicate explicit message_id: the unique violation from the outbox comes through with its
 -- own SQLSTATE (23505) and detail, not as an internal error.
@@ -169,7 +169,7 @@ SELECT eventbox.send('dup', '{"n": 2}'::jsonb, message_id => '0190a6d2-0000-7000
 SELECT eventbox.send('dup', '\x02'::bytea, message_id => '0190a6d2-0000-7000-8000-0000000000d1');
 :after_error
 SELECT convert_from(payload, 'UTF8') AS kept_payload FROM eventbox.outbox;
-TRUNCATE eventbox.outbox;
+SELECT eventbox.truncate_outbox();
 
 -- Inside a transaction, the failed send aborts it: the earlier send is not published either.
 BEGIN;
@@ -222,7 +222,7 @@ BEGIN
     PERFORM eventbox.send('caught', '{"n": 6}'::jsonb);
 END $$;
 SELECT topic, convert_from(payload, 'UTF8') AS payload FROM eventbox.outbox ORDER BY id;
-TRUNCATE eventbox.outbox;
+SELECT eventbox.truncate_outbox();
 
 -- An untyped NULL or string payload matches both overloads: cast it.
 SELECT eventbox.send('t', NULL);

@@ -55,17 +55,21 @@ void prepare_read_plans() {
     // view joins pg_authid, which only a superuser may read).
     prepared_plan = worker::prepare_kept(
         kWho, "SELECT 1 FROM pg_catalog.pg_prepared_xact() LIMIT 1", 0, nullptr);
-    // Those of them that hold a lock on this database's outbox, which every writer of a row
-    // takes (send() and INSERT) and a prepared transaction keeps, also across a restart. A
-    // prepared transaction's locks are those without a pid, tied to its xid's lock by their
-    // virtual transaction (its backend's while it runs, "-1/<xid>" once recovered).
+    // Those of them that hold a lock on this database's outbox id sequence: every writer of a
+    // row draws its id from it (next_outbox_id(), the column's default), nextval() keeps a
+    // RowExclusiveLock on it to the end of the transaction, and a prepared transaction keeps
+    // that, also across a restart. The sequence, not the table: it is the same whichever table
+    // a row goes to (docs/design/outbox-rotation.md), and a transaction that only deleted or
+    // updated outbox rows is no writer. A prepared transaction's locks are those without a
+    // pid, tied to its xid's lock by their virtual transaction (its backend's while it runs,
+    // "-1/<xid>" once recovered).
     prepared_writers_plan = worker::prepare_kept(
         kWho,
         "WITH l AS MATERIALIZED (SELECT locktype, relation, database, transactionid, "
         "virtualtransaction FROM pg_catalog.pg_locks WHERE pid IS NULL) "
         "SELECT t.transactionid::text::int8 FROM l t JOIN l r USING (virtualtransaction) "
         "WHERE t.locktype = 'transactionid' AND r.locktype = 'relation' "
-        "AND r.relation = 'eventbox.outbox'::regclass "
+        "AND r.relation = 'eventbox.outbox_id_seq'::regclass "
         "AND r.database = (SELECT oid FROM pg_catalog.pg_database "
         "WHERE datname = pg_catalog.current_database())",
         0, nullptr);
@@ -232,12 +236,12 @@ int64 offer_result(int64* last_id, bool scan) {
 }
 
 // The outbox writers running now (after the pass's snapshot): the writers' slots, and the
-// prepared transactions that hold a lock on the outbox. A transaction that drew an id and was
-// prepared leaves its backend's slot once that backend draws an id for its next transaction;
-// it is still running (it may commit at any time, from any session, also after a restart), so
-// its gap must not be forgotten. Prepared transactions that never wrote to the outbox (another
-// application's, another database's) are not writers: one left prepared for days would keep
-// every gap of its time otherwise.
+// prepared transactions that drew an outbox id (they hold a lock on its sequence). A transaction
+// that drew an id and was prepared leaves its backend's slot once that backend draws an id for
+// its next transaction; it is still running (it may commit at any time, from any session, also
+// after a restart), so its gap must not be forgotten. Prepared transactions that never wrote to
+// the outbox (another application's, another database's) are not writers: one left prepared for
+// days would keep every gap of its time otherwise.
 void read_writers() {
     rechecks.read_writers();
     if (max_prepared_xacts <= 0) return;

@@ -3,7 +3,7 @@
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pg_eventbox;
 
-SELECT plan(51);
+SELECT plan(52);
 
 -- Nothing in schema eventbox is granted to PUBLIC.
 SELECT schema_privs_are('eventbox', 'public', '{}'::name[], 'PUBLIC has no privilege on schema eventbox');
@@ -113,6 +113,9 @@ SELECT throws_ok($$DELETE FROM eventbox.outbox$$, '42501', 'permission denied fo
                  'the writer cannot DELETE from the outbox');
 SELECT throws_ok($$TRUNCATE eventbox.outbox$$, '42501', 'permission denied for table outbox',
                  'the writer cannot TRUNCATE the outbox');
+SELECT throws_ok($$SELECT eventbox.truncate_outbox()$$, '42501',
+                 'permission denied for function truncate_outbox',
+                 'the writer cannot empty the outbox with truncate_outbox() either');
 SELECT throws_ok($$SELECT * FROM eventbox.outbox_stats$$, '42501', NULL,
                  'the writer cannot read outbox_stats');
 SELECT throws_ok($$SELECT * FROM eventbox.workers$$, '42501', NULL, 'the writer cannot read workers');
