@@ -2155,3 +2155,409 @@ REVOKE ALL ON FUNCTION eventbox._truncate_outbox(oid), eventbox.truncate_outbox(
 
 INSERT INTO eventbox._grant_names (name, kind, object)
 VALUES ('truncate_outbox', 'admin', 'function');
+
+-- ---- 0.6.0: the outbox as rotated tables behind a view ----
+-- docs/design/outbox-rotation.md. Messages go into one of three tables in turn and are never
+-- updated or deleted one by one; the relay settles them by position (outbox_state), keeps a row
+-- per pass of what it acknowledged (outbox_acks_N), copies what fails or waits too long into
+-- outbox_held, and truncates a table once all of it is settled. eventbox.outbox becomes a view
+-- with the table's columns in the table's order; INSTEAD OF triggers keep INSERT, UPDATE and
+-- DELETE on it working.
+DO $$
+DECLARE
+    bad text;
+BEGIN
+    -- Triggers, rules and indexes users put on the table would be lost silently with it.
+    SELECT string_agg(what, ', ' ORDER BY what) INTO bad FROM (
+        SELECT format('trigger %I', t.tgname) FROM pg_trigger t
+         WHERE t.tgrelid = 'eventbox.outbox'::regclass AND NOT t.tgisinternal
+        UNION ALL
+        SELECT format('rule %I', r.rulename) FROM pg_rewrite r
+         WHERE r.ev_class = 'eventbox.outbox'::regclass
+        UNION ALL
+        SELECT format('index %I', c.relname) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+         WHERE i.indrelid = 'eventbox.outbox'::regclass
+           AND c.relname NOT IN ('outbox_pkey', 'outbox_message_id_key', 'outbox_pending_idx',
+                                 'outbox_sent_idx', 'outbox_failed_idx')) f(what);
+    IF bad IS NOT NULL THEN
+        RAISE EXCEPTION 'eventbox.outbox has objects the update does not know: %', bad
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'The outbox becomes a view over eventbox.outbox_rows_0, _1 and _2 '
+                         '(docs/guide/upgrading.md): drop them, update, and create them again '
+                         'on those tables.';
+    END IF;
+END $$;
+
+-- The message columns, written once, never updated: no status, no partial index, nothing for
+-- autovacuum to reclaim (TRUNCATE gives the space back and resets the freeze horizon).
+CREATE TABLE eventbox.outbox_rows_0 (
+    id                 bigint      NOT NULL PRIMARY KEY,
+    message_id         uuid        NOT NULL UNIQUE,
+    topic              text        NOT NULL,
+    key                bytea,
+    payload            bytea,
+    headers            jsonb       NOT NULL,
+    created_at         timestamptz NOT NULL,
+    cause_subscription text,
+    cause_received_at  timestamptz
+) WITH (autovacuum_enabled = off, toast.autovacuum_enabled = off);
+CREATE TABLE eventbox.outbox_rows_1 (LIKE eventbox.outbox_rows_0 INCLUDING ALL)
+    WITH (autovacuum_enabled = off, toast.autovacuum_enabled = off);
+CREATE TABLE eventbox.outbox_rows_2 (LIKE eventbox.outbox_rows_0 INCLUDING ALL)
+    WITH (autovacuum_enabled = off, toast.autovacuum_enabled = off);
+
+-- The relay's acknowledgements: one row per pass and rotated table, truncated with its table.
+-- ids, partitions and offsets run in parallel (-1: no Kafka position, HTTP and AMQP); max_id is
+-- the highest of ids, so that a reader looking for one id unnests only the rows that can hold it.
+CREATE TABLE eventbox.outbox_acks_0 (
+    acked_at   timestamptz NOT NULL,
+    max_id     bigint      NOT NULL,
+    ids        bigint[]    NOT NULL,
+    partitions integer[]   NOT NULL,
+    offsets    bigint[]    NOT NULL
+) WITH (autovacuum_enabled = off, toast.autovacuum_enabled = off);
+CREATE INDEX outbox_acks_0_max_id_idx ON eventbox.outbox_acks_0 (max_id);
+CREATE TABLE eventbox.outbox_acks_1 (LIKE eventbox.outbox_acks_0 INCLUDING ALL)
+    WITH (autovacuum_enabled = off, toast.autovacuum_enabled = off);
+CREATE TABLE eventbox.outbox_acks_2 (LIKE eventbox.outbox_acks_0 INCLUDING ALL)
+    WITH (autovacuum_enabled = off, toast.autovacuum_enabled = off);
+
+-- The rows that left the normal flow: failed once and waiting for a retry, given up (failed,
+-- purged after eventbox.dead_retention), held in flight too long, changed or cancelled by a
+-- user. A full copy of the message: it outlives the truncate of its rotated table.
+CREATE TABLE eventbox.outbox_held (
+    id                 bigint      NOT NULL PRIMARY KEY,
+    message_id         uuid        NOT NULL,
+    topic              text        NOT NULL,
+    key                bytea,
+    payload            bytea,
+    headers            jsonb       NOT NULL,
+    created_at         timestamptz NOT NULL,
+    cause_subscription text,
+    cause_received_at  timestamptz,
+    status             text        NOT NULL DEFAULT 'pending',
+    attempts           integer     NOT NULL DEFAULT 0,
+    next_attempt_at    timestamptz,
+    last_error         text,
+    CONSTRAINT outbox_held_status_check CHECK (status IN ('pending', 'failed', 'cancelled')),
+    CONSTRAINT outbox_held_attempts_check CHECK (attempts >= 0)
+);
+-- eventbox.dead_retention walks given-up rows by age.
+CREATE INDEX outbox_held_failed_idx ON eventbox.outbox_held (created_at) WHERE status = 'failed';
+
+-- One row per rotated table (n 0..2) and the relay's row (n = -1): settled_below (W: every row
+-- of the rotated tables with a lower id is settled, except the ids in gaps), gaps (the
+-- late-commit ranges still re-read, at most 64) and held_generation (moved by every change of
+-- outbox_held, so the relay reloads its held ids only then).
+CREATE TABLE eventbox.outbox_state (
+    n               smallint    NOT NULL PRIMARY KEY,
+    state           text,
+    switched_xid    xid8,
+    max_id          bigint,
+    settled_at      timestamptz,
+    settled_below   bigint,
+    gaps            int8multirange,
+    held_generation bigint,
+    CONSTRAINT outbox_state_n_check CHECK (n BETWEEN -1 AND 2),
+    CONSTRAINT outbox_state_kind_check CHECK (
+        CASE WHEN n = -1
+             THEN state IS NULL AND settled_below IS NOT NULL AND gaps IS NOT NULL
+                  AND held_generation IS NOT NULL
+             ELSE state IN ('open', 'closed', 'empty') AND settled_below IS NULL
+                  AND gaps IS NULL AND held_generation IS NULL END)
+);
+
+-- Every row of the old table moves to outbox_rows_0, the open table. Pending rows that were
+-- attempted and failed rows are also held (with their attempts and error); sent rows are one
+-- ack row; W is the lowest pending id (or the sequence's next value: nothing pending).
+INSERT INTO eventbox.outbox_rows_0
+SELECT id, message_id, topic, key, payload, headers, created_at, cause_subscription,
+       cause_received_at
+  FROM eventbox.outbox;
+INSERT INTO eventbox.outbox_held
+SELECT id, message_id, topic, key, payload, headers, created_at, cause_subscription,
+       cause_received_at, status, attempts, next_attempt_at, last_error
+  FROM eventbox.outbox
+ WHERE status = 'failed' OR (status = 'pending' AND attempts > 0);
+INSERT INTO eventbox.outbox_acks_0
+SELECT max(sent_at), max(id), array_agg(id ORDER BY id),
+       array_agg(coalesce(kafka_partition, -1) ORDER BY id),
+       array_agg(coalesce(kafka_offset, -1) ORDER BY id)
+  FROM eventbox.outbox
+ WHERE status = 'sent'
+HAVING count(*) > 0;
+INSERT INTO eventbox.outbox_state (n, state, switched_xid, max_id, settled_at)
+VALUES (0, 'open', NULL, NULL, NULL), (1, 'empty', NULL, NULL, NULL),
+       (2, 'empty', NULL, NULL, NULL);
+INSERT INTO eventbox.outbox_state (n, settled_below, gaps, held_generation)
+SELECT -1,
+       coalesce((SELECT min(id) FROM eventbox.outbox WHERE status = 'pending'),
+                (SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END
+                   FROM eventbox.outbox_id_seq)),
+       '{}', 0;
+
+DROP VIEW eventbox.outbox_stats;
+ALTER SEQUENCE eventbox.outbox_id_seq OWNED BY NONE;
+ALTER EXTENSION pg_eventbox DROP TABLE eventbox.outbox;
+DROP TABLE eventbox.outbox;
+
+-- The rotated tables and the ack tables as one relation each (the planner flattens them into an
+-- append of the three tables' scans).
+CREATE VIEW eventbox._outbox_rows AS
+SELECT 0 AS n, * FROM eventbox.outbox_rows_0
+UNION ALL
+SELECT 1, * FROM eventbox.outbox_rows_1
+UNION ALL
+SELECT 2, * FROM eventbox.outbox_rows_2;
+
+CREATE VIEW eventbox._outbox_acks AS
+SELECT 0 AS n, * FROM eventbox.outbox_acks_0
+UNION ALL
+SELECT 1, * FROM eventbox.outbox_acks_1
+UNION ALL
+SELECT 2, * FROM eventbox.outbox_acks_2;
+
+-- eventbox.outbox_retention as an interval, for the view (0 when the library is not loaded).
+CREATE FUNCTION eventbox._outbox_retention() RETURNS interval
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
+AS $$ SELECT coalesce(nullif(current_setting('eventbox.outbox_retention', true), ''), '0')::interval $$;
+
+-- What users query: the old table's columns in its order. Three branches of one constant status
+-- each, so that a status predicate prunes the others at planning:
+-- - pending: rotated rows not settled (at or above W, or inside a gap), not held, not in an
+--   ack row (only ack rows that can hold such an id are unnested);
+-- - held rows, pending or failed, with their columns (cancelled ones are not shown);
+-- - sent: acknowledged rows while their ack row is within eventbox.outbox_retention.
+CREATE VIEW eventbox.outbox AS
+SELECT r.id, r.message_id, r.topic, r.key, r.payload, r.headers, r.created_at,
+       'pending'::text AS status, 0 AS attempts, NULL::timestamptz AS next_attempt_at,
+       NULL::timestamptz AS sent_at, NULL::integer AS kafka_partition,
+       NULL::bigint AS kafka_offset, NULL::text AS last_error, r.cause_subscription,
+       r.cause_received_at
+  FROM eventbox._outbox_rows r
+ WHERE r.id >= (SELECT least(s.settled_below, lower(s.gaps)) FROM eventbox.outbox_state s
+                 WHERE s.n = -1)
+   AND (r.id >= (SELECT s.settled_below FROM eventbox.outbox_state s WHERE s.n = -1)
+        OR (SELECT s.gaps FROM eventbox.outbox_state s WHERE s.n = -1) @> r.id)
+   AND NOT EXISTS (SELECT FROM eventbox.outbox_held h WHERE h.id = r.id)
+   AND NOT EXISTS (SELECT FROM eventbox._outbox_acks a
+                    WHERE a.max_id >= r.id AND r.id = ANY (a.ids))
+UNION ALL
+SELECT h.id, h.message_id, h.topic, h.key, h.payload, h.headers, h.created_at, h.status,
+       h.attempts, h.next_attempt_at, NULL::timestamptz, NULL::integer, NULL::bigint,
+       h.last_error, h.cause_subscription, h.cause_received_at
+  FROM eventbox.outbox_held h
+ WHERE h.status <> 'cancelled'
+UNION ALL
+SELECT r.id, r.message_id, r.topic, r.key, r.payload, r.headers, r.created_at, 'sent'::text,
+       1, NULL::timestamptz, a.acked_at, nullif(u.partition, -1), nullif(u.kafka_offset, -1),
+       NULL::text, r.cause_subscription, r.cause_received_at
+  FROM eventbox._outbox_acks a
+ CROSS JOIN LATERAL unnest(a.ids, a.partitions, a.offsets) AS u(id, partition, kafka_offset)
+  JOIN eventbox._outbox_rows r ON r.id = u.id
+ WHERE a.acked_at > now() - eventbox._outbox_retention()
+   AND NOT EXISTS (SELECT FROM eventbox.outbox_held h WHERE h.id = r.id);
+-- What an INSERT without them gets (id is drawn by the trigger: an explicit one is refused).
+ALTER VIEW eventbox.outbox ALTER COLUMN headers SET DEFAULT '{}';
+ALTER VIEW eventbox.outbox ALTER COLUMN created_at SET DEFAULT now();
+ALTER VIEW eventbox.outbox ALTER COLUMN status SET DEFAULT 'pending';
+ALTER VIEW eventbox.outbox ALTER COLUMN attempts SET DEFAULT 0;
+
+COMMENT ON VIEW eventbox.outbox IS
+    'Messages to publish to Kafka; published if and only if the inserting transaction commits';
+COMMENT ON COLUMN eventbox.outbox.cause_subscription IS
+    'Subscription of the inbox message whose handler sent this message (NULL outside handlers)';
+COMMENT ON COLUMN eventbox.outbox.cause_received_at IS
+    'received_at of the inbox message whose handler sent this message (NULL outside handlers)';
+
+-- The number of the open rotated table, read under a snapshot taken when it is called: after
+-- next_outbox_id() assigned the writer's xid, so that a rotation committed later waits for it.
+CREATE FUNCTION eventbox._outbox_open_table() RETURNS smallint
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'eventbox_outbox_open_table';
+
+-- Checks a row given to the view as the old table's constraints did (23502, 23514, 23505).
+CREATE FUNCTION eventbox._outbox_check_row(r eventbox.outbox, draw_id boolean)
+RETURNS void
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF draw_id AND r.id IS NOT NULL THEN
+        RAISE EXCEPTION 'an outbox row''s id cannot be given'
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Leave id to its default: the id is drawn with the writer''s '
+                         'transaction, which the relay needs to find rows that commit late.';
+    END IF;
+    IF r.message_id IS NULL OR r.topic IS NULL OR r.headers IS NULL OR r.created_at IS NULL
+       OR r.status IS NULL OR r.attempts IS NULL THEN
+        RAISE EXCEPTION 'null value in a NOT NULL column of relation "outbox"'
+            USING ERRCODE = 'not_null_violation',
+                  HINT = 'message_id, topic, headers, created_at, status and attempts are NOT NULL.';
+    END IF;
+    IF r.status NOT IN ('pending', 'sent', 'failed') THEN
+        RAISE EXCEPTION 'new row for relation "outbox" violates check constraint "outbox_status_check"'
+            USING ERRCODE = 'check_violation',
+                  HINT = 'status is pending, sent or failed.';
+    END IF;
+    IF r.attempts < 0 THEN
+        RAISE EXCEPTION 'new row for relation "outbox" violates check constraint "outbox_attempts_check"'
+            USING ERRCODE = 'check_violation', HINT = 'attempts is 0 or more.';
+    END IF;
+    IF jsonb_typeof(r.headers) <> 'object' THEN
+        RAISE EXCEPTION 'new row for relation "outbox" violates check constraint "outbox_headers_object"'
+            USING ERRCODE = 'check_violation', HINT = 'headers is a JSON object.';
+    END IF;
+END $$;
+
+-- INSERT INTO eventbox.outbox: into the open table (a row inserted as sent is settled at once:
+-- an ack row; as failed, or with attempts, it is held too).
+CREATE FUNCTION eventbox._outbox_insert() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    open_n smallint;
+    other regclass;
+BEGIN
+    PERFORM eventbox._outbox_check_row(NEW, true);
+    NEW.id := eventbox.next_outbox_id();  -- publishes the xid first, then the open table is read
+    open_n := eventbox._outbox_open_table();
+    -- message_id is unique per table: a duplicate in another live table is found here, under a
+    -- lock on the id's hash so that two writers of one id cannot both miss each other.
+    PERFORM pg_advisory_xact_lock(hashtextextended(NEW.message_id::text, 31));
+    SELECT format('eventbox.outbox_rows_%s', r.n)::regclass INTO other
+      FROM eventbox._outbox_rows r WHERE r.message_id = NEW.message_id AND r.n <> open_n LIMIT 1;
+    IF other IS NOT NULL THEN
+        RAISE EXCEPTION 'duplicate key value violates unique constraint "%"',
+                        replace(other::text, 'eventbox.', '') || '_message_id_key'
+            USING ERRCODE = 'unique_violation',
+                  DETAIL = format('Key (message_id)=(%s) already exists.', NEW.message_id);
+    END IF;
+    EXECUTE format('INSERT INTO eventbox.outbox_rows_%s VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)',
+                   open_n)
+      USING NEW.id, NEW.message_id, NEW.topic, NEW.key, NEW.payload, NEW.headers, NEW.created_at,
+            NEW.cause_subscription, NEW.cause_received_at;
+    IF NEW.status = 'sent' THEN
+        EXECUTE format('INSERT INTO eventbox.outbox_acks_%s VALUES ($1, $2, ARRAY[$2], ARRAY[$3], '
+                       'ARRAY[$4])', open_n)
+          USING coalesce(NEW.sent_at, now()), NEW.id, coalesce(NEW.kafka_partition, -1),
+                coalesce(NEW.kafka_offset, -1);
+    ELSIF NEW.status = 'failed' OR NEW.attempts > 0 OR NEW.last_error IS NOT NULL
+          OR NEW.next_attempt_at IS NOT NULL THEN
+        INSERT INTO eventbox.outbox_held
+        VALUES (NEW.id, NEW.message_id, NEW.topic, NEW.key, NEW.payload, NEW.headers,
+                NEW.created_at, NEW.cause_subscription, NEW.cause_received_at, NEW.status,
+                NEW.attempts, NEW.next_attempt_at, NEW.last_error);
+        UPDATE eventbox.outbox_state SET held_generation = held_generation + 1 WHERE n = -1;
+    END IF;
+    RETURN NEW;
+END $$;
+
+-- UPDATE of a row: its new values are held (a held row is updated in place). A row changed to
+-- sent is settled: an ack row, and out of outbox_held.
+CREATE FUNCTION eventbox._outbox_update() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    n_of smallint;
+BEGIN
+    IF NEW.id IS DISTINCT FROM OLD.id OR NEW.message_id IS DISTINCT FROM OLD.message_id THEN
+        RAISE EXCEPTION 'an outbox row''s id and message_id cannot be changed'
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Send a new message (eventbox.send()) and delete this one.';
+    END IF;
+    PERFORM eventbox._outbox_check_row(NEW, false);
+    IF NEW.status = 'sent' THEN
+        SELECT r.n INTO n_of FROM eventbox._outbox_rows r WHERE r.id = NEW.id;
+        IF n_of IS NOT NULL THEN
+            EXECUTE format('INSERT INTO eventbox.outbox_acks_%s VALUES ($1, $2, ARRAY[$2], '
+                           'ARRAY[$3], ARRAY[$4])', n_of)
+              USING coalesce(NEW.sent_at, now()), NEW.id, coalesce(NEW.kafka_partition, -1),
+                    coalesce(NEW.kafka_offset, -1);
+        END IF;
+        DELETE FROM eventbox.outbox_held WHERE id = NEW.id;
+    ELSE
+        INSERT INTO eventbox.outbox_held AS h
+        VALUES (NEW.id, NEW.message_id, NEW.topic, NEW.key, NEW.payload, NEW.headers,
+                NEW.created_at, NEW.cause_subscription, NEW.cause_received_at, NEW.status,
+                NEW.attempts, NEW.next_attempt_at, NEW.last_error)
+        ON CONFLICT (id) DO UPDATE
+           SET topic = EXCLUDED.topic, key = EXCLUDED.key, payload = EXCLUDED.payload,
+               headers = EXCLUDED.headers, created_at = EXCLUDED.created_at,
+               cause_subscription = EXCLUDED.cause_subscription,
+               cause_received_at = EXCLUDED.cause_received_at, status = EXCLUDED.status,
+               attempts = EXCLUDED.attempts, next_attempt_at = EXCLUDED.next_attempt_at,
+               last_error = EXCLUDED.last_error;
+    END IF;
+    UPDATE eventbox.outbox_state SET held_generation = held_generation + 1 WHERE n = -1;
+    RETURN NEW;
+END $$;
+
+-- DELETE of a row: a row not settled is cancelled (held, never sent, not shown); a sent row's
+-- ack is kept (the relay's own rows), so it only disappears from the view when the retention
+-- ends; a failed one leaves outbox_held.
+CREATE FUNCTION eventbox._outbox_delete() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF OLD.status = 'sent' THEN
+        RAISE EXCEPTION 'a sent outbox row cannot be deleted'
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Sent rows leave with their table, after eventbox.outbox_retention.';
+    END IF;
+    INSERT INTO eventbox.outbox_held AS h
+    VALUES (OLD.id, OLD.message_id, OLD.topic, OLD.key, OLD.payload, OLD.headers,
+            OLD.created_at, OLD.cause_subscription, OLD.cause_received_at, 'cancelled',
+            OLD.attempts, NULL, OLD.last_error)
+    ON CONFLICT (id) DO UPDATE SET status = 'cancelled';
+    UPDATE eventbox.outbox_state SET held_generation = held_generation + 1 WHERE n = -1;
+    RETURN OLD;
+END $$;
+
+CREATE TRIGGER outbox_insert INSTEAD OF INSERT ON eventbox.outbox
+    FOR EACH ROW EXECUTE FUNCTION eventbox._outbox_insert();
+CREATE TRIGGER outbox_update INSTEAD OF UPDATE ON eventbox.outbox
+    FOR EACH ROW EXECUTE FUNCTION eventbox._outbox_update();
+CREATE TRIGGER outbox_delete INSTEAD OF DELETE ON eventbox.outbox
+    FOR EACH ROW EXECUTE FUNCTION eventbox._outbox_delete();
+
+CREATE VIEW eventbox.outbox_stats AS
+SELECT status,
+       count(*)                      AS messages,
+       min(created_at)               AS oldest,
+       max(attempts)                 AS max_attempts,
+       count(*) FILTER (WHERE last_error IS NOT NULL) AS with_error
+  FROM eventbox.outbox
+ GROUP BY status;
+
+-- Emptied in one transaction: rows, acks, held rows, and W at the sequence's next value.
+CREATE OR REPLACE FUNCTION eventbox._truncate_outbox(caller oid)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    TRUNCATE eventbox.outbox_rows_0, eventbox.outbox_rows_1, eventbox.outbox_rows_2,
+             eventbox.outbox_acks_0, eventbox.outbox_acks_1, eventbox.outbox_acks_2,
+             eventbox.outbox_held;
+    UPDATE eventbox.outbox_state
+       SET settled_below = (SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END
+                              FROM eventbox.outbox_id_seq),
+           gaps = '{}', held_generation = held_generation + 1
+     WHERE n = -1;
+    UPDATE eventbox.outbox_state SET state = 'empty', switched_xid = NULL, max_id = NULL,
+                                     settled_at = NULL
+     WHERE n >= 0 AND state <> 'open';
+END $$;
+
+-- Pending messages are business data: pg_dump carries the rows and the positions that go with
+-- them, in one snapshot.
+SELECT pg_catalog.pg_extension_config_dump('eventbox.outbox_rows_0', '');
+SELECT pg_catalog.pg_extension_config_dump('eventbox.outbox_rows_1', '');
+SELECT pg_catalog.pg_extension_config_dump('eventbox.outbox_rows_2', '');
+SELECT pg_catalog.pg_extension_config_dump('eventbox.outbox_acks_0', '');
+SELECT pg_catalog.pg_extension_config_dump('eventbox.outbox_acks_1', '');
+SELECT pg_catalog.pg_extension_config_dump('eventbox.outbox_acks_2', '');
+SELECT pg_catalog.pg_extension_config_dump('eventbox.outbox_held', '');
+SELECT pg_catalog.pg_extension_config_dump('eventbox.outbox_state', '');
+
+REVOKE ALL ON eventbox.outbox, eventbox.outbox_stats, eventbox._outbox_rows, eventbox._outbox_acks,
+    eventbox.outbox_rows_0, eventbox.outbox_rows_1, eventbox.outbox_rows_2,
+    eventbox.outbox_acks_0, eventbox.outbox_acks_1, eventbox.outbox_acks_2,
+    eventbox.outbox_held, eventbox.outbox_state FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventbox._outbox_retention(), eventbox._outbox_open_table(),
+    eventbox._outbox_check_row(eventbox.outbox, boolean), eventbox._outbox_insert(),
+    eventbox._outbox_update(), eventbox._outbox_delete() FROM PUBLIC;

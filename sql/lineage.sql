@@ -73,7 +73,9 @@ SELECT * FROM pg_temp.causes();
 -- A table with a trigger makes send() insert through SQL: the headers are the same there.
 SELECT eventbox.truncate_outbox();
 CREATE FUNCTION regress_lineage.keep() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END';
-CREATE TRIGGER regress_lineage_keep BEFORE INSERT ON eventbox.outbox
+SELECT format('eventbox.outbox_rows_%s', n) AS open_rows FROM eventbox.outbox_state
+ WHERE state = 'open' \gset
+CREATE TRIGGER regress_lineage_keep BEFORE INSERT ON :open_rows
     FOR EACH ROW EXECUTE FUNCTION regress_lineage.keep();
 INSERT INTO eventbox.inbox (subscription, message_id, topic, "partition", "offset", headers, payload)
 VALUES ('lineage', 'm-sql-path', 'lineage-in', 0, 3,
@@ -81,7 +83,7 @@ VALUES ('lineage', 'm-sql-path', 'lineage-in', 0, 3,
 SELECT eventbox.process('lineage');
 SELECT * FROM pg_temp.sent();
 SELECT * FROM pg_temp.causes();
-DROP TRIGGER regress_lineage_keep ON eventbox.outbox;
+DROP TRIGGER regress_lineage_keep ON :open_rows;
 
 -- ---- message_id_rule ----------------------------------------------------------------------
 SELECT eventbox.create_subscription('lineage-fp', ARRAY['t'], message_id_rule => 'fingerprint');

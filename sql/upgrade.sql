@@ -276,6 +276,24 @@ ORDER BY 1, 2;
 SELECT eventbox.create_subscription('upgrade-0-5', ARRAY['orders'], value_format => 'registry',
                                     membership => 'group', keep_raw => true);
 SELECT eventbox.set_topic_format('orders-out', 'registry', 'orders-out-value');
+-- Outbox rows of every status: pending, pending after failed attempts, sent, given up.
+INSERT INTO eventbox.outbox (message_id, topic, payload, status, attempts, next_attempt_at,
+                             sent_at, kafka_partition, kafka_offset, last_error)
+VALUES ('00000000-0000-0000-0000-000000000001', 'orders-out', '\x01', 'pending', 0, NULL, NULL,
+        NULL, NULL, NULL),
+       ('00000000-0000-0000-0000-000000000002', 'orders-out', '\x02', 'pending', 2,
+        '2030-01-01 00:00:00+00', NULL, NULL, NULL, 'broker down'),
+       ('00000000-0000-0000-0000-000000000003', 'orders-out', '\x03', 'sent', 1, NULL,
+        '2026-01-01 00:00:00+00', 3, 41, NULL),
+       ('00000000-0000-0000-0000-000000000004', 'orders-out', '\x04', 'failed', 5, NULL, NULL,
+        NULL, NULL, 'rejected'),
+       ('00000000-0000-0000-0000-000000000005', 'orders-out', '\x05', 'pending', 0, NULL, NULL,
+        NULL, NULL, NULL);
+-- An index the update does not know: refused (55000), nothing changed, until it is dropped.
+CREATE INDEX upgrade_outbox_topic_idx ON eventbox.outbox (topic);
+ALTER EXTENSION pg_eventbox UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'pg_eventbox';
+DROP INDEX eventbox.upgrade_outbox_topic_idx;
 ALTER EXTENSION pg_eventbox UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'pg_eventbox';
 -- State came through.
@@ -283,6 +301,18 @@ SELECT name, topics, value_format, membership, keep_raw FROM eventbox.subscripti
 SELECT topic, value_format, value_subject FROM eventbox.topic_formats;
 SELECT eventbox.reset_topic_format('orders-out');
 SELECT eventbox.drop_subscription('upgrade-0-5');
+-- The outbox's rows came through, as the view shows them (the sent row is past a retention of
+-- 0), and where they are kept: every row in the open table, the attempted and failed ones held,
+-- the sent one acknowledged, W at the lowest pending id.
+SHOW eventbox.outbox_retention;
+SELECT id, message_id, payload, status, attempts, next_attempt_at, sent_at, last_error
+  FROM eventbox.outbox ORDER BY id;
+SELECT n, id, message_id FROM eventbox._outbox_rows ORDER BY id;
+SELECT id, status, attempts, last_error FROM eventbox.outbox_held ORDER BY id;
+SELECT n, acked_at, max_id, ids, partitions, offsets FROM eventbox._outbox_acks;
+SELECT n, state, settled_below, gaps FROM eventbox.outbox_state ORDER BY n;
+SELECT status, messages FROM eventbox.outbox_stats ORDER BY status;
+SELECT eventbox.truncate_outbox();
 -- The same catalog as a fresh install.
 CREATE TEMP TABLE upgraded_0_5 AS SELECT * FROM upgrade_check.eventbox_catalog() AS line;
 SELECT 'only in fresh install' AS side, line FROM (TABLE fresh EXCEPT ALL TABLE upgraded_0_5) f

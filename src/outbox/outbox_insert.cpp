@@ -1,7 +1,9 @@
-// send()'s direct write of an outbox row. An INSERT statement works out at each start what the
-// table needs: it opens every index, builds its IndexInfo and prepares the predicates of the
-// partial ones (three of the outbox's five). Done per send(), that was about a quarter of the
-// call. Here it is worked out once and kept while the table's definition stays the same: a
+// send()'s direct write of an outbox row, into the open one of the rotated tables
+// eventbox.outbox_rows_0, _1 and _2 (docs/design/outbox-rotation.md). An INSERT statement works
+// out at each start what the table needs: it opens every index, builds its IndexInfo and
+// prepares the predicates of partial ones. Done per send(), that was about a quarter of the
+// call. Here it is worked out once per rotated table and kept while the table's definition
+// stays the same: a
 // relcache invalidation of the table or of one of its indexes (DDL, CREATE INDEX
 // CONCURRENTLY's steps, a cache reset) marks it stale, and the next call builds it again. Every
 // call still opens and locks the table and its indexes (no relcache reference outlives the
@@ -13,6 +15,7 @@ extern "C" {
 #include "postgres.h"
 
 #include "access/genam.h"
+#include "access/heapam.h"
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
@@ -29,6 +32,7 @@ extern "C" {
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/relcache.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 }
@@ -40,13 +44,13 @@ namespace eventbox::outbox {
 
 namespace {
 
-// Columns by name: the shape of the installed schema, whatever the release.
-const char* const kNames[] = {"id",      "message_id", "topic",  "key",     "payload",
-                              "headers", "created_at", "status", "attempts"};
+// Columns by name: the shape of the rotated tables.
+const char* const kNames[] = {"id",      "message_id", "topic",     "key",
+                              "payload", "headers",    "created_at"};
 constexpr int kColumns = sizeof kNames / sizeof kNames[0];
-// Columns written only by send() inside a handler, added by 0.4.0: a library that is newer than
-// the installed schema still writes an outbox without them.
+// Columns written only by send() inside a handler.
 const char* const kCauseNames[] = {"cause_subscription", "cause_received_at"};
+constexpr int kTables = 3;  // eventbox.outbox_rows_0 .. _2
 
 // What the inserts need from the table's definition.
 struct Shape {
@@ -63,37 +67,46 @@ struct Shape {
     Datum empty_headers;  // '{}'
 };
 
-MemoryContext shape_context = nullptr;
-Shape* shape = nullptr;
-bool shape_stale = false;
-bool building = false;  // build_shape() runs (or failed)
+// One cached shape per rotated table, each in its own memory context.
+struct Cached {
+    MemoryContext context = nullptr;
+    Shape* shape = nullptr;
+    bool stale = false;
+    bool building = false;  // build_shape() runs (or failed)
+};
+Cached cached[kTables];
+bool callback_registered = false;
 
 void on_relcache_invalidation(Datum, Oid relid) {
-    // Taking an index's lock while the shape is built may take in invalidations: what was
-    // read before them may be outdated, and their relation ids are not all known yet.
-    if (building) shape_stale = true;
-    if (shape == nullptr || shape_stale) return;
-    if (relid == InvalidOid || relid == shape->relid) {
-        shape_stale = true;
-        return;
+    for (Cached& c : cached) {
+        // Taking an index's lock while the shape is built may take in invalidations: what was
+        // read before them may be outdated, and their relation ids are not all known yet.
+        if (c.building) c.stale = true;
+        if (c.shape == nullptr || c.stale) continue;
+        if (relid == InvalidOid || relid == c.shape->relid) {
+            c.stale = true;
+            continue;
+        }
+        for (int i = 0; i < c.shape->n_indexes; ++i)
+            if (c.shape->index_oids[i] == relid) c.stale = true;
     }
-    for (int i = 0; i < shape->n_indexes; ++i)
-        if (shape->index_oids[i] == relid) shape_stale = true;
 }
 
-// Works out the shape of `rel` (eventbox.outbox, opened and locked) into shape_context.
-void build_shape(Relation rel) {
-    shape = nullptr;
-    building = true;
-    shape_stale = false;
-    if (shape_context == nullptr) {
-        shape_context =
-            AllocSetContextCreate(TopMemoryContext, "eventbox outbox insert", ALLOCSET_SMALL_SIZES);
+// Works out the shape of `rel` (rotated table n, opened and locked) into its context.
+void build_shape(Cached& c, Relation rel) {
+    c.shape = nullptr;
+    c.building = true;
+    c.stale = false;
+    if (!callback_registered) {
         CacheRegisterRelcacheCallback(on_relcache_invalidation, (Datum)0);
-    } else {
-        MemoryContextReset(shape_context);
+        callback_registered = true;
     }
-    MemoryContext old = MemoryContextSwitchTo(shape_context);
+    if (c.context == nullptr)
+        c.context =
+            AllocSetContextCreate(TopMemoryContext, "eventbox outbox insert", ALLOCSET_SMALL_SIZES);
+    else
+        MemoryContextReset(c.context);
+    MemoryContext old = MemoryContextSwitchTo(c.context);
     auto* s = static_cast<Shape*>(palloc0(sizeof(Shape)));
     s->relid = RelationGetRelid(rel);
     s->owner = rel->rd_rel->relowner;
@@ -159,29 +172,68 @@ void build_shape(Relation rel) {
         s->empty_headers = DirectFunctionCall1(jsonb_in, CStringGetDatum("{}"));
     }
     MemoryContextSwitchTo(old);
-    shape = s;  // used by this call even when stale: the next one builds it again
-    building = false;
+    c.shape = s;  // used by this call even when stale: the next one builds it again
+    c.building = false;
 }
 
-// eventbox.outbox opened with RowExclusiveLock, its shape up to date.
-Relation open_outbox() {
+// Rotated table n opened with RowExclusiveLock, its shape up to date.
+Relation open_rows(int n) {
+    Cached& c = cached[n];
     Relation rel = nullptr;
-    if (shape != nullptr && !shape_stale) rel = try_table_open(shape->relid, RowExclusiveLock);
+    if (c.shape != nullptr && !c.stale) rel = try_table_open(c.shape->relid, RowExclusiveLock);
     // Invalidations are taken in when the lock is first acquired in a transaction.
-    if (rel != nullptr && shape_stale) {
+    if (rel != nullptr && c.stale) {
         table_close(rel, NoLock);
         rel = nullptr;
     }
     if (rel == nullptr) {
-        rel = table_openrv(
-            makeRangeVar(const_cast<char*>("eventbox"), const_cast<char*>("outbox"), -1),
-            RowExclusiveLock);
-        build_shape(rel);
+        char name[32];
+        snprintf(name, sizeof name, "outbox_rows_%d", n);
+        rel = table_openrv(makeRangeVar(const_cast<char*>("eventbox"), pstrdup(name), -1),
+                           RowExclusiveLock);
+        build_shape(c, rel);
     }
     return rel;
 }
 
 }  // namespace
+
+int open_table() {
+    // Read under a snapshot taken now, after the caller's xid was assigned: a rotation the relay
+    // committed before is seen, and one it commits later reads the next xid after this one, so
+    // the relay waits for this writer before it takes the old table's max_id as final.
+    static Oid state_relid = InvalidOid;
+    if (!OidIsValid(state_relid) || !SearchSysCacheExists1(RELOID, ObjectIdGetDatum(state_relid)))
+        state_relid = RangeVarGetRelid(
+            makeRangeVar(const_cast<char*>("eventbox"), const_cast<char*>("outbox_state"), -1),
+            NoLock, false);
+    Relation rel = table_open(state_relid, AccessShareLock);
+    Snapshot snapshot = RegisterSnapshot(GetLatestSnapshot());
+    TableScanDesc scan = table_beginscan(rel, snapshot, 0, nullptr);
+    TupleDesc desc = RelationGetDescr(rel);
+    int open = -1;
+    HeapTuple tuple;
+    while ((tuple = heap_getnext(scan, ForwardScanDirection)) != nullptr) {
+        bool n_null, state_null;
+        // Columns n (1) and state (2), as eventbox.outbox_state defines them.
+        int16 n = DatumGetInt16(heap_getattr(tuple, 1, desc, &n_null));
+        Datum state = heap_getattr(tuple, 2, desc, &state_null);
+        if (n_null || state_null || n < 0 || n >= kTables) continue;
+        if (strcmp(TextDatumGetCString(state), "open") == 0) {
+            open = n;
+            break;
+        }
+    }
+    table_endscan(scan);
+    UnregisterSnapshot(snapshot);
+    table_close(rel, AccessShareLock);
+    if (open < 0)
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("eventbox.outbox_state has no open outbox table"),
+                        errhint("Run eventbox.truncate_outbox(), or restore the outbox's tables "
+                                "and eventbox.outbox_state from one dump.")));
+    return open;
+}
 
 int64 next_id(bool check_permissions) {
     shmem::publish_outbox_writer(GetTopTransactionId());
@@ -196,8 +248,11 @@ int64 next_id(bool check_permissions) {
 
 bool insert_row(pg_uuid_t* message_id, text* topic, text* key, bytea* payload, Jsonb* headers,
                 const Cause* cause, Oid* owner, bool* cause_columns) {
-    Relation rel = open_outbox();
-    Shape* s = shape;
+    // The xid first (published as an outbox writer), then the open table: see open_table().
+    shmem::publish_outbox_writer(GetTopTransactionId());
+    int n = open_table();
+    Relation rel = open_rows(n);
+    Shape* s = cached[n].shape;
     bool has_cause = s->cause_attno[0] >= 0 && s->cause_attno[1] >= 0;
     if (!s->plain) {
         *owner = s->owner;
@@ -222,8 +277,6 @@ bool insert_row(pg_uuid_t* message_id, text* topic, text* key, bytea* payload, J
     if (payload) set(4, PointerGetDatum(payload));
     set(5, headers ? PointerGetDatum(headers) : s->empty_headers);
     set(6, TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()));  // now()
-    set(7, CStringGetTextDatum("pending"));
-    set(8, Int32GetDatum(0));
     if (cause != nullptr && has_cause) {
         values[s->cause_attno[0]] = PointerGetDatum(cause->subscription);
         nulls[s->cause_attno[0]] = false;

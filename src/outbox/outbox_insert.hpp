@@ -18,14 +18,20 @@ struct Cause {
     TimestampTz received_at;
 };
 
-// Stores the row with the columns' defaults (id from the sequence, status 'pending', now()),
-// and `cause` (nullable) in cause_subscription and cause_received_at when the table has them.
-// Returns false, storing nothing, when eventbox.outbox is not the plain table this code knows
-// (triggers, rules, columns it does not know): `owner` is then the table's owner and
-// `cause_columns` whether the table has the cause columns, for the caller's SQL path. Unique
-// violations (a duplicate message_id) raise 23505 as an INSERT does.
+// Stores the row in the open rotated table (eventbox.outbox_rows_N, docs/design/
+// outbox-rotation.md) with the columns' defaults (id from the sequence, now()), and `cause`
+// (nullable) in cause_subscription and cause_received_at. Returns false, storing nothing, when
+// that table is not the plain table this code knows (triggers, rules, indexes or columns it
+// does not know): `owner` is then the table's owner and `cause_columns` whether it has the cause
+// columns, for the caller's SQL path (an INSERT into the eventbox.outbox view, whose trigger
+// inserts into the same table). Unique violations (a duplicate message_id) raise 23505 as an
+// INSERT does.
 bool insert_row(pg_uuid_t* message_id, text* topic, text* key, bytea* payload, Jsonb* headers,
                 const Cause* cause, Oid* owner, bool* cause_columns);
+
+// The number (0..2) of the open rotated table, read under a snapshot taken after the caller's
+// xid was assigned (call it after next_id() or publishing the xid).
+int open_table();
 
 // The next outbox id (eventbox.outbox.id's default): publishes the writer's xid first, so the
 // relay can tell when a gap below its cursor is settled.

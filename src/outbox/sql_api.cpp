@@ -65,6 +65,13 @@ EVENTBOX_SQL_FUNCTION(eventbox_next_outbox_id) {
     PG_RETURN_INT64(eventbox::outbox::next_id(true));
 }
 
+// eventbox._outbox_open_table(): the open rotated table's number, for the view's INSERT trigger
+// (after next_outbox_id(), which assigned the xid).
+EVENTBOX_SQL_FUNCTION(eventbox_outbox_open_table) {
+    (void)fcinfo;
+    PG_RETURN_INT16(static_cast<int16>(eventbox::outbox::open_table()));
+}
+
 // eventbox._http_error(code, message, hint): the HTTP destination API's errors, raised without
 // the "STATEMENT:" line PostgreSQL would log (the statement may carry header values).
 EVENTBOX_SQL_FUNCTION(eventbox_http_error) {
