@@ -26,6 +26,16 @@ bool Dispatcher::knows(int64_t id) const noexcept {
     return in_flight_.count(id) != 0 || waiting_ids_.count(id) != 0;
 }
 
+int64_t Dispatcher::lowest_unsettled() const noexcept {
+    int64_t low = lowest_unrouted_;
+    for (const auto& f : in_flight_) low = std::min(low, f.first);
+    for (const auto& w : waiting_ids_) low = std::min(low, w.first);
+    for (int64_t id : fetching_ids_) low = std::min(low, id);
+    for (const Acked& a : acked_) low = std::min(low, a.id);
+    for (const Failed& f : failed_) low = std::min(low, f.id);
+    return low;
+}
+
 std::size_t Dispatcher::capacity() const noexcept {
     if (in_flight_.size() >= limits_.max_in_flight || waiting_count_ >= limits_.max_waiting)
         return 0;
@@ -70,6 +80,7 @@ void Dispatcher::produce_now(const Row& row, LaneKey lane, uint64_t seq, int64_t
         case Produced::kUnrouted:
             // Not tracked: its lane's later rows (same topic) have no sink either.
             if (unrouted_++ == 0) unrouted_topic_ = std::string(row.topic);
+            lowest_unrouted_ = std::min(lowest_unrouted_, row.id);
             forget_lane_if_idle(lane);
             return;
     }

@@ -136,6 +136,11 @@ class Dispatcher {
     // Earliest time a waiting row becomes due (INT64_MAX when none).
     int64_t next_due_ms() const noexcept;
     bool knows(int64_t id) const noexcept;
+    // The lowest id it has not settled (INT64_MAX when none): in flight, waiting (its turn or a
+    // retry), being re-read, with an outcome not yet forgotten (clear_outcomes()), or offered and
+    // taken by no sink. Every id below it that the relay read is settled: the relay's settled
+    // position (docs/design/outbox-rotation.md) never passes it.
+    int64_t lowest_unsettled() const noexcept;
     // The subscription behind Acked::cause_subscription ("" for 0). Names are kept for the
     // dispatcher's life: they are the subscriptions whose handlers sent, a short list.
     const std::string& subscription_name(uint32_t index) const noexcept {
@@ -195,6 +200,7 @@ class Dispatcher {
     std::vector<Failed> failed_;
     std::size_t unrouted_ = 0;
     std::string unrouted_topic_;
+    int64_t lowest_unrouted_ = INT64_MAX;  // rows no sink took stay unsettled
     std::vector<std::string> subscriptions_{std::string()};
     std::unordered_map<std::string, uint32_t> subscription_ids_;
     uint32_t last_subscription_ = 0;  // the last one looked up: a handler's sends come in runs

@@ -29,9 +29,12 @@ namespace {
 
 SPIPlanPtr claim_plan, range_plan, refetch_plan, prepared_plan, prepared_writers_plan;
 
+// Through the view eventbox.outbox (docs/design/outbox-rotation.md): its pending rows are the
+// rotated tables' rows not settled (at or above the settled position, or in a stored gap, and
+// in no ack row) and the held rows waiting for a retry.
 constexpr const char* kRowColumns =
     "SELECT id, message_id, topic, key, payload, headers, attempts, next_attempt_at, created_at, "
-    "ctid, cause_subscription, cause_received_at FROM eventbox.outbox ";
+    "cause_subscription, cause_received_at FROM eventbox.outbox ";
 
 }  // namespace
 
@@ -191,7 +194,7 @@ int64 offer_result(int64* last_id, bool scan) {
     }
     // One pass over each tuple: SPI_getbinval() per column walked the row from its start for
     // every column behind a variable-length one.
-    constexpr int kColumns = 12;
+    constexpr int kColumns = 11;
     if (desc->natts != kColumns) elog(ERROR, "eventbox relay: unexpected row shape");
     Datum v[kColumns];
     bool null[kColumns];
@@ -220,13 +223,11 @@ int64 offer_result(int64* last_id, bool scan) {
         row.attempts = DatumGetInt32(v[6]);
         row.not_before_ms = null[7] ? 0 : DatumGetTimestampTz(v[7]) / 1000;
         row.created_ms = DatumGetTimestampTz(v[8]) / 1000;
-        auto* tid = reinterpret_cast<ItemPointer>(DatumGetPointer(v[9]));
-        row.tid = (static_cast<uint64>(ItemPointerGetBlockNumber(tid)) << 16) |
-                  ItemPointerGetOffsetNumber(tid);
-        if (!null[10] && !null[11]) {
-            text* sub = DatumGetTextPP(v[10]);
+        row.tid = 0;  // nothing is written at the row's place: it is settled by position
+        if (!null[9] && !null[10]) {
+            text* sub = DatumGetTextPP(v[9]);
             row.cause_subscription = std::string_view(VARDATA_ANY(sub), VARSIZE_ANY_EXHDR(sub));
-            row.cause_received_ms = DatumGetTimestampTz(v[11]) / 1000;
+            row.cause_received_ms = DatumGetTimestampTz(v[10]) / 1000;
         }
         dispatcher.offer(row, now);
         if (scan) rechecks.scanned(row.id);

@@ -43,6 +43,12 @@ const std::vector<IdRange>& Rechecks::begin_pass(const std::function<bool(uint32
     return pass_;
 }
 
+int64_t Rechecks::lowest() const noexcept {
+    int64_t low = INT64_MAX;
+    for (const Pending& p : pending_) low = std::min(low, p.range.lo);
+    return low;
+}
+
 void Rechecks::end_pass(std::size_t fully_read) {
     pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
                                   [&](const Pending& p) {

@@ -40,6 +40,8 @@ class Rechecks {
     void end_pass(std::size_t fully_read);
 
     bool empty() const noexcept { return pending_.empty(); }
+    // The lowest id of the ranges kept (INT64_MAX when none).
+    int64_t lowest() const noexcept;
     std::size_t size() const noexcept { return pending_.size(); }
     void clear() noexcept { pending_.clear(); }
 

@@ -182,11 +182,13 @@ bool run_pass() {
         return true;
     }
     bool more = read_rows(ranges, n_ranges);
+    // In the transaction that wrote the outcomes: W and what it settles commit together.
+    store_position();
     report_unrouted();
     // The purge takes a snapshot of its own, after the reads.
     if (purge_outbox(now)) more = true;
     worker::end_work();
-    pgstat_report_stat(false);  // lets autovacuum see the deletes
+    pgstat_report_stat(false);  // lets autovacuum see outbox_held's deletes
     settle_outcomes(acked, failed);
     return !dispatcher.failed().empty() || more;
 }

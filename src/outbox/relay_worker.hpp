@@ -1,7 +1,8 @@
 // The relay worker's parts and the state they share (PostgreSQL side, internal to the relay):
 //  - relay_worker.cpp: the worker's main and loop, its resets when settings change, the pass;
 //  - relay_read.cpp:   reading due, late and new outbox rows and offering them to the dispatcher;
-//  - relay_write.cpp:  writing delivery outcomes back to the outbox, and its retention purge;
+//  - relay_write.cpp:  writing delivery outcomes back (ack rows, held rows, the settled
+//                      position) and the purge of given-up held rows;
 //  - relay_state.cpp:  the C++ objects, behind the PostgreSQL-side facades declared here.
 //
 // The facades are how PostgreSQL-side code reaches the relay's C++ objects: each owns its
@@ -119,6 +120,8 @@ class PgDispatcher {
     }
     // How many more rows a read may offer now.
     std::size_t capacity() const noexcept { return dispatcher_->capacity(); }
+    // The lowest id not settled yet (relay::Dispatcher::lowest_unsettled()).
+    int64 lowest_unsettled() const noexcept { return dispatcher_->lowest_unsettled(); }
     // Earliest time a waiting row becomes due (INT64_MAX when none).
     int64 next_due_ms() const noexcept { return dispatcher_->next_due_ms(); }
     // Hands a row just read to the dispatcher.
@@ -162,6 +165,8 @@ class PgRechecks {
   public:
     void create();
     bool empty() const noexcept { return rechecks_->empty(); }
+    // The lowest id of the gaps kept (INT64_MAX when none).
+    int64 lowest() const noexcept { return rechecks_->lowest(); }
     // Adds [1, cursor] for the periodic sweep.
     void add_sweep(int64 cursor);
     // Starts a pass (before its snapshot): the ranges to read, palloc'd; *n gets their count.
@@ -221,8 +226,11 @@ void write_outcomes();
 // After the transaction that wrote the first `acked` and `failed` outcomes committed: forgets
 // them and counts them (worker slot, metrics).
 void settle_outcomes(std::size_t acked, std::size_t failed);
-// Deletes sent and failed rows past their retention, at most once a second (`now`) unless the
-// last purge was full. Returns true when it was full (more rows to purge).
+// Stores the settled position W (docs/design/outbox-rotation.md) when it moved: every row read
+// below it is settled (acknowledged in an ack row, or held), and no gap kept reaches below it.
+void store_position();
+// Deletes given-up held rows past eventbox.dead_retention, at most once a second (`now`) unless
+// the last purge was full. Returns true when it was full (more rows to purge).
 bool purge_outbox(TimestampTz now);
 
 }  // namespace eventbox::relay_worker

@@ -951,5 +951,44 @@ TEST(Dispatcher, RowsNoSinkTakesAreForgottenUntouchedAndCounted) {
     EXPECT_EQ(acked_ids(d), std::vector<int64_t>{2});
 }
 
+// ---- the settled position (docs/design/outbox-rotation.md) ------------------------------
+
+static_assert(noexcept(std::declval<const Dispatcher&>().lowest_unsettled()));
+
+TEST(Dispatcher, LowestUnsettledCoversEveryRowNotWrittenBack) {
+    FakeSink sink;
+    Dispatcher d(sink, small_limits(), 1);
+    EXPECT_EQ(d.lowest_unsettled(), std::numeric_limits<int64_t>::max());
+    TestRow a = keyed(5, "a"), b = keyed(6, "a"), c = keyed(7, "c");
+    d.offer(a.row(), 0);
+    d.offer(b.row(), 0);  // waits behind 5 in its lane
+    d.offer(c.row(), 0);
+    EXPECT_EQ(d.lowest_unsettled(), 5);
+    // Acked: still unsettled until the outcome is written and forgotten.
+    ack(d, 5, 10);
+    EXPECT_EQ(d.lowest_unsettled(), 5);
+    d.clear_outcomes(1, 0);
+    EXPECT_EQ(d.lowest_unsettled(), 6) << "6 is in flight now, 7 too";
+    // A failed attempt waits for its retry: unsettled.
+    fail(d, 6, 20);
+    d.clear_outcomes(0, d.failed().size());
+    ack(d, 7, 20);
+    d.clear_outcomes(1, 0);
+    EXPECT_EQ(d.lowest_unsettled(), 6);
+}
+
+TEST(Dispatcher, RowsNoSinkTakesStayUnsettled) {
+    FakeSink http;
+    HttpOnly sink(http);
+    Dispatcher d(sink, small_limits(), 1);
+    TestRow kafka_row = keyed(3, "k"), hook = keyed(4, "k", "hooks");
+    d.offer(kafka_row.row(), 0);
+    d.offer(hook.row(), 0);
+    ack(d, 4, 10);
+    d.clear_outcomes(1, 0);
+    d.forget_unrouted();
+    EXPECT_EQ(d.lowest_unsettled(), 3) << "read while Kafka is not configured: not settled";
+}
+
 }  // namespace
 }  // namespace eventbox::relay

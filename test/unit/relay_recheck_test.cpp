@@ -197,5 +197,17 @@ TEST(Rechecks, ClearForgetsEverything) {
     EXPECT_TRUE(r.empty());
 }
 
+TEST(Rechecks, LowestIsTheLowestKeptId) {
+    Rechecks r;
+    Running running;
+    EXPECT_EQ(r.lowest(), INT64_MAX);
+    running.xids = {100};
+    r.add(30, 31, {100});
+    r.add(12, 14, {});
+    EXPECT_EQ(r.lowest(), 12);
+    pass(r, running);  // 12..14 read a last time and forgotten; 30..31 kept
+    EXPECT_EQ(r.lowest(), 30);
+}
+
 }  // namespace
 }  // namespace eventbox::relay
