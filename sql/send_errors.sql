@@ -169,6 +169,21 @@ SELECT eventbox.send('dup', '{"n": 2}'::jsonb, message_id => '0190a6d2-0000-7000
 SELECT eventbox.send('dup', '\x02'::bytea, message_id => '0190a6d2-0000-7000-8000-0000000000d1');
 :after_error
 SELECT convert_from(payload, 'UTF8') AS kept_payload FROM eventbox.outbox;
+-- message_id is unique per rotated table (docs/design/outbox-rotation.md): with another table
+-- open, a given id still queued in the first is refused the same way, on send()'s direct path,
+-- on its SQL path (an INSERT into the view) and for a new id nowhere.
+BEGIN;
+UPDATE eventbox.outbox_state SET state = CASE n WHEN 1 THEN 'open' ELSE 'closed' END WHERE n IN (0, 1);
+SAVEPOINT s;
+SELECT eventbox.send('dup', '{"n": 3}'::jsonb, message_id => '0190a6d2-0000-7000-8000-0000000000d1');
+ROLLBACK TO SAVEPOINT s;
+INSERT INTO eventbox.outbox (message_id, topic) VALUES ('0190a6d2-0000-7000-8000-0000000000d1', 'dup');
+ROLLBACK TO SAVEPOINT s;
+SELECT eventbox.send('dup', '{"n": 4}'::jsonb, message_id => '0190a6d2-0000-7000-8000-0000000000d3')
+    IS NOT NULL AS sent;
+SELECT r.n, convert_from(r.payload, 'UTF8') AS payload FROM eventbox._outbox_rows r
+ WHERE r.topic = 'dup' ORDER BY r.id;
+ROLLBACK;
 SELECT eventbox.truncate_outbox();
 
 -- Inside a transaction, the failed send aborts it: the earlier send is not published either.

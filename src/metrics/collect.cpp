@@ -32,7 +32,8 @@ namespace {
 constexpr const char* kOutboxQuery =
     "SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 "
     "FROM eventbox.outbox WHERE status = 'pending'";
-// The oldest pending row by id (the relay's order), one probe of outbox_pending_idx; no count.
+// The oldest pending row by id (the relay's order) through the view: index probes of the rotated
+// tables from the settled position and of outbox_held; no count.
 constexpr const char* kOutboxHeadQuery =
     "SELECT -1::int8, coalesce(extract(epoch FROM now() - (SELECT o.created_at "
     "FROM eventbox.outbox o WHERE o.status = 'pending' ORDER BY o.id LIMIT 1)), 0)::float8";

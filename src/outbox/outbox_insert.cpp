@@ -16,6 +16,8 @@ extern "C" {
 
 #include "access/genam.h"
 #include "access/heapam.h"
+#include "access/skey.h"
+#include "access/stratnum.h"
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
@@ -23,12 +25,15 @@ extern "C" {
 #include "catalog/namespace.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_collation.h"
 #include "commands/sequence.h"
 #include "executor/executor.h"
 #include "nodes/makefuncs.h"
 #include "optimizer/optimizer.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/inval.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/relcache.h"
@@ -246,11 +251,54 @@ int64 next_id(bool check_permissions) {
     return nextval_internal(sequence, check_permissions);
 }
 
-bool insert_row(pg_uuid_t* message_id, text* topic, text* key, bytea* payload, Jsonb* headers,
-                const Cause* cause, Oid* owner, bool* cause_columns) {
+namespace {
+
+// message_id is unique per rotated table: a given one is also looked for in the other tables,
+// under a transaction-level advisory lock on its hash (the one the view's INSERT trigger takes)
+// so that two writers of one id into different tables cannot both miss each other. Generated
+// ids (time-ordered UUIDs) are not looked for.
+void probe_message_id(pg_uuid_t* message_id, int open) {
+    Datum id_text = DirectFunctionCall1(uuid_out, UUIDPGetDatum(message_id));
+    Datum hash = DirectFunctionCall2Coll(hashtextextended, DEFAULT_COLLATION_OID,
+                                         PointerGetDatum(cstring_to_text(DatumGetCString(id_text))),
+                                         Int64GetDatum(31));
+    DirectFunctionCall1(pg_advisory_xact_lock_int8, hash);
+    Oid schema = get_namespace_oid("eventbox", false);
+    Snapshot snapshot = RegisterSnapshot(GetLatestSnapshot());
+    for (int n = 0; n < kTables; ++n) {
+        if (n == open) continue;
+        char name[64];
+        snprintf(name, sizeof name, "outbox_rows_%d", n);
+        Oid relid = get_relname_relid(name, schema);
+        snprintf(name, sizeof name, "outbox_rows_%d_message_id_key", n);
+        Oid indexid = get_relname_relid(name, schema);
+        if (!OidIsValid(relid) || !OidIsValid(indexid)) continue;
+        Relation rel = table_open(relid, AccessShareLock);
+        ScanKeyData scan_key;
+        // systable_beginscan() takes the key by the table's column number.
+        ScanKeyInit(&scan_key, get_attnum(relid, "message_id"), BTEqualStrategyNumber, F_UUID_EQ,
+                    UUIDPGetDatum(message_id));
+        SysScanDesc scan = systable_beginscan(rel, indexid, true, snapshot, 1, &scan_key);
+        bool found = HeapTupleIsValid(systable_getnext(scan));
+        systable_endscan(scan);
+        table_close(rel, AccessShareLock);
+        if (found)
+            ereport(ERROR,
+                    (errcode(ERRCODE_UNIQUE_VIOLATION),
+                     errmsg("duplicate key value violates unique constraint \"%s\"", name),
+                     errdetail("Key (message_id)=(%s) already exists.", DatumGetCString(id_text))));
+    }
+    UnregisterSnapshot(snapshot);
+}
+
+}  // namespace
+
+bool insert_row(pg_uuid_t* message_id, bool given_id, text* topic, text* key, bytea* payload,
+                Jsonb* headers, const Cause* cause, Oid* owner, bool* cause_columns) {
     // The xid first (published as an outbox writer), then the open table: see open_table().
     shmem::publish_outbox_writer(GetTopTransactionId());
     int n = open_table();
+    if (given_id) probe_message_id(message_id, n);
     Relation rel = open_rows(n);
     Shape* s = cached[n].shape;
     bool has_cause = s->cause_attno[0] >= 0 && s->cause_attno[1] >= 0;

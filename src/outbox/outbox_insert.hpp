@@ -26,8 +26,9 @@ struct Cause {
 // columns, for the caller's SQL path (an INSERT into the eventbox.outbox view, whose trigger
 // inserts into the same table). Unique violations (a duplicate message_id) raise 23505 as an
 // INSERT does.
-bool insert_row(pg_uuid_t* message_id, text* topic, text* key, bytea* payload, Jsonb* headers,
-                const Cause* cause, Oid* owner, bool* cause_columns);
+// `given_id`: the caller chose message_id (it is then looked for in the other rotated tables too).
+bool insert_row(pg_uuid_t* message_id, bool given_id, text* topic, text* key, bytea* payload,
+                Jsonb* headers, const Cause* cause, Oid* owner, bool* cause_columns);
 
 // The number (0..2) of the open rotated table, read under a snapshot taken after the caller's
 // xid was assigned (call it after next_id() or publishing the xid).

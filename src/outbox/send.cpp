@@ -499,8 +499,8 @@ Datum outbox::send_message(FunctionCallInfo fcinfo, bytea* payload, bool json, b
     pg_guard([&] {
         Oid owner;
         bool cause_columns = false;
-        if (!outbox::insert_row(message_id, topic, key, payload, headers, cause, &owner,
-                                &cause_columns))
+        if (!outbox::insert_row(message_id, !PG_ARGISNULL(4), topic, key, payload, headers, cause,
+                                &owner, &cause_columns))
             insert_with_spi(owner, message_id, topic, key, payload, headers,
                             cause_columns ? cause : nullptr);
         shmem::wake_relay_at_commit();
