@@ -117,7 +117,9 @@ CREATE INDEX outbox_held_failed_idx ON eventbox.outbox_held (created_at) WHERE s
 -- One row per rotated table (n 0..2) and the relay's row (n = -1): settled_below (W: every row
 -- of the rotated tables with a lower id is settled, except the ids in gaps), gaps (the
 -- late-commit ranges still re-read, at most 64) and held_generation (moved by every change of
--- outbox_held, so the relay reloads its held ids only then).
+-- outbox_held, so the relay reloads its held ids only then). The table starts empty, which
+-- reads as table 0 open, the others empty, W = 0: CREATE EXTENSION inserts no row, so the rows
+-- a restore brings (pg_dump carries them) never collide with rows of the install.
 CREATE TABLE eventbox.outbox_state (
     n               smallint    NOT NULL PRIMARY KEY,
     state           text,
@@ -138,7 +140,8 @@ CREATE TABLE eventbox.outbox_state (
 
 -- Every row of the old table moves to outbox_rows_0, the open table. Pending rows that were
 -- attempted and failed rows are also held (with their attempts and error); sent rows are one
--- ack row; W is the lowest pending id (or the sequence's next value: nothing pending).
+-- ack row. No position is stored: W is 0 until the relay moves it (every row is then pending
+-- unless an ack row or a held copy says otherwise).
 INSERT INTO eventbox.outbox_rows_0
 SELECT id, message_id, topic, key, payload, headers, created_at, cause_subscription,
        cause_received_at
@@ -155,15 +158,6 @@ SELECT max(sent_at), max(id), array_agg(id ORDER BY id),
   FROM eventbox.outbox
  WHERE status = 'sent'
 HAVING count(*) > 0;
-INSERT INTO eventbox.outbox_state (n, state, switched_xid, max_id, settled_at)
-VALUES (0, 'open', NULL, NULL, NULL), (1, 'empty', NULL, NULL, NULL),
-       (2, 'empty', NULL, NULL, NULL);
-INSERT INTO eventbox.outbox_state (n, settled_below, gaps, held_generation)
-SELECT -1,
-       coalesce((SELECT min(id) FROM eventbox.outbox WHERE status = 'pending'),
-                (SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END
-                   FROM eventbox.outbox_id_seq)),
-       '{}', 0;
 
 DROP VIEW eventbox.outbox_stats;
 ALTER SEQUENCE eventbox.outbox_id_seq OWNED BY NONE;
@@ -204,9 +198,9 @@ SELECT r.id, r.message_id, r.topic, r.key, r.payload, r.headers, r.created_at,
        NULL::bigint AS kafka_offset, NULL::text AS last_error, r.cause_subscription,
        r.cause_received_at
   FROM eventbox._outbox_rows r
- WHERE r.id >= (SELECT least(s.settled_below, lower(s.gaps)) FROM eventbox.outbox_state s
-                 WHERE s.n = -1)
-   AND (r.id >= (SELECT s.settled_below FROM eventbox.outbox_state s WHERE s.n = -1)
+ WHERE r.id >= coalesce((SELECT least(s.settled_below, lower(s.gaps))
+                            FROM eventbox.outbox_state s WHERE s.n = -1), 0)
+   AND (r.id >= coalesce((SELECT s.settled_below FROM eventbox.outbox_state s WHERE s.n = -1), 0)
         OR (SELECT s.gaps FROM eventbox.outbox_state s WHERE s.n = -1) @> r.id)
    AND NOT EXISTS (SELECT FROM eventbox.outbox_held h WHERE h.id = r.id)
    AND NOT EXISTS (SELECT FROM eventbox._outbox_acks a
@@ -244,6 +238,14 @@ COMMENT ON COLUMN eventbox.outbox.cause_received_at IS
 CREATE FUNCTION eventbox._outbox_open_table() RETURNS smallint
 LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'eventbox_outbox_open_table';
+
+-- Moves outbox_held's generation (the relay's row is created when missing).
+CREATE FUNCTION eventbox._outbox_held_changed() RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+    INSERT INTO eventbox.outbox_state AS s (n, settled_below, gaps, held_generation)
+    VALUES (-1, 0, '{}', 1)
+    ON CONFLICT (n) DO UPDATE SET held_generation = s.held_generation + 1
+$$;
 
 -- Checks a row given to the view as the old table's constraints did (23502, 23514, 23505).
 CREATE FUNCTION eventbox._outbox_check_row(r eventbox.outbox, draw_id boolean)
@@ -314,7 +316,7 @@ BEGIN
         VALUES (NEW.id, NEW.message_id, NEW.topic, NEW.key, NEW.payload, NEW.headers,
                 NEW.created_at, NEW.cause_subscription, NEW.cause_received_at, NEW.status,
                 NEW.attempts, NEW.next_attempt_at, NEW.last_error);
-        UPDATE eventbox.outbox_state SET held_generation = held_generation + 1 WHERE n = -1;
+        PERFORM eventbox._outbox_held_changed();
     END IF;
     RETURN NEW;
 END $$;
@@ -354,13 +356,13 @@ BEGIN
                attempts = EXCLUDED.attempts, next_attempt_at = EXCLUDED.next_attempt_at,
                last_error = EXCLUDED.last_error;
     END IF;
-    UPDATE eventbox.outbox_state SET held_generation = held_generation + 1 WHERE n = -1;
+    PERFORM eventbox._outbox_held_changed();
     RETURN NEW;
 END $$;
 
--- DELETE of a row: a row not settled is cancelled (held, never sent, not shown); a sent row's
--- ack is kept (the relay's own rows), so it only disappears from the view when the retention
--- ends; a failed one leaves outbox_held.
+-- DELETE of a row: a pending or failed row is cancelled (held as 'cancelled': never sent, not
+-- shown, purged by the relay once below its settled position); a sent row cannot be deleted (its
+-- ack row is the relay's), it leaves the view when the retention ends.
 CREATE FUNCTION eventbox._outbox_delete() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -374,7 +376,7 @@ BEGIN
             OLD.created_at, OLD.cause_subscription, OLD.cause_received_at, 'cancelled',
             OLD.attempts, NULL, OLD.last_error)
     ON CONFLICT (id) DO UPDATE SET status = 'cancelled';
-    UPDATE eventbox.outbox_state SET held_generation = held_generation + 1 WHERE n = -1;
+    PERFORM eventbox._outbox_held_changed();
     RETURN OLD;
 END $$;
 
@@ -402,11 +404,12 @@ BEGIN
     TRUNCATE eventbox.outbox_rows_0, eventbox.outbox_rows_1, eventbox.outbox_rows_2,
              eventbox.outbox_acks_0, eventbox.outbox_acks_1, eventbox.outbox_acks_2,
              eventbox.outbox_held;
-    UPDATE eventbox.outbox_state
-       SET settled_below = (SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END
-                              FROM eventbox.outbox_id_seq),
-           gaps = '{}', held_generation = held_generation + 1
-     WHERE n = -1;
+    INSERT INTO eventbox.outbox_state AS s (n, settled_below, gaps, held_generation)
+    SELECT -1, CASE WHEN is_called THEN last_value + 1 ELSE last_value END, '{}', 1
+      FROM eventbox.outbox_id_seq
+    ON CONFLICT (n) DO UPDATE
+       SET settled_below = EXCLUDED.settled_below, gaps = '{}',
+           held_generation = s.held_generation + 1;
     UPDATE eventbox.outbox_state SET state = 'empty', switched_xid = NULL, max_id = NULL,
                                      settled_at = NULL
      WHERE n >= 0 AND state <> 'open';
@@ -428,6 +431,7 @@ REVOKE ALL ON eventbox.outbox, eventbox.outbox_stats, eventbox._outbox_rows, eve
     eventbox.outbox_acks_0, eventbox.outbox_acks_1, eventbox.outbox_acks_2,
     eventbox.outbox_held, eventbox.outbox_state FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventbox._outbox_retention(), eventbox._outbox_open_table(),
+    eventbox._outbox_held_changed(),
     eventbox._outbox_check_row(eventbox.outbox, boolean), eventbox._outbox_insert(),
     eventbox._outbox_update(), eventbox._outbox_delete() FROM PUBLIC;
 

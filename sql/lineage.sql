@@ -73,8 +73,7 @@ SELECT * FROM pg_temp.causes();
 -- A table with a trigger makes send() insert through SQL: the headers are the same there.
 SELECT eventbox.truncate_outbox();
 CREATE FUNCTION regress_lineage.keep() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END';
-SELECT format('eventbox.outbox_rows_%s', n) AS open_rows FROM eventbox.outbox_state
- WHERE state = 'open' \gset
+SELECT format('eventbox.outbox_rows_%s', eventbox._outbox_open_table()) AS open_rows \gset
 CREATE TRIGGER regress_lineage_keep BEFORE INSERT ON :open_rows
     FOR EACH ROW EXECUTE FUNCTION regress_lineage.keep();
 INSERT INTO eventbox.inbox (subscription, message_id, topic, "partition", "offset", headers, payload)

@@ -199,8 +199,7 @@ SELECT convert_from(payload, 'UTF8') AS kept FROM eventbox.outbox WHERE topic = 
 SELECT eventbox.truncate_outbox();
 -- The outbox's rows are in the open one of the rotated tables (docs/guide/outbox.md): triggers
 -- and indexes on the rows go there.
-SELECT format('eventbox.outbox_rows_%s', n) AS open_rows FROM eventbox.outbox_state
- WHERE state = 'open' \gset
+SELECT format('eventbox.outbox_rows_%s', eventbox._outbox_open_table()) AS open_rows \gset
 SELECT :'open_rows' AS open_rows;
 -- An outbox table someone gave a trigger: send() goes through SQL, so the trigger fires.
 CREATE TABLE public.send_audit (topic text, headers jsonb);

@@ -173,7 +173,7 @@ SELECT convert_from(payload, 'UTF8') AS kept_payload FROM eventbox.outbox;
 -- open, a given id still queued in the first is refused the same way, on send()'s direct path,
 -- on its SQL path (an INSERT into the view) and for a new id nowhere.
 BEGIN;
-UPDATE eventbox.outbox_state SET state = CASE n WHEN 1 THEN 'open' ELSE 'closed' END WHERE n IN (0, 1);
+INSERT INTO eventbox.outbox_state (n, state) VALUES (0, 'closed'), (1, 'open');
 SAVEPOINT s;
 SELECT eventbox.send('dup', '{"n": 3}'::jsonb, message_id => '0190a6d2-0000-7000-8000-0000000000d1');
 ROLLBACK TO SAVEPOINT s;

@@ -23,7 +23,7 @@ namespace eventbox::relay_worker {
 
 namespace {
 
-SPIPlanPtr ack_plan, failed_plan, position_plan, purge_failed_plan;
+SPIPlanPtr ack_plan, failed_plan, position_plan, purge_failed_plan, purge_cancelled_plan;
 
 metrics::LocalHistogram* latency = nullptr;  // publish latencies of the outcomes being written
 // Rows the outcomes written in the current transaction took out of 'pending' (acknowledged,
@@ -112,8 +112,9 @@ void prepare_write_plans() {
     // W only moves forward: after a reset the relay knows less, never that a settled row is not.
     Oid position_types[1] = {INT8OID};
     position_plan = prepare(
-        "UPDATE eventbox.outbox_state SET settled_below = $1 "
-        "WHERE n = -1 AND settled_below < $1",
+        "INSERT INTO eventbox.outbox_state AS s (n, settled_below, gaps, held_generation) "
+        "VALUES (-1, $1, '{}', 0) ON CONFLICT (n) DO UPDATE "
+        "SET settled_below = EXCLUDED.settled_below WHERE s.settled_below < EXCLUDED.settled_below",
         1, position_types);
     // eventbox.dead_retention: given-up held rows by age, only below W (a held row above it
     // would be pending again without its held copy). The ids are an array, not an IN
@@ -126,6 +127,15 @@ void prepare_write_plans() {
         "AND id < (SELECT settled_below FROM eventbox.outbox_state WHERE n = -1) "
         "ORDER BY created_at LIMIT $2))",
         2, purge_types);
+    // Rows users cancelled (deleted from the view before they were sent), once below W: above
+    // it their held copy is what keeps them from being read as pending.
+    Oid cancelled_types[1] = {INT4OID};
+    purge_cancelled_plan = prepare(
+        "DELETE FROM eventbox.outbox_held WHERE id = ANY (ARRAY(SELECT id FROM "
+        "eventbox.outbox_held WHERE status = 'cancelled' "
+        "AND id < (SELECT settled_below FROM eventbox.outbox_state WHERE n = -1) "
+        "ORDER BY id LIMIT $1))",
+        1, cancelled_types);
 }
 
 namespace {
@@ -216,20 +226,27 @@ void store_position() {
     // (a late commit may still fill it), or the next one above the cursor.
     int64 w = Min(cursor + 1, Min(dispatcher.lowest_unsettled(), rechecks.lowest()));
     Datum values[1] = {Int64GetDatum(w)};
-    exec(position_plan, values, false, SPI_OK_UPDATE);
+    exec(position_plan, values, false, SPI_OK_INSERT);
 }
 
 bool purge_outbox(TimestampTz now) {
     // Sent rows are not purged one by one: they leave with their table (rotation and truncate,
     // docs/design/outbox-rotation.md), and the view hides them past eventbox.outbox_retention.
-    // Given-up held rows past eventbox.dead_retention, when set.
-    if (guc::dead_retention_s <= 0) return false;
+    // Held rows: cancelled ones below W, and given-up ones past eventbox.dead_retention, when
+    // set.
     if (!TimestampDifferenceExceeds(last_purge, now, 1000)) return false;
-    Datum values[2] = {Int32GetDatum(guc::dead_retention_s), Int32GetDatum(guc::relay_batch_size)};
+    Datum limit[1] = {Int32GetDatum(guc::relay_batch_size)};
     PushActiveSnapshot(GetTransactionSnapshot());
-    exec(purge_failed_plan, values, false, SPI_OK_DELETE);
-    uint64 purged = SPI_processed;
-    bool full = purged == static_cast<uint64>(guc::relay_batch_size);
+    exec(purge_cancelled_plan, limit, false, SPI_OK_DELETE);
+    bool full = SPI_processed == static_cast<uint64>(guc::relay_batch_size);
+    uint64 purged = 0;
+    if (guc::dead_retention_s > 0) {
+        Datum values[2] = {Int32GetDatum(guc::dead_retention_s),
+                           Int32GetDatum(guc::relay_batch_size)};
+        exec(purge_failed_plan, values, false, SPI_OK_DELETE);
+        purged = SPI_processed;
+        full = full || purged == static_cast<uint64>(guc::relay_batch_size);
+    }
     PopActiveSnapshot();
     metrics::purged(metrics::PurgedTable::kOutbox, purged);
     if (!full) last_purge = now;

@@ -45,8 +45,8 @@ def test_an_index_built_concurrently_gets_every_row_send_writes(conn, settings):
         assert min(counts) >= 200 and not errors, (counts, errors)
         # The rows are in the open rotated table (docs/design/outbox-rotation.md): its indexes
         # are the ones send() keeps.
-        rows = query_one(conn, "SELECT format('eventbox.outbox_rows_%s', n) "
-                               "FROM eventbox.outbox_state WHERE state = 'open'")
+        rows = query_one(conn, "SELECT format('eventbox.outbox_rows_%s', "
+                               "eventbox._outbox_open_table())")
         query(conn, "CREATE INDEX CONCURRENTLY outbox_cic_test ON %s (topic, id) "
                     "WHERE topic <> ''" % rows)
         during = sum(counts)

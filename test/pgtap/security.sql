@@ -170,8 +170,7 @@ BEGIN
     INSERT INTO public.regress_send_seen VALUES (current_user, current_setting('search_path'));
     RETURN NEW;
 END $$;
-SELECT format('eventbox.outbox_rows_%s', n) AS open_rows FROM eventbox.outbox_state
- WHERE state = 'open' \gset
+SELECT format('eventbox.outbox_rows_%s', eventbox._outbox_open_table()) AS open_rows \gset
 CREATE TRIGGER regress_send_seen BEFORE INSERT ON :open_rows
     FOR EACH ROW EXECUTE FUNCTION public.regress_send_seen();
 CREATE SCHEMA regress_writer_schema AUTHORIZATION regress_eventbox_writer;
