@@ -203,15 +203,46 @@ Relation open_rows(int n) {
 
 }  // namespace
 
+namespace {
+
+// eventbox.outbox_state, or InvalidOid in a schema older than 0.6.0 (the library is replaced
+// before ALTER EXTENSION ... UPDATE runs, and send() keeps working in between).
+Oid state_table() {
+    static Oid state_relid = InvalidOid;
+    // Looked up again when the extension was re-created or updated in this session.
+    if (!OidIsValid(state_relid) || !SearchSysCacheExists1(RELOID, ObjectIdGetDatum(state_relid)))
+        state_relid = RangeVarGetRelid(
+            makeRangeVar(const_cast<char*>("eventbox"), const_cast<char*>("outbox_state"), -1),
+            NoLock, true);
+    return state_relid;
+}
+
+// In a schema older than 0.6.0, eventbox.outbox is still the table: its owner and whether it
+// has the cause columns, for the caller's SQL path (a live upgrade is short; its sends need not
+// be fast).
+void legacy_outbox(Oid* owner, bool* cause_columns) {
+    Oid relid = RangeVarGetRelid(
+        makeRangeVar(const_cast<char*>("eventbox"), const_cast<char*>("outbox"), -1), NoLock,
+        false);
+    HeapTuple tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+    if (!HeapTupleIsValid(tuple)) elog(ERROR, "cache lookup failed for relation %u", relid);
+    *owner = reinterpret_cast<Form_pg_class>(GETSTRUCT(tuple))->relowner;
+    ReleaseSysCache(tuple);
+    *cause_columns = get_attnum(relid, "cause_subscription") != InvalidAttrNumber &&
+                     get_attnum(relid, "cause_received_at") != InvalidAttrNumber;
+}
+
+}  // namespace
+
 int open_table() {
     // Read under a snapshot taken now, after the caller's xid was assigned: a rotation the relay
     // committed before is seen, and one it commits later reads the next xid after this one, so
     // the relay waits for this writer before it takes the old table's max_id as final.
-    static Oid state_relid = InvalidOid;
-    if (!OidIsValid(state_relid) || !SearchSysCacheExists1(RELOID, ObjectIdGetDatum(state_relid)))
-        state_relid = RangeVarGetRelid(
-            makeRangeVar(const_cast<char*>("eventbox"), const_cast<char*>("outbox_state"), -1),
-            NoLock, false);
+    Oid state_relid = state_table();
+    if (!OidIsValid(state_relid))
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("eventbox.outbox_state does not exist"),
+                        errhint("Run ALTER EXTENSION pg_eventbox UPDATE in this database.")));
     Relation rel = table_open(state_relid, AccessShareLock);
     Snapshot snapshot = RegisterSnapshot(GetLatestSnapshot());
     TableScanDesc scan = table_beginscan(rel, snapshot, 0, nullptr);
@@ -292,6 +323,10 @@ bool insert_row(pg_uuid_t* message_id, bool given_id, text* topic, text* key, by
                 Jsonb* headers, const Cause* cause, Oid* owner, bool* cause_columns) {
     // The xid first (published as an outbox writer), then the open table: see open_table().
     shmem::publish_outbox_writer(GetTopTransactionId());
+    if (!OidIsValid(state_table())) {
+        legacy_outbox(owner, cause_columns);
+        return false;
+    }
     int n = open_table();
     if (given_id) probe_message_id(message_id, n);
     Relation rel = open_rows(n);

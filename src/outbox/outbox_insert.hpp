@@ -24,8 +24,9 @@ struct Cause {
 // that table is not the plain table this code knows (triggers, rules, indexes or columns it
 // does not know): `owner` is then the table's owner and `cause_columns` whether it has the cause
 // columns, for the caller's SQL path (an INSERT into the eventbox.outbox view, whose trigger
-// inserts into the same table). Unique violations (a duplicate message_id) raise 23505 as an
-// INSERT does.
+// inserts into the same table). So it does in a schema older than 0.6.0 (a live upgrade, before
+// ALTER EXTENSION ... UPDATE), where eventbox.outbox is still the table. Unique violations (a
+// duplicate message_id) raise 23505 as an INSERT does.
 // `given_id`: the caller chose message_id (it is then looked for in the other rotated tables too).
 bool insert_row(pg_uuid_t* message_id, bool given_id, text* topic, text* key, bytea* payload,
                 Jsonb* headers, const Cause* cause, Oid* owner, bool* cause_columns);
