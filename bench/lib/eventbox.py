@@ -41,6 +41,40 @@ def ingest_consumer_setting(name):
 
 
 # ---------------------------------------------------------------------------------------------
+# the outbox's tables
+
+# What stores eventbox.outbox, a view since 0.6.0 (docs/design/outbox-rotation.md): the rotated
+# tables of the messages, their ack tables, the held rows and the relay's positions.
+OUTBOX_TABLES = (tuple("eventbox.outbox_rows_%d" % n for n in range(3)) +
+                 tuple("eventbox.outbox_acks_%d" % n for n in range(3)) +
+                 ("eventbox.outbox_held", "eventbox.outbox_state"))
+OUTBOX_REGCLASSES = "ARRAY[%s]::regclass[]" % ", ".join("'%s'" % t for t in OUTBOX_TABLES)
+
+
+def vacuum_outbox(cur):
+    """VACUUM of the tables behind eventbox.outbox: what autovacuum leaves in the steady state
+    (the rotated tables have nothing to reclaim; the held and state tables may)."""
+    cur.execute("VACUUM " + ", ".join(OUTBOX_TABLES))
+
+
+def outbox_sizes(cur):
+    """Heap, table (with TOAST, free space and visibility maps) and index bytes of the tables
+    behind eventbox.outbox, summed."""
+    cur.execute("SELECT sum(pg_relation_size(t))::int8, sum(pg_table_size(t))::int8, "
+                "sum(pg_indexes_size(t))::int8 FROM unnest(%s) t" % OUTBOX_REGCLASSES)
+    heap, table, indexes = cur.fetchone()
+    return {"heap": heap, "table": table, "indexes": indexes, "total": table + indexes}
+
+
+def outbox_stat(cur, column):
+    """A column of pg_stat_user_tables summed over the tables behind eventbox.outbox, as the
+    statistics system has it now."""
+    cur.execute("SELECT pg_stat_clear_snapshot()")
+    return q1(cur, "SELECT coalesce(sum(%s), 0)::int8 FROM pg_stat_user_tables "
+                   "WHERE relid = ANY(%s)" % (column, OUTBOX_REGCLASSES))
+
+
+# ---------------------------------------------------------------------------------------------
 # workers
 
 

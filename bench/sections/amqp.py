@@ -35,7 +35,7 @@ from psycopg2.extras import execute_values
 
 from lib.cluster import q1
 from lib.common import REPO, BenchError, log
-from lib.eventbox import alter_system, relay_pid
+from lib.eventbox import alter_system, relay_pid, vacuum_outbox
 from lib.messages import make_payloads
 from lib.proc import TICKS, proc_cpu
 from lib.table import ROW, best, ok
@@ -125,7 +125,7 @@ def run_relay(env, cur, rabbit, topic, msgs):
     n = len(msgs)
     if q1(cur, "SELECT count(*) FROM eventbox.outbox WHERE status = 'pending'") != 0:
         raise BenchError("eventbox.outbox has pending rows before the run")
-    cur.execute("VACUUM eventbox.outbox")
+    vacuum_outbox(cur)
     cur.execute("SELECT eventbox.create_amqp_destination(%s, %s)", (topic, EXCHANGE))
     sender = env.connect(autocommit=False)
     scur = sender.cursor()

@@ -15,7 +15,7 @@ import time
 from lib.cluster import q1
 from lib.common import BenchError, log
 from lib.eventbox import (alter_system, create_disabled_subscription, ingest_counters,
-                          set_enabled, wait_offsets, worker_pids)
+                          set_enabled, vacuum_outbox, wait_offsets, worker_pids)
 from lib.kafka import produce
 from lib.messages import PARTITIONS, Messages
 from lib.proc import CpuMeter
@@ -91,7 +91,7 @@ def run_relay(env, cur, msgs, topic, registry_format, pg_groups):
     payload0, key0 = msgs.items[0][4], msgs.items[0][3]
     cur.execute("SELECT eventbox.send(%s, %s::jsonb, %s)", (topic, payload0, key0))
     drained(cur, 60)  # the relay has the subject's schema now
-    cur.execute("VACUUM eventbox.outbox")
+    vacuum_outbox(cur)
     cur.execute("DROP TABLE IF EXISTS bench_fmt_staging")
     cur.execute("CREATE UNLOGGED TABLE bench_fmt_staging (n int PRIMARY KEY, key text, "
                 "payload text)")

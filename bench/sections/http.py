@@ -25,7 +25,7 @@ import uuid
 
 from lib.cluster import q1
 from lib.common import BenchError, log
-from lib.eventbox import relay_pid
+from lib.eventbox import relay_pid, vacuum_outbox
 from lib.proc import TICKS, proc_cpu
 from lib.table import ROW, best
 
@@ -144,7 +144,7 @@ def run_relay(env, cur, nginx, topic, bodies, ids, keys=KEYS, batch_size=1):
     n = len(bodies)
     if q1(cur, "SELECT count(*) FROM eventbox.outbox") != 0:
         raise BenchError("eventbox.outbox is not empty before the run")
-    cur.execute("VACUUM eventbox.outbox")
+    vacuum_outbox(cur)
     cur.execute("SELECT eventbox.create_http_destination(%s, %s, max_in_flight => %s, "
                 "batch_size => %s, batch_wait => '100ms')",
                 (topic, "http://127.0.0.1:%d/in" % nginx.port, PARALLEL, batch_size))

@@ -9,7 +9,7 @@ import urllib.request
 from lib.cluster import q1
 from lib.common import BenchError, log
 from lib.eventbox import (create_disabled_subscription, ingest_counters, relay_info, set_enabled,
-                          wait_offsets)
+                          vacuum_outbox, wait_offsets)
 from lib.kafka import check_topic, produce
 from lib.messages import Messages
 from lib.proc import CpuMeter
@@ -71,7 +71,7 @@ def relay_run(env, cur, topic, n, partitions, pg_groups):
     """n rows sent by ONE transaction to a fresh topic, relay running; clock from its COMMIT to
     the relay's acknowledged counter grown by n; then the topic must hold n records."""
     env.broker.create_topic(topic, partitions)
-    cur.execute("VACUUM eventbox.outbox")
+    vacuum_outbox(cur)
     cur.execute("CHECKPOINT")
     base = relay_info(cur)[2]
     cur.execute("BEGIN")

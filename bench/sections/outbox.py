@@ -5,13 +5,15 @@ its defaults.
   cycles  BENCH_OUTBOX_CYCLES cycles of BENCH_OUTBOX_MESSAGES send() calls (~200 B JSON, 1000
           keys, 10,000 per transaction, one session), published by the relay to one topic of 32
           partitions with eventbox.outbox_retention = BENCH_OUTBOX_RETENTION seconds. A cycle
-          ends when the relay acknowledged its messages and the purge removed every row of the
-          cycles before it; then the outbox's size (heap, TOAST, free space and visibility maps,
-          indexes) is read. Figure: that size after the last cycle against after the first
-          (target <= 1.2x). Also printed: n_dead_tup of the outbox then, the WAL written per
-          message over a cycle (send, relay, purge of the previous cycle's rows: every process,
-          pg_current_wal_lsn() before and after), the send() transactions' wall time per
-          message and the relay process's CPU per message.
+          ends when the relay acknowledged its messages and no table behind the outbox holds a
+          row of the cycles before it any more (they go with the truncate of their rotated
+          table, docs/design/outbox-rotation.md); then the size of the tables behind the outbox
+          (heap, TOAST, free space and visibility maps, indexes) is read. Figure: that size
+          after the last cycle against after the first (target <= 1.2x). Also printed:
+          n_dead_tup of those tables then, the WAL written per message over a cycle (send,
+          relay, truncate of the earlier cycles' rows: every process, pg_current_wal_lsn()
+          before and after), the send() transactions' wall time per message and the relay
+          process's CPU per message.
 
 The dev broker keeps at most ~5 MiB per partition and drops the oldest beyond that: the figures
 count what the relay acknowledged (eventbox.workers.messages), not what the topic holds."""
@@ -20,7 +22,7 @@ import time
 
 from lib.cluster import q1
 from lib.common import BenchError, log
-from lib.eventbox import relay_info, relay_pid, set_conf
+from lib.eventbox import outbox_sizes, outbox_stat, relay_info, relay_pid, set_conf
 from lib.proc import TICKS, proc_cpu
 from lib.table import ROW, mib, ok
 
@@ -28,20 +30,6 @@ PARTITIONS = 32
 PER_TRANSACTION = 10000
 TARGET = 1.2
 RUN = "%x" % int(time.time())  # a cluster kept from an earlier run (BENCH_KEEP) has old topics
-
-
-def sizes(cur):
-    cur.execute("SELECT pg_relation_size('eventbox.outbox'), pg_table_size('eventbox.outbox'), "
-                "pg_indexes_size('eventbox.outbox')")
-    heap, table, indexes = cur.fetchone()
-    return {"heap": heap, "table": table, "indexes": indexes, "total": table + indexes}
-
-
-def table_stat(cur, column):
-    """A column of pg_stat_user_tables for eventbox.outbox, as the statistics system has it."""
-    cur.execute("SELECT pg_stat_clear_snapshot()")
-    return q1(cur, "SELECT %s FROM pg_stat_user_tables "
-                   "WHERE relid = 'eventbox.outbox'::regclass" % column)
 
 
 def lsn(cur):
@@ -83,7 +71,7 @@ def run(ctx):
     if q1(cur, "SELECT count(*) FROM eventbox.outbox") != 0:
         raise BenchError("eventbox.outbox is not empty before the outbox section")
     # A fresh outbox: what earlier sections left (dead rows, a grown heap) must not pad cycle 1.
-    cur.execute("TRUNCATE eventbox.outbox")
+    cur.execute("SELECT eventbox.truncate_outbox()")
     topic = "bench_outbox_" + RUN
     env.broker.create_topic(topic, PARTITIONS)
     out = res["outbox"] = {"n": n, "cycles": cycles, "retention_s": retention, "runs": []}
@@ -93,7 +81,7 @@ def run(ctx):
         first = 1
         for k in range(1, cycles + 1):
             # Every row up to here belongs to earlier cycles.
-            before = q1(cur, "SELECT coalesce(max(id), 0) FROM eventbox.outbox")
+            before = q1(cur, "SELECT coalesce(max(id), 0) FROM eventbox._outbox_rows")
             base = relay_info(cur)[2]
             w0, r0 = lsn(cur), proc_cpu(pid)
             t0 = time.monotonic()
@@ -102,8 +90,8 @@ def run(ctx):
             wait_until(cur, "cycle %d acknowledged" % k,
                        lambda: relay_info(cur)[2] - base >= n, max(600, n / 200))
             relay_s = time.monotonic() - t0
-            wait_until(cur, "the rows before cycle %d purged" % k,
-                       lambda: not q1(cur, "SELECT EXISTS (SELECT 1 FROM eventbox.outbox "
+            wait_until(cur, "the rows before cycle %d truncated" % k,
+                       lambda: not q1(cur, "SELECT EXISTS (SELECT 1 FROM eventbox._outbox_rows "
                                            "WHERE id <= %s)", (before,)),
                        max(600, retention * 4 + n / 1000))
             if relay_pid(cur) != pid:
@@ -111,8 +99,8 @@ def run(ctx):
             wal = lsn(cur) - w0
             relay_cpu = (proc_cpu(pid) - r0) / TICKS
             cur.execute("SELECT pg_stat_force_next_flush()")
-            size = sizes(cur)
-            dead, autovacuums = table_stat(cur, "n_dead_tup"), table_stat(cur, "autovacuum_count")
+            size = outbox_sizes(cur)
+            dead, autovacuums = outbox_stat(cur, "n_dead_tup"), outbox_stat(cur, "autovacuum_count")
             run_ = {"send_s": send_s, "relay_s": relay_s, "cycle_s": time.monotonic() - t0,
                     "wal_b": wal / n, "relay_cpu_s": relay_cpu, "size": size, "dead": dead,
                     "autovacuums": autovacuums,
@@ -149,7 +137,7 @@ def notes(res, args):
         return []
     out = ["outbox: %d cycles of %d send() calls (~200 B JSON, 1000 keys, %d per transaction) "
            "relayed to %d partitions with eventbox.outbox_retention = %d s; a cycle ends when "
-           "its rows are acknowledged and the earlier cycles' rows purged; autovacuum at its "
+           "its rows are acknowledged and the earlier cycles' rows truncated; autovacuum at its "
            "defaults, no VACUUM" % (o["cycles"], o["n"], PER_TRANSACTION, PARTITIONS,
                                     o["retention_s"])]
     for k, r in enumerate(o["runs"], 1):
