@@ -77,14 +77,19 @@ void prepare_write_plans() {
     // view tells an acknowledged row from one in flight by it. Held rows acknowledged leave
     // eventbox.outbox_held. Returns how many acknowledged ids were found.
     Oid ack_types[3] = {INT8ARRAYOID, INT4ARRAYOID, INT8ARRAYOID};
+    // The ids are grouped by table first: each table's insert then takes its one row of the
+    // grouped result (a filter over the ungrouped ids threw away every other table's ids, three
+    // times).
     constexpr const char* kAckInto =
         "a%d AS (INSERT INTO eventbox.outbox_acks_%d (acked_at, max_id, ids, partitions, offsets) "
-        "SELECT now(), max(id), array_agg(id ORDER BY id), array_agg(p ORDER BY id), "
-        "array_agg(o ORDER BY id) FROM j WHERE n = %d HAVING count(*) > 0 RETURNING 1)";
+        "SELECT now(), max_id, ids, ps, os FROM g WHERE n = %d RETURNING 1)";
     ack_plan =
         prepare(psprintf("WITH j AS MATERIALIZED (SELECT r.n, u.id, u.p, u.o "
                          "FROM unnest($1::int8[], $2::int4[], $3::int8[]) AS u(id, p, o) "
                          "JOIN eventbox._outbox_rows r ON r.id = u.id WHERE r.id = ANY ($1)), "
+                         "g AS MATERIALIZED (SELECT n, max(id) AS max_id, "
+                         "array_agg(id ORDER BY id) AS ids, array_agg(p ORDER BY id) AS ps, "
+                         "array_agg(o ORDER BY id) AS os FROM j GROUP BY n), "
                          "%s, %s, %s, "
                          "h AS (DELETE FROM eventbox.outbox_held WHERE id = ANY ($1) RETURNING 1) "
                          "SELECT count(*) FROM j",
@@ -144,19 +149,21 @@ void prepare_write_plans() {
         2, purge_types);
     constexpr const char* kTombstoneInto =
         "t%d AS (INSERT INTO eventbox.outbox_acks_%d (acked_at, max_id, ids, partitions, offsets) "
-        "SELECT '-infinity', max(id), array_agg(id ORDER BY id), array_agg(-1), "
-        "array_agg(-1::int8) FROM j WHERE n = %d HAVING count(*) > 0 RETURNING 1)";
+        "SELECT '-infinity', max_id, ids, ps, os FROM g WHERE n = %d RETURNING 1)";
     Oid purge_ids_type[1] = {INT8ARRAYOID};
     purge_failed_plan = prepare(
-        psprintf("WITH d AS (DELETE FROM eventbox.outbox_held WHERE id = ANY ($1) "
-                 "AND status = 'failed' RETURNING id), "
-                 "j AS MATERIALIZED (SELECT r.n, r.id FROM eventbox._outbox_rows r "
-                 "WHERE r.id = ANY ($1) AND r.id >= coalesce((SELECT least(s.settled_below, "
-                 "lower(s.gaps)) FROM eventbox.outbox_state s WHERE s.n = -1), 0) "
-                 "AND r.id IN (SELECT id FROM d)), %s, %s, %s "
-                 "SELECT count(*) FROM d",
-                 psprintf(kTombstoneInto, 0, 0, 0), psprintf(kTombstoneInto, 1, 1, 1),
-                 psprintf(kTombstoneInto, 2, 2, 2)),
+        psprintf(
+            "WITH d AS (DELETE FROM eventbox.outbox_held WHERE id = ANY ($1) "
+            "AND status = 'failed' RETURNING id), "
+            "j AS MATERIALIZED (SELECT r.n, r.id FROM eventbox._outbox_rows r "
+            "WHERE r.id = ANY ($1) AND r.id >= coalesce((SELECT least(s.settled_below, "
+            "lower(s.gaps)) FROM eventbox.outbox_state s WHERE s.n = -1), 0) "
+            "AND r.id IN (SELECT id FROM d)), "
+            "g AS MATERIALIZED (SELECT n, max(id) AS max_id, array_agg(id ORDER BY id) AS ids, "
+            "array_agg(-1) AS ps, array_agg(-1::int8) AS os FROM j GROUP BY n), %s, %s, %s "
+            "SELECT count(*) FROM d",
+            psprintf(kTombstoneInto, 0, 0, 0), psprintf(kTombstoneInto, 1, 1, 1),
+            psprintf(kTombstoneInto, 2, 2, 2)),
         1, purge_ids_type);
     // Rows users cancelled (deleted from the view before they were sent), once below W: above
     // it their held copy is what keeps them from being read as pending.
