@@ -32,11 +32,19 @@ namespace {
 constexpr const char* kOutboxQuery =
     "SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 "
     "FROM eventbox.outbox WHERE status = 'pending'";
-// The oldest pending row by id (the relay's order) through the view: index probes of the rotated
-// tables from the settled position and of outbox_held; no count.
+// The oldest pending row, from the settled position W and outbox_held rather than through the
+// view (docs/design/outbox-rotation.md): the first rotated row at or above W that is not held
+// (W is the lowest id the relay has not settled, so that row is not acknowledged: no look-up in
+// the ack rows, which grow with what was acknowledged above W while W is held), and the first
+// held row waiting to be sent. Index probes, no count.
 constexpr const char* kOutboxHeadQuery =
-    "SELECT -1::int8, coalesce(extract(epoch FROM now() - (SELECT o.created_at "
-    "FROM eventbox.outbox o WHERE o.status = 'pending' ORDER BY o.id LIMIT 1)), 0)::float8";
+    "SELECT -1::int8, coalesce(extract(epoch FROM now() - least("
+    "(SELECT r.created_at FROM eventbox._outbox_rows r WHERE r.id >= coalesce("
+    "(SELECT s.settled_below FROM eventbox.outbox_state s WHERE s.n = -1), 0) "
+    "AND NOT EXISTS (SELECT FROM eventbox.outbox_held h WHERE h.id = r.id) "
+    "ORDER BY r.id LIMIT 1), "
+    "(SELECT h.created_at FROM eventbox.outbox_held h WHERE h.status = 'pending' "
+    "ORDER BY h.id LIMIT 1))), 0)::float8";
 // The keys dead messages hold back (on_dead 'block_key'), by key_blocks' primary key.
 #define BLOCKED_KEYS                                                            \
     "LATERAL (SELECT count(*) AS keys, coalesce(sum(k.held), 0)::int8 AS held " \

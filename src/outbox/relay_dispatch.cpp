@@ -27,13 +27,41 @@ bool Dispatcher::knows(int64_t id) const noexcept {
 }
 
 int64_t Dispatcher::lowest_unsettled() const noexcept {
-    int64_t low = lowest_unrouted_;
-    for (const auto& f : in_flight_) low = std::min(low, f.first);
-    for (const auto& w : waiting_ids_) low = std::min(low, w.first);
-    for (int64_t id : fetching_ids_) low = std::min(low, id);
-    for (const Acked& a : acked_) low = std::min(low, a.id);
-    for (const Failed& f : failed_) low = std::min(low, f.id);
+    int64_t low = std::numeric_limits<int64_t>::max();
+    auto see = [&](int64_t id) {
+        if (id < low && !held(id)) low = id;
+    };
+    for (int64_t id : hold_) low = std::min(low, id);  // not held until written
+    for (const auto& f : in_flight_) see(f.first);
+    for (const auto& w : waiting_ids_) see(w.first);
+    for (int64_t id : fetching_ids_) see(id);
+    for (const Acked& a : acked_) see(a.id);
+    for (const Failed& f : failed_) see(f.id);
     return low;
+}
+
+std::size_t Dispatcher::hold_stale() {
+    std::vector<int64_t> queued(hold_);
+    std::sort(queued.begin(), queued.end());
+    std::vector<int64_t> now_ids;
+    now_ids.reserve(in_flight_.size() + waiting_ids_.size());
+    auto take = [&](int64_t id) {
+        if (!held(id) && !std::binary_search(queued.begin(), queued.end(), id))
+            now_ids.push_back(id);
+    };
+    for (const auto& f : in_flight_) take(f.first);
+    for (const auto& w : waiting_ids_) take(w.first);
+    std::sort(now_ids.begin(), now_ids.end());
+    std::vector<int64_t> stale, fresh;
+    for (int64_t id : now_ids) {
+        if (std::binary_search(stale_candidates_.begin(), stale_candidates_.end(), id))
+            stale.push_back(id);
+        else
+            fresh.push_back(id);
+    }
+    hold_.insert(hold_.end(), stale.begin(), stale.end());
+    stale_candidates_ = std::move(fresh);
+    return stale.size();
 }
 
 std::size_t Dispatcher::capacity() const noexcept {
@@ -78,9 +106,11 @@ void Dispatcher::produce_now(const Row& row, LaneKey lane, uint64_t seq, int64_t
                            result == Produced::kFailedPermanently, error, now_ms);
             return;
         case Produced::kUnrouted:
-            // Not tracked: its lane's later rows (same topic) have no sink either.
+            // Not tracked: its lane's later rows (same topic) have no sink either. It is held
+            // (unless it is already), so that it does not hold the settled position.
             if (unrouted_++ == 0) unrouted_topic_ = std::string(row.topic);
-            lowest_unrouted_ = std::min(lowest_unrouted_, row.id);
+            if (!row.held) hold_.push_back(row.id);
+            held_ids_.erase(row.id);
             forget_lane_if_idle(lane);
             return;
     }
@@ -96,6 +126,7 @@ void Dispatcher::record_failure(int64_t id, LaneKey lane, uint64_t seq, int32_t 
 }
 
 void Dispatcher::offer(const Row& row, int64_t now_ms) {
+    if (row.held) held_ids_.insert(row.id);
     auto fetched = fetching_ids_.find(row.id);
     if (fetched != fetching_ids_.end()) {
         // A due waiting row came back from the outbox: it is its lane's head, send it.
@@ -197,13 +228,31 @@ void Dispatcher::refetch_done() {
         --waiting_count_;
         if (l.waiting.empty()) blocked_.erase(lane);
         forget_lane_if_idle(lane);
+        held_ids_.erase(id);
     }
     fetching_ids_.clear();
 }
 
-void Dispatcher::clear_outcomes(std::size_t n_acked, std::size_t n_failed) {
-    acked_.erase(acked_.begin(), acked_.begin() + std::min(n_acked, acked_.size()));
-    failed_.erase(failed_.begin(), failed_.begin() + std::min(n_failed, failed_.size()));
+void Dispatcher::clear_outcomes(std::size_t n_acked, std::size_t n_failed, std::size_t n_hold) {
+    n_acked = std::min(n_acked, acked_.size());
+    n_failed = std::min(n_failed, failed_.size());
+    n_hold = std::min(n_hold, hold_.size());
+    // Written and committed: acknowledged and given-up rows are gone; a failed row waiting for
+    // its retry, and a row held too long, now have their copy in outbox_held.
+    for (std::size_t i = 0; i < n_acked; ++i)
+        if (!knows(acked_[i].id)) held_ids_.erase(acked_[i].id);
+    for (std::size_t i = 0; i < n_failed; ++i) {
+        int64_t id = failed_[i].id;
+        if (!failed_[i].give_up && knows(id))
+            held_ids_.insert(id);
+        else if (!knows(id))
+            held_ids_.erase(id);
+    }
+    for (std::size_t i = 0; i < n_hold; ++i)
+        if (knows(hold_[i])) held_ids_.insert(hold_[i]);
+    acked_.erase(acked_.begin(), acked_.begin() + n_acked);
+    failed_.erase(failed_.begin(), failed_.begin() + n_failed);
+    hold_.erase(hold_.begin(), hold_.begin() + n_hold);
 }
 
 int64_t Dispatcher::next_due_ms() const noexcept {

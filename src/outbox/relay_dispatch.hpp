@@ -36,6 +36,9 @@ struct Row {
     int64_t not_before_ms = 0;  // next_attempt_at in epoch ms; 0 when due now
     int64_t created_ms = 0;     // created_at in epoch ms (for the publish latency metric)
     uint64_t tid = 0;           // where the row was read (block << 16 | offset); 0: unknown
+    // Read from eventbox.outbox_held: its copy in the rotated tables is settled as far as the
+    // settled position goes (docs/design/outbox-rotation.md), whatever happens to it here.
+    bool held = false;
     // Sent by a handler (send() in a live run): its subscription and the handled inbox row's
     // received_at in epoch ms (for the end-to-end latency metric); empty and 0 otherwise.
     std::string_view cause_subscription;
@@ -118,7 +121,18 @@ class Dispatcher {
     // while that transaction offered rows) stay for the next write.
     const std::vector<Acked>& acked() const noexcept { return acked_; }
     const std::vector<Failed>& failed() const noexcept { return failed_; }
-    void clear_outcomes(std::size_t n_acked, std::size_t n_failed);
+    // Rows to copy into eventbox.outbox_held without an attempt, oldest first: held too long
+    // (hold_stale()) or taken by no sink. Written with the outcomes, forgotten with them: once
+    // written, failed rows waiting for a retry and these are held (they no longer hold W).
+    const std::vector<int64_t>& to_hold() const noexcept { return hold_; }
+    void clear_outcomes(std::size_t n_acked, std::size_t n_failed, std::size_t n_hold = 0);
+    // The held-too-long rule: queues for to_hold() the rows it tracks that are not held and
+    // were tracked, not held, at the previous call already (in flight, waiting for their turn
+    // or a retry). Called once per eventbox.relay_sweep_interval, it holds a row after one to
+    // two intervals. Returns how many it queued.
+    std::size_t hold_stale();
+    // Whether a written hold or failure made `id` a held row (tests).
+    bool is_held(int64_t id) const noexcept { return held_ids_.count(id) != 0; }
 
     // Rows no sink took (Produced::kUnrouted) since forget_unrouted(), and the topic of the
     // first of them.
@@ -138,8 +152,10 @@ class Dispatcher {
     bool knows(int64_t id) const noexcept;
     // The lowest id it has not settled (INT64_MAX when none): in flight, waiting (its turn or a
     // retry), being re-read, with an outcome not yet forgotten (clear_outcomes()), or offered and
-    // taken by no sink. Every id below it that the relay read is settled: the relay's settled
-    // position (docs/design/outbox-rotation.md) never passes it.
+    // taken by no sink and not yet held; rows held (read from outbox_held, or copied there by a
+    // written failure or hold) are settled as far as it goes. Every id below it that the relay
+    // read is settled: the relay's settled position (docs/design/outbox-rotation.md) never
+    // passes it.
     int64_t lowest_unsettled() const noexcept;
     // The subscription behind Acked::cause_subscription ("" for 0). Names are kept for the
     // dispatcher's life: they are the subscriptions whose handlers sent, a short list.
@@ -179,6 +195,7 @@ class Dispatcher {
     void wait_in_lane(LaneKey lane, uint64_t seq, int64_t id, int64_t due_ms);
     void produce_now(const Row& row, LaneKey lane, uint64_t seq, int64_t now_ms);
     void forget_lane_if_idle(LaneKey lane);
+    bool held(int64_t id) const noexcept { return !held_ids_.empty() && held_ids_.count(id) != 0; }
     // The index of a row's cause subscription (0: none), added on first use.
     uint32_t subscription_index(const Row& row);
     // Records a failed attempt of row `id` and schedules its retry unless it gives up.
@@ -200,7 +217,9 @@ class Dispatcher {
     std::vector<Failed> failed_;
     std::size_t unrouted_ = 0;
     std::string unrouted_topic_;
-    int64_t lowest_unrouted_ = INT64_MAX;  // rows no sink took stay unsettled
+    std::vector<int64_t> hold_;              // to copy into outbox_held (to_hold())
+    std::unordered_set<int64_t> held_ids_;   // tracked rows with a committed held copy
+    std::vector<int64_t> stale_candidates_;  // tracked, not held, at the last hold_stale()
     std::vector<std::string> subscriptions_{std::string()};
     std::unordered_map<std::string, uint32_t> subscription_ids_;
     uint32_t last_subscription_ = 0;  // the last one looked up: a handler's sends come in runs

@@ -29,31 +29,55 @@ namespace {
 
 SPIPlanPtr claim_plan, range_plan, refetch_plan, prepared_plan, prepared_writers_plan;
 
-// Through the view eventbox.outbox (docs/design/outbox-rotation.md): its pending rows are the
-// rotated tables' rows not settled (at or above the settled position, or in a stored gap, and
-// in no ack row) and the held rows waiting for a retry.
-constexpr const char* kRowColumns =
-    "SELECT id, message_id, topic, key, payload, headers, attempts, next_attempt_at, created_at, "
-    "cause_subscription, cause_received_at FROM eventbox.outbox ";
+// The rotated tables and eventbox.outbox_held directly, not through the view eventbox.outbox
+// (docs/design/outbox-rotation.md), merged in id order: the rotated rows not settled (at or
+// above the settled position W or in a stored gap, not held, in no ack row; `low` is the lower
+// of W and the lowest gap, an index bound) and every held row, with the kind of the row last: 0
+// a rotated row, 1 a held row waiting to be sent (its columns are outbox_held's: a user may have
+// changed them), 2 a held row given up or cancelled (not offered; a claim steps over it). Held
+// rows are read whatever W is: W passes them, their copy in the rotated tables is settled. A
+// restarted relay (cursor 0) thus reads a key's held row before its later rows: ids in order.
+// Each branch has its own ORDER BY and LIMIT, so that both are planned as ordered index scans
+// (the rotated tables' as a merge of their primary keys) and merged, each bounded by the batch;
+// without them the join branch is planned unordered and sorted whole.
+// %1$s: the id condition of a branch; %2$s: the other branch's; %3$s: the LIMIT clause.
+constexpr const char* kRowsSql =
+    "SELECT * FROM (("
+    "SELECT r.id, r.message_id, r.topic, r.key, r.payload, r.headers, 0 AS attempts, "
+    "NULL::timestamptz AS next_attempt_at, r.created_at, r.cause_subscription, "
+    "r.cause_received_at, 0 AS kind "
+    "FROM eventbox._outbox_rows r "
+    "WHERE %1$s AND r.id >= coalesce((SELECT least(s.settled_below, lower(s.gaps)) "
+    "FROM eventbox.outbox_state s WHERE s.n = -1), 0) "
+    "AND (r.id >= coalesce((SELECT s.settled_below FROM eventbox.outbox_state s "
+    "WHERE s.n = -1), 0) OR (SELECT s.gaps FROM eventbox.outbox_state s WHERE s.n = -1) @> r.id) "
+    "AND NOT EXISTS (SELECT FROM eventbox.outbox_held h WHERE h.id = r.id) "
+    "AND NOT EXISTS (SELECT FROM eventbox._outbox_acks a "
+    "WHERE a.max_id >= r.id AND r.id = ANY (a.ids)) ORDER BY r.id%3$s"
+    ") UNION ALL ("
+    "SELECT h.id, h.message_id, h.topic, h.key, h.payload, h.headers, h.attempts, "
+    "h.next_attempt_at, h.created_at, h.cause_subscription, h.cause_received_at, "
+    "CASE WHEN h.status = 'pending' THEN 1 ELSE 2 END "
+    "FROM eventbox.outbox_held h WHERE %2$s ORDER BY h.id%3$s"
+    ")) AS o ORDER BY id%3$s";
+
+char* rows_sql(const char* condition, const char* limit) {
+    char* rotated = psprintf(condition, "r.id");
+    char* held = psprintf(condition, "h.id");
+    return psprintf(kRowsSql, rotated, held, limit);
+}
 
 }  // namespace
 
 void prepare_read_plans() {
     if (claim_plan != nullptr) return;
     Oid claim_types[2] = {INT8OID, INT4OID};
-    claim_plan = worker::prepare_kept(
-        kWho, psprintf("%s WHERE status = 'pending' AND id > $1 ORDER BY id LIMIT $2", kRowColumns),
-        2, claim_types);
+    claim_plan = worker::prepare_kept(kWho, rows_sql("%s > $1", " LIMIT $2"), 2, claim_types);
     Oid range_types[3] = {INT8OID, INT8OID, INT4OID};
-    range_plan = worker::prepare_kept(kWho,
-                                      psprintf("%s WHERE status = 'pending' AND id >= $1 AND "
-                                               "id <= $2 ORDER BY id LIMIT $3",
-                                               kRowColumns),
-                                      3, range_types);
+    range_plan = worker::prepare_kept(kWho, rows_sql("%1$s >= $1 AND %1$s <= $2", " LIMIT $3"), 3,
+                                      range_types);
     Oid ids_type[1] = {INT8ARRAYOID};
-    refetch_plan = worker::prepare_kept(
-        kWho, psprintf("%s WHERE id = ANY($1) AND status = 'pending' ORDER BY id", kRowColumns), 1,
-        ids_type);
+    refetch_plan = worker::prepare_kept(kWho, rows_sql("%s = ANY ($1)", ""), 1, ids_type);
     // Whether a transaction is prepared, from shared memory (the function, not the view: the
     // view joins pg_authid, which only a superuser may read).
     prepared_plan = worker::prepare_kept(
@@ -182,8 +206,9 @@ XLogRecPtr inserted_wal_end() {
     return next;
 }
 
-// Offers every row of the last SPI result to the dispatcher (and, for the claim scan `scan`,
-// records its id); *last_id gets the last row's id. Returns the rows read.
+// Offers every row of the last SPI result to the dispatcher but held rows not to be sent (and,
+// for the claim scan `scan`, records every id); *last_id gets the last row's id. Returns the
+// rows read.
 int64 offer_result(int64* last_id, bool scan) {
     SPITupleTable* table = SPI_tuptable;
     TupleDesc desc = table->tupdesc;
@@ -194,12 +219,20 @@ int64 offer_result(int64* last_id, bool scan) {
     }
     // One pass over each tuple: SPI_getbinval() per column walked the row from its start for
     // every column behind a variable-length one.
-    constexpr int kColumns = 11;
+    constexpr int kColumns = 12;
     if (desc->natts != kColumns) elog(ERROR, "eventbox relay: unexpected row shape");
     Datum v[kColumns];
     bool null[kColumns];
     for (uint64 i = 0; i < SPI_processed; ++i) {
         heap_deform_tuple(table->vals[i], desc, v, null);
+        int32 kind = DatumGetInt32(v[11]);
+        if (kind == 2) {
+            // Held and given up or cancelled: not sent; a claim steps over it (no gap).
+            int64 id = DatumGetInt64(v[0]);
+            if (scan) rechecks.scanned(id);
+            *last_id = id;
+            continue;
+        }
         relay::Row row;
         row.id = DatumGetInt64(v[0]);
         char uuid_text[37];
@@ -224,6 +257,7 @@ int64 offer_result(int64* last_id, bool scan) {
         row.not_before_ms = null[7] ? 0 : DatumGetTimestampTz(v[7]) / 1000;
         row.created_ms = DatumGetTimestampTz(v[8]) / 1000;
         row.tid = 0;  // nothing is written at the row's place: it is settled by position
+        row.held = kind == 1;
         if (!null[9] && !null[10]) {
             text* sub = DatumGetTextPP(v[9]);
             row.cause_subscription = std::string_view(VARDATA_ANY(sub), VARSIZE_ANY_EXHDR(sub));
@@ -278,7 +312,7 @@ void refetch_due() {
     dispatcher.refetch_done();
 }
 
-// Re-reads pending rows in [lo, hi] (late commits, sweeps). Returns false when the dispatcher
+// Re-reads pending rows in [lo, hi] (late commits). Returns false when the dispatcher
 // ran out of room before the whole range was read.
 bool read_range(int64 lo, int64 hi) {
     while (lo <= hi) {

@@ -151,8 +151,12 @@ void PgDispatcher::refetch_done() {
     call_cpp([&] { dispatcher_->refetch_done(); });
 }
 
-void PgDispatcher::clear_outcomes(std::size_t n_acked, std::size_t n_failed) {
-    call_cpp([&] { dispatcher_->clear_outcomes(n_acked, n_failed); });
+void PgDispatcher::clear_outcomes(std::size_t n_acked, std::size_t n_failed, std::size_t n_hold) {
+    call_cpp([&] { dispatcher_->clear_outcomes(n_acked, n_failed, n_hold); });
+}
+
+std::size_t PgDispatcher::hold_stale() {
+    return call_cpp([&] { return dispatcher_->hold_stale(); });
 }
 
 void PgRechecks::create() {
@@ -161,10 +165,6 @@ void PgRechecks::create() {
         writers_ = new std::vector<uint32_t>();
         scan_ids_ = new std::vector<int64_t>();
     });
-}
-
-void PgRechecks::add_sweep(int64 cursor) {
-    call_cpp([&] { rechecks_->add(1, cursor, {}); });
 }
 
 namespace {

@@ -28,7 +28,7 @@ namespace eventbox::relay_worker {
 
 namespace {
 
-TimestampTz last_sweep = 0;          // last full re-read of pending rows
+TimestampTz last_tick = 0;           // last held-too-long tick (eventbox.relay_sweep_interval)
 char* config_fingerprint = nullptr;  // settings the current producer was built with
 bool needs_reset = true;             // rebuild producer and dispatcher before the next pass
 WaitEventSet* wait_set = nullptr;
@@ -62,8 +62,8 @@ void shutdown_relay(int, Datum) {
     destroy_state();
 }
 
-// Rows for Kafka read while it is not configured: they stay pending, said in the log at most
-// once a minute (they are read again at every sweep).
+// Rows for Kafka read while it is not configured: they stay pending (held, so that they do not
+// hold W, and read again after the next reset), said in the log at most once a minute.
 worker::LogRate unrouted_rate{1, 60000};
 std::size_t unrouted_since_line = 0;
 
@@ -156,6 +156,7 @@ bool run_pass() {
     // producer at once), which stay for the next pass.
     std::size_t acked = dispatcher.acked().size();
     std::size_t failed = dispatcher.failed().size();
+    std::size_t held = dispatcher.to_hold().size();
 
     worker::begin_work(kWho);  // now() of this transaction
     prepare_read_plans();
@@ -163,21 +164,27 @@ bool run_pass() {
     write_outcomes();
     PopActiveSnapshot();
 
-    // Which gaps are read for the last time must be decided before the snapshot is taken.
+    // Once per eventbox.relay_sweep_interval: rows tracked since the last tick and still not
+    // settled are held (written by the next pass), so that a stalled destination or a long
+    // retry does not hold W (docs/design/outbox-rotation.md, "held too long"); and the HTTP
+    // destinations are read again for changes no trigger announced.
     TimestampTz now = GetCurrentTimestamp();
-    bool sweep = TimestampDifferenceExceeds(last_sweep, now, guc::relay_sweep_interval_s * 1000);
-    if (sweep) last_sweep = now;
-    if (sweep && cursor > 0) rechecks.add_sweep(cursor);
+    bool tick = TimestampDifferenceExceeds(last_tick, now, guc::relay_sweep_interval_s * 1000);
+    if (tick) {
+        last_tick = now;
+        dispatcher.hold_stale();
+    }
+    // Which gaps are read for the last time must be decided before the snapshot is taken.
     int n_ranges = 0;
     relay::IdRange* ranges = rechecks.begin_pass(&n_ranges);
 
     http_client.before_snapshot();
     PushActiveSnapshot(GetTransactionSnapshot());
     // The rows this snapshot shows are routed only by destinations that show every change it
-    // shows (outbox/relay_routes.hpp); a sweep also looks for changes no trigger announced.
-    if (!http_client.current(sweep)) {
+    // shows (outbox/relay_routes.hpp); the tick also looks for changes no trigger announced.
+    if (!http_client.current(tick)) {
         worker::end_work();
-        settle_outcomes(acked, failed);
+        settle_outcomes(acked, failed, held);
         needs_reset = true;
         return true;
     }
@@ -189,7 +196,7 @@ bool run_pass() {
     if (purge_outbox(now)) more = true;
     worker::end_work();
     pgstat_report_stat(false);  // lets autovacuum see outbox_held's deletes
-    settle_outcomes(acked, failed);
+    settle_outcomes(acked, failed, held);
     return !dispatcher.failed().empty() || more;
 }
 

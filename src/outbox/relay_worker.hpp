@@ -70,8 +70,9 @@ class PgHttpClient {
     void before_snapshot();
     // After the pass's snapshot, in its transaction: whether the loaded destinations are right
     // for every row the snapshot shows. Reads them in it when a change moved the generation,
-    // one was committing when they were loaded, or `recheck` asks for it (the periodic sweep:
-    // changes no trigger announced). False: the relay must load them again.
+    // one was committing when they were loaded, or `recheck` asks for it (once per
+    // eventbox.relay_sweep_interval: changes no trigger announced). False: the relay must load
+    // them again.
     bool current(bool recheck);
     int event_fd() const noexcept { return client_->event_fd(); }
     // Milliseconds until the client's next timeout (-1: none).
@@ -114,6 +115,10 @@ class PgDispatcher {
     // Outcomes waiting to be written back, oldest first.
     const std::vector<relay::Acked>& acked() const noexcept { return dispatcher_->acked(); }
     const std::vector<relay::Failed>& failed() const noexcept { return dispatcher_->failed(); }
+    // Rows to copy into eventbox.outbox_held (relay::Dispatcher::to_hold()).
+    const std::vector<int64_t>& to_hold() const noexcept { return dispatcher_->to_hold(); }
+    // The held-too-long rule's tick (relay::Dispatcher::hold_stale()).
+    std::size_t hold_stale();
     // The subscription behind relay::Acked::cause_subscription.
     const char* subscription_name(uint32_t index) const noexcept {
         return dispatcher_->subscription_name(index).c_str();
@@ -134,8 +139,8 @@ class PgDispatcher {
     // count. After they were read and offered, refetch_done().
     int64* due_ids(int64 now, std::size_t max, int* n);
     void refetch_done();
-    // Forgets the first outcomes, written by a transaction that committed.
-    void clear_outcomes(std::size_t n_acked, std::size_t n_failed);
+    // Forgets the first outcomes and holds, written by a transaction that committed.
+    void clear_outcomes(std::size_t n_acked, std::size_t n_failed, std::size_t n_hold);
     // Rows for Kafka read while it is not configured (relay::Dispatcher::unrouted()): their
     // count since the last call, and in `topic` (palloc'd) the topic of the first.
     std::size_t take_unrouted(char** topic);
@@ -167,8 +172,6 @@ class PgRechecks {
     bool empty() const noexcept { return rechecks_->empty(); }
     // The lowest id of the gaps kept (INT64_MAX when none).
     int64 lowest() const noexcept { return rechecks_->lowest(); }
-    // Adds [1, cursor] for the periodic sweep.
-    void add_sweep(int64 cursor);
     // Starts a pass (before its snapshot): the ranges to read, palloc'd; *n gets their count.
     relay::IdRange* begin_pass(int* n);
     // Ends the pass in which the first `fully_read` ranges were read whole.
@@ -221,16 +224,18 @@ bool read_rows(const relay::IdRange* ranges, int n_ranges);
 void init_write_state();
 // Prepares the write statements once per process.
 void prepare_write_plans();
-// Writes the dispatcher's acknowledged and failed deliveries back to the outbox.
+// Writes the dispatcher's rows to hold, and its acknowledged and failed deliveries, back to the
+// outbox.
 void write_outcomes();
-// After the transaction that wrote the first `acked` and `failed` outcomes committed: forgets
-// them and counts them (worker slot, metrics).
-void settle_outcomes(std::size_t acked, std::size_t failed);
+// After the transaction that wrote the first `acked` and `failed` outcomes and `held` holds
+// committed: forgets them and counts them (worker slot, metrics).
+void settle_outcomes(std::size_t acked, std::size_t failed, std::size_t held);
 // Stores the settled position W (docs/design/outbox-rotation.md) when it moved: every row read
 // below it is settled (acknowledged in an ack row, or held), and no gap kept reaches below it.
 void store_position();
-// Deletes given-up held rows past eventbox.dead_retention, at most once a second (`now`) unless
-// the last purge was full. Returns true when it was full (more rows to purge).
+// Deletes given-up held rows past eventbox.dead_retention (whatever W is), and cancelled ones
+// below W, at most once a second (`now`) unless the last purge was full. Returns true when it
+// was full (more rows to purge).
 bool purge_outbox(TimestampTz now);
 
 }  // namespace eventbox::relay_worker

@@ -23,7 +23,8 @@ namespace eventbox::relay_worker {
 
 namespace {
 
-SPIPlanPtr ack_plan, failed_plan, position_plan, purge_failed_plan, purge_cancelled_plan;
+SPIPlanPtr ack_plan, failed_plan, hold_plan, position_plan, purge_failed_ids_plan,
+    purge_failed_plan, purge_cancelled_plan;
 
 metrics::LocalHistogram* latency = nullptr;  // publish latencies of the outcomes being written
 // Rows the outcomes written in the current transaction took out of 'pending' (acknowledged,
@@ -76,14 +77,19 @@ void prepare_write_plans() {
     // view tells an acknowledged row from one in flight by it. Held rows acknowledged leave
     // eventbox.outbox_held. Returns how many acknowledged ids were found.
     Oid ack_types[3] = {INT8ARRAYOID, INT4ARRAYOID, INT8ARRAYOID};
+    // The ids are grouped by table first: each table's insert then takes its one row of the
+    // grouped result (a filter over the ungrouped ids threw away every other table's ids, three
+    // times).
     constexpr const char* kAckInto =
         "a%d AS (INSERT INTO eventbox.outbox_acks_%d (acked_at, max_id, ids, partitions, offsets) "
-        "SELECT now(), max(id), array_agg(id ORDER BY id), array_agg(p ORDER BY id), "
-        "array_agg(o ORDER BY id) FROM j WHERE n = %d HAVING count(*) > 0 RETURNING 1)";
+        "SELECT now(), max_id, ids, ps, os FROM g WHERE n = %d RETURNING 1)";
     ack_plan =
         prepare(psprintf("WITH j AS MATERIALIZED (SELECT r.n, u.id, u.p, u.o "
                          "FROM unnest($1::int8[], $2::int4[], $3::int8[]) AS u(id, p, o) "
                          "JOIN eventbox._outbox_rows r ON r.id = u.id WHERE r.id = ANY ($1)), "
+                         "g AS MATERIALIZED (SELECT n, max(id) AS max_id, "
+                         "array_agg(id ORDER BY id) AS ids, array_agg(p ORDER BY id) AS ps, "
+                         "array_agg(o ORDER BY id) AS os FROM j GROUP BY n), "
                          "%s, %s, %s, "
                          "h AS (DELETE FROM eventbox.outbox_held WHERE id = ANY ($1) RETURNING 1) "
                          "SELECT count(*) FROM j",
@@ -91,24 +97,39 @@ void prepare_write_plans() {
                          psprintf(kAckInto, 2, 2, 2)),
                 3, ack_types);
     // A failed attempt holds the row (a full copy: it outlives its rotated table) with its
-    // attempts, error and retry time, or given up; a row held already counts one more attempt.
-    // A row a user cancelled meanwhile stays cancelled.
+    // attempts, error and retry time, or given up; a row held already counts one more attempt
+    // there (its rotated copy may be truncated). A row a user cancelled meanwhile stays
+    // cancelled.
     Oid failed_types[4] = {INT8ARRAYOID, TEXTARRAYOID, INT8ARRAYOID, BOOLARRAYOID};
     failed_plan = prepare(
-        "INSERT INTO eventbox.outbox_held AS h (id, message_id, topic, key, payload, headers, "
+        "WITH u AS (SELECT * FROM unnest($1::int8[], $2::text[], $3::int8[], $4::bool[]) "
+        "AS u(id, err, delay, give_up)), "
+        "again AS (UPDATE eventbox.outbox_held h SET attempts = h.attempts + 1, "
+        "last_error = u.err, next_attempt_at = now() + u.delay * interval '1 millisecond', "
+        "status = CASE WHEN u.give_up THEN 'failed' ELSE h.status END "
+        "FROM u WHERE h.id = u.id AND h.id = ANY ($1) AND h.status = 'pending' RETURNING 1) "
+        "INSERT INTO eventbox.outbox_held (id, message_id, topic, key, payload, headers, "
         "created_at, cause_subscription, cause_received_at, status, attempts, next_attempt_at, "
         "last_error) "
         "SELECT r.id, r.message_id, r.topic, r.key, r.payload, r.headers, r.created_at, "
         "r.cause_subscription, r.cause_received_at, "
         "CASE WHEN u.give_up THEN 'failed' ELSE 'pending' END, 1, "
         "now() + u.delay * interval '1 millisecond', u.err "
-        "FROM unnest($1::int8[], $2::text[], $3::int8[], $4::bool[]) AS u(id, err, delay, give_up) "
-        "JOIN eventbox._outbox_rows r ON r.id = u.id WHERE r.id = ANY ($1) "
-        "ON CONFLICT (id) DO UPDATE SET attempts = h.attempts + 1, "
-        "last_error = EXCLUDED.last_error, next_attempt_at = EXCLUDED.next_attempt_at, "
-        "status = CASE WHEN EXCLUDED.status = 'failed' THEN 'failed' ELSE h.status END "
-        "WHERE h.status = 'pending'",
+        "FROM u JOIN eventbox._outbox_rows r ON r.id = u.id WHERE r.id = ANY ($1) "
+        "AND NOT EXISTS (SELECT FROM eventbox.outbox_held h WHERE h.id = r.id) "
+        "ON CONFLICT (id) DO NOTHING",
         4, failed_types);
+    // Held too long, or taken by no sink: copied into outbox_held as they are (no attempt), so
+    // that they no longer hold W. A row held already (failed, changed or cancelled by a user)
+    // stays as it is.
+    Oid hold_types[1] = {INT8ARRAYOID};
+    hold_plan = prepare(
+        "INSERT INTO eventbox.outbox_held (id, message_id, topic, key, payload, headers, "
+        "created_at, cause_subscription, cause_received_at, status, attempts) "
+        "SELECT r.id, r.message_id, r.topic, r.key, r.payload, r.headers, r.created_at, "
+        "r.cause_subscription, r.cause_received_at, 'pending', 0 "
+        "FROM eventbox._outbox_rows r WHERE r.id = ANY ($1) ON CONFLICT (id) DO NOTHING",
+        1, hold_types);
     // W only moves forward: after a reset the relay knows less, never that a settled row is not.
     Oid position_types[1] = {INT8OID};
     position_plan = prepare(
@@ -116,17 +137,34 @@ void prepare_write_plans() {
         "VALUES (-1, $1, '{}', 0) ON CONFLICT (n) DO UPDATE "
         "SET settled_below = EXCLUDED.settled_below WHERE s.settled_below < EXCLUDED.settled_below",
         1, position_types);
-    // eventbox.dead_retention: given-up held rows by age, only below W (a held row above it
-    // would be pending again without its held copy). The ids are an array, not an IN
-    // (subquery), for the reason the purges always had: no merge over a whole index.
+    // eventbox.dead_retention: given-up held rows by age, whatever W is. The ids first (an
+    // array, not an IN (subquery), for the reason the purges always had: no merge over a whole
+    // index), then their delete; a purged row whose rotated copy is not settled by W yet gets a
+    // tombstone ack row (acked_at -infinity: never shown as sent, and old for the truncate), so
+    // that the copy does not read as pending again.
     Oid purge_types[2] = {INT4OID, INT4OID};
-    purge_failed_plan = prepare(
-        "DELETE FROM eventbox.outbox_held WHERE id = ANY (ARRAY(SELECT id FROM "
-        "eventbox.outbox_held WHERE status = 'failed' "
-        "AND created_at < now() - $1 * interval '1 second' "
-        "AND id < (SELECT settled_below FROM eventbox.outbox_state WHERE n = -1) "
-        "ORDER BY created_at LIMIT $2))",
+    purge_failed_ids_plan = prepare(
+        "SELECT ARRAY(SELECT id FROM eventbox.outbox_held WHERE status = 'failed' "
+        "AND created_at < now() - $1 * interval '1 second' ORDER BY created_at LIMIT $2)",
         2, purge_types);
+    constexpr const char* kTombstoneInto =
+        "t%d AS (INSERT INTO eventbox.outbox_acks_%d (acked_at, max_id, ids, partitions, offsets) "
+        "SELECT '-infinity', max_id, ids, ps, os FROM g WHERE n = %d RETURNING 1)";
+    Oid purge_ids_type[1] = {INT8ARRAYOID};
+    purge_failed_plan = prepare(
+        psprintf(
+            "WITH d AS (DELETE FROM eventbox.outbox_held WHERE id = ANY ($1) "
+            "AND status = 'failed' RETURNING id), "
+            "j AS MATERIALIZED (SELECT r.n, r.id FROM eventbox._outbox_rows r "
+            "WHERE r.id = ANY ($1) AND r.id >= coalesce((SELECT least(s.settled_below, "
+            "lower(s.gaps)) FROM eventbox.outbox_state s WHERE s.n = -1), 0) "
+            "AND r.id IN (SELECT id FROM d)), "
+            "g AS MATERIALIZED (SELECT n, max(id) AS max_id, array_agg(id ORDER BY id) AS ids, "
+            "array_agg(-1) AS ps, array_agg(-1::int8) AS os FROM j GROUP BY n), %s, %s, %s "
+            "SELECT count(*) FROM d",
+            psprintf(kTombstoneInto, 0, 0, 0), psprintf(kTombstoneInto, 1, 1, 1),
+            psprintf(kTombstoneInto, 2, 2, 2)),
+        1, purge_ids_type);
     // Rows users cancelled (deleted from the view before they were sent), once below W: above
     // it their held copy is what keeps them from being read as pending.
     Oid cancelled_types[1] = {INT4OID};
@@ -203,16 +241,27 @@ void write_failed() {
                          failed[0].error.c_str())));
 }
 
+// Rows to hold: copied into outbox_held (see hold_plan). Before the acknowledgements, which
+// delete the held copy of a row acknowledged in the meantime.
+void write_holds() {
+    const std::vector<int64_t>& hold = dispatcher.to_hold();
+    int n = static_cast<int>(hold.size());
+    if (n == 0) return;
+    Datum values[1] = {PointerGetDatum(int8_array(hold.data(), n))};
+    exec(hold_plan, values, false, SPI_OK_INSERT);
+}
+
 }  // namespace
 
 void write_outcomes() {
     settled_in_transaction = 0;
+    write_holds();
     write_acked();
     write_failed();
 }
 
-void settle_outcomes(std::size_t acked, std::size_t failed) {
-    dispatcher.clear_outcomes(acked, failed);
+void settle_outcomes(std::size_t acked, std::size_t failed, std::size_t held) {
+    dispatcher.clear_outcomes(acked, failed, held);
     shmem::count_messages(acked);
     if (acked > 0) metrics::relay_published(acked, *latency);
     for (int i = 0; i < e2e_used; ++i) metrics::e2e_observed(e2e[i].name, e2e[i].histogram);
@@ -243,9 +292,20 @@ bool purge_outbox(TimestampTz now) {
     if (guc::dead_retention_s > 0) {
         Datum values[2] = {Int32GetDatum(guc::dead_retention_s),
                            Int32GetDatum(guc::relay_batch_size)};
-        exec(purge_failed_plan, values, false, SPI_OK_DELETE);
-        purged = SPI_processed;
-        full = full || purged == static_cast<uint64>(guc::relay_batch_size);
+        exec(purge_failed_ids_plan, values, true, SPI_OK_SELECT);
+        bool isnull;
+        Datum ids = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+        int n = isnull ? 0
+                       : ArrayGetNItems(ARR_NDIM(DatumGetArrayTypeP(ids)),
+                                        ARR_DIMS(DatumGetArrayTypeP(ids)));
+        if (n > 0) {
+            // The array lives in SPI's result memory: copy it out before the next statement.
+            Datum kept[1] = {PointerGetDatum(DatumGetArrayTypePCopy(ids))};
+            exec(purge_failed_plan, kept, false, SPI_OK_SELECT);
+            purged = static_cast<uint64>(DatumGetInt64(
+                SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)));
+        }
+        full = full || n == guc::relay_batch_size;
     }
     PopActiveSnapshot();
     metrics::purged(metrics::PurgedTable::kOutbox, purged);

@@ -233,7 +233,7 @@ void define_relay() {
         &relay_max_attempts, 5, 1, 1000000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
     DefineCustomIntVariable(
         "eventbox.relay_sweep_interval",
-        "How often the relay re-reads all pending rows as a safety net (e.g. two-phase commits).",
+        "How long a row may stay unsettled in the relay before it is copied into outbox_held.",
         nullptr, &relay_sweep_interval_s, 60, 1, 24 * 3600, PGC_SIGHUP, GUC_UNIT_S, nullptr,
         nullptr, nullptr);
 }

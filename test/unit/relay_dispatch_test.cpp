@@ -969,12 +969,64 @@ TEST(Dispatcher, LowestUnsettledCoversEveryRowNotWrittenBack) {
     EXPECT_EQ(d.lowest_unsettled(), 5);
     d.clear_outcomes(1, 0);
     EXPECT_EQ(d.lowest_unsettled(), 6) << "6 is in flight now, 7 too";
-    // A failed attempt waits for its retry: unsettled.
+    // A failed attempt waits for its retry: unsettled until its held copy is written.
     fail(d, 6, 20);
-    d.clear_outcomes(0, d.failed().size());
     ack(d, 7, 20);
-    d.clear_outcomes(1, 0);
     EXPECT_EQ(d.lowest_unsettled(), 6);
+    d.clear_outcomes(1, d.failed().size());
+    EXPECT_TRUE(d.is_held(6));
+    EXPECT_EQ(d.lowest_unsettled(), std::numeric_limits<int64_t>::max())
+        << "6 waits for its retry in outbox_held: its rotated copy is settled";
+}
+
+TEST(Dispatcher, HeldRowsDoNotHoldTheSettledPosition) {
+    FakeSink sink;
+    Dispatcher d(sink, small_limits(), 1);
+    TestRow a = keyed(5, "a"), b = keyed(9, "a"), c = keyed(12, "c");
+    Row held = a.row();
+    held.held = true;  // read from outbox_held
+    d.offer(held, 0);
+    d.offer(b.row(), 0);  // in flight behind 5 in its lane: not held, unsettled
+    d.offer(c.row(), 0);
+    EXPECT_EQ(sink.produced, (std::vector<int64_t>{5, 9, 12}));
+    EXPECT_EQ(d.lowest_unsettled(), 9);
+    // Acknowledged: gone, and forgotten as held once written.
+    ack(d, 5, 10);
+    d.clear_outcomes(1, 0);
+    EXPECT_FALSE(d.is_held(5));
+    EXPECT_EQ(d.lowest_unsettled(), 9);
+}
+
+TEST(Dispatcher, RowsTrackedTooLongAreHeld) {
+    FakeSink sink;
+    Dispatcher d(sink, small_limits(), 1);
+    TestRow a = keyed(5, "a"), b = keyed(6, "a"), c = keyed(7, "c");
+    d.offer(a.row(), 0);  // in flight
+    d.offer(b.row(), 0);  // in flight behind 5
+    EXPECT_EQ(d.hold_stale(), 0u) << "first seen: not held yet";
+    d.offer(c.row(), 0);  // arrives after the first tick
+    EXPECT_EQ(d.hold_stale(), 2u) << "5 and 6 were tracked at the previous tick";
+    EXPECT_EQ(d.to_hold(), (std::vector<int64_t>{5, 6}));
+    EXPECT_EQ(d.hold_stale(), 1u) << "7 now too; 5 and 6 are queued once";
+    EXPECT_EQ(d.to_hold(), (std::vector<int64_t>{5, 6, 7}));
+    // Until the hold is written they hold the settled position.
+    EXPECT_EQ(d.lowest_unsettled(), 5);
+    d.clear_outcomes(0, 0, 2);
+    EXPECT_TRUE(d.is_held(5));
+    EXPECT_TRUE(d.is_held(6));
+    EXPECT_EQ(d.lowest_unsettled(), 7);
+    d.clear_outcomes(0, 0, 1);
+    EXPECT_EQ(d.lowest_unsettled(), std::numeric_limits<int64_t>::max());
+    EXPECT_EQ(d.hold_stale(), 0u) << "held rows are not held again";
+    // Held, they go on as before: 6 fails and waits for its retry, then goes out again.
+    ack(d, 5, 10);
+    fail(d, 6, 10);
+    d.clear_outcomes(1, 1);
+    EXPECT_FALSE(d.is_held(5)) << "acknowledged: forgotten";
+    EXPECT_TRUE(d.is_held(6));
+    EXPECT_EQ(d.lowest_unsettled(), std::numeric_limits<int64_t>::max());
+    EXPECT_EQ(refetch(d, {{6, b}}, 10000), std::vector<int64_t>{6});
+    EXPECT_EQ(sink.produced, (std::vector<int64_t>{5, 6, 7, 6}));
 }
 
 TEST(Dispatcher, RowsNoSinkTakesStayUnsettled) {
@@ -988,6 +1040,16 @@ TEST(Dispatcher, RowsNoSinkTakesStayUnsettled) {
     d.clear_outcomes(1, 0);
     d.forget_unrouted();
     EXPECT_EQ(d.lowest_unsettled(), 3) << "read while Kafka is not configured: not settled";
+    EXPECT_EQ(d.to_hold(), std::vector<int64_t>{3});
+    d.clear_outcomes(0, 0, 1);
+    EXPECT_EQ(d.lowest_unsettled(), std::numeric_limits<int64_t>::max())
+        << "held: it is read again from outbox_held after a reset";
+    // Read again from outbox_held, still no sink: not held a second time.
+    Row again = kafka_row.row();
+    again.held = true;
+    d.offer(again, 20);
+    EXPECT_TRUE(d.to_hold().empty());
+    EXPECT_EQ(d.lowest_unsettled(), std::numeric_limits<int64_t>::max());
 }
 
 }  // namespace

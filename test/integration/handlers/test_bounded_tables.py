@@ -2,7 +2,8 @@
 forgotten, so that nothing grows for as long as the server runs.
 
 - failed outbox rows (the relay gave up on them) are purged after eventbox.dead_retention, like
-  dead inbox rows (0 = kept until an operator acts); before, nothing ever deleted them;
+  dead inbox rows (0 = kept until an operator acts), whatever the relay's settled position is;
+  before, nothing ever deleted them;
 - sent outbox rows kept under an earlier eventbox.outbox_retention are purged when it is set to
   0; before, the relay purged only while it was above 0, and they stayed forever;
 - the supervisor's last purge batches reach the statistics (what autovacuum goes by) also when
@@ -41,11 +42,25 @@ def insert_outbox(conn, topic, status, n, age):
           FROM generate_series(1, %s) g""", (topic, status, age, status, age, status, n))
 
 
+def settled_below(conn):
+    return query_one(conn, "SELECT coalesce((SELECT settled_below FROM eventbox.outbox_state "
+                           "WHERE n = -1), 0)")
+
+
 def test_failed_outbox_rows_are_purged_after_dead_retention(conn, settings):
+    """Given-up rows live in eventbox.outbox_held: they are purged whatever the relay's settled
+    position W is (docs/design/outbox-rotation.md). Here W stays below them for the whole test:
+    a transaction that drew an outbox id before them is left open, and the relay keeps its gap
+    (W never passes a kept gap). Their copies in the rotated tables must not come back as
+    pending once purged, also after W passed them."""
     topic = "bounded-failed-" + uuid.uuid4().hex[:8]
+    writer = connect(autocommit=False)
     try:
+        query(writer, "SELECT eventbox.send(%s, '{}'::jsonb)", ("bounded-writer-" + topic,))
         insert_outbox(conn, topic, "failed", 30, "2 hours")
         insert_outbox(conn, topic, "failed", 5, "0 seconds")
+        first = query_one(conn, "SELECT min(id) FROM eventbox.outbox WHERE topic = %s", (topic,))
+        last = query_one(conn, "SELECT max(id) FROM eventbox.outbox WHERE topic = %s", (topic,))
         before = purged(conn, "outbox")
         # Default 0: kept until an operator acts. The relay looks once a second; give it three.
         assert query_one(conn, "SELECT current_setting('eventbox.dead_retention')") == "0"
@@ -57,10 +72,21 @@ def test_failed_outbox_rows_are_purged_after_dead_retention(conn, settings):
                    what="failed rows older than eventbox.dead_retention purged")
         wait_until(lambda: purged(conn, "outbox") - before >= 30, 10,
                    what="eventbox_retention_purged_rows_total{table=outbox} +30")
+        assert settled_below(conn) < first, "W passed the rows: the purge was not tested above it"
+        assert query_one(conn, "SELECT count(*) FROM eventbox.outbox_held WHERE topic = %s",
+                         (topic,)) == 5
+        assert outbox_rows(conn, topic, "pending") == 0
         # The recent ones stay until they are as old.
         time.sleep(2)
         assert outbox_rows(conn, topic, "failed") == 5
+        # The writer ends, W passes every row: the purged ones are still settled.
+        writer.rollback()
+        wait_until(lambda: settled_below(conn) > last, 30, what="W past the rows")
+        assert outbox_rows(conn, topic, "pending") == 0
+        assert outbox_rows(conn, topic, "failed") == 5
     finally:
+        writer.rollback()
+        writer.close()
         settings.restore()
         query(conn, "DELETE FROM eventbox.outbox WHERE topic = %s", (topic,))
 
