@@ -8,9 +8,8 @@
 // never overtaken by a later-committed row of its key. A gap is forgotten after the first pass
 // that starts when none of its writers runs any more. The writers are the xids of the writers'
 // slots and of the prepared transactions holding a lock on the outbox's id sequence
-// (relay_read.cpp): a
-// prepared transaction keeps its gap after its backend moved on. A periodic sweep re-reads
-// everything as a safety net.
+// (relay_read.cpp): a prepared transaction keeps its gap after its backend moved on. A periodic
+// sweep re-reads everything as a safety net.
 #pragma once
 
 #include <cstddef>
