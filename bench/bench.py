@@ -25,7 +25,7 @@ import time
 import types
 
 from lib import charts
-from lib.cluster import Env
+from lib.cluster import Env, q1
 from lib.common import BenchError, Context
 from lib.eventbox import relay_pid, set_brokers
 from lib.table import ROW
@@ -176,7 +176,10 @@ def run(opts, args):
     cur.execute("CREATE EXTENSION IF NOT EXISTS pg_eventbox")
     relay_pid(cur)
     set_brokers(cur, env.bootstrap, "running")
-    res = {"sections": args.sections}
+    res = {"sections": args.sections,
+           "locale": q1(cur, "SELECT CASE WHEN datlocprovider = 'i' THEN 'ICU ' || daticulocale "
+                             "ELSE datcollate END FROM pg_database "
+                             "WHERE datname = current_database()")}
     pg_groups = {"postgres": env.pg_pids, "broker": lambda: [env.broker_pid]}
     tmpdir = tempfile.mkdtemp(prefix="eventbox-bench.")
     ctx = Context(env, conn, args, pg_groups, tmpdir, res)
@@ -191,8 +194,8 @@ def run(opts, args):
     for section in PRINT_ORDER:
         rows.extend(section.table_rows(res))
         notes.extend(section.notes(res, args))
-    text = "pg_eventbox bench  %s  (%d CPUs; sections %s)%s\n%s\n\nnotes:\n%s\n" % (
-        time.strftime("%Y-%m-%d %H:%M:%S"), os.cpu_count(), ",".join(args.sections),
+    text = "pg_eventbox bench  %s  (%d CPUs; locale %s; sections %s)%s\n%s\n\nnotes:\n%s\n" % (
+        time.strftime("%Y-%m-%d %H:%M:%S"), os.cpu_count(), res["locale"], ",".join(args.sections),
         "\nbuild: " + opts.build if opts.build else "", "\n".join(rows),
         "\n".join("  " + line for line in notes))
     print(text)

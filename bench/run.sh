@@ -12,6 +12,9 @@
 #   BENCH_PORT              PostgreSQL port (default 54331; section ops also takes the next one
 #                           for /metrics)
 #   BENCH_KEEP=1            leave the cluster running and its directory in place afterwards
+#   BENCH_LOCALE            the cluster's locale (tools/cluster.sh's EVENTBOX_LOCALE): empty (the
+#                           default) for initdb's own, the machine's locale, as a user's cluster
+#                           gets it; C, or icu:en-US for an ICU one
 #   EVENTBOX_PGBIN          PostgreSQL bin dir (default /usr/lib/postgresql/15/bin), e.g. a
 #                           relocated copy holding this build (make install DESTDIR=...)
 set -euo pipefail
@@ -73,7 +76,7 @@ if [[ ",$SECTIONS," == *,ops,* ]]; then
 fi
 
 echo "bench: starting the environment in $DIR (port $PORT, PostgreSQL $EVENTBOX_PGBIN)" >&2
-"$REPO/tools/cluster.sh" start "$DIR" --port "$PORT" --db eventbox_bench "${OPS_CONF[@]}" \
+EVENTBOX_LOCALE=${BENCH_LOCALE-} "$REPO/tools/cluster.sh" start "$DIR" --port "$PORT" --db eventbox_bench "${OPS_CONF[@]}" \
   --conf 'max_wal_size=4GB' \
   --conf 'checkpoint_timeout=1h' \
   --conf 'shared_buffers=256MB' \

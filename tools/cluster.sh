@@ -27,6 +27,10 @@
 #   the broker; leaves DIR and its logs. Safe to call twice or after a failed start.
 #
 # Environment knobs (read by `start`):
+#   EVENTBOX_LOCALE     the cluster's locale: C (the default: test outputs sort bytewise),
+#                       empty for initdb's own default (the environment's locale, as a
+#                       user's initdb or pg_createcluster), or icu:LOCALE for an ICU one
+#                       (e.g. icu:en-US).
 #   EVENTBOX_PRELOAD    shared_preload_libraries value; default 'pg_eventbox'.
 #                       Set to empty (EVENTBOX_PRELOAD=) to not set it at all,
 #                       e.g. to test these scripts before the extension is installed.
@@ -296,7 +300,13 @@ do_start() {
 
   # --- initdb + configuration ------------------------------------------------
   log "initdb $DIR/data"
-  as_pg "$PGBIN/initdb" -D "$DIR/data" -U postgres --auth=trust --no-sync -E UTF8 --locale=C \
+  local locale=${EVENTBOX_LOCALE-C} locale_opts=()
+  case "$locale" in
+    "") ;;
+    icu:?*) locale_opts=(--locale-provider=icu "--icu-locale=${locale#icu:}") ;;
+    *) locale_opts=("--locale=$locale") ;;
+  esac
+  as_pg "$PGBIN/initdb" -D "$DIR/data" -U postgres --auth=trust --no-sync -E UTF8 "${locale_opts[@]}" \
     >"$DIR/initdb.log" 2>&1 || {
     cat "$DIR/initdb.log" >&2
     die "initdb failed (output above, also in $DIR/initdb.log)"

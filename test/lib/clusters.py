@@ -35,7 +35,8 @@ if str(REPO / "test" / "lib") not in sys.path:
 
 import devbroker  # noqa: E402
 from devbroker import DevBroker  # noqa: E402
-from eventbox_fixtures import count_ids, read_topic, report, wait_until  # noqa: E402,F401
+from eventbox_fixtures import (CRASH_RE, count_ids, read_topic, report,  # noqa: E402,F401
+                               wait_until)
 
 from kafka import KafkaProducer  # noqa: E402  (kafka-python)
 
@@ -53,8 +54,6 @@ def _port_range(text):
 # A port another run takes between a cluster's stop and its restart fails that restart.
 PORTS = _port_range(os.environ.get("EVENTBOX_TEST_PORTS") or "54462-54479")
 WORKER_TYPES = ("eventbox relay", "eventbox ingest", "eventbox handler")
-CRASH_RE = re.compile(r"terminated by signal|server process \(PID \d+\) was terminated|"
-                      r"PANIC:|TRAP:")
 
 __all__ = [
     "PGBIN", "Cluster", "Kafka", "count_ids", "read_topic", "report", "wait_until", "query",

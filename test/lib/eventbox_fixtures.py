@@ -56,6 +56,10 @@ def bind_fixtures(namespace):
 # ---------------------------------------------------------------------------
 # environment
 
+# Lines of the server log that mean a process crashed (as tools/check_log.sh scans them).
+CRASH_RE = re.compile(r"terminated by signal|server process \(PID \d+\) was terminated|"
+                      r"PANIC:|TRAP:")
+
 
 def env(name):
     value = os.environ.get(name)

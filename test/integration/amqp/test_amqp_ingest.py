@@ -53,8 +53,12 @@ def drop(name):
 def stored(sub):
     try:
         return _stored(sub)
-    except psycopg2.OperationalError:  # the server restarting after a SIGKILL
-        return {}
+    except psycopg2.DatabaseError as e:
+        # The server restarting after a SIGKILL: refused (OperationalError) or closed under the
+        # query (a DatabaseError without SQLSTATE). An error the server reported has one.
+        if isinstance(e, psycopg2.OperationalError) or e.pgcode is None:
+            return {}
+        raise
 
 
 def _stored(sub):

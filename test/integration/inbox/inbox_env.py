@@ -1,9 +1,8 @@
-"""The environment of the inbox tests: the variables tools/cluster.sh's env file exports, names
-unique to a run, and polling with a deadline (used by inbox_support.py and inbox_kafka.py)."""
+"""The environment of the inbox tests: the variables tools/cluster.sh's env file exports (read
+with test/lib's env()), names unique to a run, and polling with a deadline (used by
+inbox_support.py and inbox_kafka.py). Importing it puts test/lib on the path."""
 
-import os
 import pathlib
-import re
 import sys
 import time
 import uuid
@@ -14,21 +13,8 @@ REPO = pathlib.Path(__file__).resolve().parents[3]
 if str(REPO / "test" / "lib") not in sys.path:
     sys.path.insert(0, str(REPO / "test" / "lib"))
 
-
 REQUIRED_ENV = ("PGHOST", "PGPORT", "PGDATABASE", "EVENTBOX_LOG", "EVENTBOX_BOOTSTRAP",
                 "EVENTBOX_CONTROL_PORT", "EVENTBOX_KILLED_PIDS")
-
-# Lines of the server log that mean a process crashed (as tools/check_log.sh scans them).
-CRASH_RE = re.compile(r"terminated by signal|server process \(PID \d+\) was terminated|"
-                      r"PANIC:|TRAP:")
-
-
-def env(name):
-    value = os.environ.get(name)
-    if not value:
-        pytest.fail("environment variable %s is not set: export the env file written by "
-                    "tools/cluster.sh start (set -a; . DIR/env; set +a)" % name)
-    return value
 
 
 def unique_name(label):

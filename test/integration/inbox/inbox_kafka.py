@@ -1,12 +1,15 @@
 """Kafka helpers of the inbox tests (kafka-python, a client independent of the extension's
 librdkafka): producers, headers the wire format allows but kafka-python does not, end offsets
-and the dev broker's control interface. Imported through inbox_support.py."""
+and the dev broker's control interface. The tests import from here what they produce and read
+with."""
 
 import collections
 import json
 import os
 
-from inbox_env import env, poll
+from inbox_env import poll
+
+from eventbox_fixtures import env
 
 from devbroker import DevBroker
 

@@ -121,7 +121,7 @@ def read_values(topic, n, timeout=60, keys=False):
     order of its one partition."""
     from kafka import KafkaConsumer, TopicPartition
 
-    from inbox_support import bootstrap
+    from inbox_kafka import bootstrap
     consumer = KafkaConsumer(bootstrap_servers=bootstrap(), group_id=None,
                              enable_auto_commit=False, auto_offset_reset="earliest",
                              client_id="eventbox-registry-tests")

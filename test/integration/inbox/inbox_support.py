@@ -20,7 +20,9 @@ import psycopg2.errors
 import psycopg2.extras
 import pytest
 
-from inbox_env import CRASH_RE, REQUIRED_ENV, env, poll, unique_name
+from inbox_env import REQUIRED_ENV, poll, unique_name
+
+from eventbox_fixtures import CRASH_RE, env
 from inbox_kafka import devbroker, new_producer
 
 # Figures printed in the terminal summary (seen with -q too).
