@@ -374,16 +374,13 @@ TEST(Dispatcher, RowsNoSinkTakesAreForgottenUntouchedAndCounted) {
     EXPECT_EQ(d.unrouted(), 0u);
     EXPECT_EQ(d.unrouted_topic(), "");
 
-    // Read again (a sweep), they are offered again, and counted again.
+    // Read again, they are offered again, and counted again.
     d.offer(outbox[3].row(), 10);
     EXPECT_EQ(d.unrouted(), 1u);
     EXPECT_EQ(http.produced, std::vector<int64_t>{2});
     ack(d, 2, 20);
     EXPECT_EQ(acked_ids(d), std::vector<int64_t>{2});
 }
-
-}  // namespace
-}  // namespace eventbox::relay
 
 // ---- the settled position (docs/design/outbox-rotation.md) ------------------------------
 
@@ -486,3 +483,5 @@ TEST(Dispatcher, RowsNoSinkTakesStayUnsettled) {
     EXPECT_EQ(d.lowest_unsettled(), std::numeric_limits<int64_t>::max());
 }
 
+}  // namespace
+}  // namespace eventbox::relay
