@@ -146,7 +146,7 @@ def table_rows(res):
     k, top = max(enumerate(o["runs"], 1), key=lambda kr: kr[1]["size"]["total"])
     r = top["size"]["total"] / first["size"]["total"]
     return [
-        ROW % ("outbox heap+idx, largest after a cycle (MiB)",
+        ROW % ("outbox largest after a cycle (MiB)",
                "%.1f (cycle %d)" % (mib(top["size"]["total"]), k),
                "cycle 1 %.1f" % mib(first["size"]["total"]),
                "%.2f" % r, "<= %.1f %s" % (TARGET, ok(r <= TARGET, bad="ABOVE"))),
