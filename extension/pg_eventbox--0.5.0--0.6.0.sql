@@ -435,6 +435,13 @@ REVOKE ALL ON FUNCTION eventbox._outbox_retention(), eventbox._outbox_open_table
     eventbox._outbox_check_row(eventbox.outbox, boolean), eventbox._outbox_insert(),
     eventbox._outbox_update(), eventbox._outbox_delete() FROM PUBLIC;
 
+-- ---- 0.6.0: rotation and truncation of the outbox tables ----
+-- docs/design/outbox-rotation.md ("Writing: which table", "Truncating"). The relay opens the next
+-- rotated table when the open one is older than eventbox.outbox_rotation_interval (or
+-- eventbox.outbox_retention when longer): opened_at is when a table became the open one (NULL
+-- for the others and for the relay's row).
+ALTER TABLE eventbox.outbox_state ADD COLUMN opened_at timestamptz;
+
 -- Each change of 0.6.0 goes in its own section above this line, headed
 -- "-- ---- 0.6.0: <what> ----", and the same objects in the full install script.
 

@@ -11,6 +11,8 @@
 // through them; no object with a destructor lives on these stack frames.
 #include "outbox/relay_worker.hpp"
 
+#include "outbox/relay_rotate.hpp"
+
 extern "C" {
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -194,6 +196,7 @@ bool run_pass() {
     report_unrouted();
     // The purge takes a snapshot of its own, after the reads.
     if (purge_outbox(now)) more = true;
+    rotate_outbox(now);
     worker::end_work();
     pgstat_report_stat(false);  // lets autovacuum see outbox_held's deletes
     settle_outcomes(acked, failed, held);

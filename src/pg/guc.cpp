@@ -31,6 +31,7 @@ char* schema_registry_url = nullptr;
 char* schema_registry_options = nullptr;
 int max_message_bytes = 1000000;
 int outbox_retention_s = 0;
+int outbox_rotation_interval_s = 60;
 int relay_batch_size = 1000;
 int relay_max_in_flight = 20000;
 int relay_poll_interval_ms = 1000;
@@ -192,6 +193,11 @@ void define_connection_and_outbox() {
         "eventbox.outbox_retention", "How long acknowledged outbox rows are kept as sent.",
         "0 deletes a row as soon as the broker acknowledges it.", &outbox_retention_s, 0, 0,
         INT_MAX / 1000, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "eventbox.outbox_rotation_interval",
+        "How long the open outbox table takes rows before the relay opens the next one.",
+        "eventbox.outbox_retention is used instead when it is longer.", &outbox_rotation_interval_s,
+        60, 1, 24 * 3600, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr, nullptr);
 }
 
 // The relay's batches, limits, timing and retries.

@@ -12,6 +12,7 @@ extern char* schema_registry_url;      // eventbox.schema_registry_url ('' = non
 extern char* schema_registry_options;  // eventbox.schema_registry_options (superuser-only)
 extern int max_message_bytes;
 extern int outbox_retention_s;
+extern int outbox_rotation_interval_s;  // eventbox.outbox_rotation_interval
 extern int relay_batch_size;
 extern int relay_max_in_flight;
 extern int relay_poll_interval_ms;

@@ -5,7 +5,8 @@ forgotten, so that nothing grows for as long as the server runs.
   dead inbox rows (0 = kept until an operator acts), whatever the relay's settled position is;
   before, nothing ever deleted them;
 - sent outbox rows kept under an earlier eventbox.outbox_retention are purged when it is set to
-  0; before, the relay purged only while it was above 0, and they stayed forever;
+  0 (hidden by the view at once, gone from the disk when their rotated table is truncated);
+  before, the relay purged only while it was above 0, and they stayed forever;
 - the supervisor's last purge batches reach the statistics (what autovacuum goes by) also when
   retention is switched off right after them; before, they waited for a purge that never came;
 - a dropped subscription leaves nothing behind in the side tables (offsets, handler claims,
@@ -91,21 +92,36 @@ def test_failed_outbox_rows_are_purged_after_dead_retention(conn, settings):
         query(conn, "DELETE FROM eventbox.outbox WHERE topic = %s", (topic,))
 
 
+def stored_rows(conn, topic):
+    """Rows of `topic` still stored in the rotated tables, whatever the view shows."""
+    return query_one(conn, "SELECT count(*) FROM eventbox._outbox_rows WHERE topic = %s",
+                     (topic,))
+
+
 def test_sent_rows_of_an_earlier_retention_are_purged_when_it_is_zero(conn, settings):
+    """Sent rows kept under an earlier eventbox.outbox_retention leave the view at once when it
+    is 0, and leave the disk with their table: it is closed at the next rotation and truncated
+    once settled, which counts them in eventbox_retention_purged_rows_total."""
     topic = "bounded-sent-" + uuid.uuid4().hex[:8]
     try:
         # As left by eventbox.outbox_retention = 1h, now back to its default 0.
         assert query_one(conn, "SELECT current_setting('eventbox.outbox_retention')") == "0"
+        settings.set("eventbox.outbox_rotation_interval", "1s")
         insert_outbox(conn, topic, "sent", 2500, "10 minutes")
         insert_outbox(conn, topic, "pending", 0, "0 seconds")
         before = purged(conn, "outbox")
+        assert stored_rows(conn, topic) == 2500
+        # A row the relay delivers after them: its position passes theirs.
+        query(conn, "SELECT eventbox.send(%s, '{}'::jsonb)", (topic,))
         wait_until(lambda: outbox_rows(conn, topic, "sent") == 0, 30,
                    what="sent rows purged with eventbox.outbox_retention = 0 (left: %d)"
                    % outbox_rows(conn, topic, "sent"))
+        wait_until(lambda: stored_rows(conn, topic) == 0, 60,
+                   what="the sent rows' table truncated (left: %d)" % stored_rows(conn, topic))
         wait_until(lambda: purged(conn, "outbox") - before >= 2500, 10,
                    what="eventbox_retention_purged_rows_total{table=outbox} +2500")
     finally:
-        query(conn, "DELETE FROM eventbox.outbox WHERE topic = %s", (topic,))
+        settings.restore()
 
 
 def test_purge_statistics_reach_autovacuum_when_retention_is_switched_off(conn, settings):

@@ -1,0 +1,264 @@
+"""Rotation and truncation of the outbox's tables (issue 31, docs/design/outbox-rotation.md,
+"Writing: which table" and "Truncating"): the relay opens the next of eventbox.outbox_rows_0, _1
+and _2 when the open one is older than eventbox.outbox_rotation_interval (1 s here), and
+truncates a closed one once every row in it is settled and no transaction that could still
+write into it runs. What must hold:
+
+- a truncate never removes an unsettled row: a writer that read the open table just before a
+  rotation and inserts into it after (held on the view's INSERT trigger's lock, between reading
+  the open table and writing its row), and a writer prepared across the rotation, keep their
+  table from being finalized until they end; their rows are delivered once;
+- rows keep per-key order across rotations;
+- with eventbox.outbox_retention = 0 the rotated tables and their ack tables go back to empty
+  (pg_relation_size 0) after several rotations, with no VACUUM and no row deleted one by one.
+
+The tests share one cluster of their own (max_prepared_transactions is a server setting) and a
+dev broker of their own. Every wait has a deadline; nothing asserts on a bare sleep."""
+
+import json
+import threading
+import time
+import uuid
+
+import pytest
+
+from clusters import Cluster, Kafka, query, query_one, report, wait_until
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    kafka = Kafka(str(tmp_path_factory.mktemp("rotation")))
+    cluster = Cluster("rotation")
+    try:
+        cluster.start(db="app", brokers=kafka.bootstrap,
+                      conf=["max_prepared_transactions = 4",
+                            "eventbox.outbox_rotation_interval = '1s'",
+                            "eventbox.relay_sweep_interval = '1h'"])
+        c = cluster.connect()
+        query(c, "CREATE EXTENSION pg_eventbox")
+        c.close()
+        yield kafka, cluster
+    finally:
+        cluster.stop()
+        kafka.close()
+
+
+def send(conn, topic, key, seq):
+    return str(query_one(conn, "SELECT eventbox.send(%s, jsonb_build_object('seq', %s::int), "
+                               "key => %s)", (topic, seq, key)))
+
+
+def states(conn):
+    """{n: (state, switched_xid, max_id, settled_at)} of the rotated tables."""
+    return {r[0]: r[1:] for r in query(
+        conn, "SELECT n, state, switched_xid::text, max_id, settled_at "
+              "FROM eventbox.outbox_state WHERE n >= 0")}
+
+
+def open_table(conn):
+    s = states(conn)
+    opened = [n for n, v in s.items() if v[0] == "open"]
+    return opened[0] if opened else 0
+
+
+def rows_size(conn, n):
+    return query_one(conn, "SELECT pg_relation_size('eventbox.outbox_rows_%d') + "
+                           "pg_relation_size('eventbox.outbox_acks_%d')" % (n, n))
+
+
+def closed_and_stamped(conn, n):
+    v = states(conn).get(n)
+    return v is not None and v[0] == "closed" and v[1] is not None
+
+
+def traffic_until_closed(conn, kafka, topic, n):
+    """Writes a row every 0.3 s until table n is closed with its switched_xid recorded, then for
+    3 s more (the relay's rotation steps run once a second: it gets three chances to go wrong),
+    and waits for their delivery. Returns the ids written."""
+    sent = []
+    for i in range(200):
+        sent.append(send(conn, topic, "traffic", i))
+        if closed_and_stamped(conn, n):
+            break
+        time.sleep(0.3)
+    assert closed_and_stamped(conn, n), "table %d not closed: %r" % (n, states(conn))
+    for i in range(10):
+        sent.append(send(conn, topic, "traffic", 1000 + i))
+        time.sleep(0.3)
+    kafka.wait_ids(topic, sent, timeout=60)
+    return sent
+
+
+def truncated(conn, n):
+    """Whether closed table n was truncated: it is empty, or already open again (the relay
+    opens an empty table in the call that emptied it when the open one is due)."""
+    return states(conn)[n][0] in ("empty", "open")
+
+
+def key_seqs(recs, key):
+    return [json.loads(r.value)["seq"] for r in recs if r.key == key.encode()]
+
+
+def test_writer_that_read_the_open_table_before_a_rotation(served):
+    """The view's INSERT trigger draws the id and reads the open table, then waits for the
+    message_id's advisory lock (held here by another session) before it writes its row: a
+    writer stopped between reading the open table and writing into it, with no lock on the
+    table. Its table is closed meanwhile; it must not be finalized (max_id) nor truncated while
+    the writer runs, and the row it then writes into the closed table is delivered."""
+    kafka, cluster = served
+    topic = kafka.topic("rotation_late")
+    conn = cluster.connect()
+    kafka.wait_ids(topic, [send(conn, topic, "probe", 0)], timeout=60)
+    wait_until(lambda: len(states(conn)) == 3, 30, what="the rotated tables' state rows")
+
+    late = str(uuid.uuid4())
+    holder = cluster.connect(autocommit=False)
+    query(holder, "SELECT pg_advisory_xact_lock(hashtextextended(%s::text, 31))", (late,))
+    writer = cluster.connect(autocommit=False)
+    writer_pid = query_one(writer, "SELECT pg_backend_pid()")
+    outcome = {}
+
+    def write():
+        try:
+            query(writer, "INSERT INTO eventbox.outbox (message_id, topic, key, payload) "
+                          "VALUES (%s, %s, 'late', convert_to('{\"seq\": 0}', 'UTF8'))",
+                  (late, topic))
+            outcome["table"] = query_one(
+                writer, "SELECT string_agg(n::text, ',') FROM eventbox._outbox_rows "
+                        "WHERE message_id = %s", (late,))
+        except Exception as e:  # reported by the main thread
+            outcome["error"] = e
+
+    thread = threading.Thread(target=write, daemon=True)
+    try:
+        thread.start()
+        wait_until(lambda: query_one(conn, "SELECT wait_event FROM pg_stat_activity "
+                                           "WHERE pid = %s", (writer_pid,)) == "advisory", 30,
+                   what="the writer waiting for the message_id's lock")
+        writer_xid = int(query_one(conn, "SELECT backend_xid::text FROM pg_stat_activity "
+                                         "WHERE pid = %s", (writer_pid,)))
+        # The writer read this table or, when a rotation came in between, the one before it:
+        # both are closed once this one is.
+        current = open_table(conn)
+        sent = traffic_until_closed(conn, kafka, topic, current)
+        # Every table closed after the writer had its xid may still get the writer's row.
+        later = {n: v for n, v in states(conn).items()
+                 if v[0] != "open" and v[1] is not None and int(v[1]) > writer_xid}
+        assert current in later
+        assert all(v[0] == "closed" and v[2] is None for v in later.values()), \
+            "a table finalized while a writer that read it runs: %r" % later
+
+        holder.commit()
+        thread.join(30)
+        assert not thread.is_alive() and "error" not in outcome, outcome
+        first = int(outcome["table"])
+        assert first in later   # written into a table closed while it waited
+        writer.commit()
+        recs = kafka.wait_ids(topic, [late] + sent, timeout=60)
+        ids = [r.message_id for r in recs]
+        assert ids.count(late) == 1 and len(ids) == len(set(ids))
+        assert key_seqs(recs, "traffic") == sorted(key_seqs(recs, "traffic"))
+        # Then its table goes: finalized, settled, truncated.
+        wait_until(lambda: truncated(conn, first), 60,
+                   what="table %d truncated after the late row was delivered" % first)
+        assert rows_size(conn, first) == 0
+        assert [r.message_id for r in kafka.read(topic)].count(late) == 1
+        report("rotation_late_writer", published=len(ids))
+    finally:
+        holder.rollback()
+        thread.join(30)
+        writer.rollback()
+        holder.close()
+        writer.close()
+        conn.close()
+
+
+def test_writer_prepared_across_a_rotation(served):
+    """A transaction that sent a row is prepared; its table is closed and the relay moves on.
+    The table is not finalized while the prepared transaction runs; its row is delivered when
+    it commits, and then the table is truncated."""
+    kafka, cluster = served
+    topic = kafka.topic("rotation_prepared")
+    conn = cluster.connect()
+    kafka.wait_ids(topic, [send(conn, topic, "probe", 0)], timeout=60)
+    backend = cluster.connect()
+    try:
+        query(backend, "BEGIN")
+        late = send(backend, topic, "late", 0)
+        query(backend, "PREPARE TRANSACTION 'eb_rotation'")
+        # The prepared transaction keeps its lock on the table its row went into.
+        table = query_one(conn, "SELECT relation::regclass::text FROM pg_locks "
+                                "WHERE pid IS NULL AND locktype = 'relation' "
+                                "AND relation::regclass::text ~ '^eventbox[.]outbox_rows_[0-2]$'")
+        first = int(table[-1])
+        sent = traffic_until_closed(conn, kafka, topic, first)
+        state = states(conn)[first]
+        assert state[0] == "closed" and state[2] is None, \
+            "table %d finalized while a prepared writer runs: %r" % (first, state)
+        assert late not in {r.message_id for r in kafka.read(topic)}
+
+        query(conn, "COMMIT PREPARED 'eb_rotation'")
+        recs = kafka.wait_ids(topic, [late] + sent, timeout=60)
+        ids = [r.message_id for r in recs]
+        assert ids.count(late) == 1 and len(ids) == len(set(ids))
+        wait_until(lambda: truncated(conn, first), 60,
+                   what="table %d truncated after the prepared row was delivered" % first)
+        assert [r.message_id for r in kafka.read(topic)].count(late) == 1
+        report("rotation_prepared_writer", published=len(ids))
+    finally:
+        if query_one(conn, "SELECT count(*) FROM pg_prepared_xacts WHERE gid = 'eb_rotation'"):
+            query(conn, "ROLLBACK PREPARED 'eb_rotation'")
+        backend.close()
+        conn.close()
+
+
+def test_order_kept_and_tables_emptied_across_rotations(served):
+    """Three keys written in many small transactions over at least four rotations (every table
+    used, one twice): each key's rows arrive in order, none lost or twice; once all are
+    delivered, every table but the open one is empty again (pg_relation_size 0, rows and ack
+    rows) with nothing deleted one by one and no VACUUM."""
+    kafka, cluster = served
+    topic = kafka.topic("rotation_order")
+    conn = cluster.connect()
+    keys = ("a", "b", "c")
+    sent, seq, rotations, biggest = [], 0, 0, 0
+    last_open = open_table(conn)
+    deadline = time.monotonic() + 120
+    for _ in range(5000):
+        with conn.cursor() as cur:
+            cur.execute("BEGIN")
+            for _ in range(10):
+                for k in keys:
+                    cur.execute("SELECT eventbox.send(%s, jsonb_build_object('seq', %s::int), "
+                                "key => %s)", (topic, seq, k))
+                    sent.append(str(cur.fetchone()[0]))
+                seq += 1
+            cur.execute("COMMIT")
+        biggest = max(biggest, max(rows_size(conn, n) for n in range(3)))
+        now_open = open_table(conn)
+        if now_open != last_open:
+            rotations += 1
+            last_open = now_open
+        if rotations >= 4 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert rotations >= 4, "only %d rotations: %r" % (rotations, states(conn))
+    recs = kafka.wait_ids(topic, sent, timeout=120)
+    ids = [r.message_id for r in recs]
+    assert len(ids) == len(set(ids)) == len(sent)
+    for k in keys:
+        assert key_seqs(recs, k) == list(range(seq)), "key %s out of order" % k
+    assert biggest > 0
+
+    def emptied():
+        s = states(conn)
+        closed = [n for n, v in s.items() if v[0] != "open"]
+        return all(s[n][0] == "empty" and rows_size(conn, n) == 0 for n in closed)
+    wait_until(emptied, 60, what="every closed table truncated (%r)" % states(conn))
+    deleted = query_one(conn, "SELECT coalesce(sum(n_tup_del + n_tup_upd), 0) "
+                              "FROM pg_stat_user_tables WHERE schemaname = 'eventbox' "
+                              "AND (relname LIKE 'outbox_rows_%%' OR relname LIKE 'outbox_acks_%%')")
+    assert deleted == 0
+    assert query_one(conn, "SELECT count(*) FROM eventbox.outbox WHERE topic = %s", (topic,)) == 0
+    report("rotation_order", published=len(ids), rotations=rotations, biggest_bytes=biggest)
+    conn.close()
