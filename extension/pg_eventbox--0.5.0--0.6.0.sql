@@ -396,7 +396,7 @@ SELECT status,
   FROM eventbox.outbox
  GROUP BY status;
 
--- Emptied in one transaction: rows, acks, held rows, and W at the sequence's next value.
+-- Emptied in one transaction: rows, acks and held rows; closed tables read as empty; W stays.
 CREATE OR REPLACE FUNCTION eventbox._truncate_outbox(caller oid)
 RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
@@ -404,12 +404,12 @@ BEGIN
     TRUNCATE eventbox.outbox_rows_0, eventbox.outbox_rows_1, eventbox.outbox_rows_2,
              eventbox.outbox_acks_0, eventbox.outbox_acks_1, eventbox.outbox_acks_2,
              eventbox.outbox_held;
+    -- W stays where the relay put it: a writer that drew its id before this truncate and writes
+    -- its row after it (it holds no lock on the tables in between) must still be sent, and an id
+    -- below W would read as settled.
     INSERT INTO eventbox.outbox_state AS s (n, settled_below, gaps, held_generation)
-    SELECT -1, CASE WHEN is_called THEN last_value + 1 ELSE last_value END, '{}', 1
-      FROM eventbox.outbox_id_seq
-    ON CONFLICT (n) DO UPDATE
-       SET settled_below = EXCLUDED.settled_below, gaps = '{}',
-           held_generation = s.held_generation + 1;
+    VALUES (-1, 0, '{}', 1)
+    ON CONFLICT (n) DO UPDATE SET held_generation = s.held_generation + 1;
     UPDATE eventbox.outbox_state SET state = 'empty', switched_xid = NULL, max_id = NULL,
                                      settled_at = NULL
      WHERE n >= 0 AND state <> 'open';

@@ -79,8 +79,10 @@ INSERT INTO eventbox.outbox_acks_0 VALUES (now(), :b1 + 3, ARRAY[:b1, :b1 + 3]::
 SELECT message, status FROM pg_temp.shown();
 SELECT count(*) AS pending FROM eventbox.outbox WHERE status = 'pending';
 
+-- truncate_outbox() leaves W where it was: a writer that drew its id before it and writes after
+-- it must still be read (test/integration/test_outbox_rotation.py).
+SELECT settled_below AS w_before, gaps AS gaps_before FROM eventbox.outbox_state WHERE n = -1 \gset
 SELECT eventbox.truncate_outbox();
-SELECT n, state, settled_below = (SELECT last_value + 1 FROM eventbox.outbox_id_seq) AS w_next,
-       gaps
+SELECT n, state, settled_below = :w_before AS w_kept, gaps = :'gaps_before' AS gaps_kept
   FROM eventbox.outbox_state ORDER BY n;
 SELECT count(*) AS left_over FROM pg_temp.kept();

@@ -8,6 +8,8 @@ write into it runs. What must hold:
   rotation and inserts into it after (held on the view's INSERT trigger's lock, between reading
   the open table and writing its row), and a writer prepared across the rotation, keep their
   table from being finalized until they end; their rows are delivered once;
+- eventbox.truncate_outbox() does not settle the row of a writer that drew its id before it
+  and writes after it: that row is delivered;
 - rows keep per-key order across rotations;
 - with eventbox.outbox_retention = 0 the rotated tables and their ack tables go back to empty
   (pg_relation_size 0) after several rotations, with no VACUUM and no row deleted one by one.
@@ -262,3 +264,55 @@ def test_order_kept_and_tables_emptied_across_rotations(served):
     assert query_one(conn, "SELECT count(*) FROM eventbox.outbox WHERE topic = %s", (topic,)) == 0
     report("rotation_order", published=len(ids), rotations=rotations, biggest_bytes=biggest)
     conn.close()
+
+
+def test_writer_that_drew_its_id_before_truncate_outbox(served):
+    """eventbox.truncate_outbox() empties the tables; a writer that drew its id before it and
+    writes its row after it (held on the view INSERT trigger's lock, holding no lock on the
+    tables) commits a message that must still be sent: the truncate must not move the settled
+    position past ids a running writer holds."""
+    kafka, cluster = served
+    topic = kafka.topic("rotation_truncate")
+    conn = cluster.connect()
+    kafka.wait_ids(topic, [send(conn, topic, "probe", 0)], timeout=60)
+
+    late = str(uuid.uuid4())
+    holder = cluster.connect(autocommit=False)
+    query(holder, "SELECT pg_advisory_xact_lock(hashtextextended(%s::text, 31))", (late,))
+    writer = cluster.connect(autocommit=False)
+    writer_pid = query_one(writer, "SELECT pg_backend_pid()")
+    outcome = {}
+
+    def write():
+        try:
+            query(writer, "INSERT INTO eventbox.outbox (message_id, topic, key, payload) "
+                          "VALUES (%s, %s, 'late', convert_to('{\"seq\": 0}', 'UTF8'))",
+                  (late, topic))
+        except Exception as e:  # reported by the main thread
+            outcome["error"] = e
+
+    thread = threading.Thread(target=write, daemon=True)
+    try:
+        thread.start()
+        wait_until(lambda: query_one(conn, "SELECT wait_event FROM pg_stat_activity "
+                                           "WHERE pid = %s", (writer_pid,)) == "advisory", 30,
+                   what="the writer waiting for the message_id's lock")
+        query(conn, "SELECT eventbox.truncate_outbox()")
+        holder.commit()
+        thread.join(30)
+        assert not thread.is_alive() and "error" not in outcome, outcome
+        writer.commit()
+        assert query_one(conn, "SELECT status FROM eventbox.outbox WHERE message_id = %s",
+                         (late,)) in ("pending", "sent")
+        after = send(conn, topic, "late", 1)
+        recs = kafka.wait_ids(topic, [late, after], timeout=60)
+        ids = [r.message_id for r in recs]
+        assert ids.count(late) == 1 and ids.count(after) == 1
+        report("rotation_truncate_late_writer", published=len(ids))
+    finally:
+        holder.rollback()
+        thread.join(30)
+        writer.rollback()
+        holder.close()
+        writer.close()
+        conn.close()
