@@ -77,6 +77,11 @@ void prepare_write_plans() {
     // view tells an acknowledged row from one in flight by it. Held rows acknowledged leave
     // eventbox.outbox_held. Returns how many acknowledged ids were found.
     Oid ack_types[3] = {INT8ARRAYOID, INT4ARRAYOID, INT8ARRAYOID};
+    // Each id is probed in the rotated tables' primary keys (a nested loop over the unnested
+    // ids): a filter "r.id = ANY ($1)" beside the join made the planner read the rows by it and
+    // join them with the ids through a materialized list, every row against every id (286 ms
+    // for 2,000 ids against 3.7 ms; the relay spent ~29 us per message there). The same holds
+    // for the failed rows below.
     // The ids are grouped by table first: each table's insert then takes its one row of the
     // grouped result (a filter over the ungrouped ids threw away every other table's ids, three
     // times).
@@ -86,7 +91,7 @@ void prepare_write_plans() {
     ack_plan =
         prepare(psprintf("WITH j AS MATERIALIZED (SELECT r.n, u.id, u.p, u.o "
                          "FROM unnest($1::int8[], $2::int4[], $3::int8[]) AS u(id, p, o) "
-                         "JOIN eventbox._outbox_rows r ON r.id = u.id WHERE r.id = ANY ($1)), "
+                         "JOIN eventbox._outbox_rows r ON r.id = u.id), "
                          "g AS MATERIALIZED (SELECT n, max(id) AS max_id, "
                          "array_agg(id ORDER BY id) AS ids, array_agg(p ORDER BY id) AS ps, "
                          "array_agg(o ORDER BY id) AS os FROM j GROUP BY n), "
@@ -107,7 +112,7 @@ void prepare_write_plans() {
         "again AS (UPDATE eventbox.outbox_held h SET attempts = h.attempts + 1, "
         "last_error = u.err, next_attempt_at = now() + u.delay * interval '1 millisecond', "
         "status = CASE WHEN u.give_up THEN 'failed' ELSE h.status END "
-        "FROM u WHERE h.id = u.id AND h.id = ANY ($1) AND h.status = 'pending' RETURNING 1) "
+        "FROM u WHERE h.id = u.id AND h.status = 'pending' RETURNING 1) "
         "INSERT INTO eventbox.outbox_held (id, message_id, topic, key, payload, headers, "
         "created_at, cause_subscription, cause_received_at, status, attempts, next_attempt_at, "
         "last_error) "
@@ -115,8 +120,8 @@ void prepare_write_plans() {
         "r.cause_subscription, r.cause_received_at, "
         "CASE WHEN u.give_up THEN 'failed' ELSE 'pending' END, 1, "
         "now() + u.delay * interval '1 millisecond', u.err "
-        "FROM u JOIN eventbox._outbox_rows r ON r.id = u.id WHERE r.id = ANY ($1) "
-        "AND NOT EXISTS (SELECT FROM eventbox.outbox_held h WHERE h.id = r.id) "
+        "FROM u JOIN eventbox._outbox_rows r ON r.id = u.id "
+        "WHERE NOT EXISTS (SELECT FROM eventbox.outbox_held h WHERE h.id = r.id) "
         "ON CONFLICT (id) DO NOTHING",
         4, failed_types);
     // Held too long, or taken by no sink: copied into outbox_held as they are (no attempt), so
