@@ -101,6 +101,54 @@ def key_seqs(recs, key):
     return [json.loads(r.value)["seq"] for r in recs if r.key == key.encode()]
 
 
+class HeldWriter:
+    """A writer of one row through the view's INSERT trigger, stopped after it drew its id and
+    read the open table: another session holds the message_id's advisory lock, which the
+    trigger takes before it writes its row, so the writer holds no lock on the rotated tables.
+    release() lets it write (its transaction stays open until commit()); outcome["table"] is
+    the rotated table its row went to."""
+
+    def __init__(self, cluster, conn, topic):
+        self.late = str(uuid.uuid4())
+        self.outcome = {}
+        self.holder = cluster.connect(autocommit=False)
+        query(self.holder, "SELECT pg_advisory_xact_lock(hashtextextended(%s::text, 31))",
+              (self.late,))
+        self.writer = cluster.connect(autocommit=False)
+        self.pid = query_one(self.writer, "SELECT pg_backend_pid()")
+        self.thread = threading.Thread(target=self._write, args=(topic,), daemon=True)
+        self.thread.start()
+        wait_until(lambda: query_one(conn, "SELECT wait_event FROM pg_stat_activity "
+                                           "WHERE pid = %s", (self.pid,)) == "advisory", 30,
+                   what="the writer waiting for the message_id's lock")
+
+    def _write(self, topic):
+        try:
+            query(self.writer, "INSERT INTO eventbox.outbox (message_id, topic, key, payload) "
+                               "VALUES (%s, %s, 'late', convert_to('{\"seq\": 0}', 'UTF8'))",
+                  (self.late, topic))
+            self.outcome["table"] = query_one(
+                self.writer, "SELECT string_agg(n::text, ',') FROM eventbox._outbox_rows "
+                             "WHERE message_id = %s", (self.late,))
+        except Exception as e:  # reported by release()
+            self.outcome["error"] = e
+
+    def release(self):
+        self.holder.commit()
+        self.thread.join(30)
+        assert not self.thread.is_alive() and "error" not in self.outcome, self.outcome
+
+    def commit(self):
+        self.writer.commit()
+
+    def close(self):
+        self.holder.rollback()
+        self.thread.join(30)
+        self.writer.rollback()
+        self.holder.close()
+        self.writer.close()
+
+
 def test_writer_that_read_the_open_table_before_a_rotation(served):
     """The view's INSERT trigger draws the id and reads the open table, then waits for the
     message_id's advisory lock (held here by another session) before it writes its row: a
@@ -113,32 +161,11 @@ def test_writer_that_read_the_open_table_before_a_rotation(served):
     kafka.wait_ids(topic, [send(conn, topic, "probe", 0)], timeout=60)
     wait_until(lambda: len(states(conn)) == 3, 30, what="the rotated tables' state rows")
 
-    late = str(uuid.uuid4())
-    holder = cluster.connect(autocommit=False)
-    query(holder, "SELECT pg_advisory_xact_lock(hashtextextended(%s::text, 31))", (late,))
-    writer = cluster.connect(autocommit=False)
-    writer_pid = query_one(writer, "SELECT pg_backend_pid()")
-    outcome = {}
-
-    def write():
-        try:
-            query(writer, "INSERT INTO eventbox.outbox (message_id, topic, key, payload) "
-                          "VALUES (%s, %s, 'late', convert_to('{\"seq\": 0}', 'UTF8'))",
-                  (late, topic))
-            outcome["table"] = query_one(
-                writer, "SELECT string_agg(n::text, ',') FROM eventbox._outbox_rows "
-                        "WHERE message_id = %s", (late,))
-        except Exception as e:  # reported by the main thread
-            outcome["error"] = e
-
-    thread = threading.Thread(target=write, daemon=True)
+    held = HeldWriter(cluster, conn, topic)
+    late = held.late
     try:
-        thread.start()
-        wait_until(lambda: query_one(conn, "SELECT wait_event FROM pg_stat_activity "
-                                           "WHERE pid = %s", (writer_pid,)) == "advisory", 30,
-                   what="the writer waiting for the message_id's lock")
         writer_xid = int(query_one(conn, "SELECT backend_xid::text FROM pg_stat_activity "
-                                         "WHERE pid = %s", (writer_pid,)))
+                                         "WHERE pid = %s", (held.pid,)))
         # The writer read this table or, when a rotation came in between, the one before it:
         # both are closed once this one is.
         current = open_table(conn)
@@ -150,12 +177,10 @@ def test_writer_that_read_the_open_table_before_a_rotation(served):
         assert all(v[0] == "closed" and v[2] is None for v in later.values()), \
             "a table finalized while a writer that read it runs: %r" % later
 
-        holder.commit()
-        thread.join(30)
-        assert not thread.is_alive() and "error" not in outcome, outcome
-        first = int(outcome["table"])
+        held.release()
+        first = int(held.outcome["table"])
         assert first in later   # written into a table closed while it waited
-        writer.commit()
+        held.commit()
         recs = kafka.wait_ids(topic, [late] + sent, timeout=60)
         ids = [r.message_id for r in recs]
         assert ids.count(late) == 1 and len(ids) == len(set(ids))
@@ -167,11 +192,7 @@ def test_writer_that_read_the_open_table_before_a_rotation(served):
         assert [r.message_id for r in kafka.read(topic)].count(late) == 1
         report("rotation_late_writer", published=len(ids))
     finally:
-        holder.rollback()
-        thread.join(30)
-        writer.rollback()
-        holder.close()
-        writer.close()
+        held.close()
         conn.close()
 
 
@@ -276,32 +297,12 @@ def test_writer_that_drew_its_id_before_truncate_outbox(served):
     conn = cluster.connect()
     kafka.wait_ids(topic, [send(conn, topic, "probe", 0)], timeout=60)
 
-    late = str(uuid.uuid4())
-    holder = cluster.connect(autocommit=False)
-    query(holder, "SELECT pg_advisory_xact_lock(hashtextextended(%s::text, 31))", (late,))
-    writer = cluster.connect(autocommit=False)
-    writer_pid = query_one(writer, "SELECT pg_backend_pid()")
-    outcome = {}
-
-    def write():
-        try:
-            query(writer, "INSERT INTO eventbox.outbox (message_id, topic, key, payload) "
-                          "VALUES (%s, %s, 'late', convert_to('{\"seq\": 0}', 'UTF8'))",
-                  (late, topic))
-        except Exception as e:  # reported by the main thread
-            outcome["error"] = e
-
-    thread = threading.Thread(target=write, daemon=True)
+    held = HeldWriter(cluster, conn, topic)
+    late = held.late
     try:
-        thread.start()
-        wait_until(lambda: query_one(conn, "SELECT wait_event FROM pg_stat_activity "
-                                           "WHERE pid = %s", (writer_pid,)) == "advisory", 30,
-                   what="the writer waiting for the message_id's lock")
         query(conn, "SELECT eventbox.truncate_outbox()")
-        holder.commit()
-        thread.join(30)
-        assert not thread.is_alive() and "error" not in outcome, outcome
-        writer.commit()
+        held.release()
+        held.commit()
         assert query_one(conn, "SELECT status FROM eventbox.outbox WHERE message_id = %s",
                          (late,)) in ("pending", "sent")
         after = send(conn, topic, "late", 1)
@@ -310,9 +311,5 @@ def test_writer_that_drew_its_id_before_truncate_outbox(served):
         assert ids.count(late) == 1 and ids.count(after) == 1
         report("rotation_truncate_late_writer", published=len(ids))
     finally:
-        holder.rollback()
-        thread.join(30)
-        writer.rollback()
-        holder.close()
-        writer.close()
+        held.close()
         conn.close()
