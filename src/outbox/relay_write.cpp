@@ -63,6 +63,16 @@ SPIPlanPtr prepare(const char* sql, int nargs, Oid* types) {
     return worker::prepare_kept(kWho, sql, nargs, types);
 }
 
+// The CTEs that insert one ack row into each rotated table's outbox_acks_N from a CTE `g` of
+// (n, max_id, ids, ps, os), grouped by table, with `acked_at` (an SQL expression) as their time.
+char* acks_into(const char* acked_at) {
+    constexpr const char* kInto =
+        "a%d AS (INSERT INTO eventbox.outbox_acks_%d (acked_at, max_id, ids, partitions, offsets) "
+        "SELECT %s, max_id, ids, ps, os FROM g WHERE n = %d RETURNING 1)";
+    return psprintf("%s, %s, %s", psprintf(kInto, 0, 0, acked_at, 0),
+                    psprintf(kInto, 1, 1, acked_at, 1), psprintf(kInto, 2, 2, acked_at, 2));
+}
+
 }  // namespace
 
 void init_write_state() {
@@ -85,9 +95,6 @@ void prepare_write_plans() {
     // The ids are grouped by table first: each table's insert then takes its one row of the
     // grouped result (a filter over the ungrouped ids threw away every other table's ids, three
     // times).
-    constexpr const char* kAckInto =
-        "a%d AS (INSERT INTO eventbox.outbox_acks_%d (acked_at, max_id, ids, partitions, offsets) "
-        "SELECT now(), max_id, ids, ps, os FROM g WHERE n = %d RETURNING 1)";
     ack_plan =
         prepare(psprintf("WITH j AS MATERIALIZED (SELECT r.n, u.id, u.p, u.o "
                          "FROM unnest($1::int8[], $2::int4[], $3::int8[]) AS u(id, p, o) "
@@ -95,11 +102,10 @@ void prepare_write_plans() {
                          "g AS MATERIALIZED (SELECT n, max(id) AS max_id, "
                          "array_agg(id ORDER BY id) AS ids, array_agg(p ORDER BY id) AS ps, "
                          "array_agg(o ORDER BY id) AS os FROM j GROUP BY n), "
-                         "%s, %s, %s, "
+                         "%s, "
                          "h AS (DELETE FROM eventbox.outbox_held WHERE id = ANY ($1) RETURNING 1) "
                          "SELECT count(*) FROM j",
-                         psprintf(kAckInto, 0, 0, 0), psprintf(kAckInto, 1, 1, 1),
-                         psprintf(kAckInto, 2, 2, 2)),
+                         acks_into("now()")),
                 3, ack_types);
     // A failed attempt holds the row (a full copy: it outlives its rotated table) with its
     // attempts, error and retry time, or given up; a row held already counts one more attempt
@@ -152,9 +158,6 @@ void prepare_write_plans() {
         "SELECT ARRAY(SELECT id FROM eventbox.outbox_held WHERE status = 'failed' "
         "AND created_at < now() - $1 * interval '1 second' ORDER BY created_at LIMIT $2)",
         2, purge_types);
-    constexpr const char* kTombstoneInto =
-        "t%d AS (INSERT INTO eventbox.outbox_acks_%d (acked_at, max_id, ids, partitions, offsets) "
-        "SELECT '-infinity', max_id, ids, ps, os FROM g WHERE n = %d RETURNING 1)";
     Oid purge_ids_type[1] = {INT8ARRAYOID};
     purge_failed_plan = prepare(
         psprintf(
@@ -165,10 +168,9 @@ void prepare_write_plans() {
             "lower(s.gaps)) FROM eventbox.outbox_state s WHERE s.n = -1), 0) "
             "AND r.id IN (SELECT id FROM d)), "
             "g AS MATERIALIZED (SELECT n, max(id) AS max_id, array_agg(id ORDER BY id) AS ids, "
-            "array_agg(-1) AS ps, array_agg(-1::int8) AS os FROM j GROUP BY n), %s, %s, %s "
+            "array_agg(-1) AS ps, array_agg(-1::int8) AS os FROM j GROUP BY n), %s "
             "SELECT count(*) FROM d",
-            psprintf(kTombstoneInto, 0, 0, 0), psprintf(kTombstoneInto, 1, 1, 1),
-            psprintf(kTombstoneInto, 2, 2, 2)),
+            acks_into("'-infinity'")),
         1, purge_ids_type);
     // Rows users cancelled (deleted from the view before they were sent), once below W: above
     // it their held copy is what keeps them from being read as pending.
