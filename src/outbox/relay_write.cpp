@@ -142,11 +142,16 @@ void prepare_write_plans() {
         "FROM eventbox._outbox_rows r WHERE r.id = ANY ($1) ON CONFLICT (id) DO NOTHING",
         1, hold_types);
     // W only moves forward: after a reset the relay knows less, never that a settled row is not.
+    // A W that did not move writes nothing (no row lock, no xid: an idle relay writes no WAL);
+    // the relay's row is created when missing, and a concurrent creator wins (the next pass
+    // moves W).
     Oid position_types[1] = {INT8OID};
     position_plan = prepare(
-        "INSERT INTO eventbox.outbox_state AS s (n, settled_below, gaps, held_generation) "
-        "VALUES (-1, $1, '{}', 0) ON CONFLICT (n) DO UPDATE "
-        "SET settled_below = EXCLUDED.settled_below WHERE s.settled_below < EXCLUDED.settled_below",
+        "WITH moved AS (UPDATE eventbox.outbox_state SET settled_below = $1 "
+        "WHERE n = -1 AND settled_below < $1 RETURNING n) "
+        "INSERT INTO eventbox.outbox_state (n, settled_below, gaps, held_generation) "
+        "SELECT -1, $1, '{}', 0 WHERE NOT EXISTS (SELECT FROM eventbox.outbox_state WHERE n = -1) "
+        "ON CONFLICT (n) DO NOTHING",
         1, position_types);
     // eventbox.dead_retention: given-up held rows by age, whatever W is. The ids first (an
     // array, not an IN (subquery), for the reason the purges always had: no merge over a whole
