@@ -33,7 +33,7 @@ import uuid
 import psycopg2
 
 from eventbox_fixtures import (connect, env, query, read_topic, report, wait_outbox_drained,
-                               wait_relay)
+                               wait_relay, with_fresh_connection)
 
 SENDERS = 4
 PAUSE = 0.04    # up to 40 ms between a sender's transactions (~150 per second in all)
@@ -128,19 +128,7 @@ def ledger_ids(ledger, rnd=None):
             sql += " WHERE round = %s"
             args = (rnd,)
         return {r[0] for r in query(c, sql, args)}
-    deadline = time.monotonic() + 120
-    while True:
-        c = None
-        try:
-            c = connect()
-            return fetch(c)
-        except (psycopg2.OperationalError, psycopg2.InterfaceError):
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(0.2)
-        finally:
-            if c is not None:
-                c.close()
+    return with_fresh_connection(fetch, 120)
 
 
 def test_async_commits_published_iff_durable(conn, new_topic, settings):

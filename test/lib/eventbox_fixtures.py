@@ -114,7 +114,18 @@ def query_one(conn, sql, args=None):
     return rows[0][0] if rows else None
 
 
-def _with_fresh_connection(fn, timeout=90.0):
+def connection_lost(e):
+    """Whether psycopg2 error `e` is a connection lost (the server restarting after a crash):
+    refused or closed (OperationalError, InterfaceError), closed under the query, which psycopg2
+    may raise as a plain DatabaseError without SQLSTATE (an error the server reported has one),
+    or ended by the server's shutdown (57P01-57P03)."""
+    if isinstance(e, (psycopg2.OperationalError, psycopg2.InterfaceError)):
+        return True
+    return isinstance(e, psycopg2.DatabaseError) and (e.pgcode is None
+                                                      or e.pgcode.startswith("57P"))
+
+
+def with_fresh_connection(fn, timeout=90.0):
     """Runs fn(conn) on a short-lived connection, retrying across crash restarts."""
     deadline = time.monotonic() + timeout
     while True:
@@ -122,8 +133,8 @@ def _with_fresh_connection(fn, timeout=90.0):
         try:
             c = connect(timeout=max(1.0, deadline - time.monotonic()))
             return fn(c)
-        except (psycopg2.OperationalError, psycopg2.InterfaceError):
-            if time.monotonic() >= deadline:
+        except psycopg2.Error as e:
+            if not connection_lost(e) or time.monotonic() >= deadline:
                 raise
             time.sleep(0.2)
         finally:
@@ -142,7 +153,7 @@ def pending_count(topic=None, conn=None):
         args = (topic,)
     if conn is not None:
         return query_one(conn, sql, args)
-    return _with_fresh_connection(lambda c: query_one(c, sql, args))
+    return with_fresh_connection(lambda c: query_one(c, sql, args))
 
 
 def wait_outbox_drained(topic=None, timeout=120.0):
@@ -154,7 +165,7 @@ def wait_outbox_drained(topic=None, timeout=120.0):
         if last == 0:
             return
         if time.monotonic() >= deadline:
-            failed = _with_fresh_connection(lambda c: query(
+            failed = with_fresh_connection(lambda c: query(
                 c, "SELECT status, count(*), max(attempts), max(last_error) "
                    "FROM eventbox.outbox WHERE %s IS NULL OR topic = %s GROUP BY status",
                 (topic, topic)))
@@ -168,7 +179,7 @@ def relay_pids(conn=None):
            "ORDER BY pid")
     if conn is not None:
         return [r[0] for r in query(conn, sql)]
-    return _with_fresh_connection(lambda c: [r[0] for r in query(c, sql)])
+    return with_fresh_connection(lambda c: [r[0] for r in query(c, sql)])
 
 
 def wait_relay(timeout=90.0, not_pid=None):
@@ -187,7 +198,7 @@ def wait_relay(timeout=90.0, not_pid=None):
     deadline = time.monotonic() + timeout
     while True:
         try:
-            pid = _with_fresh_connection(probe, timeout=max(1.0, deadline - time.monotonic()))
+            pid = with_fresh_connection(probe, timeout=max(1.0, deadline - time.monotonic()))
         except (psycopg2.OperationalError, psycopg2.InterfaceError):
             pid = None
         except psycopg2.Error:
@@ -196,7 +207,7 @@ def wait_relay(timeout=90.0, not_pid=None):
         if pid:
             return pid
         if time.monotonic() >= deadline:
-            state = _with_fresh_connection(lambda c: (
+            state = with_fresh_connection(lambda c: (
                 query(c, "SELECT pid, backend_type FROM pg_stat_activity "
                          "WHERE backend_type LIKE 'eventbox%%'"),
                 query(c, "SELECT * FROM eventbox.workers")))
@@ -561,7 +572,7 @@ class Settings:
 
     @staticmethod
     def current(name):
-        return _with_fresh_connection(
+        return with_fresh_connection(
             lambda c: query_one(c, "SELECT current_setting(%s)", (name,)))
 
     def set(self, name, value, shown=None):

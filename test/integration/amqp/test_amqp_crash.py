@@ -21,30 +21,14 @@ Lock). Then:
 import time
 import uuid
 
-import psycopg2
-
-from eventbox_fixtures import connect, query, query_one, report, sigkill, wait_until
+from eventbox_fixtures import (connect, query, query_one, report, sigkill, wait_until,
+                               with_fresh_connection)
 from test_amqp_ingest import counts, drop, fresh_queue, ingest_pids, publish, stored, subscribe
 
 
 def retry(fn, timeout=120):
     """fn(connection) on a fresh connection, retried while the server restarts after a crash."""
-    deadline = time.monotonic() + timeout
-    while True:
-        c = None
-        try:
-            c = connect()
-            return fn(c)
-        except (psycopg2.OperationalError, psycopg2.InterfaceError):
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-        finally:
-            if c is not None:
-                try:
-                    c.close()
-                except Exception:
-                    pass
+    return with_fresh_connection(fn, timeout)
 
 
 def metric(sub, name):

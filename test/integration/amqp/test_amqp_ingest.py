@@ -9,7 +9,8 @@ import uuid
 import pika
 import psycopg2
 
-from eventbox_fixtures import connect, query, query_one, report, sigkill, wait_until
+from eventbox_fixtures import (connect, connection_lost, query, query_one, report, sigkill,
+                               wait_until)
 
 
 def row(c, sql, args=None):
@@ -53,10 +54,8 @@ def drop(name):
 def stored(sub):
     try:
         return _stored(sub)
-    except psycopg2.DatabaseError as e:
-        # The server restarting after a SIGKILL: refused (OperationalError) or closed under the
-        # query (a DatabaseError without SQLSTATE). An error the server reported has one.
-        if isinstance(e, psycopg2.OperationalError) or e.pgcode is None:
+    except psycopg2.Error as e:
+        if connection_lost(e):  # the server restarting after a SIGKILL
             return {}
         raise
 
@@ -85,8 +84,10 @@ def counts(sub, ids):
 def ingest_pids():
     try:
         return _ingest_pids()
-    except psycopg2.OperationalError:
-        return []
+    except psycopg2.Error as e:
+        if connection_lost(e):  # the server restarting after a SIGKILL
+            return []
+        raise
 
 
 def _ingest_pids():

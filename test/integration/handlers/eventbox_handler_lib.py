@@ -22,7 +22,7 @@ import pytest
 
 from kafka import KafkaProducer
 
-from eventbox_fixtures import connect, env, query, query_one
+from eventbox_fixtures import connect, env, query, query_one, with_fresh_connection
 
 RUN_AS = "eb_handler_role"
 
@@ -86,29 +86,7 @@ def produce(topic, msgs, bootstrap=None, timeout=120.0):
 
 def retry_conn(fn, timeout=120.0):
     """Runs fn(conn) on a fresh connection, retrying across crash restarts."""
-    deadline = time.monotonic() + timeout
-    while True:
-        c = None
-        try:
-            c = connect(timeout=max(1.0, deadline - time.monotonic()))
-            return fn(c)
-        except (psycopg2.OperationalError, psycopg2.InterfaceError):
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(0.2)
-        except psycopg2.DatabaseError as e:
-            # a connection cut by a crash restart can surface as a bare DatabaseError
-            if e.pgcode is not None and not e.pgcode.startswith("57P"):
-                raise
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(0.2)
-        finally:
-            if c is not None:
-                try:
-                    c.close()
-                except Exception:
-                    pass
+    return with_fresh_connection(fn, timeout)
 
 
 def handler_pids(c):
