@@ -12,6 +12,7 @@ SELECT name, boot_val, unit, context, vartype, min_val, max_val
 -- SHOW of each setting the test cluster leaves at its default.
 SHOW eventbox.max_message_bytes;
 SHOW eventbox.outbox_retention;
+SHOW eventbox.outbox_rotation_size;
 SHOW eventbox.relay_batch_size;
 SHOW eventbox.relay_linger;
 SHOW eventbox.relay_max_attempts;
@@ -109,6 +110,10 @@ ALTER SYSTEM SET eventbox.outbox_retention = -1;
 :show_sqlstate
 ALTER SYSTEM SET eventbox.outbox_retention = '1 fortnight';
 :show_sqlstate
+ALTER SYSTEM SET eventbox.outbox_rotation_size = -1;
+:show_sqlstate
+ALTER SYSTEM SET eventbox.outbox_rotation_size = '64 parsecs';
+:show_sqlstate
 ALTER SYSTEM SET eventbox.ingest_workers = 0;
 :show_sqlstate
 ALTER SYSTEM SET eventbox.ingest_workers = 9;
@@ -157,6 +162,7 @@ ALTER SYSTEM RESET eventbox.brokers;
 ALTER SYSTEM RESET eventbox.database;
 ALTER SYSTEM RESET eventbox.max_message_bytes;
 ALTER SYSTEM RESET eventbox.outbox_retention;
+ALTER SYSTEM RESET eventbox.outbox_rotation_size;
 ALTER SYSTEM RESET eventbox.relay_batch_size;
 ALTER SYSTEM RESET eventbox.relay_max_in_flight;
 ALTER SYSTEM RESET eventbox.relay_max_attempts;

@@ -14,17 +14,22 @@
 //  - closed, settled: after eventbox.outbox_retention, truncated with its outbox_acks_N when
 //    both locks are free at once (ConditionalLockRelationOid: a reader postpones it to a later
 //    call, nothing waits), and marked empty.
-// The open table is closed when it is older than the rotation period, holds rows, and the next
-// table is empty; otherwise it stays open and grows.
+// The open table is closed when it is older than the rotation period or has reached
+// eventbox.outbox_rotation_size, holds rows, and the next table is empty; otherwise it stays
+// open and grows. The size bounds the truncate's commit, which removes the table's file while
+// its lock is held (its time grows with the file: ~300 ms for 600 MB, which the relay's pass
+// and every reader of the view waited for).
 //
 // PostgreSQL-side code: no C++ object lives on these frames.
 #include "outbox/relay_rotate.hpp"
 
 extern "C" {
+#include "access/relation.h"
 #include "access/transam.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "storage/bufmgr.h"
 #include "storage/lmgr.h"
 #include "utils/lsyscache.h"
 #include "utils/snapmgr.h"
@@ -123,6 +128,18 @@ Oid table_oid(const char* kind, int n) {
     return get_relname_relid(name, get_namespace_oid("eventbox", false));
 }
 
+// Whether the open table n has reached eventbox.outbox_rotation_size (AccessShareLock waits for
+// none of its writers).
+bool outgrown(int n) {
+    if (guc::outbox_rotation_size_kb <= 0) return false;
+    Oid rows = table_oid("rows", n);
+    if (!OidIsValid(rows)) return false;
+    Relation rel = relation_open(rows, AccessShareLock);
+    BlockNumber blocks = RelationGetNumberOfBlocks(rel);
+    relation_close(rel, AccessShareLock);
+    return static_cast<int64>(blocks) * (BLCKSZ / 1024) >= guc::outbox_rotation_size_kb;
+}
+
 // Truncates table n and its ack rows when both locks are free now. Returns whether it did.
 bool truncate_table(int n) {
     Oid rows = table_oid("rows", n);
@@ -199,7 +216,7 @@ void rotate_outbox(TimestampTz now) {
     }
     for (int n = 0; n < kTables; ++n)
         if (expired[n] && truncate_table(n)) empty[n] = true;
-    if (open >= 0 && due && empty[(open + 1) % kTables]) {
+    if (open >= 0 && empty[(open + 1) % kTables] && (due || outgrown(open))) {
         exec(holds_rows_plan[open], nullptr, true, SPI_OK_SELECT);
         if (SPI_processed > 0) {
             Datum values[2] = {Int16GetDatum(static_cast<int16>(open)),

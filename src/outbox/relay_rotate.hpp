@@ -17,7 +17,8 @@ namespace eventbox::relay_worker {
 // transaction below that xid runs (prepared ones included), marks it settled once W is above
 // max_id and no stored gap reaches into it, truncates it (with its ack rows) once it has been
 // settled for eventbox.outbox_retention, when its lock is free at once. Last, opens the next
-// table when the open one is older than the rotation period, holds rows and the next is empty.
+// table when the open one is older than the rotation period or has reached
+// eventbox.outbox_rotation_size, holds rows and the next is empty.
 void rotate_outbox(TimestampTz now);
 
 }  // namespace eventbox::relay_worker

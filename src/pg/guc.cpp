@@ -32,6 +32,7 @@ char* schema_registry_options = nullptr;
 int max_message_bytes = 1000000;
 int outbox_retention_s = 0;
 int outbox_rotation_interval_s = 60;
+int outbox_rotation_size_kb = 64 * 1024;
 int relay_batch_size = 1000;
 int relay_max_in_flight = 20000;
 int relay_poll_interval_ms = 1000;
@@ -198,6 +199,13 @@ void define_connection_and_outbox() {
         "How long the open outbox table takes rows before the relay opens the next one.",
         "eventbox.outbox_retention is used instead when it is longer.", &outbox_rotation_interval_s,
         60, 1, 24 * 3600, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "eventbox.outbox_rotation_size",
+        "How large the open outbox table grows before the relay opens the next one.",
+        "0 rotates by age only. A truncate's commit takes time that grows with the table, and "
+        "the relay waits for it.",
+        &outbox_rotation_size_kb, 64 * 1024, 0, INT_MAX, PGC_SIGHUP, GUC_UNIT_KB, nullptr, nullptr,
+        nullptr);
 }
 
 // The relay's batches, limits, timing and retries.

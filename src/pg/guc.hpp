@@ -13,6 +13,7 @@ extern char* schema_registry_options;  // eventbox.schema_registry_options (supe
 extern int max_message_bytes;
 extern int outbox_retention_s;
 extern int outbox_rotation_interval_s;  // eventbox.outbox_rotation_interval
+extern int outbox_rotation_size_kb;     // eventbox.outbox_rotation_size (0: by age only)
 extern int relay_batch_size;
 extern int relay_max_in_flight;
 extern int relay_poll_interval_ms;

@@ -12,7 +12,8 @@ write into it runs. What must hold:
   and writes after it: that row is delivered;
 - rows keep per-key order across rotations;
 - with eventbox.outbox_retention = 0 the rotated tables and their ack tables go back to empty
-  (pg_relation_size 0) after several rotations, with no VACUUM and no row deleted one by one.
+  (pg_relation_size 0) after several rotations, with no VACUUM and no row deleted one by one;
+- the open table is also rotated once it reaches eventbox.outbox_rotation_size.
 
 The tests share one cluster of their own (max_prepared_transactions is a server setting) and a
 dev broker of their own. Every wait has a deadline; nothing asserts on a bare sleep."""
@@ -312,4 +313,66 @@ def test_writer_that_drew_its_id_before_truncate_outbox(served):
         report("rotation_truncate_late_writer", published=len(ids))
     finally:
         held.close()
+        conn.close()
+
+
+def set_and_wait(cluster, settings):
+    """ALTER SYSTEM for each (name, value) (None: RESET), reload, and wait until a new session
+    shows every value set."""
+    c = cluster.connect()
+    try:
+        for name, value in settings:
+            if value is None:
+                query(c, "ALTER SYSTEM RESET %s" % name)
+            else:
+                query(c, "ALTER SYSTEM SET %s = %%s" % name, (value,))
+        query(c, "SELECT pg_reload_conf()")
+    finally:
+        c.close()
+
+    def shown():
+        s = cluster.connect()
+        try:
+            return all(value is None or query_one(s, "SHOW %s" % name) == value
+                       for name, value in settings)
+        finally:
+            s.close()
+    wait_until(shown, 30, what="the settings %r after reload" % (settings,))
+
+
+def test_open_table_rotated_by_size(served):
+    """With a rotation period of an hour, the open table is closed once it reaches
+    eventbox.outbox_rotation_size (1MB here): a truncate then never has more than about that to
+    remove, whatever the rate, and the relay's pass, which waits for its commit, stays short."""
+    kafka, cluster = served
+    topic = kafka.topic("rotation_size")
+    conn = cluster.connect()
+    set_and_wait(cluster, [("eventbox.outbox_rotation_interval", "1h"),
+                           ("eventbox.outbox_rotation_size", "1MB")])
+    try:
+        # Every other table empty (the rotation needs the next one empty), then a few rows in
+        # the open table: it stays open for 3 s, which the 1 s period of the other tests would
+        # not have let it (the relay runs with the hour).
+        wait_until(lambda: all(v[0] in ("open", "empty") for v in states(conn).values()), 60,
+                   what="the closed tables truncated: %r" % states(conn))
+        first = open_table(conn)
+        sent = [send(conn, topic, "size", -3 + i) for i in range(3)]
+        time.sleep(3)
+        assert open_table(conn) == first, states(conn)
+        sent += [str(r[0]) for r in query(
+            conn, "SELECT eventbox.send(%s, jsonb_build_object('seq', g, 'pad', "
+                  "repeat('x', 200)), key => 'size') FROM generate_series(0, 5999) g", (topic,))]
+        size = rows_size(conn, first)
+        assert size >= 1024 * 1024, "6,000 rows of 250 bytes took only %d bytes" % size
+        wait_until(lambda: open_table(conn) != first, 30,
+                   what="table %d (%d bytes) closed by its size: %r" % (first, size,
+                                                                      states(conn)))
+        recs = kafka.wait_ids(topic, sent, timeout=60)
+        assert key_seqs(recs, "size") == list(range(-3, 6000))
+        wait_until(lambda: truncated(conn, first), 60,
+                   what="table %d truncated: %r" % (first, states(conn)))
+        report("rotation_by_size", rows=len(sent), table_bytes=size)
+    finally:
+        set_and_wait(cluster, [("eventbox.outbox_rotation_interval", None),
+                               ("eventbox.outbox_rotation_size", None)])
         conn.close()
