@@ -23,10 +23,10 @@ SELECT format('relation %s kind=%s persistence=%s options=%s acl=%s comment=%s',
               obj_description(r.oid, 'pg_class'))
   FROM rels r
 UNION ALL
-SELECT format('column %s.%s #%s %s notnull=%s default=%s identity=%s generated=%s collation=%s acl=%s',
+SELECT format('column %s.%s #%s %s notnull=%s default=%s identity=%s generated=%s collation=%s acl=%s storage=%s compression=%s',
               a.attrelid::regclass, a.attname, a.attnum, format_type(a.atttypid, a.atttypmod),
               a.attnotnull, pg_get_expr(ad.adbin, ad.adrelid), a.attidentity, a.attgenerated,
-              a.attcollation::regcollation, a.attacl)
+              a.attcollation::regcollation, a.attacl, a.attstorage, a.attcompression)
   FROM rels r JOIN pg_attribute a ON a.attrelid = r.oid AND a.attnum > 0 AND NOT a.attisdropped
   LEFT JOIN pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
 UNION ALL
