@@ -157,7 +157,10 @@ void prepare_write_plans() {
     // array, not an IN (subquery), for the reason the purges always had: no merge over a whole
     // index), then their delete; a purged row whose rotated copy is not settled by W yet gets a
     // tombstone ack row (acked_at -infinity: never shown as sent, and old for the truncate), so
-    // that the copy does not read as pending again.
+    // that the copy does not read as pending again. The rotated copies are found by the deleted
+    // ids as an array too: "r.id = ANY ($1) AND r.id IN (SELECT id FROM d)" was planned as a
+    // probe per deleted id, each with the whole $1 as an index condition (270 ms for a batch of
+    // 1,000 against 3.6 ms).
     Oid purge_types[2] = {INT4OID, INT4OID};
     purge_failed_ids_plan = prepare(
         "SELECT ARRAY(SELECT id FROM eventbox.outbox_held WHERE status = 'failed' "
@@ -169,9 +172,9 @@ void prepare_write_plans() {
             "WITH d AS (DELETE FROM eventbox.outbox_held WHERE id = ANY ($1) "
             "AND status = 'failed' RETURNING id), "
             "j AS MATERIALIZED (SELECT r.n, r.id FROM eventbox._outbox_rows r "
-            "WHERE r.id = ANY ($1) AND r.id >= coalesce((SELECT least(s.settled_below, "
-            "lower(s.gaps)) FROM eventbox.outbox_state s WHERE s.n = -1), 0) "
-            "AND r.id IN (SELECT id FROM d)), "
+            "WHERE r.id = ANY (ARRAY(SELECT id FROM d)) AND r.id >= coalesce((SELECT "
+            "least(s.settled_below, lower(s.gaps)) FROM eventbox.outbox_state s WHERE s.n = -1), "
+            "0)), "
             "g AS MATERIALIZED (SELECT n, max(id) AS max_id, array_agg(id ORDER BY id) AS ids, "
             "array_agg(-1) AS ps, array_agg(-1::int8) AS os FROM j GROUP BY n), %s "
             "SELECT count(*) FROM d",
