@@ -93,7 +93,7 @@ void Dispatcher::produce_now(const Row& row, LaneKey lane, uint64_t seq, int64_t
     switch (result) {
         case Produced::kQueued:
             ++lanes_[lane].in_flight;
-            in_flight_.emplace(row.id, Flight{lane, seq, row.attempts, row.created_ms, row.tid,
+            in_flight_.emplace(row.id, Flight{lane, seq, row.attempts, row.created_ms, row.table,
                                               row.cause_received_ms, subscription_index(row)});
             return;
         case Produced::kBusy:
@@ -188,7 +188,7 @@ void Dispatcher::on_delivery(int64_t id, int err, bool permanent, bool counts, i
     --lane.in_flight;
 
     if (err == 0) {
-        acked_.push_back(Acked{id, partition, offset, flight.created_ms, flight.tid,
+        acked_.push_back(Acked{id, partition, offset, flight.created_ms, flight.table,
                                flight.cause_received_ms, flight.cause_subscription});
     } else if (!counts) {
         wait_in_lane(flight.lane, flight.seq, id, now_ms);

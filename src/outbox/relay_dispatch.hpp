@@ -35,7 +35,9 @@ struct Row {
     int32_t attempts = 0;       // delivery attempts recorded so far
     int64_t not_before_ms = 0;  // next_attempt_at in epoch ms; 0 when due now
     int64_t created_ms = 0;     // created_at in epoch ms (for the publish latency metric)
-    uint64_t tid = 0;           // where the row was read (block << 16 | offset); 0: unknown
+    // The rotated table (eventbox.outbox_rows_N) it was read from, whose ack rows settle it;
+    // -1: read from eventbox.outbox_held (its rotated copy, if any is left, is looked up).
+    int16_t table = -1;
     // Read from eventbox.outbox_held: its copy in the rotated tables is settled as far as the
     // settled position goes (docs/design/outbox-rotation.md), whatever happens to it here.
     bool held = false;
@@ -83,7 +85,7 @@ struct Acked {
     int32_t partition;
     int64_t offset;
     int64_t created_ms = 0;           // the row's created_at (epoch ms)
-    uint64_t tid = 0;                 // Row::tid of the read that was produced
+    int16_t table = -1;               // Row::table of the read that was produced
     int64_t cause_received_ms = 0;    // Row::cause_received_ms
     uint32_t cause_subscription = 0;  // Row::cause_subscription, as subscription_name()'s index
 };
@@ -186,7 +188,7 @@ class Dispatcher {
         uint64_t seq;
         int32_t attempts;
         int64_t created_ms;
-        uint64_t tid;
+        int16_t table;
         int64_t cause_received_ms;
         uint32_t cause_subscription;
     };

@@ -32,9 +32,11 @@ SPIPlanPtr claim_plan, range_plan, refetch_plan, prepared_plan, prepared_writers
 // The rotated tables and eventbox.outbox_held directly, not through the view eventbox.outbox
 // (docs/design/outbox-rotation.md), merged in id order: the rotated rows not settled (at or
 // above the settled position W or in a stored gap, not held, in no ack row; `low` is the lower
-// of W and the lowest gap, an index bound) and every held row, with the kind of the row last: 0
+// of W and the lowest gap, an index bound) and every held row, with the kind of the row: 0
 // a rotated row, 1 a held row waiting to be sent (its columns are outbox_held's: a user may have
-// changed them), 2 a held row given up or cancelled (not offered; a claim steps over it). Held
+// changed them), 2 a held row given up or cancelled (not offered; a claim steps over it); last,
+// the rotated table a rotated row is in (relay::Row::table: its ack row needs no lookup), -1 for
+// a held row. Held
 // rows are read whatever W is: W passes them, their copy in the rotated tables is settled. A
 // restarted relay (cursor 0) thus reads a key's held row before its later rows: ids in order.
 // Each branch has its own ORDER BY and LIMIT, so that both are planned as ordered index scans
@@ -49,7 +51,7 @@ constexpr const char* kRowsSql =
     "SELECT * FROM (("
     "SELECT r.id, r.message_id, r.topic, r.key, r.payload, r.headers, 0 AS attempts, "
     "NULL::timestamptz AS next_attempt_at, r.created_at, r.cause_subscription, "
-    "r.cause_received_at, 0 AS kind "
+    "r.cause_received_at, 0 AS kind, r.n::int4 AS n "
     "FROM eventbox._outbox_rows r "
     "WHERE %1$s AND r.id >= coalesce((SELECT least(s.settled_below, lower(s.gaps)) "
     "FROM eventbox.outbox_state s WHERE s.n = -1), 0) "
@@ -63,7 +65,7 @@ constexpr const char* kRowsSql =
     ") UNION ALL ("
     "SELECT h.id, h.message_id, h.topic, h.key, h.payload, h.headers, h.attempts, "
     "h.next_attempt_at, h.created_at, h.cause_subscription, h.cause_received_at, "
-    "CASE WHEN h.status = 'pending' THEN 1 ELSE 2 END "
+    "CASE WHEN h.status = 'pending' THEN 1 ELSE 2 END, -1 "
     "FROM eventbox.outbox_held h WHERE %2$s ORDER BY h.id%3$s"
     ")) AS o ORDER BY id%3$s";
 
@@ -225,7 +227,7 @@ int64 offer_result(int64* last_id, bool scan) {
     }
     // One pass over each tuple: SPI_getbinval() per column walked the row from its start for
     // every column behind a variable-length one.
-    constexpr int kColumns = 12;
+    constexpr int kColumns = 13;
     if (desc->natts != kColumns) elog(ERROR, "eventbox relay: unexpected row shape");
     Datum v[kColumns];
     bool null[kColumns];
@@ -262,7 +264,7 @@ int64 offer_result(int64* last_id, bool scan) {
         row.attempts = DatumGetInt32(v[6]);
         row.not_before_ms = null[7] ? 0 : DatumGetTimestampTz(v[7]) / 1000;
         row.created_ms = DatumGetTimestampTz(v[8]) / 1000;
-        row.tid = 0;  // nothing is written at the row's place: it is settled by position
+        row.table = static_cast<int16_t>(DatumGetInt32(v[12]));
         row.held = kind == 1;
         if (!null[9] && !null[10]) {
             text* sub = DatumGetTextPP(v[9]);

@@ -86,27 +86,32 @@ void prepare_write_plans() {
     // offsets in id order; -1: no Kafka position), whatever eventbox.outbox_retention is: the
     // view tells an acknowledged row from one in flight by it. Held rows acknowledged leave
     // eventbox.outbox_held. Returns how many acknowledged ids were found.
-    Oid ack_types[3] = {INT8ARRAYOID, INT4ARRAYOID, INT8ARRAYOID};
-    // Each id is probed in the rotated tables' primary keys (a nested loop over the unnested
-    // ids): a filter "r.id = ANY ($1)" beside the join made the planner read the rows by it and
-    // join them with the ids through a materialized list, every row against every id (286 ms
-    // for 2,000 ids against 3.7 ms; the relay spent ~29 us per message there). The same holds
-    // for the failed rows below.
+    // A row read from a rotated table comes with its table ($4, relay::Row::table): nothing is
+    // looked up for it (probing the three primary keys for each id was more than half of the
+    // relay's time in this statement, which was itself more than half of a pass). A row read
+    // from outbox_held (-1) is probed in the rotated tables' primary keys (a nested loop over
+    // the unnested ids; a filter "r.id = ANY ($1)" beside the join made the planner join every
+    // row with every id: 286 ms for 2,000 ids against 3.7 ms). The same holds for the failed
+    // rows below.
     // The ids are grouped by table first: each table's insert then takes its one row of the
     // grouped result (a filter over the ungrouped ids threw away every other table's ids, three
-    // times).
-    ack_plan =
-        prepare(psprintf("WITH j AS MATERIALIZED (SELECT r.n, u.id, u.p, u.o "
-                         "FROM unnest($1::int8[], $2::int4[], $3::int8[]) AS u(id, p, o) "
-                         "JOIN eventbox._outbox_rows r ON r.id = u.id), "
-                         "g AS MATERIALIZED (SELECT n, max(id) AS max_id, "
-                         "array_agg(id ORDER BY id) AS ids, array_agg(p ORDER BY id) AS ps, "
-                         "array_agg(o ORDER BY id) AS os FROM j GROUP BY n), "
-                         "%s, "
-                         "h AS (DELETE FROM eventbox.outbox_held WHERE id = ANY ($1) RETURNING 1) "
-                         "SELECT count(*) FROM j",
-                         acks_into("now()")),
-                3, ack_types);
+    // times). outbox_held's primary key is probed for each id only when it holds a row at all.
+    Oid ack_types[4] = {INT8ARRAYOID, INT4ARRAYOID, INT8ARRAYOID, INT2ARRAYOID};
+    ack_plan = prepare(
+        psprintf("WITH u AS MATERIALIZED (SELECT * FROM unnest($1::int8[], $2::int4[], "
+                 "$3::int8[], $4::int2[]) AS u(id, p, o, n)), "
+                 "j AS MATERIALIZED (SELECT u.n::int4 AS n, u.id, u.p, u.o FROM u WHERE u.n >= 0 "
+                 "UNION ALL SELECT r.n, u.id, u.p, u.o FROM u "
+                 "JOIN eventbox._outbox_rows r ON r.id = u.id WHERE u.n < 0), "
+                 "g AS MATERIALIZED (SELECT n, max(id) AS max_id, "
+                 "array_agg(id ORDER BY id) AS ids, array_agg(p ORDER BY id) AS ps, "
+                 "array_agg(o ORDER BY id) AS os FROM j GROUP BY n), "
+                 "%s, "
+                 "h AS (DELETE FROM eventbox.outbox_held WHERE id = ANY ($1) "
+                 "AND EXISTS (SELECT FROM eventbox.outbox_held) RETURNING 1) "
+                 "SELECT count(*) FROM j",
+                 acks_into("now()")),
+        4, ack_types);
     // A failed attempt holds the row (a full copy: it outlives its rotated table) with its
     // attempts, error and retry time, or given up; a row held already counts one more attempt
     // there (its rotated copy may be truncated). A row a user cancelled meanwhile stays
@@ -214,15 +219,18 @@ void write_acked() {
     int64* ids = static_cast<int64*>(palloc(sizeof(int64) * n));
     Datum* partitions = static_cast<Datum*>(palloc(sizeof(Datum) * n));
     int64* offsets = static_cast<int64*>(palloc(sizeof(int64) * n));
+    Datum* tables = static_cast<Datum*>(palloc(sizeof(Datum) * n));
     for (int i = 0; i < n; ++i) {
         ids[i] = acked[i].id;
         partitions[i] = Int32GetDatum(acked[i].partition);
         offsets[i] = acked[i].offset;
+        tables[i] = Int16GetDatum(acked[i].table);
     }
-    Datum values[3] = {
+    Datum values[4] = {
         PointerGetDatum(int8_array(ids, n)),
         PointerGetDatum(construct_array(partitions, n, INT4OID, 4, true, TYPALIGN_INT)),
-        PointerGetDatum(int8_array(offsets, n))};
+        PointerGetDatum(int8_array(offsets, n)),
+        PointerGetDatum(construct_array(tables, n, INT2OID, 2, true, TYPALIGN_SHORT))};
     exec(ack_plan, values, false, SPI_OK_SELECT);
     bool isnull;
     settled_in_transaction += static_cast<uint64>(

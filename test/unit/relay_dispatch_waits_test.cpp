@@ -306,34 +306,37 @@ TEST(Dispatcher, RetryWaitsAtLeastTheGivenMinimum) {
 namespace eventbox::relay {
 namespace {
 
-// The relay deletes an acknowledged row at the tid of the read it produced: after a failed
-// attempt (written as a new row version) the retry's read, with its new tid, is the one acked.
-TEST(Dispatcher, AckedRowCarriesTheTidOfTheReadThatWasProduced) {
+// An acknowledged row's ack row goes to the rotated table of the read that was produced: after
+// a failed attempt the row is held, and the retry's read (from eventbox.outbox_held, table -1)
+// is the one acked, so that its rotated copy is looked up.
+TEST(Dispatcher, AckedRowCarriesTheTableOfTheReadThatWasProduced) {
     FakeSink sink;
     Dispatcher d(sink, small_limits(), 1);
     TestRow keep = keyed(1, "k");
     Row first = keep.row();
-    first.tid = (7u << 16) | 3;
+    first.table = 2;
     d.offer(first, 0);
     fail(d, 1, 10);
     d.clear_outcomes(0, d.failed().size());
     const std::vector<int64_t>& due = d.due_ids(5000, 10);
     ASSERT_EQ(due, std::vector<int64_t>{1});
     Row retry = keep.row();
-    retry.tid = (9u << 16) | 1;
+    retry.table = -1;
     retry.attempts = 1;
     d.offer(retry, 5000);
     d.refetch_done();
     ack(d, 1, 5010);
     ASSERT_EQ(d.acked().size(), 1u);
-    EXPECT_EQ(d.acked()[0].tid, (9u << 16) | 1);
+    EXPECT_EQ(d.acked()[0].table, -1);
 
-    // A row read without a tid (0) is acked with none: deleted by id.
+    // A row read from a rotated table is acked with it.
     TestRow other = keyed(2, "other");
-    d.offer(other.row(), 5020);
+    Row second = other.row();
+    second.table = 1;
+    d.offer(second, 5020);
     ack(d, 2, 5030);
     ASSERT_EQ(d.acked().size(), 2u);
-    EXPECT_EQ(d.acked()[1].tid, 0u);
+    EXPECT_EQ(d.acked()[1].table, 1);
 }
 
 // ---- no Kafka (issue 27, item 7) ---------------------------------------------------------
