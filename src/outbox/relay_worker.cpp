@@ -192,7 +192,7 @@ bool run_pass() {
     }
     bool more = read_rows(ranges, n_ranges);
     // In the transaction that wrote the outcomes: W and what it settles commit together.
-    store_position();
+    store_position(now);
     report_unrouted();
     // The purge takes a snapshot of its own, after the reads.
     if (purge_outbox(now)) more = true;

@@ -232,7 +232,10 @@ void write_outcomes();
 void settle_outcomes(std::size_t acked, std::size_t failed, std::size_t held);
 // Stores the settled position W (docs/design/outbox-rotation.md) when it moved: every row read
 // below it is settled (acknowledged in an ack row, or held), and no gap kept reaches below it.
-void store_position();
+// At most every 100 ms (`now`): computing it walks every id in flight, and nothing needs it
+// sooner (the rotation reads it once a second; ack rows, not W, say what a restarted relay must
+// not send again).
+void store_position(TimestampTz now);
 // Deletes given-up held rows past eventbox.dead_retention (whatever W is), and cancelled ones
 // below W, at most once a second (`now`) unless the last purge was full. Returns true when it
 // was full (more rows to purge).

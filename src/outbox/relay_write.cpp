@@ -30,7 +30,8 @@ metrics::LocalHistogram* latency = nullptr;  // publish latencies of the outcome
 // Rows the outcomes written in the current transaction took out of 'pending' (acknowledged,
 // given up), for metrics::outbox_settled() once it committed.
 uint64 settled_in_transaction = 0;
-TimestampTz last_purge = 0;  // last retention purge
+TimestampTz last_purge = 0;     // last retention purge
+TimestampTz last_position = 0;  // last store_position() that computed W
 
 // End-to-end latencies (inbox received_at -> ack) of the outcomes being written, per cause
 // subscription, in TopMemoryContext; added to the metrics once their transaction committed.
@@ -293,7 +294,9 @@ void settle_outcomes(std::size_t acked, std::size_t failed, std::size_t held) {
     metrics::outbox_settled(settled_in_transaction);
 }
 
-void store_position() {
+void store_position(TimestampTz now) {
+    if (!TimestampDifferenceExceeds(last_position, now, 100)) return;
+    last_position = now;
     // The lowest id the relay still has to settle: one the dispatcher holds, one in a gap kept
     // (a late commit may still fill it), or the next one above the cursor.
     int64 w = Min(cursor + 1, Min(dispatcher.lowest_unsettled(), rechecks.lowest()));
