@@ -251,6 +251,8 @@ long wait_timeout(bool more) {
     int64 due = dispatcher.next_due_ms();
     if (due != INT64_MAX) timeout = Min(timeout, Max(due - worker::now_ms(), 0L));
     if (!rechecks.empty()) timeout = Min(timeout, 250L);
+    long position_due = position_due_ms();
+    if (position_due >= 0) timeout = Min(timeout, position_due);
     // Schema fetches of the topic formats advance between waits.
     if (dispatcher.formats_busy()) timeout = Min(timeout, 5L);
     if (http_client.active()) {

@@ -236,6 +236,10 @@ void settle_outcomes(std::size_t acked, std::size_t failed, std::size_t held);
 // sooner (the rotation reads it once a second; ack rows, not W, say what a restarted relay must
 // not send again).
 void store_position(TimestampTz now);
+constexpr long kPositionEveryMs = 100;
+// Milliseconds until a W that store_position() did not compute is due (the relay's wait is no
+// longer, so that an idle relay does not leave W behind for a whole poll interval); -1: none.
+long position_due_ms();
 // Deletes given-up held rows past eventbox.dead_retention (whatever W is), and cancelled ones
 // below W, at most once a second (`now`) unless the last purge was full. Returns true when it
 // was full (more rows to purge).

@@ -30,8 +30,9 @@ metrics::LocalHistogram* latency = nullptr;  // publish latencies of the outcome
 // Rows the outcomes written in the current transaction took out of 'pending' (acknowledged,
 // given up), for metrics::outbox_settled() once it committed.
 uint64 settled_in_transaction = 0;
-TimestampTz last_purge = 0;     // last retention purge
-TimestampTz last_position = 0;  // last store_position() that computed W
+TimestampTz last_purge = 0;      // last retention purge
+TimestampTz last_position = 0;   // last store_position() that computed W
+bool position_deferred = false;  // a store_position() since then did not
 
 // End-to-end latencies (inbox received_at -> ack) of the outcomes being written, per cause
 // subscription, in TopMemoryContext; added to the metrics once their transaction committed.
@@ -295,13 +296,23 @@ void settle_outcomes(std::size_t acked, std::size_t failed, std::size_t held) {
 }
 
 void store_position(TimestampTz now) {
-    if (!TimestampDifferenceExceeds(last_position, now, 100)) return;
+    if (!TimestampDifferenceExceeds(last_position, now, kPositionEveryMs)) {
+        position_deferred = true;
+        return;
+    }
     last_position = now;
+    position_deferred = false;
     // The lowest id the relay still has to settle: one the dispatcher holds, one in a gap kept
     // (a late commit may still fill it), or the next one above the cursor.
     int64 w = Min(cursor + 1, Min(dispatcher.lowest_unsettled(), rechecks.lowest()));
     Datum values[1] = {Int64GetDatum(w)};
     exec(position_plan, values, false, SPI_OK_INSERT);
+}
+
+long position_due_ms() {
+    if (!position_deferred) return -1;
+    TimestampTz due = TimestampTzPlusMilliseconds(last_position, kPositionEveryMs);
+    return TimestampDifferenceMilliseconds(GetCurrentTimestamp(), due);
 }
 
 bool purge_outbox(TimestampTz now) {
