@@ -88,32 +88,33 @@ void prepare_write_plans() {
     // offsets in id order; -1: no Kafka position), whatever eventbox.outbox_retention is: the
     // view tells an acknowledged row from one in flight by it. Held rows acknowledged leave
     // eventbox.outbox_held. Returns how many acknowledged ids were found.
-    // A row read from a rotated table comes with its table ($4, relay::Row::table): nothing is
-    // looked up for it (probing the three primary keys for each id was more than half of the
+    // A row read from a rotated table comes with its table ($1-$4, relay::Row::table): nothing
+    // is looked up for it (probing the three primary keys for each id was more than half of the
     // relay's time in this statement, which was itself more than half of a pass). A row read
-    // from outbox_held (-1) is probed in the rotated tables' primary keys (a nested loop over
-    // the unnested ids; a filter "r.id = ANY ($1)" beside the join made the planner join every
-    // row with every id: 286 ms for 2,000 ids against 3.7 ms). The same holds for the failed
-    // rows below.
+    // from outbox_held ($5-$7, apart, so that no scan filters out the others) is probed in the
+    // rotated tables' primary keys (a nested loop over the unnested ids; a filter
+    // "r.id = ANY ($5)" beside the join made the planner join every row with every id: 286 ms for
+    // 2,000 ids against 3.7 ms). The same holds for the failed rows below.
     // The ids are grouped by table first: each table's insert then takes its one row of the
     // grouped result (a filter over the ungrouped ids threw away every other table's ids, three
     // times). outbox_held's primary key is probed for each id only when it holds a row at all.
-    Oid ack_types[4] = {INT8ARRAYOID, INT4ARRAYOID, INT8ARRAYOID, INT2ARRAYOID};
+    Oid ack_types[7] = {INT8ARRAYOID, INT4ARRAYOID, INT8ARRAYOID, INT2ARRAYOID,
+                        INT8ARRAYOID, INT4ARRAYOID, INT8ARRAYOID};
     ack_plan = prepare(
-        psprintf("WITH u AS MATERIALIZED (SELECT * FROM unnest($1::int8[], $2::int4[], "
-                 "$3::int8[], $4::int2[]) AS u(id, p, o, n)), "
-                 "j AS MATERIALIZED (SELECT u.n::int4 AS n, u.id, u.p, u.o FROM u WHERE u.n >= 0 "
-                 "UNION ALL SELECT r.n, u.id, u.p, u.o FROM u "
-                 "JOIN eventbox._outbox_rows r ON r.id = u.id WHERE u.n < 0), "
+        psprintf("WITH j AS MATERIALIZED (SELECT u.n::int4 AS n, u.id, u.p, u.o "
+                 "FROM unnest($1::int8[], $2::int4[], $3::int8[], $4::int2[]) AS u(id, p, o, n) "
+                 "UNION ALL SELECT r.n, u.id, u.p, u.o "
+                 "FROM unnest($5::int8[], $6::int4[], $7::int8[]) AS u(id, p, o) "
+                 "JOIN eventbox._outbox_rows r ON r.id = u.id), "
                  "g AS MATERIALIZED (SELECT n, max(id) AS max_id, "
                  "array_agg(id ORDER BY id) AS ids, array_agg(p ORDER BY id) AS ps, "
                  "array_agg(o ORDER BY id) AS os FROM j GROUP BY n), "
                  "%s, "
-                 "h AS (DELETE FROM eventbox.outbox_held WHERE id = ANY ($1) "
+                 "h AS (DELETE FROM eventbox.outbox_held WHERE id = ANY ($1 || $5) "
                  "AND EXISTS (SELECT FROM eventbox.outbox_held) RETURNING 1) "
                  "SELECT count(*) FROM j",
                  acks_into("now()")),
-        4, ack_types);
+        7, ack_types);
     // A failed attempt holds the row (a full copy: it outlives its rotated table) with its
     // attempts, error and retry time, or given up; a row held already counts one more attempt
     // there (its rotated copy may be truncated). A row a user cancelled meanwhile stays
@@ -218,21 +219,28 @@ void write_acked() {
             last = &e2e_tally(a.cause_subscription);
         last->histogram.observe_us((now - a.cause_received_ms) * 1000);
     }
+    // Rows read from a rotated table first (r of them, with their tables), then those read from
+    // outbox_held, from the end of the same arrays.
     int64* ids = static_cast<int64*>(palloc(sizeof(int64) * n));
     Datum* partitions = static_cast<Datum*>(palloc(sizeof(Datum) * n));
     int64* offsets = static_cast<int64*>(palloc(sizeof(int64) * n));
     Datum* tables = static_cast<Datum*>(palloc(sizeof(Datum) * n));
+    int r = 0, h = n;
     for (int i = 0; i < n; ++i) {
-        ids[i] = acked[i].id;
-        partitions[i] = Int32GetDatum(acked[i].partition);
-        offsets[i] = acked[i].offset;
-        tables[i] = Int16GetDatum(acked[i].table);
+        int at = acked[i].table >= 0 ? r++ : --h;
+        ids[at] = acked[i].id;
+        partitions[at] = Int32GetDatum(acked[i].partition);
+        offsets[at] = acked[i].offset;
+        tables[at] = Int16GetDatum(acked[i].table);
     }
-    Datum values[4] = {
-        PointerGetDatum(int8_array(ids, n)),
-        PointerGetDatum(construct_array(partitions, n, INT4OID, 4, true, TYPALIGN_INT)),
-        PointerGetDatum(int8_array(offsets, n)),
-        PointerGetDatum(construct_array(tables, n, INT2OID, 2, true, TYPALIGN_SHORT))};
+    Datum values[7] = {
+        PointerGetDatum(int8_array(ids, r)),
+        PointerGetDatum(construct_array(partitions, r, INT4OID, 4, true, TYPALIGN_INT)),
+        PointerGetDatum(int8_array(offsets, r)),
+        PointerGetDatum(construct_array(tables, r, INT2OID, 2, true, TYPALIGN_SHORT)),
+        PointerGetDatum(int8_array(ids + h, n - h)),
+        PointerGetDatum(construct_array(partitions + h, n - h, INT4OID, 4, true, TYPALIGN_INT)),
+        PointerGetDatum(int8_array(offsets + h, n - h))};
     exec(ack_plan, values, false, SPI_OK_SELECT);
     bool isnull;
     settled_in_transaction += static_cast<uint64>(

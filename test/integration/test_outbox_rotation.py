@@ -13,7 +13,9 @@ write into it runs. What must hold:
 - rows keep per-key order across rotations;
 - with eventbox.outbox_retention = 0 the rotated tables and their ack tables go back to empty
   (pg_relation_size 0) after several rotations, with no VACUUM and no row deleted one by one;
-- the open table is also rotated once it reaches eventbox.outbox_rotation_size.
+- the open table is also rotated once it reaches eventbox.outbox_rotation_size;
+- the relay stores its settled position W at most every 100 ms, and comes back for one it
+  skipped within that, whatever its poll interval (the rotation waits for W).
 
 The tests share one cluster of their own (max_prepared_transactions is a server setting) and a
 dev broker of their own. Every wait has a deadline; nothing asserts on a bare sleep."""
@@ -375,4 +377,29 @@ def test_open_table_rotated_by_size(served):
     finally:
         set_and_wait(cluster, [("eventbox.outbox_rotation_interval", None),
                                ("eventbox.outbox_rotation_size", None)])
+        conn.close()
+
+
+def test_settled_position_catches_up_with_a_long_poll_interval(served):
+    """W is computed at most every 100 ms: the ack pass of a short burst skips it, and the relay,
+    idle after it, must still come back for it within that, not after its poll interval. (In
+    this module's cluster nothing else writes to the outbox: another writer's open transaction
+    would hold W, by design.)"""
+    kafka, cluster = served
+    topic = kafka.topic("position_catch_up")
+    conn = cluster.connect()
+    set_and_wait(cluster, [("eventbox.relay_poll_interval", "1h")])
+    try:
+        for round_ in range(3):
+            sent = [send(conn, topic, "k", round_ * 5 + i) for i in range(5)]
+            kafka.wait_ids(topic, sent, timeout=60)
+            top = query_one(conn, "SELECT max(id) FROM eventbox._outbox_rows")
+            start = time.monotonic()
+            wait_until(lambda: query_one(
+                conn, "SELECT settled_below FROM eventbox.outbox_state WHERE n = -1") > top, 10,
+                what="W past id %d with a poll interval of an hour: %r" % (top, states(conn)))
+            report("relay_position_catch_up", sent=len(sent),
+                   seconds="%.2f" % (time.monotonic() - start))
+    finally:
+        set_and_wait(cluster, [("eventbox.relay_poll_interval", None)])
         conn.close()

@@ -9,9 +9,7 @@ non-transactional logical message pads the WAL so that the commit record ends on
 so the relay, woken by the commit, takes its snapshot right there.
 
 The padding needs a quiet WAL: an idle relay writes none (its pass used to lock its own
-eventbox.outbox_state row each second, which also spoiled the padding here). The relay stores
-its settled position W at most every 100 ms, and comes back for one it skipped within that,
-whatever its poll interval."""
+eventbox.outbox_state row each second, which also spoiled the padding here)."""
 import re
 import time
 import uuid
@@ -173,25 +171,3 @@ def test_an_idle_relay_writes_no_wal(conn, new_topic, settings):
         c.close()
 
 
-
-def test_settled_position_catches_up_with_a_long_poll_interval(conn, new_topic, settings):
-    """W is computed at most every 100 ms: the ack pass of a short burst skips it, and the relay,
-    idle after it, must still come back for it within that, not after its poll interval."""
-    settings.set("eventbox.relay_poll_interval", "1h")
-    topic = new_topic(1)
-    c = connect(autocommit=True)
-    try:
-        wait_settled(c)
-        for _ in range(3):
-            ids = [query_one(c, "SELECT eventbox.send(%s, '{}'::jsonb)", (topic,))
-                   for _ in range(5)]
-            wait_outbox_drained(topic)
-            top = query_one(c, "SELECT max(id) FROM eventbox._outbox_rows")
-            start = time.monotonic()
-            wait_until(lambda: query_one(
-                c, "SELECT settled_below FROM eventbox.outbox_state WHERE n = -1") > top, 10,
-                what="W past id %d with a poll interval of an hour" % top)
-            report("relay_position_catch_up", sent=len(ids),
-                   seconds="%.2f" % (time.monotonic() - start))
-    finally:
-        c.close()
