@@ -27,7 +27,7 @@ import uuid
 
 import pytest
 
-from clusters import Cluster, Kafka, query, query_one, report, wait_until
+from clusters import Cluster, Kafka, Settings, query, query_one, report, settled_below, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -318,30 +318,6 @@ def test_writer_that_drew_its_id_before_truncate_outbox(served):
         conn.close()
 
 
-def set_and_wait(cluster, settings):
-    """ALTER SYSTEM for each (name, value) (None: RESET), reload, and wait until a new session
-    shows every value set."""
-    c = cluster.connect()
-    try:
-        for name, value in settings:
-            if value is None:
-                query(c, "ALTER SYSTEM RESET %s" % name)
-            else:
-                query(c, "ALTER SYSTEM SET %s = %%s" % name, (value,))
-        query(c, "SELECT pg_reload_conf()")
-    finally:
-        c.close()
-
-    def shown():
-        s = cluster.connect()
-        try:
-            return all(value is None or query_one(s, "SHOW %s" % name) == value
-                       for name, value in settings)
-        finally:
-            s.close()
-    wait_until(shown, 30, what="the settings %r after reload" % (settings,))
-
-
 def test_open_table_rotated_by_size(served):
     """With a rotation period of an hour, the open table is closed once it reaches
     eventbox.outbox_rotation_size (1MB here): a truncate then never has more than about that to
@@ -349,8 +325,9 @@ def test_open_table_rotated_by_size(served):
     kafka, cluster = served
     topic = kafka.topic("rotation_size")
     conn = cluster.connect()
-    set_and_wait(cluster, [("eventbox.outbox_rotation_interval", "1h"),
-                           ("eventbox.outbox_rotation_size", "1MB")])
+    settings = Settings(cluster.connect)
+    settings.set("eventbox.outbox_rotation_interval", "1h")
+    settings.set("eventbox.outbox_rotation_size", "1MB")
     try:
         # Every other table empty (the rotation needs the next one empty), then a few rows in
         # the open table: it stays open for 3 s, which the 1 s period of the other tests would
@@ -375,8 +352,7 @@ def test_open_table_rotated_by_size(served):
                    what="table %d truncated: %r" % (first, states(conn)))
         report("rotation_by_size", rows=len(sent), table_bytes=size)
     finally:
-        set_and_wait(cluster, [("eventbox.outbox_rotation_interval", None),
-                               ("eventbox.outbox_rotation_size", None)])
+        settings.restore()
         conn.close()
 
 
@@ -388,18 +364,19 @@ def test_settled_position_catches_up_with_a_long_poll_interval(served):
     kafka, cluster = served
     topic = kafka.topic("position_catch_up")
     conn = cluster.connect()
-    set_and_wait(cluster, [("eventbox.relay_poll_interval", "1h")])
+    settings = Settings(cluster.connect)
+    settings.set("eventbox.relay_poll_interval", "1h")
     try:
         for round_ in range(3):
             sent = [send(conn, topic, "k", round_ * 5 + i) for i in range(5)]
             kafka.wait_ids(topic, sent, timeout=60)
             top = query_one(conn, "SELECT max(id) FROM eventbox._outbox_rows")
             start = time.monotonic()
-            wait_until(lambda: query_one(
-                conn, "SELECT settled_below FROM eventbox.outbox_state WHERE n = -1") > top, 10,
-                what="W past id %d with a poll interval of an hour: %r" % (top, states(conn)))
+            wait_until(lambda: settled_below(conn) > top, 10,
+                       what="W past id %d with a poll interval of an hour: %r"
+                       % (top, states(conn)))
             report("relay_position_catch_up", sent=len(sent),
                    seconds="%.2f" % (time.monotonic() - start))
     finally:
-        set_and_wait(cluster, [("eventbox.relay_poll_interval", None)])
+        settings.restore()
         conn.close()

@@ -6,13 +6,8 @@ key's held row (below W) before the key's later rows (above W), so per-key order
 
 import json
 
-from eventbox_fixtures import (count_ids, query, query_one, read_topic, report, wait_for_ids,
-                               wait_outbox_drained, wait_until)
-
-
-def settled_below(conn):
-    return query_one(conn, "SELECT coalesce((SELECT settled_below FROM eventbox.outbox_state "
-                           "WHERE n = -1), 0)")
+from eventbox_fixtures import (count_ids, query, query_one, read_topic, report, settled_below,
+                               wait_for_ids, wait_outbox_drained, wait_until)
 
 
 def held_rows(conn, topic):

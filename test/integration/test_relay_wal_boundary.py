@@ -15,7 +15,7 @@ import time
 import uuid
 
 from eventbox_fixtures import (connect, count_ids, query, query_one, read_topic, report,
-                               wait_outbox_drained, wait_until)
+                               settled_below, wait_outbox_drained, wait_until)
 
 PAGE = 8192
 ROUNDS = 12
@@ -26,9 +26,8 @@ def wait_settled(c):
     settled position W (which moves in the pass after the acknowledgements) is past them."""
     wait_outbox_drained()
     top = query_one(c, "SELECT coalesce(max(id), 0) FROM eventbox._outbox_rows")
-    wait_until(lambda: query_one(
-        c, "SELECT settled_below FROM eventbox.outbox_state WHERE n = -1") > top, 30,
-        what="the relay's settled position past id %d" % top)
+    wait_until(lambda: settled_below(c) > top, 30,
+               what="the relay's settled position past id %d" % top)
 
 
 def lsn(c):

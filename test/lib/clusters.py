@@ -35,8 +35,8 @@ if str(REPO / "test" / "lib") not in sys.path:
 
 import devbroker  # noqa: E402
 from devbroker import DevBroker  # noqa: E402
-from eventbox_fixtures import (CRASH_RE, count_ids, read_topic, report,  # noqa: E402,F401
-                               wait_until)
+from eventbox_fixtures import (CRASH_RE, Settings, count_ids, read_topic,  # noqa: E402,F401
+                               report, settled_below, wait_until)
 
 from kafka import KafkaProducer  # noqa: E402  (kafka-python)
 
@@ -56,7 +56,8 @@ PORTS = _port_range(os.environ.get("EVENTBOX_TEST_PORTS") or "54462-54479")
 WORKER_TYPES = ("eventbox relay", "eventbox ingest", "eventbox handler")
 
 __all__ = [
-    "PGBIN", "Cluster", "Kafka", "count_ids", "read_topic", "report", "wait_until", "query",
+    "PGBIN", "Cluster", "Kafka", "Settings", "count_ids", "read_topic", "report", "settled_below",
+    "wait_until", "query",
     "query_one", "worker_counts", "wait_workers", "wait_settled", "as_postgres", "HANDLER_DDL",
     "Elapsed", "duplicates", "WORKER_TYPES",
 ]

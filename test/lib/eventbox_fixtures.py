@@ -125,13 +125,14 @@ def connection_lost(e):
                                                       or e.pgcode.startswith("57P"))
 
 
-def with_fresh_connection(fn, timeout=90.0):
-    """Runs fn(conn) on a short-lived connection, retrying across crash restarts."""
+def with_fresh_connection(fn, timeout=90.0, connect_fn=None):
+    """Runs fn(conn) on a short-lived connection (connect_fn(timeout=...), this environment's
+    cluster by default), retrying across crash restarts."""
     deadline = time.monotonic() + timeout
     while True:
         c = None
         try:
-            c = connect(timeout=max(1.0, deadline - time.monotonic()))
+            c = (connect_fn or connect)(timeout=max(1.0, deadline - time.monotonic()))
             return fn(c)
         except psycopg2.Error as e:
             if not connection_lost(e) or time.monotonic() >= deadline:
@@ -143,6 +144,12 @@ def with_fresh_connection(fn, timeout=90.0):
                     c.close()
                 except Exception:
                     pass
+
+
+def settled_below(conn):
+    """The relay's settled position W (0 before the relay stored one)."""
+    return query_one(conn, "SELECT coalesce((SELECT settled_below FROM eventbox.outbox_state "
+                           "WHERE n = -1), 0)")
 
 
 def pending_count(topic=None, conn=None):
@@ -445,13 +452,8 @@ class StreamSender(threading.Thread):
                     conn.rollback()
                     self.ambiguous += 1
                 except psycopg2.Error as e:
-                    # A lost connection (crash restart): psycopg2 reports it as
-                    # OperationalError, InterfaceError or a bare DatabaseError.
-                    # A server-side SQL error has a SQLSTATE; a broken connection has none
-                    # (or 57P0x: shutdown, crash shutdown).
-                    lost = (isinstance(e, (psycopg2.OperationalError, psycopg2.InterfaceError))
-                            or conn is None or conn.closed or e.pgcode is None
-                            or e.pgcode.startswith("57P"))
+                    # A lost connection (crash restart), or a connection already closed.
+                    lost = connection_lost(e) or conn is None or conn.closed
                     if not lost or time.monotonic() >= deadline:
                         raise
                     try:
@@ -565,22 +567,24 @@ def new_topic(request, broker):
 class Settings:
     """ALTER SYSTEM with a guaranteed reset: every name set is reset (and the
     configuration reloaded) when the test ends, and the test waits until a new
-    session sees the original value again."""
+    session sees the original value again. On this environment's cluster, or on
+    the one connect_fn(timeout=...) connects to (clusters.Cluster.connect)."""
 
-    def __init__(self):
+    def __init__(self, connect_fn=None):
         self.original = {}
+        self.connect = connect_fn or connect
 
-    @staticmethod
-    def current(name):
+    def current(self, name):
         return with_fresh_connection(
-            lambda c: query_one(c, "SELECT current_setting(%s)", (name,)))
+            lambda c: query_one(c, "SELECT current_setting(%s)", (name,)),
+            connect_fn=self.connect)
 
     def set(self, name, value, shown=None):
         """Sets `name` to `value` and reloads; waits until a new session shows
         `shown` (default: `value`, so pass values in their SHOW form, e.g. '1h')."""
         if name not in self.original:
             self.original[name] = self.current(name)
-        c = connect()
+        c = self.connect()
         try:
             with c.cursor() as cur:
                 cur.execute("ALTER SYSTEM SET %s = %%s" % name, (str(value),))
@@ -590,7 +594,7 @@ class Settings:
         self.wait_shown(name, str(value) if shown is None else shown)
 
     def reset(self, name):
-        c = connect()
+        c = self.connect()
         try:
             with c.cursor() as cur:
                 cur.execute("ALTER SYSTEM RESET %s" % name)

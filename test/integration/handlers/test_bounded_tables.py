@@ -17,7 +17,7 @@ Rows are inserted directly with old timestamps instead of waiting for them to ag
 import time
 import uuid
 
-from eventbox_fixtures import connect, query, query_one, wait_until
+from eventbox_fixtures import connect, query, query_one, settled_below, wait_until
 from eventbox_handler_lib import Msg, produce, wait_settled
 
 
@@ -41,11 +41,6 @@ def insert_outbox(conn, topic, status, n, age):
                CASE WHEN %s = 'sent' THEN now() - %s::interval END,
                CASE WHEN %s = 'failed' THEN 'Broker: Message size too large' END
           FROM generate_series(1, %s) g""", (topic, status, age, status, age, status, n))
-
-
-def settled_below(conn):
-    return query_one(conn, "SELECT coalesce((SELECT settled_below FROM eventbox.outbox_state "
-                           "WHERE n = -1), 0)")
 
 
 def test_failed_outbox_rows_are_purged_after_dead_retention(conn, settings):

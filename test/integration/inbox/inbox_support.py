@@ -22,7 +22,7 @@ import pytest
 
 from inbox_env import REQUIRED_ENV, poll, unique_name
 
-from eventbox_fixtures import CRASH_RE, env
+from eventbox_fixtures import CRASH_RE, connection_lost, env
 from inbox_kafka import devbroker, new_producer
 
 # Figures printed in the terminal summary (seen with -q too).
@@ -46,8 +46,6 @@ def terminal_summary(terminalreporter, config):
 
 # ---------------------------------------------------------------------------------------------
 # PostgreSQL
-
-CONNECTION_ERRORS = (psycopg2.OperationalError, psycopg2.InterfaceError)
 
 
 def connect(timeout=90.0):
@@ -91,11 +89,8 @@ class Db:
             with self.conn().cursor() as cur:
                 cur.execute(sql, args)
                 return cur.fetchall() if cur.description is not None else None
-        except CONNECTION_ERRORS:
-            self.close()
-            raise
-        except psycopg2.DatabaseError as e:
-            if e.pgcode is None or e.pgcode.startswith("57P"):  # connection lost, shutdown
+        except psycopg2.Error as e:
+            if connection_lost(e):
                 self.close()
             raise
 
