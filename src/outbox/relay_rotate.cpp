@@ -45,8 +45,6 @@ namespace eventbox::relay_worker {
 
 namespace {
 
-constexpr int kTables = 3;  // eventbox.outbox_rows_0 .. _2
-
 SPIPlanPtr init_plan, stamp_plan, final_plan, settle_plan, state_plan, holds_rows_plan[kTables],
     acked_plan[kTables], emptied_plan, rotate_plan;
 TimestampTz last_check = 0;

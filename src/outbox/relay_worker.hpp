@@ -36,6 +36,9 @@ namespace eventbox::relay_worker {
 // Names the relay in its errors and log lines.
 inline constexpr const char* kWho = "eventbox relay";
 
+// The rotated tables: eventbox.outbox_rows_0 .. _2, each with its outbox_acks_N.
+inline constexpr int kTables = 3;
+
 // The Kafka producer (kafka::Producer).
 class PgProducer {
   public:

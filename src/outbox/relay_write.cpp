@@ -23,8 +23,8 @@ namespace eventbox::relay_worker {
 
 namespace {
 
-SPIPlanPtr ack_plan, failed_plan, hold_plan, position_plan, purge_failed_ids_plan,
-    purge_failed_plan, purge_cancelled_plan;
+SPIPlanPtr ack_plan, ack_row_plans[kTables], failed_plan, hold_plan, position_plan,
+    purge_failed_ids_plan, purge_failed_plan, purge_cancelled_plan;
 
 metrics::LocalHistogram* latency = nullptr;  // publish latencies of the outcomes being written
 // Rows the outcomes written in the current transaction took out of 'pending' (acknowledged,
@@ -87,7 +87,8 @@ void prepare_write_plans() {
     // One ack row per rotated table the acknowledged ids are in (their ids, partitions and
     // offsets in id order; -1: no Kafka position), whatever eventbox.outbox_retention is: the
     // view tells an acknowledged row from one in flight by it. Held rows acknowledged leave
-    // eventbox.outbox_held. Returns how many acknowledged ids were found.
+    // eventbox.outbox_held. Returns how many acknowledged ids were found. This statement serves
+    // the passes that acknowledged a row read from outbox_held; the others, ack_row_plans.
     // A row read from a rotated table comes with its table ($1-$4, relay::Row::table): nothing
     // is looked up for it (probing the three primary keys for each id was more than half of the
     // relay's time in this statement, which was itself more than half of a pass). A row read
@@ -115,6 +116,19 @@ void prepare_write_plans() {
                  "SELECT count(*) FROM j",
                  acks_into("now()")),
         7, ack_types);
+    // The usual pass: every acknowledged row was read from a rotated table. Its ack rows are
+    // formed here, one statement per table with the ids in order: the statement above spent
+    // most of its time unnesting, grouping and sorting the arrays the relay already had. A row
+    // held while it was in flight (hold_plan, or a user's change) leaves outbox_held.
+    Oid row_types[4] = {INT8OID, INT8ARRAYOID, INT4ARRAYOID, INT8ARRAYOID};
+    for (int t = 0; t < kTables; ++t)
+        ack_row_plans[t] = prepare(
+            psprintf("WITH h AS (DELETE FROM eventbox.outbox_held WHERE id = ANY ($2) "
+                     "AND EXISTS (SELECT FROM eventbox.outbox_held) RETURNING 1) "
+                     "INSERT INTO eventbox.outbox_acks_%d (acked_at, max_id, ids, partitions, "
+                     "offsets) VALUES (now(), $1, $2, $3, $4)",
+                     t),
+            4, row_types);
     // A failed attempt holds the row (a full copy: it outlives its rotated table) with its
     // attempts, error and retry time, or given up; a row held already counts one more attempt
     // there (its rotated copy may be truncated). A row a user cancelled meanwhile stays
@@ -201,7 +215,42 @@ void prepare_write_plans() {
 
 namespace {
 
-// Acknowledged rows: one ack row per rotated table (see ack_plan).
+// Acknowledged rows that were all read from rotated tables: one ack row per table, formed here
+// (see ack_row_plans). Returns the rows.
+int insert_ack_rows(const std::vector<relay::Acked>& acked) {
+    int n = static_cast<int>(acked.size());
+    // The acknowledgements in (table, id) order: delivery reports come per partition.
+    int* order = static_cast<int*>(palloc(sizeof(int) * n));
+    for (int i = 0; i < n; ++i) order[i] = i;
+    std::sort(order, order + n, [&acked](int a, int b) {
+        return acked[a].table != acked[b].table ? acked[a].table < acked[b].table
+                                                : acked[a].id < acked[b].id;
+    });
+    int64* ids = static_cast<int64*>(palloc(sizeof(int64) * n));
+    Datum* partitions = static_cast<Datum*>(palloc(sizeof(Datum) * n));
+    int64* offsets = static_cast<int64*>(palloc(sizeof(int64) * n));
+    for (int i = 0; i < n; ++i) {
+        const relay::Acked& a = acked[order[i]];
+        ids[i] = a.id;
+        partitions[i] = Int32GetDatum(a.partition);
+        offsets[i] = a.offset;
+    }
+    for (int from = 0, to; from < n; from = to) {
+        int table = acked[order[from]].table;
+        for (to = from + 1; to < n && acked[order[to]].table == table; ++to) {
+        }
+        if (table >= kTables) elog(ERROR, "%s: no rotated table %d", kWho, table);
+        int m = to - from;
+        Datum values[4] = {
+            Int64GetDatum(ids[to - 1]), PointerGetDatum(int8_array(ids + from, m)),
+            PointerGetDatum(construct_array(partitions + from, m, INT4OID, 4, true, TYPALIGN_INT)),
+            PointerGetDatum(int8_array(offsets + from, m))};
+        exec(ack_row_plans[table], values, false, SPI_OK_INSERT);
+    }
+    return n;
+}
+
+// Acknowledged rows: one ack row per rotated table (see ack_plan and ack_row_plans).
 void write_acked() {
     const std::vector<relay::Acked>& acked = dispatcher.acked();
     int n = static_cast<int>(acked.size());
@@ -211,13 +260,19 @@ void write_acked() {
     latency->clear();
     e2e_used = 0;
     E2eTally* last = nullptr;
+    bool any_held = false;
     for (int i = 0; i < n; ++i) {
         const relay::Acked& a = acked[i];
+        any_held = any_held || a.table < 0;
         if (a.created_ms != 0) latency->observe_us((now - a.created_ms) * 1000);
         if (a.cause_subscription == 0) continue;
         if (last == nullptr || last->subscription != a.cause_subscription)
             last = &e2e_tally(a.cause_subscription);
         last->histogram.observe_us((now - a.cause_received_ms) * 1000);
+    }
+    if (!any_held) {
+        settled_in_transaction += static_cast<uint64>(insert_ack_rows(acked));
+        return;
     }
     // Rows read from a rotated table first (r of them, with their tables), then those read from
     // outbox_held, from the end of the same arrays.
