@@ -2374,6 +2374,12 @@ CREATE FUNCTION eventbox._outbox_open_table() RETURNS smallint
 LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'eventbox_outbox_open_table';
 
+-- Whether message_id, just written into rotated table open_n, is in another rotated table
+-- (23505 when it is), also among the rows of writers still running, whose outcome it waits for.
+CREATE FUNCTION eventbox._outbox_unique_message_id(message_id uuid, open_n smallint) RETURNS void
+LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'eventbox_outbox_unique_message_id';
+
 -- Moves outbox_held's generation (the relay's row is created when missing).
 CREATE FUNCTION eventbox._outbox_held_changed() RETURNS void
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
@@ -2420,26 +2426,17 @@ CREATE FUNCTION eventbox._outbox_insert() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     open_n smallint;
-    other regclass;
 BEGIN
     PERFORM eventbox._outbox_check_row(NEW, true);
     NEW.id := eventbox.next_outbox_id();  -- publishes the xid first, then the open table is read
     open_n := eventbox._outbox_open_table();
-    -- message_id is unique per table: a duplicate in another live table is found here, under a
-    -- lock on the id's hash so that two writers of one id cannot both miss each other.
-    PERFORM pg_advisory_xact_lock(hashtextextended(NEW.message_id::text, 31));
-    SELECT format('eventbox.outbox_rows_%s', r.n)::regclass INTO other
-      FROM eventbox._outbox_rows r WHERE r.message_id = NEW.message_id AND r.n <> open_n LIMIT 1;
-    IF other IS NOT NULL THEN
-        RAISE EXCEPTION 'duplicate key value violates unique constraint "%"',
-                        replace(other::text, 'eventbox.', '') || '_message_id_key'
-            USING ERRCODE = 'unique_violation',
-                  DETAIL = format('Key (message_id)=(%s) already exists.', NEW.message_id);
-    END IF;
     EXECUTE format('INSERT INTO eventbox.outbox_rows_%s VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)',
                    open_n)
       USING NEW.id, NEW.message_id, NEW.topic, NEW.key, NEW.payload, NEW.headers, NEW.created_at,
             NEW.cause_subscription, NEW.cause_received_at;
+    -- message_id is unique per table; a duplicate in another live table is looked for once the
+    -- row is written (with the rows of writers still running: no lock per id).
+    PERFORM eventbox._outbox_unique_message_id(NEW.message_id, open_n);
     IF NEW.status = 'sent' THEN
         EXECUTE format('INSERT INTO eventbox.outbox_acks_%s VALUES ($1, $2, ARRAY[$2], ARRAY[$3], '
                        'ARRAY[$4])', open_n)
@@ -2566,6 +2563,7 @@ REVOKE ALL ON eventbox.outbox, eventbox.outbox_stats, eventbox._outbox_rows, eve
     eventbox.outbox_acks_0, eventbox.outbox_acks_1, eventbox.outbox_acks_2,
     eventbox.outbox_held, eventbox.outbox_state FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventbox._outbox_retention(), eventbox._outbox_open_table(),
+    eventbox._outbox_unique_message_id(uuid, smallint),
     eventbox._outbox_held_changed(),
     eventbox._outbox_check_row(eventbox.outbox, boolean), eventbox._outbox_insert(),
     eventbox._outbox_update(), eventbox._outbox_delete() FROM PUBLIC;

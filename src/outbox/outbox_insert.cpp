@@ -30,6 +30,7 @@ extern "C" {
 #include "executor/executor.h"
 #include "nodes/makefuncs.h"
 #include "optimizer/optimizer.h"
+#include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
@@ -279,45 +280,57 @@ int64 next_id(bool check_permissions) {
 
 namespace {
 
-// message_id is unique per rotated table: a given one is also looked for in the other tables,
-// under a transaction-level advisory lock on its hash (the one the view's INSERT trigger takes)
-// so that two writers of one id into different tables cannot both miss each other. Generated
-// ids (time-ordered UUIDs) are not looked for.
-void probe_message_id(pg_uuid_t* message_id, int open) {
-    Datum id_text = DirectFunctionCall1(uuid_out, UUIDPGetDatum(message_id));
-    Datum hash = DirectFunctionCall2Coll(hashtextextended, DEFAULT_COLLATION_OID,
-                                         PointerGetDatum(cstring_to_text(DatumGetCString(id_text))),
-                                         Int64GetDatum(31));
-    DirectFunctionCall1(pg_advisory_xact_lock_int8, hash);
-    Oid schema = get_namespace_oid("eventbox", false);
-    Snapshot snapshot = RegisterSnapshot(GetLatestSnapshot());
-    for (int n = 0; n < kTables; ++n) {
-        if (n == open) continue;
-        char name[64];
-        snprintf(name, sizeof name, "outbox_rows_%d", n);
-        Oid relid = get_relname_relid(name, schema);
-        snprintf(name, sizeof name, "outbox_rows_%d_message_id_key", n);
-        Oid indexid = get_relname_relid(name, schema);
-        if (!OidIsValid(relid) || !OidIsValid(indexid)) continue;
-        Relation rel = table_open(relid, AccessShareLock);
-        ScanKeyData scan_key;
-        // systable_beginscan() takes the key by the table's column number.
-        ScanKeyInit(&scan_key, get_attnum(relid, "message_id"), BTEqualStrategyNumber, F_UUID_EQ,
-                    UUIDPGetDatum(message_id));
-        SysScanDesc scan = systable_beginscan(rel, indexid, true, snapshot, 1, &scan_key);
-        bool found = HeapTupleIsValid(systable_getnext(scan));
-        systable_endscan(scan);
-        table_close(rel, AccessShareLock);
-        if (found)
-            ereport(ERROR,
-                    (errcode(ERRCODE_UNIQUE_VIOLATION),
-                     errmsg("duplicate key value violates unique constraint \"%s\"", name),
-                     errdetail("Key (message_id)=(%s) already exists.", DatumGetCString(id_text))));
-    }
-    UnregisterSnapshot(snapshot);
+// The first row of `message_id` in rotated table n that the dirty snapshot sees (committed, or
+// written by a transaction still running: `dirty` then names it); false when there is none.
+bool find_message_id(int n, Oid schema, pg_uuid_t* message_id, SnapshotData* dirty) {
+    char name[64];
+    snprintf(name, sizeof name, "outbox_rows_%d", n);
+    Oid relid = get_relname_relid(name, schema);
+    snprintf(name, sizeof name, "outbox_rows_%d_message_id_key", n);
+    Oid indexid = get_relname_relid(name, schema);
+    if (!OidIsValid(relid) || !OidIsValid(indexid)) return false;
+    Relation rel = table_open(relid, AccessShareLock);
+    Relation index = index_open(indexid, AccessShareLock);
+    ScanKeyData key;
+    ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_UUID_EQ, UUIDPGetDatum(message_id));
+    InitDirtySnapshot(*dirty);
+    IndexScanDesc scan = index_beginscan(rel, index, dirty, 1, 0);
+    index_rescan(scan, &key, 1, nullptr, 0);
+    TupleTableSlot* slot = table_slot_create(rel, nullptr);
+    bool found = index_getnext_slot(scan, ForwardScanDirection, slot);
+    ExecDropSingleTupleTableSlot(slot);
+    index_endscan(scan);
+    index_close(index, AccessShareLock);
+    table_close(rel, AccessShareLock);
+    return found;
 }
 
 }  // namespace
+
+void check_message_id_elsewhere(pg_uuid_t* message_id, int open) {
+    Oid schema = get_namespace_oid("eventbox", false);
+    for (int n = 0; n < kTables; ++n) {
+        if (n == open) continue;
+        SnapshotData dirty;
+        while (find_message_id(n, schema, message_id, &dirty)) {
+            TransactionId writer = TransactionIdIsValid(dirty.xmin) ? dirty.xmin : dirty.xmax;
+            if (TransactionIdIsValid(writer)) {
+                // A writer still running: its outcome decides (a rolled-back row, or a deleted
+                // one, is not a duplicate).
+                XactLockTableWait(writer, nullptr, nullptr, XLTW_None);
+                continue;
+            }
+            Datum id_text = DirectFunctionCall1(uuid_out, UUIDPGetDatum(message_id));
+            ereport(ERROR,
+                    (errcode(ERRCODE_UNIQUE_VIOLATION),
+                     errmsg("duplicate key value violates unique constraint "
+                            "\"outbox_rows_%d_message_id_key\"",
+                            n),
+                     errdetail("Key (message_id)=(%s) already exists.", DatumGetCString(id_text)),
+                     errhint("message_id is unique across the outbox: send it once.")));
+        }
+    }
+}
 
 bool insert_row(pg_uuid_t* message_id, bool given_id, text* topic, text* key, bytea* payload,
                 Jsonb* headers, const Cause* cause, Oid* owner, bool* cause_columns) {
@@ -328,7 +341,6 @@ bool insert_row(pg_uuid_t* message_id, bool given_id, text* topic, text* key, by
         return false;
     }
     int n = open_table();
-    if (given_id) probe_message_id(message_id, n);
     Relation rel = open_rows(n);
     Shape* s = cached[n].shape;
     bool has_cause = s->cause_attno[0] >= 0 && s->cause_attno[1] >= 0;
@@ -379,6 +391,7 @@ bool insert_row(pg_uuid_t* message_id, bool given_id, text* topic, text* key, by
     }
     s->info->ri_RelationDesc = nullptr;
     table_close(rel, NoLock);  // the lock is held to the end of the transaction, as INSERT does
+    if (given_id) check_message_id_elsewhere(message_id, n);
     // What a statement does after an INSERT: later statements of the transaction see the row.
     CommandCounterIncrement();
     return true;

@@ -72,6 +72,13 @@ EVENTBOX_SQL_FUNCTION(eventbox_outbox_open_table) {
     PG_RETURN_INT16(static_cast<int16>(eventbox::outbox::open_table()));
 }
 
+// eventbox._outbox_unique_message_id(message_id, open_n): the view's INSERT trigger, after it
+// wrote the row into rotated table open_n (outbox::check_message_id_elsewhere()).
+EVENTBOX_SQL_FUNCTION(eventbox_outbox_unique_message_id) {
+    eventbox::outbox::check_message_id_elsewhere(PG_GETARG_UUID_P(0), PG_GETARG_INT16(1));
+    PG_RETURN_VOID();
+}
+
 // eventbox._http_error(code, message, hint): the HTTP destination API's errors, raised without
 // the "STATEMENT:" line PostgreSQL would log (the statement may carry header values).
 EVENTBOX_SQL_FUNCTION(eventbox_http_error) {

@@ -25,6 +25,8 @@ import threading
 import time
 import uuid
 
+import psycopg2
+import psycopg2.errors
 import pytest
 
 from clusters import Cluster, Kafka, Settings, query, query_one, report, settled_below, wait_until
@@ -105,58 +107,44 @@ def key_seqs(recs, key):
 
 
 class HeldWriter:
-    """A writer of one row through the view's INSERT trigger, stopped after it drew its id and
-    read the open table: another session holds the message_id's advisory lock, which the
-    trigger takes before it writes its row, so the writer holds no lock on the rotated tables.
-    release() lets it write (its transaction stays open until commit()); outcome["table"] is
-    the rotated table its row went to."""
+    """A writer of one row stopped after it drew its id and read the open table, before it
+    wrote its row: the steps of the view's INSERT trigger, one statement each, so that the test
+    runs between them (the writer then holds no lock on the rotated tables). release() writes
+    the row into the table it read and looks for its message_id in the others, as the trigger
+    does (its transaction stays open until commit()); outcome["table"] is the rotated table its
+    row went to."""
 
     def __init__(self, cluster, conn, topic):
         self.late = str(uuid.uuid4())
+        self.topic = topic
         self.outcome = {}
-        self.holder = cluster.connect(autocommit=False)
-        query(self.holder, "SELECT pg_advisory_xact_lock(hashtextextended(%s::text, 31))",
-              (self.late,))
         self.writer = cluster.connect(autocommit=False)
         self.pid = query_one(self.writer, "SELECT pg_backend_pid()")
-        self.thread = threading.Thread(target=self._write, args=(topic,), daemon=True)
-        self.thread.start()
-        wait_until(lambda: query_one(conn, "SELECT wait_event FROM pg_stat_activity "
-                                           "WHERE pid = %s", (self.pid,)) == "advisory", 30,
-                   what="the writer waiting for the message_id's lock")
-
-    def _write(self, topic):
-        try:
-            query(self.writer, "INSERT INTO eventbox.outbox (message_id, topic, key, payload) "
-                               "VALUES (%s, %s, 'late', convert_to('{\"seq\": 0}', 'UTF8'))",
-                  (self.late, topic))
-            self.outcome["table"] = query_one(
-                self.writer, "SELECT string_agg(n::text, ',') FROM eventbox._outbox_rows "
-                             "WHERE message_id = %s", (self.late,))
-        except Exception as e:  # reported by release()
-            self.outcome["error"] = e
+        self.id = query_one(self.writer, "SELECT eventbox.next_outbox_id()")
+        self.table = query_one(self.writer, "SELECT eventbox._outbox_open_table()")
 
     def release(self):
-        self.holder.commit()
-        self.thread.join(30)
-        assert not self.thread.is_alive() and "error" not in self.outcome, self.outcome
+        query(self.writer, "INSERT INTO eventbox.outbox_rows_%d (id, message_id, topic, key, "
+                           "payload, headers, created_at) VALUES (%%s, %%s, %%s, 'late', "
+                           "convert_to('{\"seq\": 0}', 'UTF8'), '{}', now())" % self.table,
+              (self.id, self.late, self.topic))
+        query(self.writer, "SELECT eventbox._outbox_unique_message_id(%s, %s::int2)",
+              (self.late, self.table))
+        # Not read back through eventbox._outbox_rows: that would lock every rotated table to the
+        # end of the transaction, and no closed table could be truncated meanwhile.
+        self.outcome["table"] = self.table
 
     def commit(self):
         self.writer.commit()
 
     def close(self):
-        self.holder.rollback()
-        self.thread.join(30)
         self.writer.rollback()
-        self.holder.close()
         self.writer.close()
 
 
 def test_writer_that_read_the_open_table_before_a_rotation(served):
-    """The view's INSERT trigger draws the id and reads the open table, then waits for the
-    message_id's advisory lock (held here by another session) before it writes its row: a
-    writer stopped between reading the open table and writing into it, with no lock on the
-    table. Its table is closed meanwhile; it must not be finalized (max_id) nor truncated while
+    """A writer stopped between reading the open table and writing into it (HeldWriter), with
+    no lock on the table. Its table is closed meanwhile; it must not be finalized (max_id) nor truncated while
     the writer runs, and the row it then writes into the closed table is delivered."""
     kafka, cluster = served
     topic = kafka.topic("rotation_late")
@@ -196,6 +184,96 @@ def test_writer_that_read_the_open_table_before_a_rotation(served):
         report("rotation_late_writer", published=len(ids))
     finally:
         held.close()
+        conn.close()
+
+
+# More given message ids in one transaction than the lock table has room for (64 locks per
+# connection by default): a lock per id failed with "out of shared memory" at about 6,000.
+MANY_IDS = 30000
+
+
+def test_many_given_message_ids_in_one_transaction(served):
+    """send() with the caller's message_id and INSERT into the view take no lock per id: one
+    transaction writes MANY_IDS of each, and they are all delivered, once each. (A duplicate
+    across tables: test_one_message_id_from_two_writers_in_two_tables.)"""
+    kafka, cluster = served
+    topic = kafka.topic("rotation_many_ids")
+    conn = cluster.connect(autocommit=False)
+    try:
+        query(conn, "SELECT count(eventbox.send(%s, jsonb_build_object('i', g), "
+                    "message_id => gen_random_uuid())) FROM generate_series(1, %s) g",
+              (topic, MANY_IDS))
+        query(conn, "INSERT INTO eventbox.outbox (message_id, topic, payload) "
+                    "SELECT gen_random_uuid(), %s, convert_to(g::text, 'UTF8') "
+                    "FROM generate_series(1, %s) g", (topic, MANY_IDS))
+        assert query_one(conn, "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() "
+                               "AND locktype = 'advisory'") == 0
+        ids = {r[0] for r in query(conn, "SELECT message_id::text FROM eventbox.outbox "
+                                         "WHERE topic = %s", (topic,))}
+        conn.commit()
+        assert len(ids) == 2 * MANY_IDS
+        watch = cluster.connect()
+        wait_until(lambda: query_one(watch, "SELECT count(*) FROM eventbox.outbox "
+                                            "WHERE topic = %s AND status <> 'sent'", (topic,))
+                   == 0, 120, what="every row sent")
+        got = [r.message_id for r in kafka.read(topic)]
+        assert len(got) == len(ids) and set(got) == ids
+        watch.close()
+        report("rotation_many_ids", rows=2 * MANY_IDS)
+    finally:
+        conn.rollback()
+        conn.close()
+
+
+@pytest.mark.parametrize("second, first_ends", [("send", "commit"), ("view", "rollback")])
+def test_one_message_id_from_two_writers_in_two_tables(served, second, first_ends):
+    """A writer wrote message_id X into the open table and has not committed; the table is
+    closed, and a second writer writes X into the next one. The second waits for the first:
+    when the first commits, the second gets 23505; when it rolls back, the second's row stays."""
+    kafka, cluster = served
+    topic = kafka.topic("rotation_two_writers_%s" % second)
+    conn = cluster.connect()
+    first = HeldWriter(cluster, conn, topic)
+    other = cluster.connect()
+    outcome = {}
+    try:
+        first.release()
+        traffic_until_closed(conn, kafka, topic, first.table)
+        assert open_table(conn) != first.table
+        pid = query_one(other, "SELECT pg_backend_pid()")
+        sql = {"send": "SELECT eventbox.send(%s, '{}'::jsonb, message_id => %s::uuid)",
+               "view": "INSERT INTO eventbox.outbox (topic, message_id) VALUES (%s, %s)"}[second]
+
+        def write():
+            try:
+                query(other, sql, (topic, first.late))
+                outcome["ok"] = True
+            except psycopg2.Error as e:
+                outcome["error"] = e
+        thread = threading.Thread(target=write, daemon=True)
+        thread.start()
+        wait_until(lambda: query_one(conn, "SELECT wait_event FROM pg_stat_activity "
+                                           "WHERE pid = %s", (pid,)) == "transactionid", 30,
+                   what="the second writer waiting for the first")
+        if first_ends == "commit":
+            first.commit()
+        else:
+            first.writer.rollback()
+        thread.join(30)
+        assert not thread.is_alive()
+        rows = query_one(conn, "SELECT count(*) FROM eventbox._outbox_rows WHERE message_id = %s",
+                         (first.late,))
+        if first_ends == "commit":
+            assert isinstance(outcome.get("error"), psycopg2.errors.UniqueViolation), outcome
+            assert outcome["error"].diag.message_hint
+        else:
+            assert outcome == {"ok": True}
+        assert rows == 1
+        kafka.wait_ids(topic, [first.late], timeout=60)
+        report("rotation_two_writers", second=second, first_ends=first_ends)
+    finally:
+        first.close()
+        other.close()
         conn.close()
 
 
@@ -292,8 +370,7 @@ def test_order_kept_and_tables_emptied_across_rotations(served):
 
 def test_writer_that_drew_its_id_before_truncate_outbox(served):
     """eventbox.truncate_outbox() empties the tables; a writer that drew its id before it and
-    writes its row after it (held on the view INSERT trigger's lock, holding no lock on the
-    tables) commits a message that must still be sent: the truncate must not move the settled
+    writes its row after it (HeldWriter, holding no lock on the tables) commits a message that must still be sent: the truncate must not move the settled
     position past ids a running writer holds."""
     kafka, cluster = served
     topic = kafka.topic("rotation_truncate")
