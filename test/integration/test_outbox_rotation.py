@@ -124,10 +124,16 @@ class HeldWriter:
         self.table = query_one(self.writer, "SELECT eventbox._outbox_open_table()")
 
     def release(self):
+        self.write()
+        self.check()
+
+    def write(self):
         query(self.writer, "INSERT INTO eventbox.outbox_rows_%d (id, message_id, topic, key, "
                            "payload, headers, created_at) VALUES (%%s, %%s, %%s, 'late', "
                            "convert_to('{\"seq\": 0}', 'UTF8'), '{}', now())" % self.table,
               (self.id, self.late, self.topic))
+
+    def check(self):
         query(self.writer, "SELECT eventbox._outbox_unique_message_id(%s, %s::int2)",
               (self.late, self.table))
         # Not read back through eventbox._outbox_rows: that would lock every rotated table to the
@@ -274,6 +280,49 @@ def test_one_message_id_from_two_writers_in_two_tables(served, second, first_end
     finally:
         first.close()
         other.close()
+        conn.close()
+
+
+def test_one_message_id_written_into_two_tables_at_once(served):
+    """Two writers of one message_id, each into another table, both write before either looks
+    in the other tables: each then waits for the other, the deadlock detector ends one of them
+    (40P01), and the other's row is the one kept and delivered."""
+    kafka, cluster = served
+    topic = kafka.topic("rotation_both_at_once")
+    conn = cluster.connect()
+    first = HeldWriter(cluster, conn, topic)
+    first.write()
+    traffic_until_closed(conn, kafka, topic, first.table)
+    second = HeldWriter(cluster, conn, topic)
+    second.late = first.late
+    outcomes = {}
+
+    def check(writer, name):
+        try:
+            writer.check()
+            outcomes[name] = "ok"
+        except psycopg2.Error as e:
+            outcomes[name] = e.pgcode
+            writer.writer.rollback()
+    try:
+        assert second.table != first.table
+        second.write()
+        threads = [threading.Thread(target=check, args=(w, n), daemon=True)
+                   for w, n in ((first, "first"), (second, "second"))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert sorted(outcomes.values()) == ["40P01", "ok"], outcomes
+        kept = first if outcomes["first"] == "ok" else second
+        kept.commit()
+        assert query_one(conn, "SELECT count(*) FROM eventbox._outbox_rows WHERE message_id = %s",
+                         (first.late,)) == 1
+        kafka.wait_ids(topic, [first.late], timeout=60)
+        report("rotation_both_at_once", ended=[n for n, v in outcomes.items() if v != "ok"][0])
+    finally:
+        first.close()
+        second.close()
         conn.close()
 
 
