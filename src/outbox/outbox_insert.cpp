@@ -56,7 +56,6 @@ const char* const kNames[] = {"id",      "message_id", "topic",     "key",
 constexpr int kColumns = sizeof kNames / sizeof kNames[0];
 // Columns written only by send() inside a handler.
 const char* const kCauseNames[] = {"cause_subscription", "cause_received_at"};
-constexpr int kTables = 3;  // eventbox.outbox_rows_0 .. _2
 
 // What the inserts need from the table's definition.
 struct Shape {

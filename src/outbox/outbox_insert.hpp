@@ -12,6 +12,10 @@ extern "C" {
 
 namespace eventbox::outbox {
 
+// The rotated tables: eventbox.outbox_rows_0 .. _2, each with its outbox_acks_N
+// (docs/design/outbox-rotation.md).
+inline constexpr int kTables = 3;
+
 // The inbox message whose handler sends (see eventbox_e2e_seconds in docs/reference/metrics.md).
 struct Cause {
     text* subscription;

@@ -26,6 +26,7 @@ extern "C" {
 #include "amqp/publisher.hpp"
 #include "kafka/producer.hpp"
 #include "outbox/http_client.hpp"
+#include "outbox/outbox_insert.hpp"
 #include "outbox/relay_dispatch.hpp"
 #include "outbox/relay_formats.hpp"
 #include "outbox/relay_recheck.hpp"
@@ -36,8 +37,7 @@ namespace eventbox::relay_worker {
 // Names the relay in its errors and log lines.
 inline constexpr const char* kWho = "eventbox relay";
 
-// The rotated tables: eventbox.outbox_rows_0 .. _2, each with its outbox_acks_N.
-inline constexpr int kTables = 3;
+using outbox::kTables;  // the rotated tables
 
 // The Kafka producer (kafka::Producer).
 class PgProducer {
