@@ -34,6 +34,13 @@ def proc_cpu(pid):
     return None if rest is None else int(rest[11]) + int(rest[12])
 
 
+def proc_cpu_faults(pid):
+    """(utime+stime ticks, minor page faults) of a process, all its threads, or None if it
+    is gone."""
+    rest = _stat_fields(pid)
+    return None if rest is None else (int(rest[11]) + int(rest[12]), int(rest[7]))
+
+
 def proc_status(pid):
     """VmRSS, RssAnon, RssFile, RssShmem and VmHWM of a process in kB, or None if it is gone."""
     out = {}
@@ -61,7 +68,8 @@ def children_of(ppid):
 
 
 class CpuMeter:
-    """CPU used between start() and stop(): whole box, and named process groups."""
+    """CPU used between start() and stop(): whole box, and named process groups (their minor
+    page faults too)."""
 
     def __init__(self, groups):
         self.groups = groups  # name -> callable returning a list of pids
@@ -70,7 +78,7 @@ class CpuMeter:
         per_pid = {}
         for name, pids_fn in self.groups.items():
             for pid in pids_fn():
-                t = proc_cpu(pid)
+                t = proc_cpu_faults(pid)
                 if t is not None:
                     per_pid[(name, pid)] = t
         return box_cpu(), per_pid
@@ -80,7 +88,8 @@ class CpuMeter:
         self.s0 = self._sample()
 
     def stop(self):
-        """{"box_s", "box_total_s", "wall_s", "<group>_s" for each group}, in seconds."""
+        """{"box_s", "box_total_s", "wall_s", "<group>_s" for each group} in seconds, and
+        "<group>_faults" (minor page faults) for each group."""
         s1 = self._sample()
         self.elapsed = time.monotonic() - self.t0
         (b0, tot0), p0 = self.s0
@@ -88,9 +97,12 @@ class CpuMeter:
         res = {"box_s": (b1 - b0) / TICKS, "box_total_s": (tot1 - tot0) / TICKS,
                "wall_s": self.elapsed}
         for name in self.groups:
-            used = 0
-            for (n, pid), t in p1.items():
+            used = faults = 0
+            for (n, pid), (t, f) in p1.items():
                 if n == name:
-                    used += t - p0.get((n, pid), 0)  # processes born mid-run count from 0
+                    t0, f0 = p0.get((n, pid), (0, 0))  # processes born mid-run count from 0
+                    used += t - t0
+                    faults += f - f0
             res[name + "_s"] = used / TICKS
+            res[name + "_faults"] = faults
         return res

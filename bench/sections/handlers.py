@@ -212,18 +212,29 @@ def table_rows(res):
                            ">= 1 " + ("ok" if r >= 1 else "BELOW")))
         rows.append(ROW % ("  cpu/msg batch handler workers %s (us)" % size,
                            "%.1f" % per_msg_us(runs, "handlers_s"), "-", "-", "info"))
+        rows.append(ROW % ("  page faults/msg batch workers %s" % size,
+                           "%.3f" % faults_per_msg(runs), "-", "-", "info"))
     rows.append(ROW % ("cpu/msg box, handlers %s (us)" % "/".join(hd["sizes"]),
                        "/".join("%.1f" % per_msg_us(runs, "box_s")
                                 for runs in hd["sizes"].values()),
                        "workers %s" % "/".join("%.1f" % per_msg_us(runs, "handlers_s")
                                                for runs in hd["sizes"].values()),
                        "-", "info"))
+    rows.append(ROW % ("  page faults/msg handler workers",
+                       "/".join("%.3f" % faults_per_msg(runs) for runs in hd["sizes"].values()),
+                       "-", "-", "info"))
     worst = max(per_msg_us(runs, "handlers_s") for runs in hd["sizes"].values())
     rows.append(ROW % ("cpu/msg handler workers (us)",
                        "/".join("%.1f" % per_msg_us(runs, "handlers_s")
                                 for runs in hd["sizes"].values()),
                        "-", "-", "<= 10 " + ("ok" if worst <= 10 else "ABOVE")))
     return rows
+
+
+def faults_per_msg(runs):
+    """The handler workers' minor page faults per message over the runs (bench/NOTEBOOK.md,
+    2026-11-28, "the handler workers' page faults")."""
+    return sum(r["cpu"].get("handlers_faults", 0) for r in runs) / sum(r["n"] for r in runs)
 
 
 def notes(res, args):

@@ -14,6 +14,8 @@ extern "C" {
 #include "utils/memutils.h"
 }
 
+#include <malloc.h>
+
 #include <climits>
 #include <cstring>
 
@@ -121,7 +123,20 @@ void wait_for_work(int handled, int64 next_due) {
     worker::reload_if_requested();
 }
 
+// glibc maps every allocation above M_MMAP_THRESHOLD on its own and gives the top of its heap
+// back once M_TRIM_THRESHOLD is free there; setting either stops both from adapting. A pass's
+// memory (a batch handler's array of up to a pass's rows, the executor's) is freed at each
+// transaction's end, so with the defaults every transaction faulted its pages in again: 6-8x
+// the page faults and up to half a batch handler's CPU per message (bench/NOTEBOOK.md,
+// 2026-11-28, "the handler workers' page faults"). The relay and the ingest worker keep the
+// defaults: their allocations are librdkafka's, and fixed thresholds made the relay slower.
+void keep_freed_memory() {
+    mallopt(M_MMAP_THRESHOLD, 8 << 20);
+    mallopt(M_TRIM_THRESHOLD, 32 << 20);
+}
+
 void start(MemoryContext) {
+    keep_freed_memory();
     shmem::set_state("running");
     self.quiet.make();
 }
