@@ -8,8 +8,8 @@ import time
 import uuid
 
 from eventbox_fixtures import query, query_one, report
-from eventbox_handler_lib import Msg, inbox_status, ledger_figures, produce, retry_conn, \
-    wait_settled
+from eventbox_handler_lib import Msg, handler_pids, inbox_status, ledger_figures, produce, \
+    retry_conn, wait_settled
 
 BATCH_LEDGER_DDL = """
 CREATE TABLE {s}.ledger (n bigserial, message_id text, part int, off bigint, seq int,
@@ -115,3 +115,68 @@ def test_batch_chunks_are_not_cut_at_64_messages(case):
     assert rows == distinct == total
     assert out_of_order == 0
     assert max_call > 64, max_call
+
+
+def handler_minor_faults(pids):
+    """The minor page faults of the handler workers `pids` so far (/proc/PID/stat, field 10)."""
+    total = 0
+    for pid in pids:
+        with open("/proc/%d/stat" % pid) as f:
+            total += int(f.read().rsplit(")", 1)[1].split()[7])
+    return total
+
+
+def test_batch_handler_workers_reuse_their_memory(case):
+    """A batch handler's chunk of 1 KiB messages is an array of a few hundred KiB, freed at
+    the end of its transaction. The handler workers keep freed memory for the next one
+    (handlers/worker.cpp, keep_freed_memory()): a backlog handled after a first one costs
+    fewer page faults than messages. What is left is the workers' first touch of shared
+    buffers they had not mapped yet (the new rows, their new versions, the ledger): 0.47-0.57
+    faults per message on a freshly started cluster. With glibc's default thresholds each
+    chunk was mapped and faulted in again: 1.83-2.05 (bench/NOTEBOOK.md, 2026-11-28)."""
+    hc = case(4)
+    hc.setup(BATCH_LEDGER_DDL, handler="{s}.handle(eventbox.inbox[])", batch=True,
+             register=False, unhandled="keep", ordering="partition")
+    pad = "x" * 1000
+    seq = iter(range(10 ** 6))
+
+    def backlog(n):
+        msgs = [Msg(str(uuid.uuid4()), i % 4, "k%d" % (i % 50),
+                    {"seq": next(seq), "poison": False, "pad": pad}, "Batch") for i in range(n)]
+        produce(hc.topic, msgs)
+        return msgs
+
+    def stored():
+        return retry_conn(lambda c: query_one(c, "SELECT count(*) FROM eventbox.inbox "
+                                                 "WHERE subscription = %s", (hc.sub,)))
+
+    def wait_stored(n):
+        deadline = time.monotonic() + 120
+        while stored() < n:
+            assert time.monotonic() < deadline, "the backlog was not stored in 120 s"
+            time.sleep(0.2)
+
+    def unregister(c):
+        query(c, "SELECT eventbox.unregister_handler(%s, %s::regprocedure)",
+              (hc.sub, hc.q(hc.handler)))
+
+    # A first backlog warms the workers up: their heaps grow to what a chunk takes.
+    backlog(2000)
+    wait_stored(2000)
+    hc.register()
+    wait_settled(hc.sub, 2000, timeout=180)
+    # The second is stored whole while no handler takes it, so that chunks are full.
+    retry_conn(unregister)
+    backlog(8000)
+    wait_stored(10000)
+    pids = retry_conn(handler_pids)
+    before = handler_minor_faults(pids)
+    hc.register()
+    status = wait_settled(hc.sub, 10000, timeout=180)
+    faults = handler_minor_faults(pids) - before
+    max_call = retry_conn(lambda c: query_one(c, hc.q("SELECT max(call_size) FROM {s}.ledger")))
+    report("batch_handler_page_faults", messages=8000, page_faults=faults,
+           per_message=round(faults / 8000, 3), max_call=max_call, inbox=status)
+    assert status == {"processed": 10000}, status
+    assert max_call > 64, max_call
+    assert faults / 8000 < 1.0, "%d page faults for 8000 messages" % faults
