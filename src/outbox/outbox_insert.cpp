@@ -232,17 +232,17 @@ void legacy_outbox(Oid* owner, bool* cause_columns) {
                      get_attnum(relid, "cause_received_at") != InvalidAttrNumber;
 }
 
-}  // namespace
+// The open table's number as this transaction first read it, with the transaction's full xid
+// and eventbox.outbox_state's oid then.
+struct OpenTableRead {
+    FullTransactionId xid = InvalidFullTransactionId;
+    Oid state_relid = InvalidOid;
+    int open = 0;
+};
+OpenTableRead last_open_read;
 
-int open_table() {
-    // Read under a snapshot taken now, after the caller's xid was assigned: a rotation the relay
-    // committed before is seen, and one it commits later reads the next xid after this one, so
-    // the relay waits for this writer before it takes the old table's max_id as final.
-    Oid state_relid = state_table();
-    if (!OidIsValid(state_relid))
-        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-                        errmsg("eventbox.outbox_state does not exist"),
-                        errhint("Run ALTER EXTENSION pg_eventbox UPDATE in this database.")));
+// Reads the open table's number from eventbox.outbox_state under a snapshot taken now.
+int read_open_table(Oid state_relid) {
     Relation rel = table_open(state_relid, AccessShareLock);
     Snapshot snapshot = RegisterSnapshot(GetLatestSnapshot());
     TableScanDesc scan = table_beginscan(rel, snapshot, 0, nullptr);
@@ -263,6 +263,31 @@ int open_table() {
     table_endscan(scan);
     UnregisterSnapshot(snapshot);
     table_close(rel, AccessShareLock);
+    return open;
+}
+
+}  // namespace
+
+int open_table() {
+    // Read under a snapshot taken now, after the caller's xid was assigned: a rotation the relay
+    // committed before is seen, and one it commits later reads the next xid after this one, so
+    // the relay waits for this writer before it takes the old table's max_id as final.
+    Oid state_relid = state_table();
+    if (!OidIsValid(state_relid))
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("eventbox.outbox_state does not exist"),
+                        errhint("Run ALTER EXTENSION pg_eventbox UPDATE in this database.")));
+    // Read once per transaction: the relay waits for the whole writer, not for its first row,
+    // so the table the transaction first read stays open to it until it ends (a rotation
+    // committed since waits for this xid, and the table cannot be truncated and opened again
+    // before). A scan per send() was 5-6% of the handler workers' CPU end to end
+    // (bench/NOTEBOOK.md, 2026-11-28).
+    FullTransactionId xid = GetTopFullTransactionIdIfAny();
+    if (FullTransactionIdIsValid(xid) && FullTransactionIdEquals(xid, last_open_read.xid) &&
+        last_open_read.state_relid == state_relid)
+        return last_open_read.open;
+    int open = read_open_table(state_relid);
+    last_open_read = OpenTableRead{xid, state_relid, open};
     return open;
 }
 

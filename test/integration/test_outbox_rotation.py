@@ -6,8 +6,9 @@ write into it runs. What must hold:
 
 - a truncate never removes an unsettled row: a writer that read the open table just before a
   rotation and inserts into it after (held on the view's INSERT trigger's lock, between reading
-  the open table and writing its row), and a writer prepared across the rotation, keep their
-  table from being finalized until they end; their rows are delivered once;
+  the open table and writing its row), a transaction whose sends span a rotation (it reads the
+  open table once), and a writer prepared across the rotation, keep their table from being
+  finalized until they end; their rows are delivered once;
 - eventbox.truncate_outbox() does not settle the row of a writer that drew its id before it
   and writes after it: that row is delivered;
 - rows keep per-key order across rotations;
@@ -190,6 +191,43 @@ def test_writer_that_read_the_open_table_before_a_rotation(served):
         report("rotation_late_writer", published=len(ids))
     finally:
         held.close()
+        conn.close()
+
+
+def test_transaction_sending_across_a_rotation(served):
+    """A transaction reads the open table once, at its first send() (outbox_insert.cpp,
+    open_table()): its later sends go into that table even when the relay closed it meanwhile,
+    since the relay waits for the whole writer before it finalizes the table. Its two rows are
+    in the table closed while it ran, that table is not finalized before it commits, and both
+    rows are delivered once."""
+    kafka, cluster = served
+    topic = kafka.topic("rotation_one_read")
+    conn = cluster.connect()
+    writer = cluster.connect(autocommit=False)
+    try:
+        kafka.wait_ids(topic, [send(conn, topic, "probe", 0)], timeout=60)
+        wait_until(lambda: len(states(conn)) == 3, 30, what="the rotated tables' state rows")
+        first = send(writer, topic, "writer", 1)
+        table = query_one(writer, "SELECT eventbox._outbox_open_table()")
+        sent = traffic_until_closed(conn, kafka, topic, table)
+        assert open_table(conn) != table
+        assert states(conn)[table][2] is None, "finalized while its writer runs"
+        second = send(writer, topic, "writer", 2)
+        # Read in the writer's transaction, which already holds the table it wrote into.
+        mine = query_one(writer, "SELECT count(*) FROM eventbox.outbox_rows_%d "
+                                 "WHERE message_id IN (%%s, %%s)" % table, (first, second))
+        assert mine == 2, "the second send() went to another table"
+        writer.commit()
+        recs = kafka.wait_ids(topic, [first, second] + sent, timeout=60)
+        ids = [r.message_id for r in recs]
+        assert ids.count(first) == 1 and ids.count(second) == 1 and len(ids) == len(set(ids))
+        assert key_seqs(recs, "writer") == [1, 2]
+        wait_until(lambda: truncated(conn, table), 60,
+                   what="table %d truncated after the writer's rows were delivered" % table)
+        report("rotation_one_read", table=table, published=len(ids))
+    finally:
+        writer.rollback()
+        writer.close()
         conn.close()
 
 
