@@ -15,6 +15,11 @@ def per_msg_us(runs, key):
     return sum(r["cpu"][key] for r in runs) / sum(r["n"] for r in runs) * 1e6
 
 
+def per_msg_faults(runs, key):
+    """The minor page faults `key` of the runs' meters (CpuMeter) per message."""
+    return sum(r["cpu"].get(key, 0) for r in runs) / sum(r["n"] for r in runs)
+
+
 def steady_rate(n, elapsed, first, first_count):
     """Messages per second after the first committed batch (or outgoing message) was seen at
     `first` seconds with `first_count` done: the consumer's start left out."""

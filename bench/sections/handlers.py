@@ -12,7 +12,7 @@ from lib.eventbox import (HANDLER_ROLE, create_disabled_subscription, set_enable
                           setup_handler_objects, worker_pids)
 from lib.messages import EVENT_TYPE, PARTITIONS, SIZES, Messages, copy_buffer, copy_rows
 from lib.proc import CpuMeter
-from lib.table import ROW, best, per_msg_us
+from lib.table import ROW, best, per_msg_faults, per_msg_us
 
 
 def multi_row_insert(msgs):
@@ -213,7 +213,7 @@ def table_rows(res):
         rows.append(ROW % ("  cpu/msg batch handler workers %s (us)" % size,
                            "%.1f" % per_msg_us(runs, "handlers_s"), "-", "-", "info"))
         rows.append(ROW % ("  page faults/msg batch workers %s" % size,
-                           "%.3f" % faults_per_msg(runs), "-", "-", "info"))
+                           "%.3f" % per_msg_faults(runs, "handlers_faults"), "-", "-", "info"))
     rows.append(ROW % ("cpu/msg box, handlers %s (us)" % "/".join(hd["sizes"]),
                        "/".join("%.1f" % per_msg_us(runs, "box_s")
                                 for runs in hd["sizes"].values()),
@@ -221,7 +221,8 @@ def table_rows(res):
                                                for runs in hd["sizes"].values()),
                        "-", "info"))
     rows.append(ROW % ("  page faults/msg handler workers",
-                       "/".join("%.3f" % faults_per_msg(runs) for runs in hd["sizes"].values()),
+                       "/".join("%.3f" % per_msg_faults(runs, "handlers_faults")
+                                for runs in hd["sizes"].values()),
                        "-", "-", "info"))
     worst = max(per_msg_us(runs, "handlers_s") for runs in hd["sizes"].values())
     rows.append(ROW % ("cpu/msg handler workers (us)",
@@ -229,12 +230,6 @@ def table_rows(res):
                                 for runs in hd["sizes"].values()),
                        "-", "-", "<= 10 " + ("ok" if worst <= 10 else "ABOVE")))
     return rows
-
-
-def faults_per_msg(runs):
-    """The handler workers' minor page faults per message over the runs (bench/NOTEBOOK.md,
-    2026-11-28, "the handler workers' page faults")."""
-    return sum(r["cpu"].get("handlers_faults", 0) for r in runs) / sum(r["n"] for r in runs)
 
 
 def notes(res, args):

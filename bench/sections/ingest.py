@@ -19,7 +19,7 @@ from lib.kafka import produce
 from lib.messages import (DISTINCT_KEYS, INBOX_COLUMNS, PARTITIONS, SIZES, Messages, copy_buffer,
                           copy_rows)
 from lib.proc import CpuMeter
-from lib.table import ROW, best, per_msg_us, steady_rate
+from lib.table import ROW, best, per_msg_faults, per_msg_us, steady_rate
 
 # A replay the running consumer has not picked up after this many seconds is done again with a
 # group_id change.
@@ -395,6 +395,9 @@ def table_rows(res):
                                                      per_msg_us(per["ingest"], "handlers_s"),
                                                      per_msg_us(per["ingest"], "broker_s"))
                                  for per in ing["sizes"].values()), "-", "-", "info"))
+    rows.append(ROW % ("  page faults/msg ingest worker",
+                       "/".join("%.3f" % per_msg_faults(per["ingest"], "ingest_faults")
+                                for per in ing["sizes"].values()), "-", "-", "info"))
     return rows
 
 
