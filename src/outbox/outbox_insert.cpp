@@ -82,7 +82,22 @@ struct Cached {
 Cached cached[kTables];
 bool callback_registered = false;
 
+// The open table's number as this transaction first read it, with the transaction's full xid,
+// eventbox.outbox_state's oid and that table's oid then.
+struct OpenTableRead {
+    FullTransactionId xid = InvalidFullTransactionId;
+    Oid state_relid = InvalidOid;
+    int open = 0;
+    Oid rows_relid = InvalidOid;
+};
+OpenTableRead last_open_read;
+
 void on_relcache_invalidation(Datum, Oid relid) {
+    // An invalidation of the table read forgets its number: a TRUNCATE in this transaction
+    // (truncate_outbox() empties the closed tables) sends one, and the next row then goes to the
+    // table open after it. The relay cannot truncate that table while this transaction runs;
+    // other invalidations of it (its statistics) only cost a read of outbox_state.
+    if (relid == InvalidOid || relid == last_open_read.rows_relid) last_open_read = OpenTableRead{};
     for (Cached& c : cached) {
         // Taking an index's lock while the shape is built may take in invalidations: what was
         // read before them may be outdated, and their relation ids are not all known yet.
@@ -97,15 +112,18 @@ void on_relcache_invalidation(Datum, Oid relid) {
     }
 }
 
+void register_callback() {
+    if (callback_registered) return;
+    CacheRegisterRelcacheCallback(on_relcache_invalidation, (Datum)0);
+    callback_registered = true;
+}
+
 // Works out the shape of `rel` (rotated table n, opened and locked) into its context.
 void build_shape(Cached& c, Relation rel) {
     c.shape = nullptr;
     c.building = true;
     c.stale = false;
-    if (!callback_registered) {
-        CacheRegisterRelcacheCallback(on_relcache_invalidation, (Datum)0);
-        callback_registered = true;
-    }
+    register_callback();
     if (c.context == nullptr)
         c.context =
             AllocSetContextCreate(TopMemoryContext, "eventbox outbox insert", ALLOCSET_SMALL_SIZES);
@@ -232,15 +250,6 @@ void legacy_outbox(Oid* owner, bool* cause_columns) {
                      get_attnum(relid, "cause_received_at") != InvalidAttrNumber;
 }
 
-// The open table's number as this transaction first read it, with the transaction's full xid
-// and eventbox.outbox_state's oid then.
-struct OpenTableRead {
-    FullTransactionId xid = InvalidFullTransactionId;
-    Oid state_relid = InvalidOid;
-    int open = 0;
-};
-OpenTableRead last_open_read;
-
 // Reads the open table's number from eventbox.outbox_state under a snapshot taken now.
 int read_open_table(Oid state_relid) {
     Relation rel = table_open(state_relid, AccessShareLock);
@@ -279,15 +288,20 @@ int open_table() {
                         errhint("Run ALTER EXTENSION pg_eventbox UPDATE in this database.")));
     // Read once per transaction: the relay waits for the whole writer, not for its first row,
     // so the table the transaction first read stays open to it until it ends (a rotation
-    // committed since waits for this xid, and the table cannot be truncated and opened again
-    // before). A scan per send() was 5-6% of the handler workers' CPU end to end
-    // (bench/NOTEBOOK.md, 2026-11-28).
+    // committed since waits for this xid, and the relay cannot truncate the table and open it
+    // again before; a truncate by this transaction forgets the number: on_relcache_invalidation()).
+    // A scan per send() was 5-6% of the handler workers' CPU end to end (bench/NOTEBOOK.md,
+    // 2026-11-28).
+    register_callback();
     FullTransactionId xid = GetTopFullTransactionIdIfAny();
     if (FullTransactionIdIsValid(xid) && FullTransactionIdEquals(xid, last_open_read.xid) &&
         last_open_read.state_relid == state_relid)
         return last_open_read.open;
     int open = read_open_table(state_relid);
-    last_open_read = OpenTableRead{xid, state_relid, open};
+    char name[32];
+    snprintf(name, sizeof name, "outbox_rows_%d", open);
+    Oid rows_relid = get_relname_relid(name, get_rel_namespace(state_relid));
+    last_open_read = OpenTableRead{xid, state_relid, open, rows_relid};
     return open;
 }
 

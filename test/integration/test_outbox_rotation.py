@@ -10,7 +10,8 @@ write into it runs. What must hold:
   open table once), and a writer prepared across the rotation, keep their table from being
   finalized until they end; their rows are delivered once;
 - eventbox.truncate_outbox() does not settle the row of a writer that drew its id before it
-  and writes after it: that row is delivered;
+  and writes after it: that row is delivered; a transaction that truncates between two sends
+  writes its second row into the table open after the truncate;
 - rows keep per-key order across rotations;
 - with eventbox.outbox_retention = 0 the rotated tables and their ack tables go back to empty
   (pg_relation_size 0) after several rotations, with no VACUUM and no row deleted one by one;
@@ -225,6 +226,39 @@ def test_transaction_sending_across_a_rotation(served):
         wait_until(lambda: truncated(conn, table), 60,
                    what="table %d truncated after the writer's rows were delivered" % table)
         report("rotation_one_read", table=table, published=len(ids))
+    finally:
+        writer.rollback()
+        writer.close()
+        conn.close()
+
+
+def test_transaction_truncating_the_outbox_between_its_sends(served):
+    """A transaction that sent, then emptied the outbox with truncate_outbox() after the table
+    it had read was closed (the truncate marks closed tables empty), sends its next row into the
+    table open then, not into the emptied one: the number it read is forgotten with the
+    truncate. That row is delivered; the one sent before the truncate is not."""
+    kafka, cluster = served
+    topic = kafka.topic("rotation_truncate_between")
+    conn = cluster.connect()
+    writer = cluster.connect(autocommit=False)
+    try:
+        kafka.wait_ids(topic, [send(conn, topic, "probe", 0)], timeout=60)
+        wait_until(lambda: len(states(conn)) == 3, 30, what="the rotated tables' state rows")
+        first = send(writer, topic, "writer", 1)
+        table = query_one(writer, "SELECT eventbox._outbox_open_table()")
+        sent = traffic_until_closed(conn, kafka, topic, table)
+        query(writer, "SELECT eventbox.truncate_outbox()")
+        second = send(writer, topic, "writer", 2)
+        now_open = query_one(writer, "SELECT n FROM eventbox.outbox_state WHERE state = 'open'")
+        assert now_open != table
+        mine = query_one(writer, "SELECT count(*) FROM eventbox.outbox_rows_%d "
+                                 "WHERE message_id = %%s" % now_open, (second,))
+        assert mine == 1, "the row sent after the truncate is not in the open table"
+        writer.commit()
+        recs = kafka.wait_ids(topic, [second], timeout=60)
+        ids = [r.message_id for r in recs]
+        assert ids.count(second) == 1 and first not in ids
+        report("rotation_truncate_between", table=table, open=now_open, traffic=len(sent))
     finally:
         writer.rollback()
         writer.close()
