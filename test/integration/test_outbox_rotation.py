@@ -22,9 +22,11 @@ write into it runs. What must hold:
 The tests share one cluster of their own (max_prepared_transactions is a server setting) and a
 dev broker of their own. Every wait has a deadline; nothing asserts on a bare sleep."""
 
+import contextlib
 import json
 import threading
 import time
+import types
 import uuid
 
 import psycopg2
@@ -195,41 +197,50 @@ def test_writer_that_read_the_open_table_before_a_rotation(served):
         conn.close()
 
 
+@contextlib.contextmanager
+def writer_past_a_rotation(served, topic_name):
+    """A transaction (`writer`, not committed) that sent a row (key "writer", seq 1), then
+    traffic from `conn` until the table it wrote into is closed. Yields a namespace with kafka,
+    topic, conn, writer, first (its message_id), table and sent (the traffic's ids); the writer
+    is rolled back if the test did not commit it."""
+    kafka, cluster = served
+    w = types.SimpleNamespace(kafka=kafka, topic=kafka.topic(topic_name), conn=cluster.connect(),
+                              writer=cluster.connect(autocommit=False))
+    try:
+        kafka.wait_ids(w.topic, [send(w.conn, w.topic, "probe", 0)], timeout=60)
+        wait_until(lambda: len(states(w.conn)) == 3, 30, what="the rotated tables' state rows")
+        w.first = send(w.writer, w.topic, "writer", 1)
+        w.table = query_one(w.writer, "SELECT eventbox._outbox_open_table()")
+        w.sent = traffic_until_closed(w.conn, kafka, w.topic, w.table)
+        yield w
+    finally:
+        w.writer.rollback()
+        w.writer.close()
+        w.conn.close()
+
+
 def test_transaction_sending_across_a_rotation(served):
     """A transaction reads the open table once, at its first send() (outbox_insert.cpp,
     open_table()): its later sends go into that table even when the relay closed it meanwhile,
     since the relay waits for the whole writer before it finalizes the table. Its two rows are
     in the table closed while it ran, that table is not finalized before it commits, and both
     rows are delivered once."""
-    kafka, cluster = served
-    topic = kafka.topic("rotation_one_read")
-    conn = cluster.connect()
-    writer = cluster.connect(autocommit=False)
-    try:
-        kafka.wait_ids(topic, [send(conn, topic, "probe", 0)], timeout=60)
-        wait_until(lambda: len(states(conn)) == 3, 30, what="the rotated tables' state rows")
-        first = send(writer, topic, "writer", 1)
-        table = query_one(writer, "SELECT eventbox._outbox_open_table()")
-        sent = traffic_until_closed(conn, kafka, topic, table)
-        assert open_table(conn) != table
-        assert states(conn)[table][2] is None, "finalized while its writer runs"
-        second = send(writer, topic, "writer", 2)
+    with writer_past_a_rotation(served, "rotation_one_read") as w:
+        assert open_table(w.conn) != w.table
+        assert states(w.conn)[w.table][2] is None, "finalized while its writer runs"
+        second = send(w.writer, w.topic, "writer", 2)
         # Read in the writer's transaction, which already holds the table it wrote into.
-        mine = query_one(writer, "SELECT count(*) FROM eventbox.outbox_rows_%d "
-                                 "WHERE message_id IN (%%s, %%s)" % table, (first, second))
+        mine = query_one(w.writer, "SELECT count(*) FROM eventbox.outbox_rows_%d "
+                                   "WHERE message_id IN (%%s, %%s)" % w.table, (w.first, second))
         assert mine == 2, "the second send() went to another table"
-        writer.commit()
-        recs = kafka.wait_ids(topic, [first, second] + sent, timeout=60)
+        w.writer.commit()
+        recs = w.kafka.wait_ids(w.topic, [w.first, second] + w.sent, timeout=60)
         ids = [r.message_id for r in recs]
-        assert ids.count(first) == 1 and ids.count(second) == 1 and len(ids) == len(set(ids))
+        assert ids.count(w.first) == 1 and ids.count(second) == 1 and len(ids) == len(set(ids))
         assert key_seqs(recs, "writer") == [1, 2]
-        wait_until(lambda: truncated(conn, table), 60,
-                   what="table %d truncated after the writer's rows were delivered" % table)
-        report("rotation_one_read", table=table, published=len(ids))
-    finally:
-        writer.rollback()
-        writer.close()
-        conn.close()
+        wait_until(lambda: truncated(w.conn, w.table), 60,
+                   what="table %d truncated after the writer's rows were delivered" % w.table)
+        report("rotation_one_read", table=w.table, published=len(ids))
 
 
 def test_transaction_truncating_the_outbox_between_its_sends(served):
@@ -237,32 +248,20 @@ def test_transaction_truncating_the_outbox_between_its_sends(served):
     it had read was closed (the truncate marks closed tables empty), sends its next row into the
     table open then, not into the emptied one: the number it read is forgotten with the
     truncate. That row is delivered; the one sent before the truncate is not."""
-    kafka, cluster = served
-    topic = kafka.topic("rotation_truncate_between")
-    conn = cluster.connect()
-    writer = cluster.connect(autocommit=False)
-    try:
-        kafka.wait_ids(topic, [send(conn, topic, "probe", 0)], timeout=60)
-        wait_until(lambda: len(states(conn)) == 3, 30, what="the rotated tables' state rows")
-        first = send(writer, topic, "writer", 1)
-        table = query_one(writer, "SELECT eventbox._outbox_open_table()")
-        sent = traffic_until_closed(conn, kafka, topic, table)
-        query(writer, "SELECT eventbox.truncate_outbox()")
-        second = send(writer, topic, "writer", 2)
-        now_open = query_one(writer, "SELECT n FROM eventbox.outbox_state WHERE state = 'open'")
-        assert now_open != table
-        mine = query_one(writer, "SELECT count(*) FROM eventbox.outbox_rows_%d "
-                                 "WHERE message_id = %%s" % now_open, (second,))
+    with writer_past_a_rotation(served, "rotation_truncate_between") as w:
+        query(w.writer, "SELECT eventbox.truncate_outbox()")
+        second = send(w.writer, w.topic, "writer", 2)
+        now_open = query_one(w.writer,
+                             "SELECT n FROM eventbox.outbox_state WHERE state = 'open'")
+        assert now_open != w.table
+        mine = query_one(w.writer, "SELECT count(*) FROM eventbox.outbox_rows_%d "
+                                   "WHERE message_id = %%s" % now_open, (second,))
         assert mine == 1, "the row sent after the truncate is not in the open table"
-        writer.commit()
-        recs = kafka.wait_ids(topic, [second], timeout=60)
+        w.writer.commit()
+        recs = w.kafka.wait_ids(w.topic, [second], timeout=60)
         ids = [r.message_id for r in recs]
-        assert ids.count(second) == 1 and first not in ids
-        report("rotation_truncate_between", table=table, open=now_open, traffic=len(sent))
-    finally:
-        writer.rollback()
-        writer.close()
-        conn.close()
+        assert ids.count(second) == 1 and w.first not in ids
+        report("rotation_truncate_between", table=w.table, open=now_open, traffic=len(w.sent))
 
 
 # More given message ids in one transaction than the lock table has room for (64 locks per
