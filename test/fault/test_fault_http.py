@@ -10,8 +10,8 @@ import sys
 import time
 import uuid
 
-from eventbox_fixtures import (StreamSender, connect, query, report, sigkill, wait_outbox_drained,
-                               wait_relay)
+from eventbox_fixtures import (StreamSender, cancel_unsent, connect, query, report, sigkill,
+                               wait_outbox_drained, wait_relay)
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "integration" / "http"))
 from http_support import Endpoint  # noqa: E402
@@ -37,7 +37,7 @@ def test_sigkill_relay_during_http_stream(extension):
     finally:
         sender.stop_flag.set()
         c = connect()
-        query(c, "DELETE FROM eventbox.outbox WHERE topic = %s", (topic,))
+        cancel_unsent(c, topic)
         query(c, "SELECT eventbox.drop_http_destination(%s)", (topic,))
         c.close()
         ep.close()
@@ -96,7 +96,7 @@ def test_sigkill_relay_during_bulk_stream(extension):
     finally:
         sender.stop_flag.set()
         c = connect()
-        query(c, "DELETE FROM eventbox.outbox WHERE topic = %s", (topic,))
+        cancel_unsent(c, topic)
         query(c, "SELECT eventbox.drop_http_destination(%s)", (topic,))
         c.close()
         ep.close()

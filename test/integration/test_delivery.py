@@ -18,7 +18,7 @@ import psycopg2.errors
 import psycopg2.extensions
 import pytest
 
-from eventbox_fixtures import (connect, count_ids, java_partition, query, query_one,
+from eventbox_fixtures import (cancel_unsent, connect, count_ids, java_partition, query, query_one,
                                read_topic, report, wait_for_ids, wait_outbox_drained)
 
 
@@ -445,4 +445,4 @@ def test_message_of_max_message_bytes_is_delivered(conn, new_topic):
         assert [r.message_id for r in recs] == [big, small]
         assert recs[0].value == payload
     finally:
-        query(conn, "DELETE FROM eventbox.outbox WHERE topic = %s", (topic,))
+        cancel_unsent(conn, topic)

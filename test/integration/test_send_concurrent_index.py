@@ -8,7 +8,7 @@ scan in one snapshot."""
 import threading
 import time
 
-from eventbox_fixtures import connect, query, query_one
+from eventbox_fixtures import cancel_unsent, connect, query, query_one
 
 TOPIC = "send-cic-test"
 
@@ -89,4 +89,4 @@ def test_an_index_built_concurrently_gets_every_row_send_writes(conn, settings):
         assert by_index == by_heap, (by_index, by_heap)
     finally:
         query(conn, "DROP INDEX IF EXISTS eventbox.outbox_cic_test")
-        query(conn, "DELETE FROM eventbox.outbox WHERE topic = %s", (TOPIC,))
+        cancel_unsent(conn, TOPIC)

@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "lib"))
 
-from eventbox_fixtures import connect, query  # noqa: E402
+from eventbox_fixtures import cancel_unsent, connect, query  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 
@@ -86,7 +86,7 @@ def amqp_topic(extension):
     c = connect()
     try:
         for t in topics:
-            query(c, "DELETE FROM eventbox.outbox WHERE topic = %s", (t,))
+            cancel_unsent(c, t)
             query(c, "SELECT eventbox.drop_amqp_destination(%s)", (t,))
     finally:
         c.close()

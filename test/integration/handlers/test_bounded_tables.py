@@ -17,7 +17,7 @@ Rows are inserted directly with old timestamps instead of waiting for them to ag
 import time
 import uuid
 
-from eventbox_fixtures import connect, query, query_one, settled_below, wait_until
+from eventbox_fixtures import cancel_unsent, connect, query, query_one, settled_below, wait_until
 from eventbox_handler_lib import Msg, produce, wait_settled
 
 
@@ -84,7 +84,7 @@ def test_failed_outbox_rows_are_purged_after_dead_retention(conn, settings):
         writer.rollback()
         writer.close()
         settings.restore()
-        query(conn, "DELETE FROM eventbox.outbox WHERE topic = %s", (topic,))
+        cancel_unsent(conn, topic)
 
 
 def stored_rows(conn, topic):

@@ -10,7 +10,7 @@ import uuid
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "http"))
 
 from http_support import Endpoint  # noqa: E402
-from eventbox_fixtures import connect, query, query_one, wait_outbox_drained, wait_until  # noqa: E402,E501
+from eventbox_fixtures import cancel_unsent, connect, query, query_one, wait_outbox_drained, wait_until  # noqa: E402,E501
 from eventbox_handler_lib import Msg, produce, wait_settled  # noqa: E402
 
 HANDLER_SLEEP = 0.05  # seconds in the handler, per message
@@ -100,7 +100,7 @@ def test_e2e_histogram_counts_each_handler_send_until_its_ack(conn, case, new_to
     finally:
         c = connect()
         try:
-            query(c, "DELETE FROM eventbox.outbox WHERE topic = %s", (http_topic,))
+            cancel_unsent(c, http_topic)
             query(c, "SELECT eventbox.drop_http_destination(%s)", (http_topic,))
         finally:
             c.close()

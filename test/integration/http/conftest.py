@@ -9,7 +9,7 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from http_support import Endpoint  # noqa: E402
-from eventbox_fixtures import connect, query  # noqa: E402
+from eventbox_fixtures import cancel_unsent, connect, query  # noqa: E402
 
 
 @pytest.fixture
@@ -49,7 +49,7 @@ def http_topic(extension):
         for t in topics:
             # Rows left (failed, or pending towards a dead endpoint) would go to Kafka after the
             # drop: delete them first.
-            query(c, "DELETE FROM eventbox.outbox WHERE topic = %s", (t,))
+            cancel_unsent(c, t)
             query(c, "SELECT eventbox.drop_http_destination(%s)", (t,))
     finally:
         c.close()

@@ -11,8 +11,8 @@ import uuid
 
 import pytest
 
-from eventbox_fixtures import (connect, query, query_one, read_topic, wait_outbox_drained,
-                               wait_until)
+from eventbox_fixtures import (cancel_unsent, connect, query, query_one, read_topic,
+                               wait_outbox_drained, wait_until)
 
 RELAY_STATE = "SELECT state FROM eventbox.workers WHERE role = 'relay'"
 
@@ -146,7 +146,7 @@ def test_route_follows_a_change_committing_while_the_relay_loads(
         else:
             assert (mid in delivered_keys(ep), kafka) == (False, [mid]), "not published"
     finally:
-        query(conn, "DELETE FROM eventbox.outbox WHERE topic = %s", (topic,))
+        cancel_unsent(conn, topic)
         if query_one(conn, "SELECT count(*) FROM eventbox.http_destinations WHERE topic = %s",
                      (topic,)):
             query(conn, "SELECT eventbox.drop_http_destination(%s)", (topic,))
@@ -175,5 +175,5 @@ def test_new_destinations_back_to_back(conn, endpoint, broker):
             "%d of 20 published to Kafka" % len(published)
     finally:
         for t in made:
-            query(conn, "DELETE FROM eventbox.outbox WHERE topic = %s", (t,))
+            cancel_unsent(conn, t)
             query(conn, "SELECT eventbox.drop_http_destination(%s)", (t,))
