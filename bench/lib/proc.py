@@ -28,17 +28,17 @@ def _stat_fields(pid):
     return data[data.rindex(")") + 2:].split()
 
 
-def proc_cpu(pid):
-    """utime+stime ticks of a process (all its threads), or None if it is gone."""
-    rest = _stat_fields(pid)
-    return None if rest is None else int(rest[11]) + int(rest[12])
-
-
 def proc_cpu_faults(pid):
     """(utime+stime ticks, minor page faults) of a process, all its threads, or None if it
     is gone."""
     rest = _stat_fields(pid)
     return None if rest is None else (int(rest[11]) + int(rest[12]), int(rest[7]))
+
+
+def proc_cpu(pid):
+    """utime+stime ticks of a process (all its threads), or None if it is gone."""
+    both = proc_cpu_faults(pid)
+    return None if both is None else both[0]
 
 
 def proc_status(pid):

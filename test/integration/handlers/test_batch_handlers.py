@@ -76,6 +76,15 @@ def test_batch_handler_order_and_poison_isolated(case):
     assert retry_conn(lambda c: inbox_status(c, hc.sub)) == status
 
 
+def wait_stored(sub, n):
+    """Waits until the subscription's inbox holds at least n rows (120 s at most)."""
+    deadline = time.monotonic() + 120
+    while retry_conn(lambda c: query_one(c, "SELECT count(*) FROM eventbox.inbox "
+                                            "WHERE subscription = %s", (sub,))) < n:
+        assert time.monotonic() < deadline, "the backlog was not stored in 120 s"
+        time.sleep(0.2)
+
+
 def test_batch_chunks_are_not_cut_at_64_messages(case):
     """A backlog of 1000 messages in one partition, stored while no handler
     takes them (unhandled 'keep'), then a batch handler registered: a chunk
@@ -91,11 +100,7 @@ def test_batch_chunks_are_not_cut_at_64_messages(case):
             for i in range(total)]
     produce(hc.topic, msgs)
 
-    deadline = time.monotonic() + 120
-    while retry_conn(lambda c: query_one(c, "SELECT count(*) FROM eventbox.inbox "
-                                            "WHERE subscription = %s", (hc.sub,))) < total:
-        assert time.monotonic() < deadline, "the backlog was not stored in 120 s"
-        time.sleep(0.2)
+    wait_stored(hc.sub, total)
     hc.register()
     status = wait_settled(hc.sub, total, timeout=180)
 
@@ -141,20 +146,9 @@ def test_batch_handler_workers_reuse_their_memory(case):
     seq = iter(range(10 ** 6))
 
     def backlog(n):
-        msgs = [Msg(str(uuid.uuid4()), i % 4, "k%d" % (i % 50),
-                    {"seq": next(seq), "poison": False, "pad": pad}, "Batch") for i in range(n)]
-        produce(hc.topic, msgs)
-        return msgs
-
-    def stored():
-        return retry_conn(lambda c: query_one(c, "SELECT count(*) FROM eventbox.inbox "
-                                                 "WHERE subscription = %s", (hc.sub,)))
-
-    def wait_stored(n):
-        deadline = time.monotonic() + 120
-        while stored() < n:
-            assert time.monotonic() < deadline, "the backlog was not stored in 120 s"
-            time.sleep(0.2)
+        produce(hc.topic, [Msg(str(uuid.uuid4()), i % 4, "k%d" % (i % 50),
+                               {"seq": next(seq), "poison": False, "pad": pad}, "Batch")
+                           for i in range(n)])
 
     def unregister(c):
         query(c, "SELECT eventbox.unregister_handler(%s, %s::regprocedure)",
@@ -162,13 +156,13 @@ def test_batch_handler_workers_reuse_their_memory(case):
 
     # A first backlog warms the workers up: their heaps grow to what a chunk takes.
     backlog(2000)
-    wait_stored(2000)
+    wait_stored(hc.sub, 2000)
     hc.register()
     wait_settled(hc.sub, 2000, timeout=180)
     # The second is stored whole while no handler takes it, so that chunks are full.
     retry_conn(unregister)
     backlog(8000)
-    wait_stored(10000)
+    wait_stored(hc.sub, 10000)
     pids = retry_conn(handler_pids)
     before = handler_minor_faults(pids)
     hc.register()
