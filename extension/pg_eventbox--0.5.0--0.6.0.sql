@@ -444,6 +444,13 @@ REVOKE ALL ON FUNCTION eventbox._outbox_retention(), eventbox._outbox_open_table
 -- for the others and for the relay's row).
 ALTER TABLE eventbox.outbox_state ADD COLUMN opened_at timestamptz;
 
+-- ---- 0.6.0: a crash counts the attempts of the run transaction in flight only ----
+-- docs/design/handlers.md ("Claims"): each claimed message's place in the pass's run order, and
+-- the places of the run transaction in flight. Claims written by 0.5.0 have neither, and count
+-- every message that still waits, as 0.5.0 did.
+ALTER TABLE eventbox.handler_claims ADD COLUMN positions integer[],
+    ADD COLUMN running int4range;
+
 -- Each change of 0.6.0 goes in its own section above this line, headed
 -- "-- ---- 0.6.0: <what> ----", and the same objects in the full install script.
 

@@ -190,13 +190,18 @@ SELECT pg_catalog.pg_extension_config_dump('eventbox.offsets', '');
 -- The messages a handler worker's pass took in a lane, written (synchronously) before any of
 -- them runs and emptied when the last of their outcomes commits. Whoever takes the lane next
 -- and finds in it a message still waiting with the same attempts knows that its attempt was cut
--- short by a crash, and counts it.
+-- short by a crash, and counts it. positions and running (0.6.0): each message's place in the
+-- pass's run order, and the places of the run transaction in flight, moved by each run
+-- transaction's commit; only the messages in that range count (docs/design/handlers.md,
+-- "Claims"). A claim without them counts every message.
 CREATE TABLE eventbox.handler_claims (
     subscription text    NOT NULL,
     topic        text    NOT NULL,
     "partition"  integer NOT NULL,
     message_ids  text[]  NOT NULL,
     attempts     integer[] NOT NULL,  -- each message's attempts before the pass ran it
+    positions    integer[],
+    running      int4range,
     PRIMARY KEY (subscription, topic, "partition")
 );
 

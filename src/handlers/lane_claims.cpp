@@ -45,7 +45,8 @@ HeldLocks held;
 // A lane's claim: what the last worker pass in it took (empty once their outcomes committed).
 // By the primary key of eventbox.handler_claims, as the other claim statements.
 KeptStatement claim_read_statement{
-    "SELECT message_ids, attempts FROM eventbox.handler_claims"
+    "SELECT message_ids, attempts, positions, lower(running), upper(running)"
+    "  FROM eventbox.handler_claims"
     " WHERE subscription = $1 AND topic = $2 AND \"partition\" = $3",
     3,
     {TEXTOID, TEXTOID, INT4OID},
@@ -84,12 +85,27 @@ KeptStatement timed_out_statement{
     "RETURNING i.status = 'dead', i.message_id",
     6, {TEXTOID, TEXTOID, INT4OID, INT4OID, TEXTOID, BOOLOID}, nullptr};
 
+// With each message's place in the pass's run order and the places of the first run
+// transaction.
 KeptStatement claim_write_statement{
     "INSERT INTO eventbox.handler_claims (subscription, topic, \"partition\", message_ids, "
-    "attempts) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (subscription, topic, \"partition\") "
-    "DO UPDATE SET message_ids = EXCLUDED.message_ids, attempts = EXCLUDED.attempts",
+    "attempts, positions, running) VALUES ($1, $2, $3, $4, $5, $6, int4range(0, $7)) "
+    "ON CONFLICT (subscription, topic, \"partition\") "
+    "DO UPDATE SET message_ids = EXCLUDED.message_ids, attempts = EXCLUDED.attempts, "
+    "positions = EXCLUDED.positions, running = EXCLUDED.running",
+    7,
+    {TEXTOID, TEXTOID, INT4OID, TEXTARRAYOID, INT4ARRAYOID, INT4ARRAYOID, INT4OID},
+    nullptr};
+
+// The places of the run transaction that starts next, written by the one that commits before
+// it (with its outcomes) in every claim of the pass.
+KeptStatement claim_running_statement{
+    "UPDATE eventbox.handler_claims c SET running = int4range($4, $5) "
+    "FROM unnest($2::text[], $3::int4[]) AS u(topic, p) "
+    "WHERE c.subscription = $1 AND c.topic = u.topic AND c.\"partition\" = u.p"
+    "  AND c.message_ids <> '{}'",
     5,
-    {TEXTOID, TEXTOID, INT4OID, TEXTARRAYOID, INT4ARRAYOID},
+    {TEXTOID, TEXTARRAYOID, INT4ARRAYOID, INT4OID, INT4OID},
     nullptr};
 
 KeptStatement claim_clear_statement{
@@ -165,6 +181,31 @@ int runs_in_lane(const Pass& p, std::size_t l, const bool* to_run, int n_chosen)
     return n;
 }
 
+// Narrows claim (*ids, *attempts) to the messages a crash may have cut short: those whose place
+// in the pass's run order (`positions`) lies in [from, to), the run transaction that was in
+// flight. The run transactions before it committed (a message of theirs that still waits was
+// held back by an earlier failure and never ran); those after it never started.
+void narrow_to_running(Datum* ids, Datum* attempts, ArrayType* positions, int32 from, int32 to) {
+    Datum *id_values, *attempt_values, *place_values;
+    int n_ids, n_attempts, n_places;
+    deconstruct_array(DatumGetArrayTypeP(*ids), TEXTOID, -1, false, TYPALIGN_INT, &id_values,
+                      nullptr, &n_ids);
+    deconstruct_array(DatumGetArrayTypeP(*attempts), INT4OID, 4, true, TYPALIGN_INT,
+                      &attempt_values, nullptr, &n_attempts);
+    deconstruct_array(positions, INT4OID, 4, true, TYPALIGN_INT, &place_values, nullptr, &n_places);
+    int n = Min(n_ids, Min(n_attempts, n_places));
+    pg::ArrayColumn kept_ids(Max(n, 1), TEXTOID), kept_attempts(Max(n, 1), INT4OID);
+    int k = 0;
+    for (int i = 0; i < n; ++i) {
+        int32 place = DatumGetInt32(place_values[i]);
+        if (place < from || place >= to) continue;
+        kept_ids.set(k, id_values[i]);
+        kept_attempts.set(k++, attempt_values[i]);
+    }
+    *ids = kept_ids.get(k);
+    *attempts = kept_attempts.get(k);
+}
+
 }  // namespace
 
 bool try_lock_lane(const char* subscription, const char* topic, int32 partition, bool session) {
@@ -209,35 +250,46 @@ void release_unused_lanes(const Pass& p) {
     }
 }
 
-// The claimed messages that still wait have their attempt counted (dead when it was the last).
+// The claimed messages of the run transaction in flight that still wait have their attempt
+// counted (dead when it was the last); a claim without places (written before 0.6.0) counts
+// every message that still waits.
 int settle_claim(Pass& p, std::size_t l) {
     LaneId lane = p.work.lane_id(l);
     Datum args[3] = {p.setup.name, CStringGetTextDatum(lane.topic), Int32GetDatum(lane.partition)};
     exec(claim_read_statement, args, false, SPI_OK_SELECT);
     if (SPI_processed == 0) return 0;
-    bool isnull;
-    Datum ids = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-    Datum attempts = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+    HeapTuple row = SPI_tuptable->vals[0];
+    TupleDesc desc = SPI_tuptable->tupdesc;
+    bool isnull, no_places, no_from, no_to;
+    Datum ids = SPI_getbinval(row, desc, 1, &isnull);
+    Datum attempts = SPI_getbinval(row, desc, 2, &isnull);
+    Datum places = SPI_getbinval(row, desc, 3, &no_places);
+    int32 from = DatumGetInt32(SPI_getbinval(row, desc, 4, &no_from));
+    int32 to = DatumGetInt32(SPI_getbinval(row, desc, 5, &no_to));
     ArrayType* id_array = DatumGetArrayTypeP(ids);
     if (ArrayGetNItems(ARR_NDIM(id_array), ARR_DIMS(id_array)) == 0) return 0;
     p.work.set_had_claim(l);
+    ArrayType* place_array = no_places ? nullptr : DatumGetArrayTypeP(places);
     int dead = settle_timed_out(p, lane, id_array, DatumGetArrayTypeP(attempts));
+    if (place_array != nullptr && !no_from && !no_to)
+        narrow_to_running(&ids, &attempts, place_array, from, to);
     Datum crash_args[4] = {p.setup.name, ids, Int32GetDatum(p.setup.options.max_attempts),
                            attempts};
     exec(crash_statement, crash_args, false, SPI_OK_UPDATE_RETURNING);
     return dead + crashed_dead(p.setup.name);
 }
 
-// A worker's pass claims the messages it runs (`own_transactions`); a claim it settled is then
-// emptied, or replaced.
-void write_claims(Pass& p, const bool* to_run) {
+// A worker's pass claims the messages it runs (`own_transactions`), each with its place in the
+// pass's run order, and the places [0, first_end) of its first run transaction; a claim it
+// settled is then emptied, or replaced.
+void write_claims(Pass& p, const bool* to_run, int first_end) {
     std::size_t n_lanes = p.work.lane_count();
     int n_chosen = static_cast<int>(p.work.chosen_count());
     for (std::size_t l = 0; l < n_lanes; ++l) {
         if (!p.work.is_locked(l)) continue;
         int n = runs_in_lane(p, l, to_run, n_chosen);
         if (n == 0 && !p.work.had_claim(l)) continue;
-        pg::ArrayColumn ids(n, TEXTOID), attempts(n, INT4OID);
+        pg::ArrayColumn ids(n, TEXTOID), attempts(n, INT4OID), places(n, INT4OID);
         n = 0;
         for (int c = 0; p.own_transactions && c < n_chosen; ++c) {
             if (!to_run[c]) continue;
@@ -245,19 +297,28 @@ void write_claims(Pass& p, const bool* to_run) {
             if (m.lane != l) continue;
             ids.set(n, CStringGetTextDatum(m.id));
             attempts.set(n, Int32GetDatum(m.attempts));
+            places.set(n, Int32GetDatum(c));
             ++n;
         }
         LaneId lane = p.work.lane_id(l);
         name_lane(p, lane.topic, lane.partition);
-        Datum args[5] = {p.setup.name, CStringGetTextDatum(lane.topic),
-                         Int32GetDatum(lane.partition), ids.get(), attempts.get()};
+        Datum args[7] = {p.setup.name,
+                         CStringGetTextDatum(lane.topic),
+                         Int32GetDatum(lane.partition),
+                         ids.get(),
+                         attempts.get(),
+                         places.get(),
+                         Int32GetDatum(first_end)};
         exec(claim_write_statement, args, false, SPI_OK_INSERT);
     }
     name_lane(p, nullptr, -1);
 }
 
-// With the last outcomes of a worker's pass.
-void clear_claims(Pass& p) {
+namespace {
+
+// The lanes whose messages the pass chose, as the (topics, partitions) arguments of the claim
+// statements that follow the pass's runs (NULL for the other lanes).
+void chosen_lanes(const Pass& p, Datum* topics_out, Datum* partitions_out) {
     std::size_t n_lanes = p.work.lane_count();
     pg::ArrayColumn topics(static_cast<int>(Max(n_lanes, 1)), TEXTOID),
         partitions(static_cast<int>(Max(n_lanes, 1)), INT4OID);
@@ -267,7 +328,22 @@ void clear_claims(Pass& p) {
         topics.set(static_cast<int>(l), CStringGetTextDatum(lane.topic));
         partitions.set(static_cast<int>(l), Int32GetDatum(lane.partition));
     }
-    Datum args[3] = {p.setup.name, topics.get(), partitions.get()};
+    *topics_out = topics.get();
+    *partitions_out = partitions.get();
+}
+
+}  // namespace
+
+void set_claims_running(Pass& p, int from, int to) {
+    Datum args[5] = {p.setup.name, 0, 0, Int32GetDatum(from), Int32GetDatum(to)};
+    chosen_lanes(p, &args[1], &args[2]);
+    exec(claim_running_statement, args, false, SPI_OK_UPDATE);
+}
+
+// With the last outcomes of a worker's pass.
+void clear_claims(Pass& p) {
+    Datum args[3] = {p.setup.name, 0, 0};
+    chosen_lanes(p, &args[1], &args[2]);
     exec(claim_clear_statement, args, false, SPI_OK_UPDATE);
 }
 

@@ -105,7 +105,7 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
     metrics::handler_dead(static_cast<uint64>(crash_dead));
     // Each lane's claim: a worker's commits before any of its messages runs, so a handler that
     // kills the backend cannot run forever; a settled claim is emptied with its settlement.
-    write_claims(p, to_run);
+    write_claims(p, to_run, n_to_run > 0 ? first_run_end(p, n_chosen) : 0);
     if (n_to_run == 0) {
         end_without_runs(p);
     } else {

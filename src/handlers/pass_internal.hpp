@@ -227,8 +227,12 @@ bool try_lock_suspects(bool session);
 void release_unused_lanes(const Pass& p);
 // Settles what a crashed pass left in pass lane l; returns how many messages went dead.
 int settle_claim(Pass& p, std::size_t l);
-// Writes the claim of each lane the pass holds that runs messages or whose claim it settled.
-void write_claims(Pass& p, const bool* to_run);
+// Writes the claim of each lane the pass holds that runs messages or whose claim it settled:
+// its messages with their places in the run order, the first run transaction's [0, first_end).
+void write_claims(Pass& p, const bool* to_run, int first_end);
+// Records in the pass's claims that its run transaction of places [from, to) is the one in
+// flight, in the transaction that commits the previous one's outcomes.
+void set_claims_running(Pass& p, int from, int to);
 // Empties the claims of the lanes whose messages the pass ran.
 void clear_claims(Pass& p);
 
@@ -265,6 +269,9 @@ void raise_marks_after_pass(const char* subscription);
 void begin_run_transaction(MemoryContext memory);
 // Commits a worker's run transaction, asynchronously.
 void commit_run_transaction();
+// Where the first run transaction of the pass's n_chosen chosen messages ends (see
+// transaction_end() in run.cpp).
+int first_run_end(const Pass& p, int n_chosen);
 // Runs the chosen messages marked in to_run[]; returns how many it handled.
 int run_messages(Pass& p, int n_chosen, const bool* to_run);
 

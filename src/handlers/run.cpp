@@ -380,11 +380,14 @@ int run_singly(Pass& p, int from, int to, const Datum* rows, HandlerRef** matchi
 
 // Ends a run transaction's batch of messages: the handlers' settings go; a worker records the
 // batch's outcomes, commits, and opens the next transaction, with room for the next outcomes.
-void end_batch(Pass& p, Outcomes* out, int outcome_room) {
+// The next run transaction holds chosen messages [from, to): the pass's claims say so in the
+// transaction that commits this one's outcomes.
+void end_batch(Pass& p, Outcomes* out, int outcome_room, int from, int to) {
     unpin_handler_settings();
     if (!p.own_transactions) return;
     name_lane(p, nullptr, -1);
     record_outcomes(p.setup.name, *out);
+    set_claims_running(p, from, to);
     commit_run_transaction();
     begin_run_transaction(p.memory);
     *out = Outcomes(outcome_room);
@@ -410,7 +413,8 @@ void commit_run_transaction() {
 // Where the run transaction of chosen messages [from, n_chosen) ends. Without batch handlers
 // (or in a dry run) after kMessagesPerTransaction messages: each may take a subtransaction of
 // its own. With them, a chunk takes one subtransaction whatever its size, so a transaction ends
-// once it would hold more than kMessagesPerTransaction subtransactions: counted before the run
+// after kBatchMessagesPerTransaction messages, or before, once it would hold more than
+// kMessagesPerTransaction subtransactions: counted before the run
 // as a chunk per run of one lane's messages with the same batch handlers (two per lane, for its
 // live and replay messages), and one per message some plain handler takes. A failed chunk's
 // halves are subtransactions too, but rolled back ones leave the cache.
@@ -430,13 +434,27 @@ int transaction_end(const Pass& p, int from, int n_chosen, bool chunks, HandlerR
             cost = 2;
         else if (n != n_previous || !same_handlers(scratch, previous, n))
             cost = 1;
-        if (c > from && units + cost > kMessagesPerTransaction) return c;
+        if (c > from &&
+            (units + cost > kMessagesPerTransaction || c - from >= kBatchMessagesPerTransaction))
+            return c;
         units += cost;
         lane = m.lane;
         n_previous = batch ? n : -1;
         for (int i = 0; i < n && batch; ++i) previous[i] = scratch[i];
     }
     return n_chosen;
+}
+
+int first_run_end(const Pass& p, int n_chosen) {
+    if (n_chosen == 0) return 0;
+    int room = Max(p.setup.n_handlers, 1);
+    auto** scratch = static_cast<HandlerRef**>(palloc(sizeof(HandlerRef*) * room));
+    auto** previous = static_cast<HandlerRef**>(palloc(sizeof(HandlerRef*) * room));
+    int end =
+        transaction_end(p, 0, n_chosen, p.setup.any_batch && !dry_running(), scratch, previous);
+    pfree(scratch);
+    pfree(previous);
+    return end;
 }
 
 // In lane order, fetching each transaction's rows first; a failure holds back the rest of its
@@ -464,8 +482,8 @@ int run_messages(Pass& p, int n_chosen, const bool* to_run) {
     // end): eventbox's own statements run with the worker's (or _process()'s) search_path,
     // pg_catalog first.
     for (int from = 0, to = 0; from < n_chosen; from = to) {
-        if (from > 0) end_batch(p, &out, outcome_room);
         to = transaction_end(p, from, n_chosen, chunks, scratch, previous);
+        if (from > 0) end_batch(p, &out, outcome_room, from, to);
         fetch_rows(p, to_run, from, to, rows, replays);
         pin_handler_settings();
         handled += chunks ? run_chunks(p, from, to, rows, replays, &out)

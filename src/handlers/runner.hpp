@@ -15,6 +15,10 @@ namespace eventbox::handlers {
 
 // Messages run in one top-level transaction at most (the subtransaction cache limit).
 constexpr int kMessagesPerTransaction = 64;
+// With batch handlers a transaction holds up to kMessagesPerTransaction subtransactions, a chunk
+// each, and at most this many messages: a crash in a call counts the attempts of a transaction's
+// messages (docs/design/handlers.md, "Claims").
+constexpr int kBatchMessagesPerTransaction = 256;
 
 // Chooses up to `max` messages lane by lane (taking each lane's advisory lock), counts their
 // attempts, runs their handlers in subtransactions as the registered roles, and records what

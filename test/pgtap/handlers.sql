@@ -5,7 +5,7 @@
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pg_eventbox;
 
-SELECT plan(179);
+SELECT plan(181);
 
 -- ---- eventbox.handlers -----------------------------------------------------------------------
 
@@ -274,12 +274,17 @@ RESET ROLE;
 
 SELECT has_table('eventbox', 'handler_claims', 'table eventbox.handler_claims exists');
 SELECT columns_are('eventbox', 'handler_claims',
-                   ARRAY['subscription', 'topic', 'partition', 'message_ids', 'attempts'],
+                   ARRAY['subscription', 'topic', 'partition', 'message_ids', 'attempts',
+                         'positions', 'running'],
                    'eventbox.handler_claims has exactly its columns');
 SELECT col_type_is('eventbox', 'handler_claims', 'message_ids', 'text[]',
                    'handler_claims.message_ids is text[]');
 SELECT col_type_is('eventbox', 'handler_claims', 'attempts', 'integer[]',
                    'handler_claims.attempts is integer[]');
+SELECT col_type_is('eventbox', 'handler_claims', 'positions', 'integer[]',
+                   'handler_claims.positions (places in the pass''s run order) is integer[]');
+SELECT col_type_is('eventbox', 'handler_claims', 'running', 'int4range',
+                   'handler_claims.running (the run transaction in flight) is int4range');
 SELECT col_is_pk('eventbox', 'handler_claims', ARRAY['subscription', 'topic', 'partition'],
                  'one claim per lane');
 SELECT eventbox.create_subscription('tap_claims', ARRAY['orders']);

@@ -17,6 +17,14 @@ def eventbox_pids(c):
                                    "WHERE backend_type LIKE 'eventbox %%'")]
 
 
+def crasher_pid(c, message_id):
+    """The handler worker running CRASHY_DDL's crasher `message_id` (asleep in it), or None."""
+    rows = query(c, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'eventbox handler' "
+                    "AND application_name = %s AND wait_event = 'PgSleep'",
+                 ("eventbox-crasher " + message_id,))
+    return rows[0][0] if rows else None
+
+
 # 7 ---------------------------------------------------------------------------
 
 SLOW_LEDGER_DDL = """
@@ -143,18 +151,12 @@ def test_handler_crashing_backend_goes_dead_after_max_attempts(case):
         return query(c, "SELECT status, attempts, last_error FROM eventbox.inbox "
                         "WHERE subscription = %s AND message_id = %s", (hc.sub, crasher.mid))[0]
 
-    def crasher_pid(c):
-        rows = query(c, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'eventbox handler' "
-                        "AND application_name = %s AND wait_event = 'PgSleep'",
-                     ("eventbox-crasher " + crasher.mid,))
-        return rows[0][0] if rows else None
-
     # (pid, the crasher's attempts before the kill, whether its lane's claim (committed before the
     # run) held it with those attempts, messages claimed but unfinished)
     kills = []
     while True:
         def running_or_dead(c):
-            pid = crasher_pid(c)
+            pid = crasher_pid(c, crasher.mid)
             if pid:
                 return ("running", pid)
             if crasher_state(c)[0] == "dead":
@@ -225,3 +227,67 @@ def test_handler_crashing_backend_goes_dead_after_max_attempts(case):
     assert (lost, unexpected) == (0, 0)
     assert dups == 0, "\n".join(dup_runs)
     assert rows == distinct == len(others)
+
+
+# 9 ---------------------------------------------------------------------------
+
+
+def test_crash_counts_only_the_run_transaction_in_flight(case):
+    """200 messages of one lane waiting before the handler exists: the first pass
+    takes them all and runs them in transactions of 64. The crasher (offset 100)
+    runs in the second one and its backend is SIGKILLed. The attempt the crash
+    cut short counts for the messages of that transaction only: those the pass
+    had not started (offsets 128 and up) keep their attempt and run once, as do
+    those of the first transaction, which committed (before 0.6.0 every message
+    of the pass still waiting was counted and ran alone)."""
+    hc = case(1)
+    hc.setup(CRASHY_DDL, max_attempts=2, backoff="50 ms", backoff_max="200 ms",
+             register=False, unhandled="keep")
+    total, crash_at = 200, 100
+    msgs = [Msg(str(uuid.uuid4()), 0, "k%d" % (i % 7), {"seq": i, "crash": i == crash_at},
+                "Crashy") for i in range(total)]
+    produce(hc.topic, msgs)
+    wait_until(lambda: retry_conn(lambda c: inbox_status(c, hc.sub)) == {"received": total},
+               60, what="the messages to wait in the inbox")
+    hc.register()
+    kills = 0
+    while True:
+        def running_or_dead(c):
+            pid = crasher_pid(c, msgs[crash_at].mid)
+            if pid:
+                return ("running", pid)
+            if query_one(c, "SELECT status FROM eventbox.inbox WHERE subscription = %s AND "
+                            "message_id = %s", (hc.sub, msgs[crash_at].mid)) == "dead":
+                return ("dead", None)
+            return None
+        what, pid = wait_until(lambda: retry_conn(running_or_dead), 90,
+                               what="the crasher to run again (or go dead)")
+        if what == "dead":
+            break
+        assert kills < 2, "the crasher ran a third time with max_attempts = 2"
+        # The earlier run transactions commit asynchronously: the WAL writer has them on disk
+        # within wal_writer_delay (200 ms), so the crash finds them committed.
+        time.sleep(1.0)
+        old = retry_conn(eventbox_pids)
+        sigkill(pid)
+        kills += 1
+        wait_workers(timeout=120, not_pids=old)
+    assert wait_settled(hc.sub, total, timeout=120) == {"processed": total - 1, "dead": 1}
+
+    def attempts_by_offset(c):
+        return dict(query(c, 'SELECT "offset", attempts FROM eventbox.inbox '
+                             'WHERE subscription = %s AND message_id <> %s',
+                          (hc.sub, msgs[crash_at].mid)))
+    attempts = retry_conn(attempts_by_offset)
+    counted = sorted(o for o, a in attempts.items() if a > 1)
+    report("handler_crash_in_flight", messages=total, kills=kills,
+           counted_by_the_crash=len(counted),
+           counted_offsets="%s..%s" % (counted[0], counted[-1]) if counted else "-")
+    assert kills == 2
+    assert set(attempts.values()) <= {1, 2}, attempts
+    # The crashed transaction's other messages, and only those: at most 63, within 64
+    # consecutive offsets around the crasher; nothing the pass had not started.
+    assert 0 < len(counted) <= 63, counted
+    assert counted[0] <= crash_at <= counted[-1] and counted[-1] - counted[0] < 64, counted
+    assert all(attempts[o] == 1 for o in range(128, total)), \
+        [o for o in range(128, total) if attempts[o] != 1]

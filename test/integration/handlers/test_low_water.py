@@ -172,7 +172,7 @@ def test_an_idle_subscriptions_lanes_are_not_probed_at_every_pass(case):
                "the idle subscription's 64 messages handled")
     busy = case(1)
     busy.setup(LEDGER_DDL)
-    n = 5000  # >= 20 passes of at most 256 messages: each worker loop visits `idle` too
+    n = 20 * 1024  # >= 20 passes of at most 1,024 messages: each worker loop visits `idle` too
     time.sleep(1.5)  # the workers' statistics of the setup flushed
     before = retry_conn(offsets_index_scans)
     produce(busy.topic, orders(0, n))

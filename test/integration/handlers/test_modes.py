@@ -18,8 +18,9 @@ from eventbox_fixtures import (connect, query, query_one, read_topic, report, wa
                                wait_until)
 from eventbox_handler_lib import Msg, Producer, retry_conn, wait_settled
 
-PASS_SIZE = 256  # kMessagesPerPass (src/handlers/worker.cpp): what one pass of a worker takes
+PASS_SIZE = 1024  # kMessagesPerPass (src/handlers/worker.cpp): what one pass of a worker takes
 SLACK = 16
+REPLAYS = 3 * PASS_SIZE // 2  # queued by reprocess() ahead of the live records
 
 MODES_DDL = """
 CREATE TABLE {s}.seen (message_id text, mode text, at timestamptz DEFAULT clock_timestamp(),
@@ -139,17 +140,17 @@ def test_reprocess_does_not_hold_live_messages_back(case):
     hc = case(1)
     hc.setup(SLOW_DDL)
     producer = Producer()
-    old = msgs(0, 1500, 1)
-    assert producer.send(hc.topic, old) == 1500
-    assert wait_settled(hc.sub, 1500, timeout=180) == {"processed": 1500}
+    old = msgs(0, REPLAYS, 1)
+    assert producer.send(hc.topic, old) == REPLAYS
+    assert wait_settled(hc.sub, REPLAYS, timeout=180) == {"processed": REPLAYS}
     queued = retry_conn(lambda c: query_one(c, "SELECT eventbox.reprocess(%s)", (hc.sub,)))
-    assert queued == 1500
-    live = msgs(1500, 20, 1)
+    assert queued == REPLAYS
+    live = msgs(REPLAYS, 20, 1)
     for m in live:
         producer.send(hc.topic, [m])
         time.sleep(0.05)
     producer.close()
-    assert wait_settled(hc.sub, 1520, timeout=180) == {"processed": 1520}
+    assert wait_settled(hc.sub, REPLAYS + 20, timeout=180) == {"processed": REPLAYS + 20}
 
     def figures(c):
         return query(c, hc.q("""
@@ -160,7 +161,7 @@ def test_reprocess_does_not_hold_live_messages_back(case):
                      WHERE r.mode = 'replay' AND r.at > i.received_at) AS replays_after_arrival
               FROM {s}.seen l JOIN eventbox.inbox i
                 ON i.subscription = '{sub}' AND i.message_id = l.message_id
-             WHERE l.mode = 'live' AND i."offset" >= 1500"""))
+             WHERE l.mode = 'live' AND i."offset" >= %d""" % REPLAYS))
     rows = retry_conn(figures)
     assert len(rows) == 20
     worst = max(r[1] for r in rows)
@@ -169,7 +170,7 @@ def test_reprocess_does_not_hold_live_messages_back(case):
     # ... and none of those waited behind more than one pass of them. (received_at is the
     # ingest transaction's start, a few milliseconds before the row is visible to a pass: the
     # replays that ran in those milliseconds count too, hence the small slack. Read in offset
-    # order, the live records waited behind all 1500.)
+    # order, the live records waited behind all of them.)
     assert worst <= PASS_SIZE + SLACK, rows
-    report("modes_reprocess_live", replays=1500, live=20, worst_overtaken=worst,
+    report("modes_reprocess_live", replays=REPLAYS, live=20, worst_overtaken=worst,
            pass_size=PASS_SIZE)
