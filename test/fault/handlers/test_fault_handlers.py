@@ -17,12 +17,20 @@ def eventbox_pids(c):
                                    "WHERE backend_type LIKE 'eventbox %%'")]
 
 
-def crasher_pid(c, message_id):
-    """The handler worker running CRASHY_DDL's crasher `message_id` (asleep in it), or None."""
-    rows = query(c, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'eventbox handler' "
-                    "AND application_name = %s AND wait_event = 'PgSleep'",
-                 ("eventbox-crasher " + message_id,))
-    return rows[0][0] if rows else None
+def crasher_running_or_dead(sub, message_id):
+    """("running", pid) once a handler worker runs CRASHY_DDL's crasher `message_id` (asleep in
+    it), or ("dead", None) once the crasher is dead."""
+    def probe(c):
+        rows = query(c, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'eventbox handler' "
+                        "AND application_name = %s AND wait_event = 'PgSleep'",
+                     ("eventbox-crasher " + message_id,))
+        if rows:
+            return ("running", rows[0][0])
+        if query_one(c, "SELECT status FROM eventbox.inbox WHERE subscription = %s AND "
+                        "message_id = %s", (sub, message_id)) == "dead":
+            return ("dead", None)
+        return None
+    return wait_until(lambda: retry_conn(probe), 90, what="the crasher to run again (or go dead)")
 
 
 # 7 ---------------------------------------------------------------------------
@@ -155,15 +163,7 @@ def test_handler_crashing_backend_goes_dead_after_max_attempts(case):
     # run) held it with those attempts, messages claimed but unfinished)
     kills = []
     while True:
-        def running_or_dead(c):
-            pid = crasher_pid(c, crasher.mid)
-            if pid:
-                return ("running", pid)
-            if crasher_state(c)[0] == "dead":
-                return ("dead", None)
-            return None
-        what, pid = wait_until(lambda: retry_conn(running_or_dead), 90,
-                               what="the crasher to run again (or go dead)")
+        what, pid = crasher_running_or_dead(hc.sub, crasher.mid)
         if what == "dead":
             break
         assert len(kills) < max_attempts, \
@@ -252,16 +252,7 @@ def test_crash_counts_only_the_run_transaction_in_flight(case):
     hc.register()
     kills = 0
     while True:
-        def running_or_dead(c):
-            pid = crasher_pid(c, msgs[crash_at].mid)
-            if pid:
-                return ("running", pid)
-            if query_one(c, "SELECT status FROM eventbox.inbox WHERE subscription = %s AND "
-                            "message_id = %s", (hc.sub, msgs[crash_at].mid)) == "dead":
-                return ("dead", None)
-            return None
-        what, pid = wait_until(lambda: retry_conn(running_or_dead), 90,
-                               what="the crasher to run again (or go dead)")
+        what, pid = crasher_running_or_dead(hc.sub, msgs[crash_at].mid)
         if what == "dead":
             break
         assert kills < 2, "the crasher ran a third time with max_attempts = 2"
