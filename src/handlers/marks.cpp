@@ -319,8 +319,10 @@ void count_final(const ChosenMessage& m) noexcept {
     if (r.final != nullptr && m.index < static_cast<std::size_t>(r.n_read)) r.final[m.index] = true;
 }
 
-// After a worker's pass committed its last outcomes.
-void raise_marks_after_pass(const char* subscription) {
+// After a worker's pass committed outcomes: each run transaction's, so that a lane's shared mark
+// follows its handled rows through a pass (another worker's probe of the lane meanwhile would
+// walk their index entries from an older mark), and the pass's last.
+void raise_marks_after_commit(const char* subscription) {
     if (!marks.on || lane_reads.n == 0 || !marks_still_hold()) return;
     for (int l = 0; l < lane_reads.n; ++l) {
         const LaneRead& r = lane_reads.reads[l];

@@ -45,7 +45,7 @@ Passes passes;
 void end_without_runs(const Pass& p) {
     if (p.own_transactions) {
         worker::end_work();
-        raise_marks_after_pass(p.subscription);
+        raise_marks_after_commit(p.subscription);
     } else {
         PopActiveSnapshot();
         SPI_finish();
@@ -72,7 +72,7 @@ void end_runs(Pass& p) {
     if (p.own_transactions) {
         clear_claims(p);
         commit_run_transaction();
-        raise_marks_after_pass(p.subscription);
+        raise_marks_after_commit(p.subscription);
         release_lane_locks();
     } else {
         PopActiveSnapshot();

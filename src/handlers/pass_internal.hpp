@@ -261,7 +261,7 @@ void forget_lane_reads() noexcept;
 void note_lane_read(std::size_t l, long position, bool counted, MemoryContext memory);
 void uncount_lane_read(std::size_t l) noexcept;
 void count_final(const ChosenMessage& m) noexcept;
-void raise_marks_after_pass(const char* subscription);
+void raise_marks_after_commit(const char* subscription);
 
 // ---- running (run.cpp, handler_call.cpp, outcomes.cpp) ----------------------------------------
 

@@ -389,6 +389,7 @@ void end_batch(Pass& p, Outcomes* out, int outcome_room, int from, int to) {
     record_outcomes(p.setup.name, *out);
     set_claims_running(p, from, to);
     commit_run_transaction();
+    raise_marks_after_commit(p.subscription);
     begin_run_transaction(p.memory);
     *out = Outcomes(outcome_room);
 }
