@@ -105,12 +105,13 @@ int run_pass_body(const char* subscription, int max, bool own_transactions, int6
     metrics::handler_dead(static_cast<uint64>(crash_dead));
     // Each lane's claim: a worker's commits before any of its messages runs, so a handler that
     // kills the backend cannot run forever; a settled claim is emptied with its settlement.
-    write_claims(p, to_run, n_to_run > 0 ? first_run_end(p, n_chosen) : 0);
+    int first_end = n_to_run > 0 ? first_run_end(p, n_chosen) : 0;
+    write_claims(p, to_run, first_end);
     if (n_to_run == 0) {
         end_without_runs(p);
     } else {
         begin_runs(p);
-        handled += run_messages(p, n_chosen, to_run);
+        handled += run_messages(p, n_chosen, to_run, first_end);
         end_runs(p);
     }
     shmem::count_messages(static_cast<uint64>(handled));

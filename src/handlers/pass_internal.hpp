@@ -272,8 +272,9 @@ void commit_run_transaction();
 // Where the first run transaction of the pass's n_chosen chosen messages ends (see
 // transaction_end() in run.cpp).
 int first_run_end(const Pass& p, int n_chosen);
-// Runs the chosen messages marked in to_run[]; returns how many it handled.
-int run_messages(Pass& p, int n_chosen, const bool* to_run);
+// Runs the chosen messages marked in to_run[], the first run transaction ending at first_end
+// (first_run_end()); returns how many it handled.
+int run_messages(Pass& p, int n_chosen, const bool* to_run, int first_end);
 
 // Registers this backend's handler timeouts (once), and the exit callback that leaves the note
 // of a handler that ran past its timeout (see handler_call.cpp).

@@ -446,13 +446,22 @@ int transaction_end(const Pass& p, int from, int n_chosen, bool chunks, HandlerR
     return n_chosen;
 }
 
+namespace {
+
+// Whether the pass runs its messages in chunks (batch handlers). A dry run reports each message
+// on its own: batch handlers get one-element arrays there.
+bool runs_chunks(const Pass& p) {
+    return p.setup.any_batch && !dry_running();
+}
+
+}  // namespace
+
 int first_run_end(const Pass& p, int n_chosen) {
     if (n_chosen == 0) return 0;
     int room = Max(p.setup.n_handlers, 1);
     auto** scratch = static_cast<HandlerRef**>(palloc(sizeof(HandlerRef*) * room));
     auto** previous = static_cast<HandlerRef**>(palloc(sizeof(HandlerRef*) * room));
-    int end =
-        transaction_end(p, 0, n_chosen, p.setup.any_batch && !dry_running(), scratch, previous);
+    int end = transaction_end(p, 0, n_chosen, runs_chunks(p), scratch, previous);
     pfree(scratch);
     pfree(previous);
     return end;
@@ -463,10 +472,10 @@ int first_run_end(const Pass& p, int n_chosen) {
 // fails, or, with batch handlers, in chunks (run_chunks()), which a transaction holds as many
 // messages of as its subtransactions allow (transaction_end()). A worker records the outcomes of
 // each transaction's messages and commits it; process() records all of its own in the caller's
-// transaction.
-int run_messages(Pass& p, int n_chosen, const bool* to_run) {
-    // A dry run reports each message on its own: batch handlers get one-element arrays there.
-    bool chunks = p.setup.any_batch && !dry_running();
+// transaction. The first transaction ends at first_end (first_run_end(), the end the claims
+// recorded).
+int run_messages(Pass& p, int n_chosen, const bool* to_run, int first_end) {
+    bool chunks = runs_chunks(p);
     int outcome_room =
         p.own_transactions && !chunks ? Min(n_chosen, kMessagesPerTransaction) : n_chosen;
     Outcomes out(outcome_room);
@@ -483,7 +492,7 @@ int run_messages(Pass& p, int n_chosen, const bool* to_run) {
     // end): eventbox's own statements run with the worker's (or _process()'s) search_path,
     // pg_catalog first.
     for (int from = 0, to = 0; from < n_chosen; from = to) {
-        to = transaction_end(p, from, n_chosen, chunks, scratch, previous);
+        to = from == 0 ? first_end : transaction_end(p, from, n_chosen, chunks, scratch, previous);
         if (from > 0) end_batch(p, &out, outcome_room, from, to);
         fetch_rows(p, to_run, from, to, rows, replays);
         pin_handler_settings();
