@@ -68,6 +68,26 @@ SELECT eventbox.process('basic', 2);
 RESET ROLE;
 SELECT message_id, status FROM msgs WHERE sub = 'basic' AND message_id LIKE 'orders/1/%'
  ORDER BY message_id;
+-- A call reads only as many messages of a lane as it still takes: 3 of lane 2, then 2 of the
+-- 8 of lane 3, not 5 (what it returned from the todo index: the rows read, and a row for each
+-- lane found with work).
+SELECT count(*) FROM (SELECT pg_temp.put('basic', 'orders', 2, g, 'A')
+                        FROM generate_series(0, 2) g) lane_2;
+SELECT count(*) FROM (SELECT pg_temp.put('basic', 'orders', 3, g, 'A')
+                        FROM generate_series(0, 7) g) lane_3;
+BEGIN;
+SELECT pg_stat_get_xact_tuples_returned('eventbox.inbox_todo_idx'::regclass) AS before \gset
+SET LOCAL ROLE regress_eventbox_owner;
+SELECT eventbox.process('basic', 5);
+RESET ROLE;
+SELECT pg_stat_get_xact_tuples_returned('eventbox.inbox_todo_idx'::regclass) - :before
+       AS todo_entries_returned;
+COMMIT;
+SELECT count(*) FILTER (WHERE status = 'processed') AS processed, count(*) AS messages
+  FROM msgs WHERE sub = 'basic' AND message_id ~ '^orders/[23]/';
+SET ROLE regress_eventbox_owner;
+SELECT eventbox.process('basic');
+RESET ROLE;
 
 -- Bad calls.
 SET ROLE regress_eventbox_owner;

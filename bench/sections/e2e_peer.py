@@ -384,8 +384,8 @@ def table_rows(res):
     rows = []
     runs = e["runs"]
     ext = best(runs["ext"])
-    for name, target, label in (("peer1", 3.0, "peer 1 proc"), ("peer2", 1.5, "peer 2 procs"),
-                                ("peerb", 1.0, "batch peer")):
+    for name, target, label in (("peer1", 4.0, "peer 1 proc"), ("peer2", 2.5, "peer 2 procs"),
+                                ("peerb", 1.5, "batch peer")):
         b = best(runs[name])
         r = ext["rate"] / b["rate"]
         rows.append(ROW % ("e2e orders vs %s (msg/s)" % label, "%.0f" % ext["rate"],

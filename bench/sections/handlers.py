@@ -185,7 +185,7 @@ def table_rows(res):
         r = h["rate"] / v
         rows.append(ROW % ("handler INSERT %s (msg/s)" % size, "%.0f" % h["rate"],
                            "multi-row INSERT %.0f" % v, "%.3f" % r,
-                           ">= 0.4 " + ("ok" if r >= 0.4 else "BELOW")))
+                           ">= 0.5 " + ("ok" if r >= 0.5 else "BELOW")))
         rows.append(ROW % ("  vs INSERT..SELECT %s" % size, "%.0f" % h["rate"],
                            "INSERT..SELECT %.0f" % sel, "%.3f" % (h["rate"] / sel),
                            "info (stricter)"))
