@@ -451,6 +451,15 @@ ALTER TABLE eventbox.outbox_state ADD COLUMN opened_at timestamptz;
 ALTER TABLE eventbox.handler_claims ADD COLUMN positions integer[],
     ADD COLUMN running int4range;
 
+-- ---- 0.6.0: room on the page for a processed mark ----
+-- The mark's new row version goes on the row's own page when it fits (docs/design/plans.md).
+-- With fillfactor 90 a page of 200 B rows had room for about three versions, one of 1 KiB rows
+-- for about one; the others went elsewhere, often to a page the table grew by. Pages written
+-- before keep their fill; the new setting holds for pages written from now on. (Reset and set
+-- again in the order a fresh install has them.)
+ALTER TABLE eventbox.inbox RESET (fillfactor, toast_tuple_target);
+ALTER TABLE eventbox.inbox SET (fillfactor = 80, toast_tuple_target = 4096);
+
 -- Each change of 0.6.0 goes in its own section above this line, headed
 -- "-- ---- 0.6.0: <what> ----", and the same objects in the full install script.
 

@@ -4,7 +4,7 @@
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pg_eventbox;
 
-SELECT plan(341);
+SELECT plan(342);
 
 -- ---- tables: exactly these columns, with these types, nullability and defaults -------------
 
@@ -108,6 +108,9 @@ SELECT col_is_pk('eventbox', 'inbox', ARRAY['subscription', 'message_id'],
 SELECT is((SELECT c.reloptions FROM pg_class c JOIN pg_constraint k ON k.conindid = c.oid
             WHERE k.conrelid = 'eventbox.inbox'::regclass AND k.contype = 'p'),
           ARRAY['fillfactor=50'], 'inbox: primary key index fillfactor 50');
+-- Room on each page for a processed mark's new row version (see the install script).
+SELECT is((SELECT reloptions FROM pg_class WHERE oid = 'eventbox.inbox'::regclass),
+          ARRAY['fillfactor=80', 'toast_tuple_target=4096'], 'inbox: fillfactor 80');
 SELECT col_is_pk('eventbox', 'offsets', ARRAY['subscription', 'topic', 'partition'],
                  'offsets: primary key (subscription, topic, partition)');
 
