@@ -49,6 +49,7 @@ struct LaneRead {
     int n_read;
     int64* offsets;  // of the rows read, in the pass's memory
     bool* final;
+    int raised;  // leading rows with their final outcome that the mark was raised past already
 };
 constexpr int kMaxLaneReads = 1024;
 struct LaneReads {
@@ -296,7 +297,7 @@ void forget_lane_reads() noexcept {
 void note_lane_read(std::size_t l, long position, bool counted, MemoryContext memory) {
     if (l >= static_cast<std::size_t>(kMaxLaneReads)) return;
     while (lane_reads.n <= static_cast<int>(l)) lane_reads.reads[lane_reads.n++] = LaneRead{};
-    LaneRead r{counted, position, static_cast<int>(SPI_processed), nullptr, nullptr};
+    LaneRead r{counted, position, static_cast<int>(SPI_processed), nullptr, nullptr, 0};
     if (counted && r.n_read > 0) {
         r.offsets = static_cast<int64*>(MemoryContextAlloc(memory, sizeof(int64) * r.n_read));
         r.final = static_cast<bool*>(MemoryContextAllocZero(memory, sizeof(bool) * r.n_read));
@@ -321,15 +322,17 @@ void count_final(const ChosenMessage& m) noexcept {
 
 // After a worker's pass committed outcomes: each run transaction's, so that a lane's shared mark
 // follows its handled rows through a pass (another worker's probe of the lane meanwhile would
-// walk their index entries from an older mark), and the pass's last.
+// walk their index entries from an older mark), and the pass's last. Each lane's walk goes on
+// from where the previous commit's stopped, and a lane whose mark did not move is left alone.
 void raise_marks_after_commit(const char* subscription) {
     if (!marks.on || lane_reads.n == 0 || !marks_still_hold()) return;
     for (int l = 0; l < lane_reads.n; ++l) {
-        const LaneRead& r = lane_reads.reads[l];
+        LaneRead& r = lane_reads.reads[l];
         if (!r.counted || r.final == nullptr) continue;
-        int done = 0;
+        int done = r.raised;
         while (done < r.n_read && r.final[done]) ++done;
-        if (done == 0) continue;
+        if (done == r.raised) continue;
+        r.raised = done;
         int64 mark = done == r.n_read ? r.offsets[r.n_read - 1] + 1 : r.offsets[done];
         raise_live_mark(subscription, static_cast<std::size_t>(r.position), mark);
     }
