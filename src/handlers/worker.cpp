@@ -87,7 +87,7 @@ int enabled_subscriptions(char*** names) {
 // What may have given a subscription work since (handlers/quiet.hpp), read before its pass.
 QuietKey quiet_key(const char* subscription) {
     shmem::InboxGeneration g = shmem::inbox_generation();
-    return QuietKey{shmem::inbox_stored_count(subscription), g.generation,
+    return QuietKey{shmem::inbox_stored_count(subscription), g.changes,
                     shmem::subscriptions_generation(), g.in_flight > 0};
 }
 

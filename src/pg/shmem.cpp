@@ -68,6 +68,7 @@ struct Shared {
     // after; `inbox_in_flight` counts the transactions between the two bumps.
     pg_atomic_uint64 inbox_generation;
     pg_atomic_uint32 inbox_in_flight;
+    pg_atomic_uint64 inbox_changes;         // the generation's moves but the periodic drops
     pg_atomic_uint64 stored[kStoredSlots];  // see inbox_stored()
     int n_writers;
     pg_atomic_uint32 writers[FLEXIBLE_ARRAY_MEMBER];  // indexed by pgprocno
@@ -142,6 +143,7 @@ void startup_hook() {
         pg_atomic_init_u64(&shared->schema_changes, 0);
         pg_atomic_init_u64(&shared->inbox_generation, 1);
         pg_atomic_init_u32(&shared->inbox_in_flight, 0);
+        pg_atomic_init_u64(&shared->inbox_changes, 0);
         for (int i = 0; i < kStoredSlots; ++i) pg_atomic_init_u64(&shared->stored[i], 0);
         shared->n_writers = writer_count();
         for (int i = 0; i < shared->n_writers; ++i) pg_atomic_init_u32(&shared->writers[i], 0);
@@ -322,11 +324,13 @@ void inbox_bump_before_commit() {
     if (shared == nullptr || inbox_in_flight) return;
     pg_atomic_fetch_add_u32(&shared->inbox_in_flight, 1);
     pg_atomic_fetch_add_u64(&shared->inbox_generation, 1);
+    pg_atomic_fetch_add_u64(&shared->inbox_changes, 1);
     inbox_in_flight = true;
 }
 
 void inbox_bump_after_commit() {
     if (shared == nullptr || !inbox_in_flight) return;
+    pg_atomic_fetch_add_u64(&shared->inbox_changes, 1);
     pg_atomic_fetch_add_u64(&shared->inbox_generation, 1);
     pg_atomic_fetch_sub_u32(&shared->inbox_in_flight, 1);
     inbox_in_flight = false;
@@ -473,13 +477,14 @@ int64 shared_lane_mark(const char* subscription, const char* topic, int32 partit
 }
 
 InboxGeneration inbox_generation() {
-    if (shared == nullptr) return InboxGeneration{0, 1};
+    if (shared == nullptr) return InboxGeneration{0, 1, 0};
     // Generation first, then in_flight (the reverse of the first bump's order): a bracket
     // opened after the generation was read shows as a later generation, one opened before it
     // shows in in_flight. fetch_add(0) is a full barrier.
     uint64 generation = pg_atomic_fetch_add_u64(&shared->inbox_generation, 0);
+    uint64 changes = pg_atomic_fetch_add_u64(&shared->inbox_changes, 0);
     uint32 in_flight = pg_atomic_fetch_add_u32(&shared->inbox_in_flight, 0);
-    return InboxGeneration{generation, in_flight};
+    return InboxGeneration{generation, in_flight, changes};
 }
 
 void schema_changing() {

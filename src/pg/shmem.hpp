@@ -72,9 +72,12 @@ void subscriptions_changed_at_commit();
 // the generation once before the transaction's commit makes it visible and once after. A worker
 // that reads the generation before and after a read knows whether such a change could have
 // become visible in between; `in_flight` counts the transactions between their two bumps.
+// `changes` moves with the generation except at the periodic drop (inbox_generation_bump()):
+// what a quiet subscription waits for (handlers/quiet.hpp).
 struct InboxGeneration {
     uint64 generation;
     uint32 in_flight;
+    uint64 changes;
 };
 void inbox_requeued_at_commit();
 InboxGeneration inbox_generation();

@@ -2,9 +2,10 @@
 subscriptions beside a busy one): a handler worker's loop runs a pass over every enabled
 subscription, and a pass costs a transaction and a few statements even when it finds nothing. A
 subscription whose last pass found nothing is passed over until rows are stored for it, something
-makes rows wait again, subscriptions or handlers change, or a second passed. Before, each of 100
-idle subscriptions had a pass at every loop of each worker, which cost the busy one's messages ~25%
-more handler-worker CPU. The idle ones still handle what arrives for them."""
+makes rows wait again, subscriptions or handlers change, or its recheck time (a second later with
+up to 100 quiet ones a worker) came. Before, each of 100 idle subscriptions had a pass at every
+loop of each worker, which cost the busy one's messages ~25% more handler-worker CPU. The idle ones
+still handle what arrives for them."""
 
 import time
 import uuid
