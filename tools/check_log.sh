@@ -62,6 +62,12 @@ lines=${out%#SUMMARY *}
 if ((bad > 0)); then
   echo "check_log: $bad unexpected crash line(s) in $logfile:"
   printf "%s" "$lines"
+  # Core files the crashes left (tools/cluster.sh starts the server with pg_ctl -c).
+  shopt -s nullglob
+  cores=("$(dirname "$logfile")"/data/core*)
+  if ((${#cores[@]} > 0)); then
+    echo "check_log: core file(s): ${cores[*]}"
+  fi
   echo "check_log: FAIL ($bad unexpected, $expected expected kill(s) ignored)"
   exit 1
 fi

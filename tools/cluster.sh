@@ -339,7 +339,9 @@ do_start() {
 
   # --- start ---------------------------------------------------------------
   log "starting PostgreSQL on port $port (socket dir $DIR)"
-  as_pg "$PGBIN/pg_ctl" -D "$DIR/data" -l "$DIR/postgres.log" -w -t 60 start >/dev/null ||
+  # -c: a process that crashes leaves a core file (in DIR/data with the default core_pattern),
+  # which tools/check_log.sh names: a crash seen once in a while can then be read.
+  as_pg "$PGBIN/pg_ctl" -D "$DIR/data" -c -l "$DIR/postgres.log" -w -t 60 start >/dev/null ||
     die "pg_ctl start failed (see $DIR/postgres.log)"
 
   if [[ "$db" != postgres ]]; then

@@ -63,25 +63,61 @@ struct HandlerWorker {
 };
 HandlerWorker self;
 
-// Names of the enabled subscriptions, palloc'd in the current memory context.
-int enabled_subscriptions(char*** names) {
+// The enabled subscriptions' names, read again only when the subscriptions' generation moved
+// (any write to eventbox.subscriptions, handler changes) or kNamesMaxAgeMs passed (writes that
+// fire no trigger). Read at every turn, they cost a worker with 5,000 subscriptions about 9 ms
+// each time (bench/NOTEBOOK.md, "idle subscriptions by the thousand").
+constexpr int64 kNamesMaxAgeMs = 10000;
+
+struct EnabledNames {
+    MemoryContext context = nullptr;  // holds names and their array
+    char** names = nullptr;
+    int count = 0;
+    uint64 generation = 0;
+    int64 read_ms = 0;
+    bool valid = false;
+};
+EnabledNames enabled;
+
+// The names, read in a transaction of their own into `enabled.context`.
+void read_enabled_subscriptions() {
+    if (enabled.context == nullptr)
+        enabled.context = AllocSetContextCreate(TopMemoryContext, "eventbox handler subscriptions",
+                                                ALLOCSET_SMALL_SIZES);
+    enabled.valid = false;
+    MemoryContextReset(enabled.context);
+    // Read before the names: a change committed after this shows as a later generation.
+    uint64 generation = shmem::subscriptions_generation();
     MemoryContext outer = CurrentMemoryContext;
     worker::begin_work("eventbox handler");
     int rc =
         SPI_execute("SELECT name FROM eventbox.subscriptions WHERE enabled ORDER BY name", true, 0);
     if (rc != SPI_OK_SELECT) elog(ERROR, "eventbox handler: reading subscriptions failed");
     int n = static_cast<int>(SPI_processed);
-    MemoryContext keep = MemoryContextSwitchTo(outer);
-    *names = static_cast<char**>(palloc(sizeof(char*) * Max(n, 1)));
+    MemoryContext keep = MemoryContextSwitchTo(enabled.context);
+    char** names = static_cast<char**>(palloc(sizeof(char*) * Max(n, 1)));
     for (int i = 0; i < n; ++i) {
         bool isnull;
         Datum d = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull);
-        (*names)[i] = TextDatumGetCString(d);
+        names[i] = TextDatumGetCString(d);
     }
     MemoryContextSwitchTo(keep);
     worker::end_work();
     MemoryContextSwitchTo(outer);
-    return n;
+    enabled.names = names;
+    enabled.count = n;
+    enabled.generation = generation;
+    enabled.read_ms = worker::now_ms();
+    enabled.valid = true;
+}
+
+// Names of the enabled subscriptions (valid until the next call).
+int enabled_subscriptions(char*** names) {
+    if (!enabled.valid || enabled.generation != shmem::subscriptions_generation() ||
+        worker::now_ms() - enabled.read_ms >= kNamesMaxAgeMs)
+        read_enabled_subscriptions();
+    *names = enabled.names;
+    return enabled.count;
 }
 
 // What may have given a subscription work since (handlers/quiet.hpp), read before its pass.

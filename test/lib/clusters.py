@@ -14,6 +14,7 @@ Kafka is written and read with kafka-python, independent of the extension's libr
 Everything polls with a deadline; nothing asserts on a bare sleep.
 """
 
+import glob
 import json
 import os
 import pathlib
@@ -195,8 +196,9 @@ class Cluster:
 
     def pg_ctl_start(self):
         self.started = True
-        as_postgres([os.path.join(PGBIN, "pg_ctl"), "-D", self.datadir, "-l", self.log, "-w",
-                     "-t", "60", "start"], cwd=self.dir)
+        # -c as tools/cluster.sh: a crash leaves a core file in the data directory.
+        as_postgres([os.path.join(PGBIN, "pg_ctl"), "-D", self.datadir, "-c", "-l", self.log,
+                     "-w", "-t", "60", "start"], cwd=self.dir)
 
     def pg_ctl_stop(self, mode="fast"):
         as_postgres([os.path.join(PGBIN, "pg_ctl"), "-D", self.datadir, "-m", mode, "-w",
@@ -265,7 +267,11 @@ class Cluster:
                           what="log line /%s/ in %s" % (pattern, self.log))
 
     def crash_lines(self):
-        return [ln for ln in self.log_text().splitlines() if CRASH_RE.search(ln)]
+        """The log's crash lines, then the core files the crashes left (pg_ctl -c)."""
+        lines = [ln for ln in self.log_text().splitlines() if CRASH_RE.search(ln)]
+        if lines:
+            lines += ["core file: %s" % p for p in sorted(glob.glob(self.datadir + "/core*"))]
+        return lines
 
 
 def _conf_quote(value):
