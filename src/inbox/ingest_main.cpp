@@ -10,6 +10,7 @@ extern "C" {
 #include "utils/memutils.h"
 }
 
+#include "kafka/group_member.hpp"
 #include "pg/boundary.hpp"
 #include "pg/shmem.hpp"
 
@@ -87,7 +88,21 @@ void wait_for_more(bool more) {
     if (worker::reload_if_requested()) needs_reload = true;
 }
 
+// A group member destroyed before its first assignment was closed and left open instead
+// (kafka/group_member.hpp: librdkafka 2.0.2 would abort the process): the worker exits, which
+// takes it away, and the launcher starts it again.
+void exit_if_members_left_open() {
+    if (kafka::GroupMember::abandoned() == 0) return;
+    ereport(LOG, (errmsg("eventbox ingest: restarting to let go of a Kafka consumer group member "
+                         "that had no assignment yet"),
+                  errdetail("librdkafka 2.0.2 aborts the process when such a member is "
+                            "destroyed (confluentinc/librdkafka#4312); it was closed and left "
+                            "open instead.")));
+    proc_exit(1);
+}
+
 void turn(MemoryContext) {
+    exit_if_members_left_open();
     reload_if_due();
     std::size_t n = state.poll(round_size);
     state.emit_logs();

@@ -2,6 +2,7 @@
 #include "kafka/group_member.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <cstring>
@@ -19,6 +20,10 @@ constexpr int kCommittedTimeoutMs = 5000;
 constexpr int kEventsPerServe = 100;
 // A commit the group refused (it rebalances) is sent again after this long.
 constexpr auto kCommitRetry = std::chrono::milliseconds(500);
+// How long a member about to be destroyed waits for the assignment its group promised.
+constexpr auto kFirstAssignmentWait = std::chrono::milliseconds(5000);
+
+std::atomic<uint64_t> abandoned_handles{0};
 
 GroupMember* member_of(void* opaque) {
     return static_cast<GroupMember*>(static_cast<ClientEvents*>(opaque));
@@ -69,10 +74,41 @@ GroupMember::GroupMember(const Config& config) {
 }
 
 GroupMember::~GroupMember() {
+    // librdkafka 2.0.2 aborts the process (an assertion in rd_kafka_cgrp_destroy_final(),
+    // confluentinc/librdkafka#4312, fixed in 2.2.0) when a handle is destroyed after the group
+    // chose the cooperative-sticky assignor (a JoinGroup answered) and before the member's first
+    // assignment (the SyncGroup's answer, which creates the assignor's state). Its first
+    // assignment is waited for, a few seconds at most; a handle still without one is closed and
+    // left, not destroyed (abandoned(): the worker restarts to let it go).
+    auto deadline = std::chrono::steady_clock::now() + kFirstAssignmentWait;
+    bool chosen = assignor_chosen();
+    while (!assigned_once_ && chosen && std::chrono::steady_clock::now() < deadline) {
+        rd_kafka_message_t* msg = rd_kafka_consumer_poll(rk_, 100);
+        if (msg != nullptr) rd_kafka_message_destroy(msg);
+        chosen = assignor_chosen();
+    }
     // The close revokes the partitions through on_rebalance(): what is owed is committed first.
     // A static member does not leave the group: its partitions wait a session timeout for it.
+    // Answers to the group's requests that come once it began are dropped, so the group's answer
+    // read before it decides (it cannot be asked after); one handled between that question and
+    // the close's start is a window of microseconds this does not close.
     rd_kafka_consumer_close(rk_);
+    if (!assigned_once_ && chosen) {
+        abandoned_handles.fetch_add(1, std::memory_order_relaxed);
+        return;
+    }
     rd_kafka_destroy(rk_);
+}
+
+bool GroupMember::assignor_chosen() const {
+    // "NONE" until a JoinGroup answer chose one; null when the group cannot say: then it may
+    // have been chosen.
+    const char* protocol = rd_kafka_rebalance_protocol(rk_);
+    return protocol == nullptr || std::strcmp(protocol, "NONE") != 0;
+}
+
+uint64_t GroupMember::abandoned() noexcept {
+    return abandoned_handles.load(std::memory_order_relaxed);
 }
 
 void GroupMember::serve(int wait_ms) {
@@ -96,6 +132,7 @@ void GroupMember::on_rebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err,
     // error closes this member, and the group moves its partitions.
     self->in_callback([&] {
         if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+            self->assigned_once_ = true;
             self->assign(partitions);
         } else {
             if (err != RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS)

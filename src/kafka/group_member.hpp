@@ -75,6 +75,12 @@ class GroupMember final : public ClientEvents {
     int64_t uncommitted() const noexcept;
     // Commits the group acknowledged (tests and the docs' figures).
     uint64_t commits_acknowledged() const noexcept { return acknowledged_; }
+    // Whether the group chose this member's assignor and its first assignment has not come yet
+    // (the member must not be destroyed now: see ~GroupMember()).
+    bool awaiting_first_assignment() const { return !assigned_once_ && assignor_chosen(); }
+    // Members of this process closed but left undestroyed by their destructor, because their
+    // first assignment never came: their threads and sockets stay until the process ends.
+    static uint64_t abandoned() noexcept;
 
   private:
     using TopicPartition = std::pair<std::string, int32_t>;
@@ -82,6 +88,7 @@ class GroupMember final : public ClientEvents {
                              rd_kafka_topic_partition_list_t* partitions, void* opaque);
     static void on_commit(rd_kafka_t* rk, rd_kafka_resp_err_t err,
                           rd_kafka_topic_partition_list_t* offsets, void* opaque);
+    bool assignor_chosen() const;
     void assign(rd_kafka_topic_partition_list_t* partitions);
     void revoke(rd_kafka_topic_partition_list_t* partitions, bool lost);
     // The owed offsets of the partitions in `among` (all held ones when null), as a list.
@@ -97,6 +104,7 @@ class GroupMember final : public ClientEvents {
     uint64_t changes_ = 0;
     uint64_t acknowledged_ = 0;
     bool in_flight_ = false;
+    bool assigned_once_ = false;  // an assignment was served (the assignor's state exists)
     std::chrono::steady_clock::time_point retry_at_{};  // after a refused commit
 };
 

@@ -1,7 +1,8 @@
 // Membership 'group' (kafka/group_member.hpp) against librdkafka's mock cluster: the member's
 // group.instance.id, the partitions a group gives a subscription, the offsets committed to the
 // group after each stored batch, and where a partition starts when it comes to another server
-// (the later of that server's stored offset and the group's).
+// (the later of that server's stored offset and the group's); and a member destroyed between
+// its JoinGroup and its first assignment, which librdkafka 2.0.2 answers with an abort.
 #include "kafka/group_member.hpp"
 
 #include <gtest/gtest.h>
@@ -9,9 +10,12 @@
 #include <librdkafka/rdkafka_mock.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "kafka/consumer.hpp"
 
@@ -20,6 +24,7 @@ namespace {
 using eventbox::kafka::Consumer;
 using eventbox::kafka::ConsumerConfig;
 using eventbox::kafka::group_instance_id;
+using eventbox::kafka::GroupMember;
 using eventbox::kafka::SubscriptionConfig;
 
 constexpr int kPartitions = 4;
@@ -45,6 +50,13 @@ class MockCluster {
         rd_kafka_destroy(rk_);
     }
     std::string bootstraps() const { return rd_kafka_mock_cluster_bootstraps(mock_); }
+    // Every answer of the broker comes rtt_ms late.
+    void set_rtt(int rtt_ms) { rd_kafka_mock_broker_set_rtt(mock_, 1, rtt_ms); }
+    // The next n SyncGroup requests (API key 14) are refused: the group rebalances.
+    void refuse_sync_groups(std::size_t n) {
+        std::vector<rd_kafka_resp_err_t> errors(n, RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS);
+        rd_kafka_mock_push_request_errors_array(mock_, 14, n, errors.data());
+    }
     // n records into partition 0.
     void produce(int n) {
         for (int i = 0; i < n; ++i)
@@ -124,6 +136,52 @@ TEST(GroupMember, APartitionMovesOnAtTheLaterOfStoredAndCommittedOffsets) {
     EXPECT_EQ(b->batch(id).front()->offset, 10);
     EXPECT_EQ(b->batch(id).size(), 5u);
     EXPECT_EQ(b->group_partitions(id), kPartitions);
+}
+
+// A member alone in group "window": served until the group chose its assignor and its first
+// assignment has not come, then destroyed. Exits 0 when the destructor returned and
+// GroupMember::abandoned() is `abandoned`, 2 or 3 otherwise (librdkafka's abort: SIGABRT).
+void destroy_in_the_window(MockCluster& cluster, uint64_t abandoned) {
+    GroupMember::Config config;
+    config.brokers = cluster.bootstraps();
+    config.group_id = "window";
+    config.instance_id = "pg_eventbox.unit.window";
+    config.topics = {"orders"};
+    auto member = std::make_unique<GroupMember>(config);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!member->awaiting_first_assignment() && std::chrono::steady_clock::now() < deadline)
+        member->serve(50);
+    if (!member->awaiting_first_assignment()) std::exit(2);
+    member.reset();
+    std::exit(GroupMember::abandoned() == abandoned ? 0 : 3);
+}
+
+class GroupMemberWindow : public ::testing::Test {
+  protected:
+    // Run in a new process of this binary (librdkafka's threads make fork() unsafe).
+    void SetUp() override { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
+};
+
+TEST_F(GroupMemberWindow, DestroyedBeforeItsFirstAssignmentWaitsForIt) {
+    // Answers 1 s late: the SyncGroup's comes 1 s after the JoinGroup's chose the assignor.
+    EXPECT_EXIT(
+        {
+            MockCluster cluster;
+            cluster.set_rtt(1000);
+            destroy_in_the_window(cluster, 0);
+        },
+        ::testing::ExitedWithCode(0), "");
+}
+
+TEST_F(GroupMemberWindow, LeftOpenWhenItsFirstAssignmentNeverComes) {
+    // Every SyncGroup refused: no assignment within the destructor's wait.
+    EXPECT_EXIT(
+        {
+            MockCluster cluster;
+            cluster.refuse_sync_groups(1000);
+            destroy_in_the_window(cluster, 1);
+        },
+        ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace
