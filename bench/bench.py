@@ -92,7 +92,7 @@ KNOBS = [
          "sections to run (comma-separated): relay (outbox -> Kafka vs kcat), ingest (Kafka -> "
          "inbox vs COPY, naive client, replay), handlers (handler throughput vs a multi-row "
          "INSERT), e2e (Kafka -> handler commit latency @1k msg/s), ops (running for months: "
-         "/metrics scraped, retention purging, inbox size over cycles; ~10 min), e2e_peer (Kafka "
+         "/metrics scraped, retention purging, inbox size over cycles; ~30 min), e2e_peer (Kafka "
          "-> handler -> Kafka vs bench/peer.py, kill test, backlog scaling; wants a fresh "
          "cluster: run it alone), http (outbox -> HTTP to a local nginx vs curl --parallel), "
          "topics (subscriptions on as many topics: time to store, fds, idle CPU, exit), "
@@ -138,8 +138,8 @@ KNOBS = [
     Knob("BENCH_OPS_PURGE_MESSAGES", "600000", "positive",
          "ops: messages of each ingest + handlers run"),
     Knob("BENCH_OPS_PURGE_REPEAT", "2", "positive", "ops: pairs of runs with/without the purge"),
-    Knob("BENCH_OPS_CYCLES", "5", "positive", "ops: ingest -> process -> age -> purge cycles"),
-    Knob("BENCH_OPS_CYCLE_ROWS", "200000", "positive", "ops: messages per cycle"),
+    Knob("BENCH_OPS_CYCLES", "10", "positive", "ops: ingest -> process -> age -> purge cycles"),
+    Knob("BENCH_OPS_CYCLE_ROWS", "1000000", "positive", "ops: messages per cycle"),
     Knob("BENCH_OUTBOX_CYCLES", "10", "positive", "outbox: send() + relay + purge cycles"),
     Knob("BENCH_OUTBOX_MESSAGES", "1000000", "positive", "outbox: messages per cycle"),
     Knob("BENCH_OUTBOX_RETENTION", "10", "positive",
