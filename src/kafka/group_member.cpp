@@ -87,8 +87,11 @@ GroupMember::~GroupMember() {
         if (msg != nullptr) rd_kafka_message_destroy(msg);
         chosen = assignor_chosen();
     }
-    // The close revokes the partitions through on_rebalance(): what is owed is committed first.
-    // A static member does not leave the group: its partitions wait a session timeout for it.
+    // What is owed is committed while the group still answers (a revocation the close serves may
+    // come after its sub-system ended: its commit would wait in vain). The close revokes the
+    // partitions through on_rebalance(); a static member does not leave the group: its
+    // partitions wait a session timeout for it.
+    commit_owed_now();
     // Answers to the group's requests that come once it began are dropped, so the group's answer
     // read before it decides (it cannot be asked after); one handled between that question and
     // the close's start is a window of microseconds this does not close.
@@ -105,6 +108,15 @@ bool GroupMember::assignor_chosen() const {
     // have been chosen.
     const char* protocol = rd_kafka_rebalance_protocol(rk_);
     return protocol == nullptr || std::strcmp(protocol, "NONE") != 0;
+}
+
+bool GroupMember::cooperative() {
+    // Null once the group's sub-system ended (a revocation the close serves can come after
+    // that): the protocol last seen holds.
+    const char* protocol = rd_kafka_rebalance_protocol(rk_);
+    if (protocol != nullptr && std::strcmp(protocol, "NONE") != 0)
+        cooperative_ = std::strcmp(protocol, "COOPERATIVE") == 0;
+    return cooperative_;
 }
 
 uint64_t GroupMember::abandoned() noexcept {
@@ -167,7 +179,7 @@ void GroupMember::assign(rd_kafka_topic_partition_list_t* partitions) {
         tp.err = RD_KAFKA_RESP_ERR_NO_ERROR;
     }
     rd_kafka_error_t* error = nullptr;
-    if (std::strcmp(rd_kafka_rebalance_protocol(rk_), "COOPERATIVE") == 0)
+    if (cooperative())
         error = rd_kafka_incremental_assign(rk_, committed);
     else
         rd_kafka_assign(rk_, committed);
@@ -201,8 +213,7 @@ void GroupMember::revoke(rd_kafka_topic_partition_list_t* partitions, bool lost)
         }
         rd_kafka_topic_partition_list_destroy(list);
     }
-    bool cooperative = std::strcmp(rd_kafka_rebalance_protocol(rk_), "COOPERATIVE") == 0;
-    if (partitions == nullptr || !cooperative) {
+    if (partitions == nullptr || !cooperative()) {
         assigned_.clear();
         rd_kafka_assign(rk_, nullptr);
     } else {
@@ -216,6 +227,12 @@ void GroupMember::revoke(rd_kafka_topic_partition_list_t* partitions, bool lost)
         LogLine{6, "consumer group: " + std::to_string(partitions ? partitions->cnt : 0) +
                        " partition(s) released" + (lost ? " (lost)" : "") + ", " +
                        std::to_string(assigned_.size()) + " held"});
+}
+
+void GroupMember::commit_owed_now() {
+    rd_kafka_topic_partition_list_t* list = owed(nullptr);
+    if (list->cnt > 0 && commit_now(list) == RD_KAFKA_RESP_ERR_NO_ERROR) acknowledge(list);
+    rd_kafka_topic_partition_list_destroy(list);
 }
 
 void GroupMember::started(const std::string& topic, int32_t partition, int64_t next) {

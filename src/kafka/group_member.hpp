@@ -89,6 +89,10 @@ class GroupMember final : public ClientEvents {
     static void on_commit(rd_kafka_t* rk, rd_kafka_resp_err_t err,
                           rd_kafka_topic_partition_list_t* offsets, void* opaque);
     bool assignor_chosen() const;
+    // Whether the group's rebalance protocol is COOPERATIVE (else EAGER), as last known.
+    bool cooperative();
+    // Commits the owed offsets of every held partition and waits for the result (commit_now()).
+    void commit_owed_now();
     void assign(rd_kafka_topic_partition_list_t* partitions);
     void revoke(rd_kafka_topic_partition_list_t* partitions, bool lost);
     // The owed offsets of the partitions in `among` (all held ones when null), as a list.
@@ -105,6 +109,7 @@ class GroupMember final : public ClientEvents {
     uint64_t acknowledged_ = 0;
     bool in_flight_ = false;
     bool assigned_once_ = false;  // an assignment was served (the assignor's state exists)
+    bool cooperative_ = true;     // the protocol last seen (ours is cooperative-sticky)
     std::chrono::steady_clock::time_point retry_at_{};  // after a refused commit
 };
 

@@ -184,4 +184,38 @@ TEST_F(GroupMemberWindow, LeftOpenWhenItsFirstAssignmentNeverComes) {
         ::testing::ExitedWithCode(0), "");
 }
 
+TEST_F(GroupMemberWindow, DestroyedWhileTheGroupTakesPartitionsAway) {
+    // Member A holds every partition, with offsets owed; B joins and the group asks A for some of
+    // them back; A, not served meanwhile, is destroyed with that revocation pending: the close
+    // serves it after the group's sub-system ended, when librdkafka no longer names the
+    // protocol (rd_kafka_rebalance_protocol() returns null: a strcmp() of it crashed, signal 11).
+    EXPECT_EXIT(
+        {
+            MockCluster cluster;
+            auto config = [&](const char* name) {
+                GroupMember::Config c;
+                c.brokers = cluster.bootstraps();
+                c.group_id = "taken";
+                c.instance_id = std::string("pg_eventbox.unit.") + name;
+                c.topics = {"orders"};
+                return c;
+            };
+            auto a = std::make_unique<GroupMember>(config("a"));
+            auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+            while (a->assigned().size() < kPartitions &&
+                   std::chrono::steady_clock::now() < deadline)
+                a->serve(50);
+            if (a->assigned().size() != kPartitions) std::exit(2);
+            a->started("orders", 0, 0);
+            a->stored("orders", 0, 10);
+            GroupMember b(config("b"));
+            // The mock holds the rebalance about a session (10 s) for A to rejoin.
+            auto until = std::chrono::steady_clock::now() + std::chrono::seconds(12);
+            while (std::chrono::steady_clock::now() < until) b.serve(50);
+            a.reset();
+            std::exit(0);
+        },
+        ::testing::ExitedWithCode(0), "");
+}
+
 }  // namespace
