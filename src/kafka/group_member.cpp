@@ -91,7 +91,10 @@ GroupMember::~GroupMember() {
     // come after its sub-system ended: its commit would wait in vain). The close revokes the
     // partitions through on_rebalance(); a static member does not leave the group: its
     // partitions wait a session timeout for it.
-    commit_owed_now();
+    try {
+        commit_owed_now();
+    } catch (...) {  // no memory for the list: the revocation commits them
+    }
     // Answers to the group's requests that come once it began are dropped, so the group's answer
     // read before it decides (it cannot be asked after); one handled between that question and
     // the close's start is a window of microseconds this does not close.
