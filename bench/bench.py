@@ -140,6 +140,8 @@ KNOBS = [
     Knob("BENCH_OPS_PURGE_REPEAT", "2", "positive", "ops: pairs of runs with/without the purge"),
     Knob("BENCH_OPS_CYCLES", "10", "positive", "ops: ingest -> process -> age -> purge cycles"),
     Knob("BENCH_OPS_CYCLE_ROWS", "1000000", "positive", "ops: messages per cycle"),
+    Knob("BENCH_OPS_NAPTIME", "1", "integer",
+         "ops: autovacuum_naptime during the cycles, in seconds (0: the server's, 60 s stock)"),
     Knob("BENCH_OUTBOX_CYCLES", "10", "positive", "outbox: send() + relay + purge cycles"),
     Knob("BENCH_OUTBOX_MESSAGES", "1000000", "positive", "outbox: messages per cycle"),
     Knob("BENCH_OUTBOX_RETENTION", "10", "positive",

@@ -227,8 +227,11 @@ def section_cycles(env, cur, args, pg_groups, out):
     # Retention on but longer than a cycle (the supervisor keeps its purge rounds, and flushes
     # its statistics, once a second); set to 1 s to age a cycle's rows past it.
     set_conf(cur, "eventbox.inbox_retention", "1d")
-    # Autovacuum is what gives the purged space back; look for work every second, not minute.
-    set_conf(cur, "autovacuum_naptime", "1s")
+    # Autovacuum is what gives the purged space back; look for work every second, not minute
+    # (BENCH_OPS_NAPTIME=0 keeps the server's setting).
+    c["naptime"] = args.ops_naptime
+    if args.ops_naptime:
+        set_conf(cur, "autovacuum_naptime", "%ds" % args.ops_naptime)
     log("ops: producing %d messages to ops_cycle_%s (%d partitions)" % (n, RUN, parts))
     msgs = Messages(n, 200, seed=0xc1)
     produce(env, "ops_cycle_" + RUN, parts, msgs.records(parts))
@@ -372,10 +375,11 @@ def cycles_notes(c):
     out.append("ops cycles: %d cycles of %d messages (one topic of %d partitions, a new "
                "subscription with the handler per cycle, dropped once empty), inbox TRUNCATEd "
                "first; aged by setting eventbox.inbox_retention = 1s once processed, back to 1d "
-               "(nothing that old) when purged; autovacuum_naptime = 1s during the cycles; "
+               "(nothing that old) when purged; autovacuum_naptime = %s during the cycles; "
                "sizes measured once a cycle's rows are processed (before its purge) and after "
                "the first autovacuum past the purge that leaves n_dead_tup < 50"
-               % (c["cycles"], c["n"], c["partitions"]))
+               % (c["cycles"], c["n"], c["partitions"],
+                  "%ds" % c.get("naptime", 1) if c.get("naptime", 1) else "the server's"))
     for k, r in enumerate(c["runs"], 1):
         out.append("ops cycle %d: %.0f msg/s; processed: heap %.1f + indexes %.1f MiB (table "
                    "with fsm/vm/toast %.1f); after purge (%.1f s) + autovacuum (%.1f s): heap "
