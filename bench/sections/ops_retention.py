@@ -372,6 +372,7 @@ def purge_notes(p):
 
 def cycles_notes(c):
     out = []
+    naptime = c.get("naptime", 1)
     out.append("ops cycles: %d cycles of %d messages (one topic of %d partitions, a new "
                "subscription with the handler per cycle, dropped once empty), inbox TRUNCATEd "
                "first; aged by setting eventbox.inbox_retention = 1s once processed, back to 1d "
@@ -379,7 +380,7 @@ def cycles_notes(c):
                "sizes measured once a cycle's rows are processed (before its purge) and after "
                "the first autovacuum past the purge that leaves n_dead_tup < 50"
                % (c["cycles"], c["n"], c["partitions"],
-                  "%ds" % c.get("naptime", 1) if c.get("naptime", 1) else "the server's"))
+                  "%ds" % naptime if naptime else "the server's"))
     for k, r in enumerate(c["runs"], 1):
         out.append("ops cycle %d: %.0f msg/s; processed: heap %.1f + indexes %.1f MiB (table "
                    "with fsm/vm/toast %.1f); after purge (%.1f s) + autovacuum (%.1f s): heap "

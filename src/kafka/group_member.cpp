@@ -92,7 +92,7 @@ GroupMember::~GroupMember() {
     // partitions through on_rebalance(); a static member does not leave the group: its
     // partitions wait a session timeout for it.
     try {
-        commit_owed_now();
+        commit_owed_now(nullptr);
     } catch (...) {  // no memory for the list: the revocation commits them
     }
     // Answers to the group's requests that come once it began are dropped, so the group's answer
@@ -203,19 +203,7 @@ void GroupMember::revoke(rd_kafka_topic_partition_list_t* partitions, bool lost)
     // Nothing is in flight here: serve() runs between batches, after the last one's database
     // commit. What it stored is committed to the group before the partitions go (unless they
     // are lost: another member holds them already and the commit would be refused).
-    if (!lost && partitions != nullptr) {
-        rd_kafka_topic_partition_list_t* list = owed(partitions);
-        if (list->cnt > 0) {
-            rd_kafka_resp_err_t err = commit_now(list);
-            if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
-                acknowledge(list);
-            else
-                logs_.push_back(LogLine{4, std::string("could not commit offsets to the group "
-                                                       "before releasing partitions: ") +
-                                               rd_kafka_err2str(err)});
-        }
-        rd_kafka_topic_partition_list_destroy(list);
-    }
+    if (!lost && partitions != nullptr) commit_owed_now(partitions);
     if (partitions == nullptr || !cooperative()) {
         assigned_.clear();
         rd_kafka_assign(rk_, nullptr);
@@ -232,9 +220,17 @@ void GroupMember::revoke(rd_kafka_topic_partition_list_t* partitions, bool lost)
                        std::to_string(assigned_.size()) + " held"});
 }
 
-void GroupMember::commit_owed_now() {
-    rd_kafka_topic_partition_list_t* list = owed(nullptr);
-    if (list->cnt > 0 && commit_now(list) == RD_KAFKA_RESP_ERR_NO_ERROR) acknowledge(list);
+void GroupMember::commit_owed_now(const rd_kafka_topic_partition_list_t* among) {
+    rd_kafka_topic_partition_list_t* list = owed(among);
+    if (list->cnt > 0) {
+        rd_kafka_resp_err_t err = commit_now(list);
+        if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+            acknowledge(list);
+        else
+            logs_.push_back(LogLine{4, std::string("could not commit offsets to the group "
+                                                   "before releasing partitions: ") +
+                                           rd_kafka_err2str(err)});
+    }
     rd_kafka_topic_partition_list_destroy(list);
 }
 

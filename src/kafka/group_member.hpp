@@ -91,8 +91,9 @@ class GroupMember final : public ClientEvents {
     bool assignor_chosen() const;
     // Whether the group's rebalance protocol is COOPERATIVE (else EAGER), as last known.
     bool cooperative();
-    // Commits the owed offsets of every held partition and waits for the result (commit_now()).
-    void commit_owed_now();
+    // Commits the owed offsets of the held partitions in `among` (all when null) and waits for
+    // the result (commit_now()); a refusal is logged.
+    void commit_owed_now(const rd_kafka_topic_partition_list_t* among);
     void assign(rd_kafka_topic_partition_list_t* partitions);
     void revoke(rd_kafka_topic_partition_list_t* partitions, bool lost);
     // The owed offsets of the partitions in `among` (all held ones when null), as a list.

@@ -138,16 +138,21 @@ TEST(GroupMember, APartitionMovesOnAtTheLaterOfStoredAndCommittedOffsets) {
     EXPECT_EQ(b->group_partitions(id), kPartitions);
 }
 
+// Member `name` of group `group`, on topic "orders".
+GroupMember::Config member_config(const MockCluster& cluster, const char* group, const char* name) {
+    GroupMember::Config config;
+    config.brokers = cluster.bootstraps();
+    config.group_id = group;
+    config.instance_id = std::string("pg_eventbox.unit.") + name;
+    config.topics = {"orders"};
+    return config;
+}
+
 // A member alone in group "window": served until the group chose its assignor and its first
 // assignment has not come, then destroyed. Exits 0 when the destructor returned and
 // GroupMember::abandoned() is `abandoned`, 2 or 3 otherwise (librdkafka's abort: SIGABRT).
 void destroy_in_the_window(MockCluster& cluster, uint64_t abandoned) {
-    GroupMember::Config config;
-    config.brokers = cluster.bootstraps();
-    config.group_id = "window";
-    config.instance_id = "pg_eventbox.unit.window";
-    config.topics = {"orders"};
-    auto member = std::make_unique<GroupMember>(config);
+    auto member = std::make_unique<GroupMember>(member_config(cluster, "window", "window"));
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     while (!member->awaiting_first_assignment() && std::chrono::steady_clock::now() < deadline)
         member->serve(50);
@@ -192,15 +197,7 @@ TEST_F(GroupMemberWindow, DestroyedWhileTheGroupTakesPartitionsAway) {
     EXPECT_EXIT(
         {
             MockCluster cluster;
-            auto config = [&](const char* name) {
-                GroupMember::Config c;
-                c.brokers = cluster.bootstraps();
-                c.group_id = "taken";
-                c.instance_id = std::string("pg_eventbox.unit.") + name;
-                c.topics = {"orders"};
-                return c;
-            };
-            auto a = std::make_unique<GroupMember>(config("a"));
+            auto a = std::make_unique<GroupMember>(member_config(cluster, "taken", "a"));
             auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
             while (a->assigned().size() < kPartitions &&
                    std::chrono::steady_clock::now() < deadline)
@@ -208,7 +205,7 @@ TEST_F(GroupMemberWindow, DestroyedWhileTheGroupTakesPartitionsAway) {
             if (a->assigned().size() != kPartitions) std::exit(2);
             a->started("orders", 0, 0);
             a->stored("orders", 0, 10);
-            GroupMember b(config("b"));
+            GroupMember b(member_config(cluster, "taken", "b"));
             // The mock holds the rebalance about a session (10 s) for A to rejoin.
             auto until = std::chrono::steady_clock::now() + std::chrono::seconds(12);
             while (std::chrono::steady_clock::now() < until) b.serve(50);
