@@ -231,11 +231,18 @@ def run_latency(env, cur, tmpdir, seconds, dump_prefix, topic="bench_latency_rel
                   (topic, payload, key, HEADERS_JSON))
         return c.fetchone()[0]
 
+    # The relay's CPU over the run: at this rate of one-row commits its passes, not its
+    # messages, are what it spends (docs/design/relay.md, "Passes are paced").
+    pid = relay_pid(cur)
+    meter = CpuMeter({"relay": lambda: [pid]})
+    meter.start()
     try:
         res = paced_latency(env, tmpdir, topic, LATENCY_RATE, seconds, FETCH_WAIT_MS, send,
                             dump_prefix)
     finally:
         conn.close()
+    cpu = meter.stop()
+    res["relay_cpu_s"] = cpu["relay_s"]
     res["poll_ms"] = poll_ms
     res["outbox_mib"] = float(heap_mib)
     return res
@@ -357,6 +364,12 @@ def table_rows(res):
         rows.append(ROW % ("latency p50/p99 ms @%.0f/s" % lat["achieved_rate"],
                            "%.1f/%.1f" % (lat["p50"], lat["p99"]), "poll %d ms" % lat["poll_ms"],
                            "%.3f" % ratio, "p99 < 0.1 " + ("ok" if ratio < 0.1 else "ABOVE")))
+    if lat and "relay_cpu_s" in lat:
+        rows.append(ROW % ("  relay cpu/msg @%.0f/s, 1-row commits (us)" % lat["achieved_rate"],
+                           "%.1f" % (1e6 * lat["relay_cpu_s"] / lat["n"]),
+                           "%.1f%% of a core" % (100.0 * lat["relay_cpu_s"] * lat["achieved_rate"]
+                                                 / lat["n"]),
+                           "-", "info"))
     if lat and klat:
         rows.append(ROW % ("  p50/p99/max ms vs plain producer",
                            "%.1f/%.1f/%.1f" % (lat["p50"], lat["p99"], lat["max"]),

@@ -325,7 +325,10 @@ void refetch_due() {
 bool read_range(int64 lo, int64 hi) {
     while (lo <= hi) {
         std::size_t room = dispatcher.capacity();
-        if (room == 0) return false;
+        if (room == 0) {
+            read_lacked_room = true;
+            return false;
+        }
         int limit = read_limit(room);
         Datum values[3] = {Int64GetDatum(lo), Int64GetDatum(hi), Int32GetDatum(limit)};
         exec(range_plan, values, true, SPI_OK_SELECT);
@@ -341,7 +344,10 @@ bool read_range(int64 lo, int64 hi) {
 // for the next passes. Returns true when it filled its batch.
 bool claim_new() {
     std::size_t room = dispatcher.capacity();
-    if (room == 0) return false;
+    if (room == 0) {
+        read_lacked_room = true;
+        return false;
+    }
     int limit = read_limit(room);
     Datum values[2] = {Int64GetDatum(cursor), Int32GetDatum(limit)};
     exec(claim_plan, values, true, SPI_OK_SELECT);
@@ -355,7 +361,10 @@ bool claim_new() {
 
 }  // namespace
 
+bool read_lacked_room = false;
+
 bool read_rows(const relay::IdRange* ranges, int n_ranges) {
+    read_lacked_room = false;
     publish_lsn = inserted_wal_end();
     // Writers read after the snapshot: any id this scan cannot see yet belongs to one of them.
     read_writers();

@@ -22,6 +22,8 @@ extern "C" {
 #include "utils/snapmgr.h"
 }
 
+#include <chrono>
+
 #include "pg/guc.hpp"
 #include "pg/shmem.hpp"
 #include "workers/common.hpp"
@@ -34,8 +36,10 @@ TimestampTz last_tick = 0;           // last held-too-long tick (eventbox.relay_
 char* config_fingerprint = nullptr;  // settings the current producer was built with
 bool needs_reset = true;             // rebuild producer and dispatcher before the next pass
 WaitEventSet* wait_set = nullptr;
-int amqp_fd = -1;  // the AMQP connection's socket in wait_set (-1: none)
-int64 passes = 0;  // numbers the passes in the CONTEXT line of their errors
+int amqp_fd = -1;            // the AMQP connection's socket in wait_set (-1: none)
+int64 passes = 0;            // numbers the passes in the CONTEXT line of their errors
+int64 last_pass_ms = 0;      // when the last pass started (monotonic_ms())
+bool last_pass_more = true;  // whether it left work waiting (then the next starts at once)
 
 // Settings that require a new producer and dispatcher when they change.
 char* current_fingerprint() {
@@ -291,16 +295,50 @@ void relay_after_error() {
     needs_reset = true;
 }
 
+// A clock that never goes back, in milliseconds.
+int64 monotonic_ms() {
+    using namespace std::chrono;
+    return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
+}
+
+constexpr int64 kPaceSliceMs = 10;
+
+// Passes start at least eventbox.relay_linger apart while wakes keep coming (commits of a few
+// rows each, delivery reports): a pass costs 0.35-0.45 ms of CPU whatever it finds (its
+// statements' executor setup over the rotated tables, the WAL flush before it publishes), and
+// a pass per wake kept the relay at 35-40% of a core at 1,000 one-row commits a second
+// (bench/NOTEBOOK.md, 2026-11-29). Rows committed meanwhile wait for the next pass, as they then
+// wait in librdkafka for linger.ms. The first wake after a quiet spell longer than that runs at
+// once, and so does the pass after one that left work waiting: a full read, failures to retry,
+// or a read the dispatcher had no room for (its room comes back when the deliveries the pass
+// wrote are settled; waiting then idled the producer: a burst of 1 KiB rows went out at half
+// the rate). The wait does not watch the latch (the committing backends then send no signal),
+// only interrupts and the postmaster, in slices of at most kPaceSliceMs.
+void pace_passes() {
+    if (last_pass_more || guc::relay_linger_ms <= 0) return;
+    int64 start = last_pass_ms + guc::relay_linger_ms;
+    for (int64 left = start - monotonic_ms(); left > 0; left = start - monotonic_ms()) {
+        (void)WaitLatch(MyLatch, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, Min(left, kPaceSliceMs),
+                        PG_WAIT_EXTENSION);
+        CHECK_FOR_INTERRUPTS();
+    }
+}
+
 void relay_turn(MemoryContext) {
     if (needs_reset) {
         reset();
         needs_reset = false;
+        last_pass_more = true;
     }
     bool more = false;
-    if (dispatcher.active())
+    if (dispatcher.active()) {
+        pace_passes();
+        last_pass_ms = monotonic_ms();
         more = work();
-    else if (http_client.changed())
-        needs_reset = true;   // idle, and a destination may have been created
+        last_pass_more = more || read_lacked_room;
+    } else if (http_client.changed()) {
+        needs_reset = true;  // idle, and a destination may have been created
+    }
     if (needs_reset) return;  // at once, without waiting
     wait_and_reload(wait_timeout(more));
 }

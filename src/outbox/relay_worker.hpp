@@ -220,6 +220,9 @@ void prepare_read_plans();
 // from PgRechecks::begin_pass()), then new rows above the cursor when every range was read
 // whole. Returns true when the claim filled its batch (more rows wait).
 bool read_rows(const relay::IdRange* ranges, int n_ranges);
+// Whether the last read_rows() stopped because the dispatcher had no room: rows may wait that
+// the next pass, once deliveries are settled, can read.
+extern bool read_lacked_room;
 
 // ---- Writing (relay_write.cpp) ----
 

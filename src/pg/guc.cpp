@@ -229,9 +229,10 @@ void define_relay() {
         "nothing is dropped, but later rows of its key already in flight may overtake it.",
         &relay_message_timeout_ms, 0, 0, 3600 * 1000, PGC_SIGHUP, GUC_UNIT_MS, nullptr, nullptr,
         nullptr);
-    DefineCustomIntVariable("eventbox.relay_linger", "librdkafka linger.ms for the relay.", nullptr,
-                            &relay_linger_ms, 5, 0, 10000, PGC_SIGHUP, GUC_UNIT_MS, nullptr,
-                            nullptr, nullptr);
+    DefineCustomIntVariable(
+        "eventbox.relay_linger", "librdkafka linger.ms for the relay.",
+        "Also the shortest time between the starts of two relay passes while wakes keep coming.",
+        &relay_linger_ms, 5, 0, 10000, PGC_SIGHUP, GUC_UNIT_MS, nullptr, nullptr, nullptr);
     DefineCustomIntVariable("eventbox.relay_retry_backoff",
                             "First delay before a failed delivery is retried.", nullptr,
                             &relay_retry_backoff_ms, 1000, 10, 3600 * 1000, PGC_SIGHUP, GUC_UNIT_MS,
