@@ -1,8 +1,8 @@
 """The relay's passes start at least eventbox.relay_linger apart while wakes keep coming
-(docs/design/relay.md, "Passes"): a stream of one-row commits no longer runs a pass per commit
-(and one per delivery report), each costing the same statements and WAL flush whatever it
-finds. Nothing is lost or reordered by the wait: the rows committed meanwhile go out in the next
-pass.
+(docs/design/relay.md, "Passes are paced"): a stream of one-row commits no longer runs a pass
+per commit (and one per delivery report), each costing the same statements and WAL flush
+whatever it finds. Nothing is lost or reordered by the wait: the rows committed meanwhile go
+out in the next pass.
 
 A pass is counted by what every pass does and nothing else here does: it reads
 eventbox.outbox_held (the read statement's held branch, the acknowledgement write), so the
