@@ -2306,13 +2306,14 @@ ALTER EXTENSION pg_eventbox DROP TABLE eventbox.outbox;
 DROP TABLE eventbox.outbox;
 
 -- The rotated tables and the ack tables as one relation each (the planner flattens them into an
--- append of the three tables' scans).
+-- append of the three tables' scans). row_xmin: the transaction that wrote the row version, whose
+-- commit the relay makes sure is flushed before it publishes the row.
 CREATE VIEW eventbox._outbox_rows AS
-SELECT 0 AS n, * FROM eventbox.outbox_rows_0
+SELECT 0 AS n, *, xmin AS row_xmin FROM eventbox.outbox_rows_0
 UNION ALL
-SELECT 1, * FROM eventbox.outbox_rows_1
+SELECT 1, *, xmin FROM eventbox.outbox_rows_1
 UNION ALL
-SELECT 2, * FROM eventbox.outbox_rows_2;
+SELECT 2, *, xmin FROM eventbox.outbox_rows_2;
 
 CREATE VIEW eventbox._outbox_acks AS
 SELECT 0 AS n, * FROM eventbox.outbox_acks_0

@@ -4,7 +4,10 @@
 #include "outbox/relay_worker.hpp"
 
 extern "C" {
+#include "access/htup_details.h"
+#include "access/transam.h"
 #include "access/twophase.h"
+#include "access/xact.h"
 #include "access/xlog.h"
 #include "access/xlog_internal.h"
 #include "catalog/pg_type.h"
@@ -32,12 +35,13 @@ SPIPlanPtr claim_plan, range_plan, refetch_plan, prepared_plan, prepared_writers
 // The rotated tables and eventbox.outbox_held directly, not through the view eventbox.outbox
 // (docs/design/outbox-rotation.md), merged in id order: the rotated rows not settled (at or
 // above the settled position W or in a stored gap, not held, in no ack row; `low` is the lower
-// of W and the lowest gap, an index bound) and every held row, with the kind of the row: 0
-// a rotated row, 1 a held row waiting to be sent (its columns are outbox_held's: a user may have
-// changed them), 2 a held row given up or cancelled (not offered; a claim steps over it); last,
-// the rotated table a rotated row is in (relay::Row::table: its ack row needs no lookup), -1 for
-// a held row. Held
-// rows are read whatever W is: W passes them, their copy in the rotated tables is settled. A
+// of W and the lowest gap, an index bound) and every held row, each with the transaction that
+// wrote the version read (second, fixed-width: read without walking the row, see
+// wal_to_flush()) and the kind of the row: 0 a rotated row, 1 a held row waiting to be sent (its
+// columns are outbox_held's: a user may have changed them), 2 a held row given up or cancelled
+// (not offered; a claim steps over it); last, the rotated table a rotated row is in
+// (relay::Row::table: its ack row needs no lookup), -1 for a held row. Held rows are read
+// whatever W is: W passes them, their copy in the rotated tables is settled. A
 // restarted relay (cursor 0) thus reads a key's held row before its later rows: ids in order.
 // Each branch has its own ORDER BY and LIMIT, so that both are planned as ordered index scans
 // (the rotated tables' as a merge of their primary keys) and merged, each bounded by the batch;
@@ -49,7 +53,7 @@ SPIPlanPtr claim_plan, range_plan, refetch_plan, prepared_plan, prepared_writers
 // %1$s: the id condition of a branch; %2$s: the other branch's; %3$s: the LIMIT clause.
 constexpr const char* kRowsSql =
     "SELECT * FROM (("
-    "SELECT r.id, r.message_id, r.topic, r.key, r.payload, r.headers, 0 AS attempts, "
+    "SELECT r.id, r.row_xmin, r.message_id, r.topic, r.key, r.payload, r.headers, 0 AS attempts, "
     "NULL::timestamptz AS next_attempt_at, r.created_at, r.cause_subscription, "
     "r.cause_received_at, 0 AS kind, r.n::int4 AS n "
     "FROM eventbox._outbox_rows r "
@@ -63,7 +67,7 @@ constexpr const char* kRowsSql =
     "OR NOT EXISTS (SELECT FROM eventbox._outbox_acks a "
     "WHERE a.max_id >= r.id AND r.id = ANY (a.ids))) ORDER BY r.id%3$s"
     ") UNION ALL ("
-    "SELECT h.id, h.message_id, h.topic, h.key, h.payload, h.headers, h.attempts, "
+    "SELECT h.id, h.xmin, h.message_id, h.topic, h.key, h.payload, h.headers, h.attempts, "
     "h.next_attempt_at, h.created_at, h.cause_subscription, h.cause_received_at, "
     "CASE WHEN h.status = 'pending' THEN 1 ELSE 2 END, -1 "
     "FROM eventbox.outbox_held h WHERE %2$s ORDER BY h.id%3$s"
@@ -197,8 +201,8 @@ std::size_t read_headers(Jsonb* jb, relay::Header** out) {
 // Nothing is published before it is durable: a row committed asynchronously (a handler's
 // send, a session with synchronous_commit off) could otherwise reach Kafka and then vanish in a
 // crash. Every commit the pass's snapshot sees lies before publish_lsn (the WAL's insert
-// position right after the snapshot was taken); the WAL is flushed up to it once, before the
-// first row of the pass is offered (a pass with nothing to send flushes nothing).
+// position right after the snapshot was taken), the pass's own writes too: flushing to it is
+// always enough, and is what a row this pass wrote itself waits for (see wal_to_flush()).
 XLogRecPtr publish_lsn = InvalidXLogRecPtr;
 
 // The end of the WAL inserted so far, as a position XLogFlush() accepts. GetXLogInsertRecPtr()
@@ -214,6 +218,31 @@ XLogRecPtr inserted_wal_end() {
     return next;
 }
 
+// The WAL the rows of the last SPI result wait for before any of them is offered: the commit
+// records of the transactions that wrote them, where these committed asynchronously. The commit
+// log keeps, for each group of transactions, the end of the latest asynchronous commit record
+// among them until that is flushed (the bound PostgreSQL itself checks before it sets a hint
+// bit); a synchronous commit was flushed before it became visible. So the relay waits for no
+// WAL of its own (its outcomes, its own asynchronous commits) and, when every row it offers
+// came from a synchronous commit, flushes nothing: with the insert position as the bound, each
+// pass that wrote outcomes and offered rows waited for a flush of the WAL it had just written
+// (bench/NOTEBOOK.md, 2026-11-29, "the relay's own WAL"). A row version this very transaction
+// wrote (a row it held, read again) waits for everything before the snapshot, as before.
+XLogRecPtr wal_to_flush(TupleDesc desc) {
+    XLogRecPtr need = InvalidXLogRecPtr;
+    TransactionId last = InvalidTransactionId;
+    for (uint64 i = 0; i < SPI_processed; ++i) {
+        bool null;
+        Datum d = heap_getattr(SPI_tuptable->vals[i], 2, desc, &null);
+        TransactionId writer = null ? InvalidTransactionId : DatumGetTransactionId(d);
+        if (writer == last || !TransactionIdIsNormal(writer)) continue;  // frozen: long durable
+        last = writer;
+        if (TransactionIdIsCurrentTransactionId(writer)) return publish_lsn;
+        need = Max(need, TransactionIdGetCommitLSN(writer));
+    }
+    return need;
+}
+
 // Offers every row of the last SPI result to the dispatcher but held rows not to be sent (and,
 // for the claim scan `scan`, records every id); *last_id gets the last row's id. Returns the
 // rows read.
@@ -221,19 +250,17 @@ int64 offer_result(int64* last_id, bool scan) {
     SPITupleTable* table = SPI_tuptable;
     TupleDesc desc = table->tupdesc;
     int64 now = worker::now_ms();
-    if (SPI_processed > 0 && publish_lsn != InvalidXLogRecPtr) {
-        XLogFlush(publish_lsn);
-        publish_lsn = InvalidXLogRecPtr;
-    }
+    constexpr int kColumns = 14;
+    if (desc->natts != kColumns) elog(ERROR, "eventbox relay: unexpected row shape");
+    XLogRecPtr flush = wal_to_flush(desc);
+    if (flush != InvalidXLogRecPtr) XLogFlush(flush);
     // One pass over each tuple: SPI_getbinval() per column walked the row from its start for
     // every column behind a variable-length one.
-    constexpr int kColumns = 13;
-    if (desc->natts != kColumns) elog(ERROR, "eventbox relay: unexpected row shape");
     Datum v[kColumns];
     bool null[kColumns];
     for (uint64 i = 0; i < SPI_processed; ++i) {
         heap_deform_tuple(table->vals[i], desc, v, null);
-        int32 kind = DatumGetInt32(v[11]);
+        int32 kind = DatumGetInt32(v[12]);
         if (kind == 2) {
             // Held and given up or cancelled: not sent; a claim steps over it (no gap).
             int64 id = DatumGetInt64(v[0]);
@@ -244,32 +271,32 @@ int64 offer_result(int64* last_id, bool scan) {
         relay::Row row;
         row.id = DatumGetInt64(v[0]);
         char uuid_text[37];
-        format_uuid(DatumGetUUIDP(v[1]), uuid_text);
+        format_uuid(DatumGetUUIDP(v[2]), uuid_text);
         row.message_id = std::string_view(uuid_text, 36);
-        text* topic = DatumGetTextPP(v[2]);
+        text* topic = DatumGetTextPP(v[3]);
         row.topic = std::string_view(VARDATA_ANY(topic), VARSIZE_ANY_EXHDR(topic));
-        if (!null[3]) {
-            bytea* k = DatumGetByteaPP(v[3]);
+        if (!null[4]) {
+            bytea* k = DatumGetByteaPP(v[4]);
             row.key = VARDATA_ANY(k);
             row.key_len = VARSIZE_ANY_EXHDR(k);
         }
-        if (!null[4]) {
-            bytea* p = DatumGetByteaPP(v[4]);
+        if (!null[5]) {
+            bytea* p = DatumGetByteaPP(v[5]);
             row.payload = VARDATA_ANY(p);
             row.payload_len = VARSIZE_ANY_EXHDR(p);
         }
         relay::Header* headers;
-        row.n_headers = read_headers(DatumGetJsonbP(v[5]), &headers);
+        row.n_headers = read_headers(DatumGetJsonbP(v[6]), &headers);
         row.headers = headers;
-        row.attempts = DatumGetInt32(v[6]);
-        row.not_before_ms = null[7] ? 0 : DatumGetTimestampTz(v[7]) / 1000;
-        row.created_ms = DatumGetTimestampTz(v[8]) / 1000;
-        row.table = static_cast<int16_t>(DatumGetInt32(v[12]));
+        row.attempts = DatumGetInt32(v[7]);
+        row.not_before_ms = null[8] ? 0 : DatumGetTimestampTz(v[8]) / 1000;
+        row.created_ms = DatumGetTimestampTz(v[9]) / 1000;
+        row.table = static_cast<int16_t>(DatumGetInt32(v[13]));
         row.held = kind == 1;
-        if (!null[9] && !null[10]) {
-            text* sub = DatumGetTextPP(v[9]);
+        if (!null[10] && !null[11]) {
+            text* sub = DatumGetTextPP(v[10]);
             row.cause_subscription = std::string_view(VARDATA_ANY(sub), VARSIZE_ANY_EXHDR(sub));
-            row.cause_received_ms = DatumGetTimestampTz(v[10]) / 1000;
+            row.cause_received_ms = DatumGetTimestampTz(v[11]) / 1000;
         }
         dispatcher.offer(row, now);
         if (scan) rechecks.scanned(row.id);
