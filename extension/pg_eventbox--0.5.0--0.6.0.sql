@@ -185,6 +185,20 @@ SELECT 1, * FROM eventbox.outbox_acks_1
 UNION ALL
 SELECT 2, * FROM eventbox.outbox_acks_2;
 
+-- The ids acknowledged at or above `low`: the relay checks the rows it reads below the highest
+-- acknowledged id (a gap's, a retry's) against them, hashed once per statement (NOT IN). ROWS is
+-- what makes the planner hash them whatever the ack tables hold: estimated from the tables, which
+-- keep their ack rows as long as eventbox.outbox_retention, it planned a scan of every id per row
+-- from about 300k ack rows on (docs/design/relay.md, "Late commits").
+CREATE FUNCTION eventbox._acked_ids(low bigint) RETURNS SETOF bigint
+LANGUAGE plpgsql STABLE ROWS 1000 SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN QUERY SELECT i FROM eventbox._outbox_acks a, unnest(a.ids) AS i
+                  WHERE a.max_id >= low AND i >= low;
+END
+$$;
+
 -- eventbox.outbox_retention as an interval, for the view (0 when the library is not loaded).
 CREATE FUNCTION eventbox._outbox_retention() RETURNS interval
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
@@ -432,7 +446,8 @@ REVOKE ALL ON eventbox.outbox, eventbox.outbox_stats, eventbox._outbox_rows, eve
     eventbox.outbox_rows_0, eventbox.outbox_rows_1, eventbox.outbox_rows_2,
     eventbox.outbox_acks_0, eventbox.outbox_acks_1, eventbox.outbox_acks_2,
     eventbox.outbox_held, eventbox.outbox_state FROM PUBLIC;
-REVOKE ALL ON FUNCTION eventbox._outbox_retention(), eventbox._outbox_open_table(),
+REVOKE ALL ON FUNCTION eventbox._acked_ids(bigint), eventbox._outbox_retention(),
+    eventbox._outbox_open_table(),
     eventbox._outbox_unique_message_id(uuid, smallint),
     eventbox._outbox_held_changed(),
     eventbox._outbox_check_row(eventbox.outbox, boolean), eventbox._outbox_insert(),

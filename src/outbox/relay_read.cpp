@@ -49,8 +49,14 @@ SPIPlanPtr claim_plan, range_plan, refetch_plan, prepared_plan, prepared_writers
 // held id and the highest acknowledged id is probed in neither (each a backward index step, once
 // per statement): new rows, the bulk of every claim, then cost no probe (the anti-joins into
 // outbox_held and the 3 ack tables took 8 buffer hits a row: a claim of 1,000 new rows took
-// 2.3 ms with them, 0.9 ms without).
-// %1$s: the id condition of a branch; %2$s: the other branch's; %3$s: the LIMIT clause.
+// 2.3 ms with them, 0.9 ms without). Rows below the highest acknowledged id (gaps re-read while
+// their writers run, rows due again, everything after a restart) are looked up in one hash of
+// the ids acknowledged at or above the read's lowest id, built once per statement (a hashed
+// NOT IN over eventbox._acked_ids(), whose ROWS keeps it hashed): probed one by one, each row read
+// every ack row above it, detoasting its array, and a gap's re-read in a pipeline of two handler
+// workers cost 2.6 ms a statement, 40 us a row (bench/NOTEBOOK.md, 2026-11-29, "gaps re-read").
+// %1$s: the id condition of a branch; %2$s: the other branch's; %3$s: the LIMIT clause; %4$s:
+// the lowest id the read can return.
 constexpr const char* kRowsSql =
     "SELECT * FROM (("
     "SELECT r.id, r.row_xmin, r.message_id, r.topic, r.key, r.payload, r.headers, 0 AS attempts, "
@@ -64,8 +70,7 @@ constexpr const char* kRowsSql =
     "AND (r.id > (SELECT coalesce(max(h.id), 0) FROM eventbox.outbox_held h) "
     "OR NOT EXISTS (SELECT FROM eventbox.outbox_held h WHERE h.id = r.id)) "
     "AND (r.id > (SELECT coalesce(max(a.max_id), 0) FROM eventbox._outbox_acks a) "
-    "OR NOT EXISTS (SELECT FROM eventbox._outbox_acks a "
-    "WHERE a.max_id >= r.id AND r.id = ANY (a.ids))) ORDER BY r.id%3$s"
+    "OR r.id NOT IN (SELECT eventbox._acked_ids(%4$s))) ORDER BY r.id%3$s"
     ") UNION ALL ("
     "SELECT h.id, h.xmin, h.message_id, h.topic, h.key, h.payload, h.headers, h.attempts, "
     "h.next_attempt_at, h.created_at, h.cause_subscription, h.cause_received_at, "
@@ -73,10 +78,10 @@ constexpr const char* kRowsSql =
     "FROM eventbox.outbox_held h WHERE %2$s ORDER BY h.id%3$s"
     ")) AS o ORDER BY id%3$s";
 
-char* rows_sql(const char* condition, const char* limit) {
+char* rows_sql(const char* condition, const char* limit, const char* lowest) {
     char* rotated = psprintf(condition, "r.id");
     char* held = psprintf(condition, "h.id");
-    return psprintf(kRowsSql, rotated, held, limit);
+    return psprintf(kRowsSql, rotated, held, limit, lowest);
 }
 
 }  // namespace
@@ -84,12 +89,13 @@ char* rows_sql(const char* condition, const char* limit) {
 void prepare_read_plans() {
     if (claim_plan != nullptr) return;
     Oid claim_types[2] = {INT8OID, INT4OID};
-    claim_plan = worker::prepare_kept(kWho, rows_sql("%s > $1", " LIMIT $2"), 2, claim_types);
+    claim_plan = worker::prepare_kept(kWho, rows_sql("%s > $1", " LIMIT $2", "$1"), 2, claim_types);
     Oid range_types[3] = {INT8OID, INT8OID, INT4OID};
-    range_plan = worker::prepare_kept(kWho, rows_sql("%1$s >= $1 AND %1$s <= $2", " LIMIT $3"), 3,
-                                      range_types);
+    range_plan = worker::prepare_kept(
+        kWho, rows_sql("%1$s >= $1 AND %1$s <= $2", " LIMIT $3", "$1"), 3, range_types);
     Oid ids_type[1] = {INT8ARRAYOID};
-    refetch_plan = worker::prepare_kept(kWho, rows_sql("%s = ANY ($1)", ""), 1, ids_type);
+    refetch_plan = worker::prepare_kept(
+        kWho, rows_sql("%s = ANY ($1)", "", "(SELECT min(x) FROM unnest($1) AS x)"), 1, ids_type);
     // Whether a transaction is prepared, from shared memory (the function, not the view: the
     // view joins pg_authid, which only a superuser may read).
     prepared_plan = worker::prepare_kept(

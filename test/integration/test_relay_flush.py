@@ -14,7 +14,7 @@ a row committed asynchronously is not published before its commit is flushed (th
 test_fault_relay_durable.py crashes the server around such commits)."""
 import time
 
-from eventbox_fixtures import connect, query, query_one, report, wait_for_ids
+from eventbox_fixtures import connect, query, query_one, report, send_paced, wait_for_ids
 
 SENDS = 600
 RATE = 200.0  # one-row commits a second: a pass (5 ms apart) writes the acks of the last ones
@@ -36,15 +36,7 @@ def test_rows_of_synchronous_commits_cost_the_relay_no_wal_flush(conn, new_topic
     c = connect(autocommit=True)
     try:
         before = wal_syncs(c)
-        ids = []
-        t0 = time.monotonic()
-        for i in range(SENDS):
-            pause = t0 + i / RATE - time.monotonic()
-            if pause > 0:
-                time.sleep(pause)
-            ids.append(str(query_one(c, "SELECT eventbox.send(%s, jsonb_build_object('n', %s))",
-                                     (topic, i))))
-        wait_for_ids(topic, ids)
+        wait_for_ids(topic, send_paced(c, topic, SENDS, RATE))
         syncs = wal_syncs(c) - before
     finally:
         c.close()

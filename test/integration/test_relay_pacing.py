@@ -13,7 +13,7 @@ leaves room for a slower machine: sending over twice the time doubles the paced 
 import json
 import time
 
-from eventbox_fixtures import connect, query, query_one, report, wait_for_ids
+from eventbox_fixtures import connect, query, query_one, report, send_paced, wait_for_ids
 
 SENDS = 400
 RATE = 200.0  # commits a second, one row each
@@ -43,15 +43,8 @@ def test_one_row_commits_are_relayed_in_paced_passes(conn, new_topic, settings):
     c = connect(autocommit=True)
     try:
         before = settled_scans(c)
-        ids = []
         t0 = time.monotonic()
-        for i in range(SENDS):
-            pause = t0 + i / RATE - time.monotonic()
-            if pause > 0:
-                time.sleep(pause)
-            ids.append(str(query_one(
-                c, "SELECT eventbox.send(%s, jsonb_build_object('seq', %s::int), key => %s)",
-                (topic, i, "k%d" % (i % 20)))))
+        ids = send_paced(c, topic, SENDS, RATE, key_of=lambda i: "k%d" % (i % 20))
         sending_s = time.monotonic() - t0
         recs = wait_for_ids(topic, ids)
         scans = settled_scans(c) - before
