@@ -89,7 +89,14 @@ char* rows_sql(const char* condition, const char* limit, const char* lowest) {
 void prepare_read_plans() {
     if (claim_plan != nullptr) return;
     Oid claim_types[2] = {INT8OID, INT4OID};
-    claim_plan = worker::prepare_kept(kWho, rows_sql("%s > $1", " LIMIT $2", "$1"), 2, claim_types);
+    // A claim reads nothing below `low` either: after a restart (cursor 0) the hash then holds
+    // the ids acknowledged above it, not every ack row the tables keep.
+    claim_plan =
+        worker::prepare_kept(kWho,
+                             rows_sql("%s > $1", " LIMIT $2",
+                                      "greatest($1, (SELECT least(s.settled_below, lower(s.gaps)) "
+                                      "FROM eventbox.outbox_state s WHERE s.n = -1))"),
+                             2, claim_types);
     Oid range_types[3] = {INT8OID, INT8OID, INT4OID};
     range_plan = worker::prepare_kept(
         kWho, rows_sql("%1$s >= $1 AND %1$s <= $2", " LIMIT $3", "$1"), 3, range_types);
