@@ -12,9 +12,9 @@ writing the acknowledgements of the rows before: 926 with the insert position as
 and 615 now (the senders' own, and the WAL writer's few). The second test checks the other side:
 a row committed asynchronously is not published before its commit is flushed (the fault test
 test_fault_relay_durable.py crashes the server around such commits)."""
-import time
 
-from eventbox_fixtures import connect, query, query_one, report, send_paced, wait_for_ids
+from eventbox_fixtures import (connect, query, query_one, relay_stat, report, send_paced,
+                               wait_for_ids, warm_relay)
 
 SENDS = 600
 RATE = 200.0  # one-row commits a second: a pass (5 ms apart) writes the acks of the last ones
@@ -22,17 +22,13 @@ RATE = 200.0  # one-row commits a second: a pass (5 ms apart) writes the acks of
 
 
 def wal_syncs(c):
-    """The cluster's WAL syncs once every process's counts reached the shared statistics (the
-    relay reports at most once a second, at its next pass; an idle one passes every second)."""
-    time.sleep(2.5)
-    query(c, "SELECT pg_stat_clear_snapshot()")
-    return query_one(c, "SELECT wal_sync FROM pg_stat_wal")
+    """The cluster's WAL syncs, the relay's counted in."""
+    return relay_stat(c, "SELECT wal_sync FROM pg_stat_wal")
 
 
 def test_rows_of_synchronous_commits_cost_the_relay_no_wal_flush(conn, new_topic):
     topic = new_topic(1)
-    warm = query_one(conn, "SELECT eventbox.send(%s, '{}'::jsonb)", (topic,))
-    wait_for_ids(topic, [warm])
+    warm_relay(conn, topic)
     c = connect(autocommit=True)
     try:
         before = wal_syncs(c)

@@ -14,7 +14,8 @@ import json
 import threading
 import time
 
-from eventbox_fixtures import connect, query, query_one, report, wait_for_ids
+from eventbox_fixtures import (connect, query, query_one, relay_stat, report, wait_for_ids,
+                               warm_relay)
 
 SECONDS = 3.0
 PER_TX = 128
@@ -22,13 +23,10 @@ WRITERS = 2
 
 
 def ack_scans(c):
-    """The ack tables' scans once the relay's statistics reached the shared counters (it reports
-    them at most once a second, at its next pass)."""
-    time.sleep(2.5)
-    query(c, "SELECT pg_stat_clear_snapshot()")
-    return query_one(c, "SELECT sum(coalesce(seq_scan, 0) + coalesce(idx_scan, 0)) "
-                        "FROM pg_stat_user_tables WHERE schemaname = 'eventbox' "
-                        "AND relname LIKE 'outbox\\_acks\\_%'")
+    """The three ack tables' scans, the relay's counted in."""
+    return relay_stat(c, "SELECT sum(coalesce(seq_scan, 0) + coalesce(idx_scan, 0)) "
+                         "FROM pg_stat_user_tables WHERE schemaname = 'eventbox' "
+                         "AND relname LIKE 'outbox\\_acks\\_%'")
 
 
 class Writer(threading.Thread):
@@ -58,8 +56,7 @@ class Writer(threading.Thread):
 
 def test_gaps_of_overlapping_writers_are_re_read_without_a_probe_per_row(conn, new_topic):
     topic = new_topic(1)
-    warm = query_one(conn, "SELECT eventbox.send(%s, '{}'::jsonb)", (topic,))
-    wait_for_ids(topic, [warm])
+    warm_relay(conn, topic)
     c = connect(autocommit=True)
     try:
         before = ack_scans(c)

@@ -13,33 +13,25 @@ leaves room for a slower machine: sending over twice the time doubles the paced 
 import json
 import time
 
-from eventbox_fixtures import connect, query, query_one, report, send_paced, wait_for_ids
+from eventbox_fixtures import connect, relay_stat, report, send_paced, wait_for_ids, warm_relay
 
 SENDS = 400
 RATE = 200.0  # commits a second, one row each
 LINGER = "100ms"
 
 
-def held_scans(c):
-    query(c, "SELECT pg_stat_clear_snapshot()")
-    return query_one(c, "SELECT coalesce(seq_scan, 0) + coalesce(idx_scan, 0) "
-                        "FROM pg_stat_user_tables "
-                        "WHERE schemaname = 'eventbox' AND relname = 'outbox_held'")
-
-
 def settled_scans(c):
-    """The scan count once the relay's statistics reached the shared counters: it reports them
-    at most once a second, at its next pass (an idle one at least every poll interval)."""
-    time.sleep(2.5)
-    return held_scans(c)
+    """The scans of outbox_held, the relay's counted in."""
+    return relay_stat(c, "SELECT coalesce(seq_scan, 0) + coalesce(idx_scan, 0) "
+                         "FROM pg_stat_user_tables "
+                         "WHERE schemaname = 'eventbox' AND relname = 'outbox_held'")
 
 
 def test_one_row_commits_are_relayed_in_paced_passes(conn, new_topic, settings):
     topic = new_topic(4)
     # A change of relay_linger recreates the producer: the warm-up message waits for it.
     settings.set("eventbox.relay_linger", LINGER)
-    warm = query_one(conn, "SELECT eventbox.send(%s, '{}'::jsonb)", (topic,))
-    wait_for_ids(topic, [warm])
+    warm_relay(conn, topic)
     c = connect(autocommit=True)
     try:
         before = settled_scans(c)

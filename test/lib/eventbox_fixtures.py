@@ -299,6 +299,21 @@ def read_topic(topic, bootstrap=None, timeout=120.0, missing_ok=False):
         consumer.close(autocommit=False)
 
 
+def warm_relay(conn, topic):
+    """Sends one message to `topic` and waits for it in Kafka: the relay runs and its producer is
+    connected (after a setting that recreates it, too)."""
+    wait_for_ids(topic, [query_one(conn, "SELECT eventbox.send(%s, '{}'::jsonb)", (topic,))])
+
+
+def relay_stat(c, sql):
+    """The one value `sql` reads from the statistics views once the relay's counts reached them:
+    it reports them at most once a second, at its next pass (an idle one at least every poll
+    interval)."""
+    time.sleep(2.5)
+    query(c, "SELECT pg_stat_clear_snapshot()")
+    return query_one(c, sql)
+
+
 def send_paced(c, topic, n, rate, key_of=None):
     """Sends n messages through the autocommit connection c, one eventbox.send() per
     transaction, `rate` transactions a second (each due at its time from the start); message i
