@@ -53,8 +53,9 @@ SPIPlanPtr claim_plan, range_plan, refetch_plan, prepared_plan, prepared_writers
 // their writers run, rows due again, everything after a restart) are looked up in one hash of
 // the ids acknowledged at or above the read's lowest id, built once per statement (a hashed
 // NOT IN over eventbox._acked_ids(), whose ROWS keeps it hashed): probed one by one, each row read
-// every ack row above it, detoasting its array, and a gap's re-read in a pipeline of two handler
-// workers cost 2.6 ms a statement, 40 us a row (bench/NOTEBOOK.md, 2026-11-29, "gaps re-read").
+// every ack row above it, detoasting its array, and with two writers whose transactions overlap
+// a gap's re-read cost 2.6 ms a statement, 40 us a row (bench/NOTEBOOK.md, 2026-11-29, "gaps
+// re-read").
 // %1$s: the id condition of a branch; %2$s: the other branch's; %3$s: the LIMIT clause; %4$s:
 // the lowest id the read can return.
 constexpr const char* kRowsSql =
