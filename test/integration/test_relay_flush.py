@@ -13,8 +13,8 @@ and 615 now (the senders' own, and the WAL writer's few). The second test checks
 a row committed asynchronously is not published before its commit is flushed (the fault test
 test_fault_relay_durable.py crashes the server around such commits)."""
 
-from eventbox_fixtures import (connect, query, query_one, relay_stat, report, send_paced,
-                               wait_for_ids, warm_relay)
+from eventbox_fixtures import connect, query, query_one, report, wait_for_ids
+from relay_sending import relay_stat, send_paced, warm_relay
 
 SENDS = 600
 RATE = 200.0  # one-row commits a second: a pass (5 ms apart) writes the acks of the last ones

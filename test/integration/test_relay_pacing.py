@@ -13,7 +13,8 @@ leaves room for a slower machine: sending over twice the time doubles the paced 
 import json
 import time
 
-from eventbox_fixtures import connect, relay_stat, report, send_paced, wait_for_ids, warm_relay
+from eventbox_fixtures import connect, report, wait_for_ids
+from relay_sending import relay_stat, send_paced, warm_relay
 
 SENDS = 400
 RATE = 200.0  # commits a second, one row each
