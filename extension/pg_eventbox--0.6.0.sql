@@ -2336,17 +2336,22 @@ BEGIN
 END
 $$;
 
--- eventbox.outbox_retention as an interval, for the view (0 when the library is not loaded).
-CREATE FUNCTION eventbox._outbox_retention() RETURNS interval
-LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
-AS $$ SELECT coalesce(nullif(current_setting('eventbox.outbox_retention', true), ''), '0')::interval $$;
-
 -- What users query: the old table's columns in its order. Three branches of one constant status
 -- each, so that a status predicate prunes the others at planning:
 -- - pending: rotated rows not settled (at or above W, or inside a gap), not held, not in an
---   ack row (only ack rows that can hold such an id are unnested);
+--   ack row. The ids of the ack rows that can hold such an id (max_id at or above the lower of W
+--   and the lowest gap) are unnested (in the select list: streamed, not stored per ack row), so
+--   that the planner can anti-join them with the rows on the id, hashed once, when it expects
+--   many rows (a count, a listing); when it expects few (a look-up by id, a filter it cannot
+--   estimate) it probes from each row the ack rows above it, each array tested with = ANY before
+--   it is unnested. Only probed, a count cost the rows W held back times the ack rows above
+--   them: while a row waits behind its key's retry (up to twice eventbox.relay_sweep_interval)
+--   every row after it is above W, and so is every pass's ack row
+--   (docs/design/outbox-rotation.md, "The view's shape");
 -- - held rows, pending or failed, with their columns (cancelled ones are not shown);
--- - sent: acknowledged rows while their ack row is within eventbox.outbox_retention.
+-- - sent: acknowledged rows while their ack row is within eventbox.outbox_retention (0 when the
+--   library is not loaded; read with current_setting(), which whoever may read the view may
+--   call: a function of the extension's would need EXECUTE granted to every such role).
 CREATE VIEW eventbox.outbox AS
 SELECT r.id, r.message_id, r.topic, r.key, r.payload, r.headers, r.created_at,
        'pending'::text AS status, 0 AS attempts, NULL::timestamptz AS next_attempt_at,
@@ -2359,8 +2364,10 @@ SELECT r.id, r.message_id, r.topic, r.key, r.payload, r.headers, r.created_at,
    AND (r.id >= coalesce((SELECT s.settled_below FROM eventbox.outbox_state s WHERE s.n = -1), 0)
         OR (SELECT s.gaps FROM eventbox.outbox_state s WHERE s.n = -1) @> r.id)
    AND NOT EXISTS (SELECT FROM eventbox.outbox_held h WHERE h.id = r.id)
-   AND NOT EXISTS (SELECT FROM eventbox._outbox_acks a
-                    WHERE a.max_id >= r.id AND r.id = ANY (a.ids))
+   AND NOT EXISTS (SELECT FROM eventbox._outbox_acks a, LATERAL (SELECT unnest(a.ids) AS id) u
+                    WHERE a.max_id >= coalesce((SELECT least(s.settled_below, lower(s.gaps))
+                                                  FROM eventbox.outbox_state s WHERE s.n = -1), 0)
+                      AND a.max_id >= r.id AND r.id = ANY (a.ids) AND u.id = r.id)
 UNION ALL
 SELECT h.id, h.message_id, h.topic, h.key, h.payload, h.headers, h.created_at, h.status,
        h.attempts, h.next_attempt_at, NULL::timestamptz, NULL::integer, NULL::bigint,
@@ -2374,7 +2381,8 @@ SELECT r.id, r.message_id, r.topic, r.key, r.payload, r.headers, r.created_at, '
   FROM eventbox._outbox_acks a
  CROSS JOIN LATERAL unnest(a.ids, a.partitions, a.offsets) AS u(id, partition, kafka_offset)
   JOIN eventbox._outbox_rows r ON r.id = u.id
- WHERE a.acked_at > now() - eventbox._outbox_retention()
+ WHERE a.acked_at > now() - coalesce(nullif(pg_catalog.current_setting(
+                                  'eventbox.outbox_retention', true), ''), '0')::interval
    AND NOT EXISTS (SELECT FROM eventbox.outbox_held h WHERE h.id = r.id);
 -- What an INSERT without them gets (id is drawn by the trigger: an explicit one is refused).
 ALTER VIEW eventbox.outbox ALTER COLUMN headers SET DEFAULT '{}';
@@ -2583,8 +2591,7 @@ REVOKE ALL ON eventbox.outbox, eventbox.outbox_stats, eventbox._outbox_rows, eve
     eventbox.outbox_rows_0, eventbox.outbox_rows_1, eventbox.outbox_rows_2,
     eventbox.outbox_acks_0, eventbox.outbox_acks_1, eventbox.outbox_acks_2,
     eventbox.outbox_held, eventbox.outbox_state FROM PUBLIC;
-REVOKE ALL ON FUNCTION eventbox._acked_ids(bigint), eventbox._outbox_retention(),
-    eventbox._outbox_open_table(),
+REVOKE ALL ON FUNCTION eventbox._acked_ids(bigint), eventbox._outbox_open_table(),
     eventbox._outbox_unique_message_id(uuid, smallint),
     eventbox._outbox_held_changed(),
     eventbox._outbox_check_row(eventbox.outbox, boolean), eventbox._outbox_insert(),
