@@ -323,7 +323,7 @@ def run(ctx):
     ctx.conn.close()  # the kill test restarts every backend
     conn, cur = env.connect_retrying()
     setup(cur)
-    linger = int(q1(cur, "SHOW eventbox.relay_linger").rstrip("ms") or 5)
+    linger = 5  # librdkafka's default linger.ms: the peers' producers as their authors start them
     stats = q1(cur, "SELECT count(*) FROM pg_stats WHERE schemaname = 'eventbox'")
     conn.close()
     n = args.e2e_orders
@@ -447,7 +447,7 @@ def notes(res, args):
         "execute_values INSERT ... ON CONFLICT DO NOTHING RETURNING into peer_inbox, per new "
         "row one INSERT INTO peer_orders (batch peer: one WITH statement for the whole batch), "
         "offsets upserted, COMMIT, then the outgoing messages produced (acks=all, idempotence, "
-        "linger.ms=%d like the relay) and flushed; started and connected before the clock, "
+        "linger.ms=%d, librdkafka's default) and flushed; started and connected before the clock, "
         "clock from 'go' to the same high watermarks. Runs per side: %s. Whole-box CPU from "
         "/proc/stat busy ticks / N (every process on the machine)"
         % (e["n"], PARTITIONS, e["records"], DUP_EVERY, DUP_LATER[0], DUP_LATER[1], PARTITIONS,

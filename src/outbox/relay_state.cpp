@@ -29,13 +29,25 @@ PgAmqp amqp_publisher;
 PgDispatcher dispatcher;
 PgRechecks rechecks;
 
+namespace {
+
+// librdkafka's linger.ms for the relay's producer: long enough to gather what a pass produces
+// into one request per partition leader, no longer. The pass itself is what batches: it waits
+// up to eventbox.relay_linger for rows (pace_passes()). Until 0.6.0 the producer lingered
+// relay_linger as well, so a row waited up to twice that, and halving the passes needed a
+// longer wait (bench/NOTEBOOK.md, 2026-11-29, "one wait, not two"). eventbox.kafka_options can
+// set linger.ms all the same.
+constexpr int kProducerLingerMs = 1;
+
+}  // namespace
+
 void PgProducer::create() {
     producer_ = call_cpp([] {
         kafka::ProducerConfig config;
         config.brokers = guc::brokers;
         config.options = parse_kafka_options(guc::kafka_options ? guc::kafka_options : "");
         config.message_timeout_ms = guc::relay_message_timeout_ms;
-        config.linger_ms = guc::relay_linger_ms;
+        config.linger_ms = std::min(guc::relay_linger_ms, kProducerLingerMs);
         config.max_in_flight_messages = guc::relay_max_in_flight;
         config.max_message_bytes = guc::max_message_bytes;
         return new kafka::Producer(config);

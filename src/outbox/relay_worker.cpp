@@ -307,8 +307,9 @@ constexpr int64 kPaceSliceMs = 10;
 // rows each, delivery reports): a pass costs 0.35-0.45 ms of CPU whatever it finds (its
 // statements' executor setup over the rotated tables, the WAL flush before it publishes), and
 // a pass per wake kept the relay at 35-40% of a core at 1,000 one-row commits a second
-// (bench/NOTEBOOK.md, 2026-11-29). Rows committed meanwhile wait for the next pass, as they then
-// wait in librdkafka for linger.ms. The first wake after a quiet spell longer than that runs at
+// (bench/NOTEBOOK.md, 2026-11-29). Rows committed meanwhile wait for the next pass, which is
+// the relay's only batching wait: its producer lingers 1 ms (kProducerLingerMs), where it
+// lingered relay_linger too before. The first wake after a quiet spell longer than that runs at
 // once, and so does the pass after one that left work waiting: a full read, failures to retry,
 // or a read the dispatcher had no room for (its room comes back when the deliveries the pass
 // wrote are settled; waiting then idled the producer: a burst of 1 KiB rows went out at half

@@ -37,7 +37,7 @@ int relay_batch_size = 1000;
 int relay_max_in_flight = 20000;
 int relay_poll_interval_ms = 1000;
 int relay_message_timeout_ms = 0;
-int relay_linger_ms = 5;
+int relay_linger_ms = 10;
 int relay_retry_backoff_ms = 1000;
 int relay_retry_backoff_max_ms = 60000;
 int relay_max_attempts = 5;
@@ -230,9 +230,11 @@ void define_relay() {
         &relay_message_timeout_ms, 0, 0, 3600 * 1000, PGC_SIGHUP, GUC_UNIT_MS, nullptr, nullptr,
         nullptr);
     DefineCustomIntVariable(
-        "eventbox.relay_linger", "librdkafka linger.ms for the relay.",
-        "Also the shortest time between the starts of two relay passes while wakes keep coming.",
-        &relay_linger_ms, 5, 0, 10000, PGC_SIGHUP, GUC_UNIT_MS, nullptr, nullptr, nullptr);
+        "eventbox.relay_linger",
+        "Shortest time between the starts of two relay passes while wakes keep coming.",
+        "Rows committed meanwhile wait for the next pass; the relay's producer lingers at most "
+        "1 ms more (librdkafka linger.ms).",
+        &relay_linger_ms, 10, 0, 10000, PGC_SIGHUP, GUC_UNIT_MS, nullptr, nullptr, nullptr);
     DefineCustomIntVariable("eventbox.relay_retry_backoff",
                             "First delay before a failed delivery is retried.", nullptr,
                             &relay_retry_backoff_ms, 1000, 10, 3600 * 1000, PGC_SIGHUP, GUC_UNIT_MS,
