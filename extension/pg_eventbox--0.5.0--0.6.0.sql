@@ -482,6 +482,263 @@ ALTER TABLE eventbox.handler_claims ADD COLUMN positions integer[],
 -- again in the order a fresh install has them.)
 ALTER TABLE eventbox.inbox RESET (fillfactor, toast_tuple_target);
 ALTER TABLE eventbox.inbox SET (fillfactor = 80, toast_tuple_target = 4096);
+-- ---- 0.6.0: durable lane positions (issue 31) ----
+-- Per lane (topic, partition) of a subscription and per range (live with backfill, replay), an
+-- offset below which no inbox row waits to be handled (status 'received' or 'retry'): lane
+-- reads and probes start there (docs/design/handlers.md, "Lane positions"). A handler worker's
+-- pass raises it, in its last run transaction, past the leading messages it gave a final
+-- outcome, when the version it read with the position is still the row's; whatever makes a row
+-- wait below it, or releases rows a read left out below it, lowers it and moves the version in
+-- its own transaction (the triggers below, replay() through _lower_position()).
+-- Its updates change no indexed column: HOT, on a table of one row per lane and range.
+CREATE TABLE eventbox.inbox_positions (
+    subscription text    NOT NULL,
+    topic        text    NOT NULL,
+    "partition"  integer NOT NULL,
+    replay       boolean NOT NULL,
+    position     bigint  NOT NULL,
+    version      bigint  NOT NULL DEFAULT 0,
+    PRIMARY KEY (subscription, topic, "partition", replay)
+) WITH (fillfactor = 50);
+REVOKE ALL ON eventbox.inbox_positions FROM PUBLIC;
+
+-- The positions of the lanes an install has rows in: each range's first waiting row, or past
+-- its last row when none waits (0.4.0's workers kept their marks in memory only).
+INSERT INTO eventbox.inbox_positions (subscription, topic, "partition", replay, position)
+SELECT i.subscription, i.topic, i."partition", i.mode = 'replay',
+       coalesce(min(i."offset") FILTER (WHERE i.status IN ('received', 'retry')),
+                max(i."offset") + 1)
+  FROM eventbox.inbox i
+ GROUP BY 1, 2, 3, 4;
+
+-- Announces to the handler workers, at commit, that inbox rows may wait below offsets they
+-- passed: their low-water marks in memory are dropped (docs/design/handlers.md).
+CREATE FUNCTION eventbox._inbox_requeued() RETURNS void
+LANGUAGE c AS 'MODULE_PATHNAME', 'eventbox_inbox_requeued';
+
+-- Lowers a lane range's position to `below` (if it is not lower already) and moves its version:
+-- a pass that read the position before this commits does not raise it past the row that waits.
+-- Once per transaction and range while the position is low enough (a redrive of many rows of a
+-- lane writes one row version, not one per message).
+CREATE FUNCTION eventbox._lower_position(subscription text, topic text, "partition" integer,
+                                         replay boolean, below bigint)
+RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+    INSERT INTO eventbox.inbox_positions AS p (subscription, topic, "partition", replay, position)
+    VALUES ($1, $2, $3, $4, $5)
+    ON CONFLICT (subscription, topic, "partition", replay) DO UPDATE
+       SET position = least(p.position, excluded.position), version = p.version + 1
+     WHERE p.position > excluded.position OR p.xmin <> pg_current_xact_id()::xid;
+    SELECT eventbox._inbox_requeued();
+$$;
+
+-- Whether this process is an ingest (handler) worker of the extension: the inbox's triggers
+-- below leave alone what these write themselves. The ingest stores at or above a lane's next
+-- offset to store, which a pass never raises a position past, and lowers the positions itself
+-- in the rare batch stored below what it stored before (_inbox_stored_below()); a pass's marks
+-- are the positions' own business (docs/design/handlers.md, "Lane positions").
+CREATE FUNCTION eventbox._ingest_worker() RETURNS boolean
+LANGUAGE c STABLE PARALLEL SAFE AS 'MODULE_PATHNAME', 'eventbox_ingest_worker';
+CREATE FUNCTION eventbox._handler_worker() RETURNS boolean
+LANGUAGE c STABLE PARALLEL SAFE AS 'MODULE_PATHNAME', 'eventbox_handler_worker';
+
+-- The ingest's batch that stores records below what its process stored before (a record read
+-- again): each lane's position goes down to the batch's first offset in it. Live range: the
+-- ingest stores live and backfill rows.
+CREATE FUNCTION eventbox._inbox_stored_below(subscription text, topics text[],
+                                             partitions integer[], offsets bigint[])
+RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+    SELECT count(eventbox._lower_position($1, u.topic, u."partition", false, u.first))
+      FROM (SELECT t AS topic, p AS "partition", min(o) AS first
+              FROM unnest($2, $3, $4) AS r(t, p, o) GROUP BY t, p) u;
+$$;
+
+-- A row that waits, or that held others back, for a reason the positions did not see: the
+-- position of its range goes down to it (_lower_position()). The triggers' conditions are
+-- checked before any call.
+CREATE FUNCTION eventbox._inbox_requeued_row() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    r eventbox.inbox;
+BEGIN
+    IF TG_OP = 'DELETE' THEN r := OLD; ELSE r := NEW; END IF;
+    PERFORM eventbox._lower_position(r.subscription, r.topic, r."partition", r.mode = 'replay',
+                                     r."offset");
+    RETURN NULL;
+END $$;
+-- Rows inserted by hand (tests, tools, a consumer of one's own): one row trigger each, whose
+-- write is once per transaction and range while the position is low enough.
+CREATE TRIGGER inbox_inserted AFTER INSERT ON eventbox.inbox
+    FOR EACH ROW
+    WHEN (NEW.status IN ('received', 'retry') AND NOT eventbox._ingest_worker())
+    EXECUTE FUNCTION eventbox._inbox_requeued_row();
+-- Rows made to wait again (retry(), redrive(), reprocess(), or an UPDATE by hand), and rows
+-- that waited for a retry given a final outcome other than by a handler worker's pass (skip(),
+-- an UPDATE by hand): the messages of their key that a read left out behind them, which a
+-- position may have passed, wait from there. A handler pass's own marks call nothing.
+CREATE TRIGGER inbox_requeued AFTER UPDATE ON eventbox.inbox
+    FOR EACH ROW
+    WHEN ((NEW.status IN ('received', 'retry')
+           AND (OLD.status NOT IN ('received', 'retry')
+                OR (OLD.subscription, OLD.topic, OLD."partition", OLD."offset", OLD.mode)
+                   IS DISTINCT FROM (NEW.subscription, NEW.topic, NEW."partition", NEW."offset",
+                                     NEW.mode)))
+          OR (OLD.status IN ('received', 'retry') AND NEW.status NOT IN ('received', 'retry')
+              AND OLD.next_attempt_at IS NOT NULL AND NOT eventbox._handler_worker()))
+    EXECUTE FUNCTION eventbox._inbox_requeued_row();
+-- A row that waited for a retry, deleted: the same (retention deletes no waiting row).
+CREATE TRIGGER inbox_released AFTER DELETE ON eventbox.inbox
+    FOR EACH ROW
+    WHEN (OLD.status IN ('received', 'retry') AND OLD.next_attempt_at IS NOT NULL)
+    EXECUTE FUNCTION eventbox._inbox_requeued_row();
+
+-- A key a dead message held back is released (its message processed, skipped or deleted, the
+-- subscription back to on_dead 'continue'): the messages of the key that the reads left out
+-- wait from the dead message's offset, in both ranges of its lane.
+CREATE FUNCTION eventbox._key_block_released() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM eventbox._lower_position(OLD.subscription, OLD.topic, OLD."partition", false,
+                                     OLD."offset");
+    PERFORM eventbox._lower_position(OLD.subscription, OLD.topic, OLD."partition", true,
+                                     OLD."offset");
+    RETURN NULL;
+END $$;
+CREATE TRIGGER key_blocks_released AFTER DELETE ON eventbox.key_blocks
+    FOR EACH ROW EXECUTE FUNCTION eventbox._key_block_released();
+
+-- What decides which messages a read leaves out changed (the handlers of a subscription that
+-- keeps unhandled messages, its ordering or its unhandled option): its positions go back to the
+-- lanes' first rows, which the next reads walk once (docs/design/handlers.md, "Lane positions").
+CREATE FUNCTION eventbox._positions_reset() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    sub text;
+BEGIN
+    IF TG_TABLE_NAME = 'subscriptions' THEN
+        sub := OLD.name;
+    ELSE
+        IF TG_OP = 'DELETE' THEN sub := OLD.subscription; ELSE sub := NEW.subscription; END IF;
+        IF NOT EXISTS (SELECT FROM eventbox.subscriptions s
+                        WHERE s.name = sub AND s.unhandled = 'keep') THEN
+            RETURN NULL;
+        END IF;
+    END IF;
+    UPDATE eventbox.inbox_positions p SET position = -1, version = p.version + 1
+     WHERE p.subscription = sub AND p.position <> -1;
+    PERFORM eventbox._inbox_requeued();
+    RETURN NULL;
+END $$;
+CREATE TRIGGER handlers_changed AFTER INSERT OR UPDATE OR DELETE ON eventbox.handlers
+    FOR EACH ROW EXECUTE FUNCTION eventbox._positions_reset();
+CREATE TRIGGER subscriptions_reads_changed AFTER UPDATE OF ordering, unhandled
+    ON eventbox.subscriptions
+    FOR EACH ROW WHEN ((OLD.ordering, OLD.unhandled) IS DISTINCT FROM (NEW.ordering, NEW.unhandled))
+    EXECUTE FUNCTION eventbox._positions_reset();
+
+REVOKE ALL ON FUNCTION eventbox._inbox_requeued(),
+    eventbox._lower_position(text, text, integer, boolean, bigint),
+    eventbox._ingest_worker(), eventbox._handler_worker(),
+    eventbox._inbox_stored_below(text, text[], integer[], bigint[]),
+    eventbox._inbox_requeued_row(), eventbox._key_block_released(),
+    eventbox._positions_reset() FROM PUBLIC;
+
+-- replay() lowers the next offset to store: records stored again at or above it wait there.
+CREATE OR REPLACE FUNCTION eventbox._replay(caller oid, subscription text, topic text,
+                                            "partition" integer, from_offset bigint)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s eventbox.subscriptions;
+    stored_next bigint;
+    present bigint;
+BEGIN
+    s := eventbox._managed_subscription(caller, subscription);
+    IF topic IS NULL OR NOT topic = ANY (s.topics) THEN
+        RAISE EXCEPTION 'subscription % does not consume topic %', eventbox._quote(s.name),
+            coalesce(eventbox._quote(topic), 'NULL') USING ERRCODE = 'invalid_parameter_value',
+            HINT = format('Its topics are %s.', array_to_string(s.topics, ', '));
+    END IF;
+    IF "partition" IS NULL OR "partition" < 0 OR from_offset IS NULL OR from_offset < 0 THEN
+        RAISE EXCEPTION 'partition and from_offset must be 0 or more'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Kafka partitions and offsets start at 0.';
+    END IF;
+    -- Records read again whose row is gone (purged by eventbox.inbox_retention, or deleted) are
+    -- not deduplicated: they are stored and handled again. Say how many, before it happens.
+    SELECT o.next_offset INTO stored_next FROM eventbox.offsets o
+     WHERE o.subscription = s.name AND o.topic = _replay.topic AND o."partition" = _replay."partition";
+    IF stored_next > from_offset THEN
+        SELECT count(*) INTO present FROM eventbox.inbox i
+         WHERE i.subscription = s.name AND i.topic = _replay.topic
+           AND i."partition" = _replay."partition"
+           AND i."offset" >= from_offset AND i."offset" < stored_next;
+        IF stored_next - from_offset - present > 0 THEN
+            RAISE NOTICE 'replay of % partition % from offset % will store up to % record(s) again',
+                topic, "partition", from_offset, stored_next - from_offset - present
+                USING DETAIL = format('Offsets %s to %s were consumed; %s of their messages are still '
+                                      'in the inbox and are deduplicated, the others are no longer '
+                                      'there (purged by eventbox.inbox_retention, or deleted).',
+                                      from_offset, stored_next - 1, present),
+                      HINT = 'Their handlers run again. The retention window is the deduplication horizon.';
+        END IF;
+    END IF;
+    INSERT INTO eventbox.offsets (subscription, topic, "partition", next_offset)
+    VALUES (s.name, topic, "partition", from_offset)
+    ON CONFLICT ON CONSTRAINT offsets_pkey DO UPDATE SET next_offset = excluded.next_offset,
+        updated_at = now();
+    PERFORM eventbox._lower_position(s.name, topic, "partition", false, from_offset);
+    PERFORM eventbox._notify_ingest();
+END $$;
+
+CREATE OR REPLACE FUNCTION eventbox._drop_subscription(caller oid, name text)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s eventbox.subscriptions;
+BEGIN
+    s := eventbox._managed_subscription(caller, name);
+    DELETE FROM eventbox.handlers WHERE subscription = s.name;
+    DELETE FROM eventbox.inbox WHERE subscription = s.name;
+    DELETE FROM eventbox.offsets WHERE subscription = s.name;
+    DELETE FROM eventbox.handler_claims WHERE subscription = s.name;
+    DELETE FROM eventbox.key_blocks WHERE subscription = s.name;
+    DELETE FROM eventbox.conflicts WHERE subscription = s.name;
+    DELETE FROM eventbox.suppressed_sends WHERE subscription = s.name;
+    DELETE FROM eventbox.inbox_positions WHERE subscription = s.name;
+    DELETE FROM eventbox.subscriptions WHERE subscriptions.name = s.name;
+    PERFORM eventbox._notify_ingest();
+END $$;
+
+-- ---- 0.6.0: a processed mark that touches no index (issue 31) ----
+-- No index of eventbox.inbox mentions a column a handler's outcome changes (status, attempts,
+-- processed_at, last_error; next_attempt_at only where a retry set it): marking a message
+-- processed, ignored or dead is a HOT update, with no new index entry (PostgreSQL counts the
+-- columns of index predicates too). The work to do is found from the lanes' positions
+-- (eventbox.inbox_positions): lane reads, probes, discovery, eventbox.process() and the metrics
+-- walk inbox_todo_idx from there, testing the status on the row (docs/design/handlers.md,
+-- "A processed mark that touches no index"). The retention purges walk inbox_received_idx.
+-- The topic leads: see the full install script.
+DROP INDEX eventbox.inbox_todo_idx;
+CREATE INDEX inbox_todo_idx ON eventbox.inbox
+    (topic, "partition", subscription, (mode = 'replay'), "offset");
+-- Only a retry sets next_attempt_at (a processed mark or a dead one clears it).
+DROP INDEX eventbox.inbox_retry_idx;
+CREATE INDEX inbox_retry_idx ON eventbox.inbox (subscription, topic, "partition", next_attempt_at)
+    WHERE next_attempt_at IS NOT NULL;
+DROP INDEX eventbox.inbox_replay_idx;
+CREATE INDEX inbox_replay_idx ON eventbox.inbox (subscription, topic, "partition", "offset")
+    WHERE mode = 'replay';
+DROP INDEX eventbox.inbox_done_idx;
+DROP INDEX eventbox.inbox_dead_idx;
+CREATE INDEX inbox_received_idx ON eventbox.inbox (received_at);
+-- Room on each page for the new versions of a whole page of rows marked in one transaction
+-- (the old ones are dead only once it commits): the marks stay HOT. Rows stored before the
+-- update keep their pages as they are. (Reset and set again: the options in a fresh install's
+-- order.)
+ALTER TABLE eventbox.inbox RESET (fillfactor, toast_tuple_target);
+ALTER TABLE eventbox.inbox SET (fillfactor = 50, toast_tuple_target = 4096);
 
 -- Each change of 0.6.0 goes in its own section above this line, headed
 -- "-- ---- 0.6.0: <what> ----", and the same objects in the full install script.

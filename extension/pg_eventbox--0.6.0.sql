@@ -159,19 +159,19 @@ CREATE TABLE eventbox.inbox (
     CONSTRAINT inbox_status_check
         CHECK (status IN ('received', 'processed', 'retry', 'dead', 'ignored', 'unparsable')),
     CONSTRAINT inbox_mode_check CHECK (mode IN ('live', 'replay', 'backfill'))
-) WITH (fillfactor = 80);
--- fillfactor: room on the row's own page for its next version. A handler pass's attempt count is a
--- HOT update there (attempts and next_attempt_at are in no index). Marking a message processed
--- changes its status, which the partial indexes below depend on: not a HOT update, so the new row
--- version gets a primary key entry next to the old one; on the same page it costs no page search,
--- no extension of the table and a shorter WAL record. 80 leaves a page of 200 B rows room for
--- about six versions, one of 1 KiB rows for about two (90: three, one). Message ids often ascend
--- (UUIDv7, like eventbox.send()'s). B-tree leaf pages split inside the index are split 50:50 and
--- keep room for those entries; the index's rightmost page (the last subscription's newest ids) is
--- split at the fillfactor, 90 by default, and then every batch of processed marks paid a bottom-up
--- deletion or deduplication pass there (about 8% more CPU per handled message at 200 B, 14% at
--- 1 KiB, when that subscription is the only one). With 50 the last subscription is handled like the
--- others. The price: REINDEX and restores build all leaf pages half full.
+) WITH (fillfactor = 50);
+-- fillfactor: the room a handler pass needs for the new versions of a whole page of rows it
+-- marks in one transaction (the old versions are dead only once it commits), on the rows' own
+-- page: no index mentions a column an outcome changes (status, attempts, processed_at,
+-- last_error; next_attempt_at only where a retry set it), so each mark is a HOT update without
+-- index entries (docs/design/handlers.md, "A processed mark that touches no index"). Message
+-- ids often ascend (UUIDv7, like eventbox.send()'s). B-tree leaf pages split inside the index
+-- are split 50:50 and keep room for those entries; the index's rightmost page (the last
+-- subscription's newest ids) is split at the fillfactor, 90 by default, and then every batch
+-- of processed marks paid a bottom-up deletion or deduplication pass there (about 8% more CPU
+-- per handled message at 200 B, 14% at 1 KiB, when that subscription is the only one). With 50
+-- the last subscription is handled like the others. The price: REINDEX and restores build all
+-- leaf pages half full.
 SELECT pg_catalog.pg_extension_config_dump('eventbox.inbox', '');
 
 -- Next offset to read per subscription and partition, written in the same transaction as the
@@ -521,6 +521,7 @@ BEGIN
     DELETE FROM eventbox.key_blocks WHERE subscription = s.name;
     DELETE FROM eventbox.conflicts WHERE subscription = s.name;
     DELETE FROM eventbox.suppressed_sends WHERE subscription = s.name;
+    DELETE FROM eventbox.inbox_positions WHERE subscription = s.name;
     DELETE FROM eventbox.subscriptions WHERE subscriptions.name = s.name;
     PERFORM eventbox._notify_ingest();
 END $$;
@@ -590,16 +591,21 @@ CREATE TABLE eventbox.handlers (
 );
 SELECT pg_catalog.pg_extension_config_dump('eventbox.handlers', '');
 
--- Handler passes read each partition's messages that still need handling, in offset order:
--- the live (and backfill) ones first, then the replays eventbox.reprocess() queued, each an
--- index range of its own (mode = 'replay' is false, then true).
+-- Handler passes read each partition's messages that still need handling, in offset order,
+-- from the lane's position (eventbox.inbox_positions): the live (and backfill) ones first, then
+-- the replays eventbox.reprocess() queued, each an index range of its own (mode = 'replay' is
+-- false, then true). Every row, whatever its status: an outcome changes no indexed column.
+-- The topic leads, not the subscription: a statement that finds rows by (subscription,
+-- message_id) is then never planned as a walk of this index over the subscription's rows (on a
+-- small or never analyzed table the two looked equally cheap, and the ingest's conflicts check
+-- walked a whole subscription per id).
 CREATE INDEX inbox_todo_idx ON eventbox.inbox
-    (subscription, topic, "partition", (mode = 'replay'), "offset")
-    WHERE status IN ('received', 'retry');
+    (topic, "partition", subscription, (mode = 'replay'), "offset");
 -- With ordering 'key', the keys of a partition that wait for a retry, in the order they become
--- due: the handler workers read them in that order, which no other index gives.
+-- due: the handler workers read them in that order, which no other index gives. Only a retry
+-- sets next_attempt_at (a processed or dead mark clears it).
 CREATE INDEX inbox_retry_idx ON eventbox.inbox (subscription, topic, "partition", next_attempt_at)
-    WHERE status = 'retry';
+    WHERE next_attempt_at IS NOT NULL;
 
 CREATE FUNCTION eventbox._register_handler(caller oid, subscription text, handler regprocedure,
                                            event_type text, run_as name, batch boolean)
@@ -779,8 +785,8 @@ BEGIN
     PERFORM eventbox._notify_ingest();
 END $$;
 
-CREATE FUNCTION eventbox._replay(caller oid, subscription text, topic text, "partition" integer,
-                                 from_offset bigint)
+CREATE FUNCTION eventbox._replay(caller oid, subscription text, topic text,
+                                            "partition" integer, from_offset bigint)
 RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -822,6 +828,7 @@ BEGIN
     VALUES (s.name, topic, "partition", from_offset)
     ON CONFLICT ON CONSTRAINT offsets_pkey DO UPDATE SET next_offset = excluded.next_offset,
         updated_at = now();
+    PERFORM eventbox._lower_position(s.name, topic, "partition", false, from_offset);
     PERFORM eventbox._notify_ingest();
 END $$;
 
@@ -855,14 +862,11 @@ RETURNS void LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'eventbox_api_call';
 -- Retention and metrics (0.2.0).
 -- ---------------------------------------------------------------------------------------------
 
--- eventbox.inbox_retention: the supervisor deletes processed and ignored rows oldest first, a
--- small batch per transaction, walking this index in processed_at order (and eventbox.dead_retention
--- dead and unparsable rows through the next one, by received_at). Partial: the messages still to
--- handle are not in it.
-CREATE INDEX inbox_done_idx ON eventbox.inbox (processed_at)
-    WHERE status IN ('processed', 'ignored');
-CREATE INDEX inbox_dead_idx ON eventbox.inbox (received_at)
-    WHERE status IN ('dead', 'unparsable');
+-- eventbox.inbox_retention and eventbox.dead_retention: the supervisor deletes processed and
+-- ignored rows, and dead and unparsable ones, oldest first, a small batch per transaction,
+-- walking this index in received_at order and testing status and processed_at on the row (an
+-- index on either would make every processed mark write an index entry).
+CREATE INDEX inbox_received_idx ON eventbox.inbox (received_at);
 
 -- Counters of the workers (shared memory) and gauges of the tables, in the Prometheus text
 -- exposition format 0.0.4; eventbox.metrics_address serves the same text over HTTP.
@@ -1177,9 +1181,10 @@ REVOKE ALL ON FUNCTION eventbox._http_destinations_changed(), eventbox._http_err
 -- ---------------------------------------------------------------------------------------------
 
 -- A message's queued replays are read through this index, after the live messages of its lane
--- (eventbox.reprocess() must not hold live traffic back); it holds only rows queued for a replay.
+-- (eventbox.reprocess() must not hold live traffic back); it holds only rows queued for a replay,
+-- handled or not (from the replay range's position).
 CREATE INDEX inbox_replay_idx ON eventbox.inbox (subscription, topic, "partition", "offset")
-    WHERE status IN ('received', 'retry') AND mode = 'replay';
+    WHERE mode = 'replay';
 
 -- What send() did not publish because the handler ran in mode 'replay' or 'backfill': the
 -- message columns of the outbox, the mode, and the inbox message whose handler sent it. Purged
@@ -2603,3 +2608,159 @@ REVOKE ALL ON FUNCTION eventbox._acked_ids(bigint), eventbox._outbox_open_table(
 -- eventbox.outbox_retention when longer): opened_at is when a table became the open one (NULL
 -- for the others and for the relay's row).
 ALTER TABLE eventbox.outbox_state ADD COLUMN opened_at timestamptz;
+-- ---- 0.6.0: durable lane positions (issue 31) ----
+-- Per lane (topic, partition) of a subscription and per range (live with backfill, replay), an
+-- offset below which no inbox row waits to be handled (status 'received' or 'retry'): lane
+-- reads and probes start there (docs/design/handlers.md, "Lane positions"). A handler worker's
+-- pass raises it, in its last run transaction, past the leading messages it gave a final
+-- outcome, when the version it read with the position is still the row's; whatever makes a row
+-- wait below it, or releases rows a read left out below it, lowers it and moves the version in
+-- its own transaction (the triggers below, replay() through _lower_position()).
+-- Its updates change no indexed column: HOT, on a table of one row per lane and range.
+CREATE TABLE eventbox.inbox_positions (
+    subscription text    NOT NULL,
+    topic        text    NOT NULL,
+    "partition"  integer NOT NULL,
+    replay       boolean NOT NULL,
+    position     bigint  NOT NULL,
+    version      bigint  NOT NULL DEFAULT 0,
+    PRIMARY KEY (subscription, topic, "partition", replay)
+) WITH (fillfactor = 50);
+REVOKE ALL ON eventbox.inbox_positions FROM PUBLIC;
+
+-- Announces to the handler workers, at commit, that inbox rows may wait below offsets they
+-- passed: their low-water marks in memory are dropped (docs/design/handlers.md).
+CREATE FUNCTION eventbox._inbox_requeued() RETURNS void
+LANGUAGE c AS 'MODULE_PATHNAME', 'eventbox_inbox_requeued';
+
+-- Lowers a lane range's position to `below` (if it is not lower already) and moves its version:
+-- a pass that read the position before this commits does not raise it past the row that waits.
+-- Once per transaction and range while the position is low enough (a redrive of many rows of a
+-- lane writes one row version, not one per message).
+CREATE FUNCTION eventbox._lower_position(subscription text, topic text, "partition" integer,
+                                         replay boolean, below bigint)
+RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+    INSERT INTO eventbox.inbox_positions AS p (subscription, topic, "partition", replay, position)
+    VALUES ($1, $2, $3, $4, $5)
+    ON CONFLICT (subscription, topic, "partition", replay) DO UPDATE
+       SET position = least(p.position, excluded.position), version = p.version + 1
+     WHERE p.position > excluded.position OR p.xmin <> pg_current_xact_id()::xid;
+    SELECT eventbox._inbox_requeued();
+$$;
+
+-- Whether this process is an ingest (handler) worker of the extension: the inbox's triggers
+-- below leave alone what these write themselves. The ingest stores at or above a lane's next
+-- offset to store, which a pass never raises a position past, and lowers the positions itself
+-- in the rare batch stored below what it stored before (_inbox_stored_below()); a pass's marks
+-- are the positions' own business (docs/design/handlers.md, "Lane positions").
+CREATE FUNCTION eventbox._ingest_worker() RETURNS boolean
+LANGUAGE c STABLE PARALLEL SAFE AS 'MODULE_PATHNAME', 'eventbox_ingest_worker';
+CREATE FUNCTION eventbox._handler_worker() RETURNS boolean
+LANGUAGE c STABLE PARALLEL SAFE AS 'MODULE_PATHNAME', 'eventbox_handler_worker';
+
+-- The ingest's batch that stores records below what its process stored before (a record read
+-- again): each lane's position goes down to the batch's first offset in it. Live range: the
+-- ingest stores live and backfill rows.
+CREATE FUNCTION eventbox._inbox_stored_below(subscription text, topics text[],
+                                             partitions integer[], offsets bigint[])
+RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+    SELECT count(eventbox._lower_position($1, u.topic, u."partition", false, u.first))
+      FROM (SELECT t AS topic, p AS "partition", min(o) AS first
+              FROM unnest($2, $3, $4) AS r(t, p, o) GROUP BY t, p) u;
+$$;
+
+-- A row that waits, or that held others back, for a reason the positions did not see: the
+-- position of its range goes down to it (_lower_position()). The triggers' conditions are
+-- checked before any call.
+CREATE FUNCTION eventbox._inbox_requeued_row() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    r eventbox.inbox;
+BEGIN
+    IF TG_OP = 'DELETE' THEN r := OLD; ELSE r := NEW; END IF;
+    PERFORM eventbox._lower_position(r.subscription, r.topic, r."partition", r.mode = 'replay',
+                                     r."offset");
+    RETURN NULL;
+END $$;
+-- Rows inserted by hand (tests, tools, a consumer of one's own): one row trigger each, whose
+-- write is once per transaction and range while the position is low enough.
+CREATE TRIGGER inbox_inserted AFTER INSERT ON eventbox.inbox
+    FOR EACH ROW
+    WHEN (NEW.status IN ('received', 'retry') AND NOT eventbox._ingest_worker())
+    EXECUTE FUNCTION eventbox._inbox_requeued_row();
+-- Rows made to wait again (retry(), redrive(), reprocess(), or an UPDATE by hand), and rows
+-- that waited for a retry given a final outcome other than by a handler worker's pass (skip(),
+-- an UPDATE by hand): the messages of their key that a read left out behind them, which a
+-- position may have passed, wait from there. A handler pass's own marks call nothing.
+CREATE TRIGGER inbox_requeued AFTER UPDATE ON eventbox.inbox
+    FOR EACH ROW
+    WHEN ((NEW.status IN ('received', 'retry')
+           AND (OLD.status NOT IN ('received', 'retry')
+                OR (OLD.subscription, OLD.topic, OLD."partition", OLD."offset", OLD.mode)
+                   IS DISTINCT FROM (NEW.subscription, NEW.topic, NEW."partition", NEW."offset",
+                                     NEW.mode)))
+          OR (OLD.status IN ('received', 'retry') AND NEW.status NOT IN ('received', 'retry')
+              AND OLD.next_attempt_at IS NOT NULL AND NOT eventbox._handler_worker()))
+    EXECUTE FUNCTION eventbox._inbox_requeued_row();
+-- A row that waited for a retry, deleted: the same (retention deletes no waiting row).
+CREATE TRIGGER inbox_released AFTER DELETE ON eventbox.inbox
+    FOR EACH ROW
+    WHEN (OLD.status IN ('received', 'retry') AND OLD.next_attempt_at IS NOT NULL)
+    EXECUTE FUNCTION eventbox._inbox_requeued_row();
+
+-- A key a dead message held back is released (its message processed, skipped or deleted, the
+-- subscription back to on_dead 'continue'): the messages of the key that the reads left out
+-- wait from the dead message's offset, in both ranges of its lane.
+CREATE FUNCTION eventbox._key_block_released() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM eventbox._lower_position(OLD.subscription, OLD.topic, OLD."partition", false,
+                                     OLD."offset");
+    PERFORM eventbox._lower_position(OLD.subscription, OLD.topic, OLD."partition", true,
+                                     OLD."offset");
+    RETURN NULL;
+END $$;
+CREATE TRIGGER key_blocks_released AFTER DELETE ON eventbox.key_blocks
+    FOR EACH ROW EXECUTE FUNCTION eventbox._key_block_released();
+
+-- What decides which messages a read leaves out changed (the handlers of a subscription that
+-- keeps unhandled messages, its ordering or its unhandled option): its positions go back to the
+-- lanes' first rows, which the next reads walk once (docs/design/handlers.md, "Lane positions").
+CREATE FUNCTION eventbox._positions_reset() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    sub text;
+BEGIN
+    IF TG_TABLE_NAME = 'subscriptions' THEN
+        sub := OLD.name;
+    ELSE
+        IF TG_OP = 'DELETE' THEN sub := OLD.subscription; ELSE sub := NEW.subscription; END IF;
+        IF NOT EXISTS (SELECT FROM eventbox.subscriptions s
+                        WHERE s.name = sub AND s.unhandled = 'keep') THEN
+            RETURN NULL;
+        END IF;
+    END IF;
+    UPDATE eventbox.inbox_positions p SET position = -1, version = p.version + 1
+     WHERE p.subscription = sub AND p.position <> -1;
+    PERFORM eventbox._inbox_requeued();
+    RETURN NULL;
+END $$;
+CREATE TRIGGER handlers_changed AFTER INSERT OR UPDATE OR DELETE ON eventbox.handlers
+    FOR EACH ROW EXECUTE FUNCTION eventbox._positions_reset();
+CREATE TRIGGER subscriptions_reads_changed AFTER UPDATE OF ordering, unhandled
+    ON eventbox.subscriptions
+    FOR EACH ROW WHEN ((OLD.ordering, OLD.unhandled) IS DISTINCT FROM (NEW.ordering, NEW.unhandled))
+    EXECUTE FUNCTION eventbox._positions_reset();
+
+REVOKE ALL ON FUNCTION eventbox._inbox_requeued(),
+    eventbox._lower_position(text, text, integer, boolean, bigint),
+    eventbox._ingest_worker(), eventbox._handler_worker(),
+    eventbox._inbox_stored_below(text, text[], integer[], bigint[]),
+    eventbox._inbox_requeued_row(), eventbox._key_block_released(),
+    eventbox._positions_reset() FROM PUBLIC;
+
+-- ---- 0.6.0: a processed mark that touches no index (issue 31) ----
+-- The inbox's indexes and fillfactor are defined where the table and indexes are created above
+-- (inbox_todo_idx, inbox_retry_idx, inbox_received_idx, inbox_replay_idx).

@@ -276,6 +276,23 @@ ORDER BY 1, 2;
 SELECT eventbox.create_subscription('upgrade-0-5', ARRAY['orders'], value_format => 'registry',
                                     membership => 'group', keep_raw => true);
 SELECT eventbox.set_topic_format('orders-out', 'registry', 'orders-out-value');
+-- A subscription with a handler and messages in every state: processed, dead, waiting for a
+-- retry (due), received; one lane with work, one without, one with a queued replay.
+CREATE FUNCTION public.upgrade_on_lane(msg eventbox.inbox) RETURNS void LANGUAGE sql AS 'SELECT';
+SELECT eventbox.create_subscription('upgrade-0-5-lanes', ARRAY['orders']);
+SELECT eventbox.register_handler('upgrade-0-5-lanes',
+                                 'public.upgrade_on_lane(eventbox.inbox)'::regprocedure,
+                                 run_as => 'regress_upgrade_app');
+INSERT INTO eventbox.inbox (subscription, message_id, topic, "partition", "offset", payload,
+                            status, attempts, next_attempt_at, processed_at, mode)
+VALUES ('upgrade-0-5-lanes', 'm0', 'orders', 0, 0, '{}', 'processed', 1, NULL, now(), 'live'),
+       ('upgrade-0-5-lanes', 'm1', 'orders', 0, 1, '{}', 'dead', 3, NULL, NULL, 'live'),
+       ('upgrade-0-5-lanes', 'm2', 'orders', 0, 2, '{}', 'retry', 1, now() - interval '1 second',
+        NULL, 'live'),
+       ('upgrade-0-5-lanes', 'm3', 'orders', 0, 3, '{}', 'received', 0, NULL, NULL, 'live'),
+       ('upgrade-0-5-lanes', 'm4', 'orders', 1, 7, '{}', 'processed', 1, NULL, now(), 'live'),
+       ('upgrade-0-5-lanes', 'm5', 'orders', 1, 8, '{}', 'processed', 1, NULL, now(), 'live'),
+       ('upgrade-0-5-lanes', 'm6', 'orders', 2, 4, '{}', 'received', 0, NULL, NULL, 'replay');
 -- Outbox rows of every status: pending, pending after failed attempts, sent, given up.
 INSERT INTO eventbox.outbox (message_id, topic, payload, status, attempts, next_attempt_at,
                              sent_at, kafka_partition, kafka_offset, last_error)
@@ -296,6 +313,15 @@ SELECT extversion FROM pg_extension WHERE extname = 'pg_eventbox';
 DROP INDEX eventbox.upgrade_outbox_topic_idx;
 ALTER EXTENSION pg_eventbox UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'pg_eventbox';
+-- Each lane range's position is at its first waiting message, or past its last one.
+SELECT topic, "partition", replay, position, version FROM eventbox.inbox_positions
+ ORDER BY 1, 2, 3;
+-- The same work to do: the retry, the received and the replayed message run, nothing else.
+SELECT eventbox.process('upgrade-0-5-lanes');
+SELECT message_id, status, attempts FROM eventbox.inbox ORDER BY message_id;
+SELECT topic, "partition", replay, position FROM eventbox.inbox_positions ORDER BY 1, 2, 3;
+SELECT eventbox.drop_subscription('upgrade-0-5-lanes');
+DROP FUNCTION public.upgrade_on_lane(eventbox.inbox);
 -- State came through.
 SELECT name, topics, value_format, membership, keep_raw FROM eventbox.subscriptions;
 SELECT topic, value_format, value_subject FROM eventbox.topic_formats;

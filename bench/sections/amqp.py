@@ -36,7 +36,7 @@ from psycopg2.extras import execute_values
 from lib.cluster import q1
 from lib.common import REPO, BenchError, log
 from lib.eventbox import alter_system, relay_pid, vacuum_outbox
-from lib.messages import make_payloads
+from lib.messages import NO_INBOX_TRIGGERS, make_payloads
 from lib.proc import TICKS, proc_cpu
 from lib.table import ROW, best, ok
 
@@ -211,6 +211,7 @@ def plain_consumer(env, port, queue, sub, n, batch, stream):
     """The baseline: see the module docstring. Returns its run."""
     db = env.connect(autocommit=False)
     dcur = db.cursor()
+    dcur.execute(NO_INBOX_TRIGGERS)
     conn = pika.BlockingConnection(pika.ConnectionParameters(
         "127.0.0.1", int(port), "/", pika.PlainCredentials("guest", "guest")))
     ch = conn.channel()

@@ -16,8 +16,8 @@ from lib.eventbox import (create_disabled_subscription, ingest_consumer_setting,
                           offsets_sum, set_enabled, set_ingest_workers, wait_offsets,
                           worker_pids)
 from lib.kafka import produce
-from lib.messages import (DISTINCT_KEYS, INBOX_COLUMNS, PARTITIONS, SIZES, Messages, copy_buffer,
-                          copy_rows)
+from lib.messages import (DISTINCT_KEYS, INBOX_COLUMNS, NO_INBOX_TRIGGERS, PARTITIONS, SIZES,
+                          Messages, copy_buffer, copy_rows)
 from lib.proc import CpuMeter
 from lib.table import ROW, best, per_msg_faults, per_msg_us, steady_rate
 
@@ -227,6 +227,7 @@ def run_naive(env, msgs, sub, topic, n, sync_commit):
     conn = env.connect(autocommit=False)
     cur = conn.cursor()
     cur.execute("SET synchronous_commit = %s", (sync_commit,))
+    cur.execute(NO_INBOX_TRIGGERS)
     cur.execute("CREATE TABLE IF NOT EXISTS public.bench_naive_offsets (consumer text, "
                 "topic text, \"partition\" int, next_offset bigint, "
                 "PRIMARY KEY (consumer, topic, \"partition\"))")

@@ -77,9 +77,9 @@ Policy current{false, false, ""};
 // The rows these statements read are found by primary key (a lane's blocks, an id list), one
 // probe per row: a subquery with LIMIT for each block, EVENTBOX_INBOX_BY_ID for each id (a join
 // or EXISTS could be planned as one walk of the subscription's rows in key order). Their
-// status is tested as coalesce(status, '') so that the planner cannot add a partial index of
-// the inbox (inbox_dead_idx holds every dead and unparsable row of the table) to a BitmapAnd
-// with the primary key probes, which would walk that index whole.
+// status is tested as coalesce(status, '') so that no partial index of the inbox whose
+// predicate the test would imply can join the primary key probes in a BitmapAnd, which would
+// walk that index whole (none is partial on status since 0.6.0; the rule stays).
 
 // The subscription's failure options, by its primary key.
 KeptStatement policy_statement{

@@ -55,8 +55,8 @@ KeptStatement claim_read_statement{
 // Messages of a claim left by a crashed pass that still wait with the attempts they had then
 // (no outcome committed): their attempt never finished and counts; dead when that was the
 // last one ($3 = max_attempts). The others run alone next. (The status test is on
-// coalesce(): a plain one implies inbox_todo_idx's predicate, and the planner could walk
-// that whole index instead of probing the ids.)
+// coalesce(): a plain one could imply a partial index's predicate, and the planner walk that
+// whole index instead of probing the ids.)
 KeptStatement crash_statement{
     "UPDATE eventbox.inbox i SET attempts = i.attempts + 1, next_attempt_at = NULL, "
     "status = CASE WHEN i.attempts + 1 >= $3 THEN 'dead' ELSE i.status END, "

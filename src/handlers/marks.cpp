@@ -4,7 +4,7 @@
 // A lane range's mark is an offset below which it provably has no message to handle: the
 // first row of a lane read that no filter narrowed (no key waiting or blocked, ordering not
 // 'none', no kept messages without a handler). Only this worker handles the lane's messages
-// while it holds the lane, and handling only removes rows from the todo index; what makes a
+// while it holds the lane, and handling only takes rows out of the waiting set; what makes a
 // row wait again below a mark (a requeue, a replay, a record stored again at a lower offset)
 // bumps the shared inbox generation before and after its commit (shmem::inbox_generation()):
 // the marks are dropped when the generation moved, at a pass's start, and after any read that
@@ -44,11 +44,16 @@ WorkerMarks marks;
 // their final outcome (processed, ignored or dead), and past the last one read when all did.
 // Without it the next read and probe would walk the entries of the batch handled before.
 struct LaneRead {
-    bool counted;   // an unfiltered live read of a known lane, without replay rows
-    long position;  // in marks
+    bool counted;        // an unfiltered live read of a known lane, without replay rows
+    bool from_position;  // an unfiltered live read, without replay rows, from the position
+    long position;       // in marks
     int n_read;
     int64* offsets;  // of the rows read, in the pass's memory
     bool* final;
+    char* topic;  // the lane, in the pass's memory
+    int32 partition;
+    LanePosition durable;  // eventbox.inbox_positions as read before the lane
+    bool replay_read;      // rows of the replay range were read
     int raised;  // leading rows with their final outcome that the mark was raised past already
 };
 constexpr int kMaxLaneReads = 1024;
@@ -76,6 +81,91 @@ KeptStatement lanes_statement{
     {TEXTOID},
     nullptr};
 
+// A lane's durable positions (eventbox.inbox_positions: live range with its version, replay
+// range with its version) and its next offset to store, each NULL when it has no row: three
+// probes of primary keys.
+KeptStatement positions_statement{
+    "SELECT l.position, l.version, r.position, o.next_offset, r.version FROM (SELECT) AS one"
+    "  LEFT JOIN eventbox.inbox_positions l ON l.subscription = $1 AND l.topic = $2"
+    "       AND l.\"partition\" = $3 AND l.replay = false"
+    "  LEFT JOIN eventbox.inbox_positions r ON r.subscription = $1 AND r.topic = $2"
+    "       AND r.\"partition\" = $3 AND r.replay = true"
+    "  LEFT JOIN eventbox.offsets o ON o.subscription = $1 AND o.topic = $2"
+    "       AND o.\"partition\" = $3",
+    3,
+    {TEXTOID, TEXTOID, INT4OID},
+    nullptr};
+
+// Raising a lane's live position to $5 (never past a lowering: $4 is the version the pass read
+// with the position, and a lowering moves it), in the transaction of the pass's outcomes; or
+// lowering it there, after a read that started below it at a due retry (read_lane()).
+// The row is locked first without waiting: a lowering holding it wins anyway, and a pass that
+// waited for it would hold the rows of its other lanes meanwhile, which a redrive over several
+// lanes may want in another order (a deadlock). Index: inbox_positions_pkey.
+KeptStatement lock_position_statement{
+    "SELECT 1 FROM eventbox.inbox_positions p WHERE p.subscription = $1 AND p.topic = $2"
+    " AND p.\"partition\" = $3 AND p.replay = false AND p.version = $4 AND p.position <> $5"
+    " FOR UPDATE SKIP LOCKED",
+    5,
+    {TEXTOID, TEXTOID, INT4OID, INT8OID, INT8OID},
+    nullptr};
+KeptStatement advance_statement{
+    "UPDATE eventbox.inbox_positions p SET position = $4 WHERE p.subscription = $1"
+    " AND p.topic = $2 AND p.\"partition\" = $3 AND p.replay = false",
+    4,
+    {TEXTOID, TEXTOID, INT4OID, INT8OID},
+    nullptr};
+// Raising a lane's replay position ($5 as read with version $4 before the pass) to the range's
+// first row that still waits, as this transaction sees it (the pass's own outcomes included),
+// or past its last row when none waits; never past the lane's next offset to store ($6, as read
+// with the position; the largest bigint without one). Replays are read from no low-water mark in a
+// worker's memory, only from this position: without the raise every read and probe of the range
+// would walk what was replayed before. The row is locked first without waiting, as for the live
+// range; a lowering (reprocess() queueing a row) moves the version. Each walk starts at the
+// position and crosses the rows the pass handled: inbox_replay_idx.
+KeptStatement lock_replay_position_statement{
+    "SELECT 1 FROM eventbox.inbox_positions p WHERE p.subscription = $1 AND p.topic = $2"
+    " AND p.\"partition\" = $3 AND p.replay AND p.version = $4 AND p.position = $5"
+    " FOR UPDATE SKIP LOCKED",
+    5,
+    {TEXTOID, TEXTOID, INT4OID, INT8OID, INT8OID},
+    nullptr};
+#define REPLAY_ROWS                                                                             \
+    "FROM eventbox.inbox i WHERE i.subscription = $1 AND i.topic = $2 AND i.\"partition\" = $3" \
+    " AND i.mode = 'replay' AND i.\"offset\" >= $5"
+KeptStatement advance_replay_statement{
+    "UPDATE eventbox.inbox_positions p SET position = t.target"
+    "  FROM (SELECT least($6::int8, coalesce("
+    "          (SELECT i.\"offset\" " REPLAY_ROWS
+    " AND i.status IN ('received', 'retry')"
+    "            ORDER BY i.\"offset\" LIMIT 1),"
+    "          (SELECT i.\"offset\" + 1 " REPLAY_ROWS
+    " ORDER BY i.\"offset\" DESC LIMIT 1)))"
+    "        AS target) t"
+    " WHERE p.subscription = $1 AND p.topic = $2 AND p.\"partition\" = $3 AND p.replay"
+    "   AND p.version = $4 AND p.position = $5 AND t.target > $5",
+    6,
+    {TEXTOID, TEXTOID, INT4OID, INT8OID, INT8OID, INT8OID},
+    nullptr};
+#undef REPLAY_ROWS
+
+// A lane without a position (the ingest writes none: docs/design/handlers.md, "Lane
+// positions"): one at $4, unless a row was made meanwhile (a lowering's).
+KeptStatement first_position_statement{
+    "INSERT INTO eventbox.inbox_positions (subscription, topic, \"partition\", replay, position)"
+    " VALUES ($1, $2, $3, false, $4)"
+    " ON CONFLICT (subscription, topic, \"partition\", replay) DO NOTHING",
+    4,
+    {TEXTOID, TEXTOID, INT4OID, INT8OID},
+    nullptr};
+
+// Column `column` of SPI_tuptable's first row as an offset, kNoMark when NULL.
+int64 offset_or_none(int column) {
+    bool isnull;
+    Datum d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, column, &isnull);
+    return isnull ? kNoMark : DatumGetInt64(d);
+}
+
 // Learns the lanes and next offsets of the lanes read in SPI_tuptable.
 void learn_lanes(const char* subscription, bool loaded) {
     if (loaded)
@@ -101,30 +191,55 @@ void learn_lanes(const char* subscription, bool loaded) {
     }
 }
 
+// A lane range's durable position in a statement on lane ($1, $2, $3) (-1 without one): an
+// InitPlan, which the inbox scan takes as an index condition.
+#define LANE_POSITION(REPLAY)                                                               \
+    "coalesce((SELECT p.position FROM eventbox.inbox_positions p WHERE p.subscription = $1" \
+    " AND p.topic = $2 AND p.\"partition\" = $3 AND p.replay = " REPLAY "), -1)"
+
+// Whether a message of lane ($1, $2, $3) waits for a retry, due or not, or a dead one holds a
+// key back: a position passes the messages a read left out (lanes.cpp, LANE_READ), so the
+// probes look for these apart, through inbox_retry_idx (its order pins it) and key_blocks'
+// primary key, one descent each. Such a lane is read at each pass, from its position: the read
+// finds the due retries below it and releases the blocks whose message is no longer dead.
+#define LANE_RETRIES                                                                         \
+    "(SELECT 1 FROM eventbox.inbox r WHERE r.subscription = $1 AND r.topic = $2"             \
+    " AND r.\"partition\" = $3 AND r.next_attempt_at IS NOT NULL"                            \
+    " AND r.status IN ('received', 'retry') ORDER BY r.next_attempt_at LIMIT 1) IS NOT NULL" \
+    " OR (SELECT 1 FROM eventbox.key_blocks b WHERE b.subscription = $1 AND b.topic = $2"    \
+    " AND b.\"partition\" = $3 LIMIT 1) IS NOT NULL"
+
 // Whether a lane a worker knows has work at or above its low-water marks ($4: live range,
-// $5: replay range, read when $6): one descent of the todo index each, which lands past the
-// entries of the messages handled before. (A probe crossing a range of such entries walks
-// them, whatever its bounds: a btree scan skips the killed ones before it checks a bound.)
-// ORDER BY "offset" LIMIT 1 pins the index: only inbox_todo_idx (inbox_replay_idx) gives
+// $5: replay range, read when $6) and its durable positions: one descent of the todo index
+// each, which lands past the entries of the messages handled before. (A probe crossing a range of
+// such entries walks them, whatever its bounds: a btree scan skips the killed ones before it checks
+// a bound.) ORDER BY "offset" LIMIT 1 pins the index: only inbox_todo_idx (inbox_replay_idx) gives
 // that order without a sort, which the workers turn off. An EXISTS would drop the ORDER BY,
 // and on a small table the planner may find inbox_pkey as cheap: a scan of the
 // subscription's rows from the first, past every message handled before. The second
 // column is the lane's next offset to store, read in the same snapshot: a lane without
-// work has none below it (next_known_lane()).
+// work has none below it (next_known_lane()). (The position is not raised here: the probe
+// holds no lane, and a write to a lane's position outside its holder's transactions took locks
+// in another order than the holder's and deadlocked with it.)
 KeptStatement known_lane_statement{
     "SELECT (SELECT 1 FROM eventbox.inbox i"
     "    WHERE i.subscription = $1 AND i.topic = $2 AND i.\"partition\" = $3"
     "      AND i.status IN ('received', 'retry') AND (i.mode = 'replay') IS FALSE"
-    "      AND i.\"offset\" >= $4 ORDER BY i.\"offset\" LIMIT 1) IS NOT NULL"
+    "      AND i.\"offset\" >= greatest($4, " LANE_POSITION("false") ")"
+    "    ORDER BY i.\"offset\" LIMIT 1) IS NOT NULL"
     "  OR ($6 AND (SELECT 1 FROM eventbox.inbox i"
     "    WHERE i.subscription = $1 AND i.topic = $2 AND i.\"partition\" = $3"
     "      AND i.status IN ('received', 'retry') AND i.mode = 'replay'"
-    "      AND i.\"offset\" >= $5 ORDER BY i.\"offset\" LIMIT 1) IS NOT NULL),"
+    "      AND i.\"offset\" >= greatest($5, " LANE_POSITION("true") ")"
+    "    ORDER BY i.\"offset\" LIMIT 1) IS NOT NULL)"
+    "  OR " LANE_RETRIES ","
     " (SELECT o.next_offset FROM eventbox.offsets o"
     "   WHERE o.subscription = $1 AND o.topic = $2 AND o.\"partition\" = $3)",
     6,
     {TEXTOID, TEXTOID, INT4OID, INT8OID, INT8OID, BOOLOID},
     nullptr};
+#undef LANE_POSITION
+#undef LANE_RETRIES
 
 // Whether known lane (topic, partition) has work at or above its marks: false without a probe
 // when the pass read that its live range is drained (and no replays wait), else one probe
@@ -293,12 +408,37 @@ void forget_lane_reads() noexcept {
     lane_reads.n = 0;
 }
 
+LanePosition lane_position(Datum name, const char* topic, int32 partition) {
+    MemoryContext keep = CurrentMemoryContext;
+    Datum args[3] = {name, CStringGetTextDatum(topic), Int32GetDatum(partition)};
+    exec(positions_statement, args, false, SPI_OK_SELECT);
+    MemoryContextSwitchTo(keep);
+    LanePosition at;
+    at.live = offset_or_none(1);
+    at.version = offset_or_none(2);
+    at.replay = offset_or_none(3);
+    at.next = offset_or_none(4);
+    at.replay_version = offset_or_none(5);
+    return at;
+}
+
 // The live read in SPI_tuptable (its offsets in column 7) of pass lane l.
-void note_lane_read(std::size_t l, long position, bool counted, MemoryContext memory) {
+void note_lane_read(std::size_t l, long position, bool counted, bool from_position,
+                    const LaneId& lane, const LanePosition& durable, MemoryContext memory) {
     if (l >= static_cast<std::size_t>(kMaxLaneReads)) return;
     while (lane_reads.n <= static_cast<int>(l)) lane_reads.reads[lane_reads.n++] = LaneRead{};
-    LaneRead r{counted, position, static_cast<int>(SPI_processed), nullptr, nullptr, 0};
-    if (counted && r.n_read > 0) {
+    LaneRead r{counted,
+               from_position,
+               position,
+               static_cast<int>(SPI_processed),
+               nullptr,
+               nullptr,
+               MemoryContextStrdup(memory, lane.topic),
+               lane.partition,
+               durable,
+               false,
+               0};
+    if ((counted || from_position) && r.n_read > 0) {
         r.offsets = static_cast<int64*>(MemoryContextAlloc(memory, sizeof(int64) * r.n_read));
         r.final = static_cast<bool*>(MemoryContextAllocZero(memory, sizeof(bool) * r.n_read));
         bool isnull;
@@ -310,7 +450,14 @@ void note_lane_read(std::size_t l, long position, bool counted, MemoryContext me
 }
 
 void uncount_lane_read(std::size_t l) noexcept {
-    if (l < static_cast<std::size_t>(lane_reads.n)) lane_reads.reads[l].counted = false;
+    if (l >= static_cast<std::size_t>(lane_reads.n)) return;
+    lane_reads.reads[l].counted = false;
+    lane_reads.reads[l].from_position = false;
+}
+
+void note_replay_read(std::size_t l) noexcept {
+    if (l >= static_cast<std::size_t>(lane_reads.n)) return;
+    lane_reads.reads[l].replay_read = true;
 }
 
 // A chosen message got its final outcome.
@@ -318,6 +465,100 @@ void count_final(const ChosenMessage& m) noexcept {
     if (m.lane >= static_cast<std::size_t>(lane_reads.n)) return;
     LaneRead& r = lane_reads.reads[m.lane];
     if (r.final != nullptr && m.index < static_cast<std::size_t>(r.n_read)) r.final[m.index] = true;
+}
+
+namespace {
+
+// Where an unfiltered live read lets its range's mark rise once its messages' outcomes commit:
+// past the leading ones that got their final outcome, past the last one read when all did;
+// kNoMark when the first did not.
+int64 mark_after(const LaneRead& r) noexcept {
+    if (r.final == nullptr) return kNoMark;
+    int done = 0;
+    while (done < r.n_read && r.final[done]) ++done;
+    if (done == 0) return kNoMark;
+    return done == r.n_read ? r.offsets[r.n_read - 1] + 1 : r.offsets[done];
+}
+
+// The replay range's raise (advance_replay_statement) for a read that took rows of it.
+void advance_replay_position(Datum name, const LaneRead& r) {
+    if (!r.replay_read || r.durable.replay_version < 0) return;
+    Datum topic = CStringGetTextDatum(r.topic);
+    Datum args[6] = {name,
+                     topic,
+                     Int32GetDatum(r.partition),
+                     Int64GetDatum(r.durable.replay_version),
+                     Int64GetDatum(r.durable.replay),
+                     Int64GetDatum(r.durable.next == kNoMark ? PG_INT64_MAX : r.durable.next)};
+    exec(lock_replay_position_statement, args, false, SPI_OK_SELECT);
+    if (SPI_processed != 1) return;
+    exec(advance_replay_statement, args, false, SPI_OK_UPDATE);
+}
+
+}  // namespace
+
+namespace {
+
+// Raises the live position of lane read `r` (see advance_positions()) and remembers the raise,
+// so that a later transaction of the same pass raises it only further.
+void advance_live_position(Datum name, LaneRead& r, bool marks_hold) {
+    if (!r.from_position && !(r.counted && marks_hold)) return;
+    int64 mark = mark_after(r);
+    if (mark != kNoMark && r.durable.next != kNoMark) mark = Min(mark, r.durable.next);
+    if (mark == kNoMark || mark <= r.durable.live) return;
+    MemoryContext keep = CurrentMemoryContext;
+    Datum topic = CStringGetTextDatum(r.topic);
+    bool raised = false;
+    if (r.durable.version < 0) {
+        Datum args[4] = {name, topic, Int32GetDatum(r.partition), Int64GetDatum(mark)};
+        exec(first_position_statement, args, false, SPI_OK_INSERT);
+        raised = SPI_processed == 1;
+    } else {
+        Datum args[5] = {name, topic, Int32GetDatum(r.partition), Int64GetDatum(r.durable.version),
+                         Int64GetDatum(mark)};
+        exec(lock_position_statement, args, false, SPI_OK_SELECT);
+        if (SPI_processed == 1) {
+            args[3] = Int64GetDatum(mark);
+            exec(advance_statement, args, false, SPI_OK_UPDATE);
+            raised = true;
+        }
+    }
+    MemoryContextSwitchTo(keep);
+    // A lowering since the read holds the row or moved its version: no later raise of this pass
+    // can pass the version check either, so nothing is remembered.
+    if (raised) r.durable.live = mark;
+}
+
+}  // namespace
+
+// In the transaction that commits a pass's last outcomes (a worker's, or eventbox.process()'s
+// caller's): the same rise as the marks', for reads that started at the position or at a mark
+// that still holds, never past the lane's next offset to store as read with the position (the
+// ingest's inserts above it write no position: see eventbox._ingest_worker()).
+void advance_positions(Datum name) {
+    if (lane_reads.n == 0) return;
+    bool marks_hold = marks.on && marks_still_hold();
+    MemoryContext keep = CurrentMemoryContext;
+    for (int l = 0; l < lane_reads.n; ++l) {
+        LaneRead& r = lane_reads.reads[l];
+        advance_replay_position(name, r);
+        MemoryContextSwitchTo(keep);
+        advance_live_position(name, r, marks_hold);
+    }
+}
+
+// In a worker's run transaction that commits outcomes before the pass's last (a pass of 256
+// messages commits every 64): the live positions' rise as far as the outcomes so far take it.
+// The other worker probes the lanes this one holds (it cannot take them, but it looks for work
+// in them): without the rise its probe would start at the position this pass read and, the
+// mark being a HOT update that leaves the handled rows' index entries live, pay a heap visit
+// for each row the pass handled so far. The replay range's rise waits for the last outcomes (it
+// compares the position read before the pass).
+void advance_live_positions(Datum name) {
+    if (lane_reads.n == 0) return;
+    bool marks_hold = marks.on && marks_still_hold();
+    for (int l = 0; l < lane_reads.n; ++l)
+        advance_live_position(name, lane_reads.reads[l], marks_hold);
 }
 
 // After a worker's pass committed outcomes: each run transaction's, so that a lane's shared mark

@@ -41,12 +41,15 @@ struct Passes {
 Passes passes;
 
 // Ends a pass that runs no message: a worker's first transaction commits the settlements of
-// the claims it found, and its marks rise past what it ignored.
+// the claims it found with its positions' rise past what it ignored, and its marks rise;
+// eventbox.process() raises the positions in its caller's transaction.
 void end_without_runs(const Pass& p) {
     if (p.own_transactions) {
+        advance_positions(p.setup.name);
         worker::end_work();
         raise_marks_after_commit(p.subscription);
     } else {
+        advance_positions(p.setup.name);
         PopActiveSnapshot();
         SPI_finish();
     }
@@ -66,15 +69,18 @@ void begin_runs(const Pass& p) {
     }
 }
 
-// After the last messages ran: a worker empties the claims with their last outcomes, commits,
-// raises its marks and releases its lanes.
+// After the last messages ran: a worker empties the claims and raises its lanes' positions with
+// their last outcomes, commits, raises its marks and releases its lanes; eventbox.process()
+// raises the positions in its caller's transaction.
 void end_runs(Pass& p) {
     if (p.own_transactions) {
         clear_claims(p);
+        advance_positions(p.setup.name);
         commit_run_transaction();
         raise_marks_after_commit(p.subscription);
         release_lane_locks();
     } else {
+        advance_positions(p.setup.name);
         PopActiveSnapshot();
         SPI_finish();
     }

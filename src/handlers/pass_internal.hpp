@@ -256,12 +256,30 @@ bool next_known_lane(Datum name, const char* subscription, const char* after_top
 LaneMark lane_mark(const char* subscription, const char* topic, int32 partition, long* position);
 // Raises the lane's mark of a range to the first row of the read in SPI_tuptable.
 void raise_mark(const char* subscription, long position, bool replay, bool filtered);
-// What a worker's pass read in its lanes, to raise their live marks once it committed.
+// A lane's durable positions as a pass read them (eventbox.inbox_positions, kNoMark: none), read
+// before the lane: a range has no waiting row below its position.
+struct LanePosition {
+    int64 live = kNoMark;
+    int64 version = -1;  // of the live range's row, -1 without one
+    int64 replay = kNoMark;
+    int64 replay_version = -1;  // of the replay range's row, -1 without one
+    int64 next = kNoMark;       // the lane's next offset to store (eventbox.offsets)
+};
+LanePosition lane_position(Datum name, const char* topic, int32 partition);
+// What a worker's pass read in its lanes, to raise their live marks and positions.
 void forget_lane_reads() noexcept;
-void note_lane_read(std::size_t l, long position, bool counted, MemoryContext memory);
+void note_lane_read(std::size_t l, long position, bool counted, bool from_position,
+                    const LaneId& lane, const LanePosition& durable, MemoryContext memory);
 void uncount_lane_read(std::size_t l) noexcept;
+// Pass lane l read rows of its replay range: its position is raised with the pass's last outcomes.
+void note_replay_read(std::size_t l) noexcept;
 void count_final(const ChosenMessage& m) noexcept;
 void raise_marks_after_commit(const char* subscription);
+// Raises the positions of the lanes the pass read, in the transaction of its last outcomes
+// (docs/design/handlers.md, "Lane positions").
+void advance_positions(Datum name);
+// The live ranges' part, in a worker's run transaction before the last (outcomes so far).
+void advance_live_positions(Datum name);
 
 // ---- running (run.cpp, handler_call.cpp, outcomes.cpp) ----------------------------------------
 

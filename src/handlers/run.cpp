@@ -379,15 +379,19 @@ int run_singly(Pass& p, int from, int to, const Datum* rows, HandlerRef** matchi
 }
 
 // Ends a run transaction's batch of messages: the handlers' settings go; a worker records the
-// batch's outcomes, commits, and opens the next transaction, with room for the next outcomes.
-// The next run transaction holds chosen messages [from, to): the pass's claims say so in the
-// transaction that commits this one's outcomes.
+// batch's outcomes with its lanes' positions' rise, commits, raises its marks, and opens the
+// next transaction, with room for the next outcomes. The next run transaction holds chosen
+// messages [from, to): the pass's claims say so in the transaction that commits this one's
+// outcomes.
 void end_batch(Pass& p, Outcomes* out, int outcome_room, int from, int to) {
     unpin_handler_settings();
     if (!p.own_transactions) return;
     name_lane(p, nullptr, -1);
     record_outcomes(p.setup.name, *out);
     set_claims_running(p, from, to);
+    // The lanes' positions and marks rise with the outcomes committed so far, not only at the
+    // pass's end: the other worker's probes of these lanes start past them.
+    advance_live_positions(p.setup.name);
     commit_run_transaction();
     raise_marks_after_commit(p.subscription);
     begin_run_transaction(p.memory);

@@ -19,13 +19,18 @@ namespace {
 KeptStatement options_statement{
     "SELECT ordering, max_attempts, (extract(epoch FROM backoff) * 1000)::int8, "
     "(extract(epoch FROM backoff_max) * 1000)::int8, unhandled = 'keep', "
-    // One probe of inbox_replay_idx (empty but for queued replays): lanes are read for
-    // replays only while there are some. (ORDER BY ... LIMIT 1 rather than EXISTS, which
-    // drops the ORDER BY: only that index gives the order without a sort, the workers turn
-    // sorts off, so no statistics can pick inbox_pkey and walk the subscription's rows.)
-    "(SELECT 1 FROM eventbox.inbox i WHERE i.subscription = $1"
-    "        AND i.status IN ('received', 'retry') AND i.mode = 'replay'"
-    "  ORDER BY i.topic, i.\"partition\", i.\"offset\" LIMIT 1) IS NOT NULL "
+    // Per replay range of eventbox.inbox_positions (a lane has one once something was queued
+    // for a replay in it), one probe of inbox_replay_idx from its position: lanes are read for
+    // replays only while some wait. (ORDER BY ... LIMIT 1 rather than EXISTS, which drops the
+    // ORDER BY: only that index gives the order without a sort, the workers turn sorts off, so
+    // no statistics can pick inbox_pkey and walk the subscription's rows.)
+    "EXISTS (SELECT 1 FROM eventbox.inbox_positions p"
+    "         WHERE p.subscription = $1 AND p.replay"
+    "           AND (SELECT 1 FROM eventbox.inbox i"
+    "                 WHERE i.subscription = $1 AND i.topic = p.topic"
+    "                   AND i.\"partition\" = p.\"partition\" AND i.mode = 'replay'"
+    "                   AND i.\"offset\" >= p.position AND i.status IN ('received', 'retry')"
+    "                 ORDER BY i.\"offset\" LIMIT 1) IS NOT NULL) "
     "FROM eventbox.subscriptions WHERE name = $1 AND enabled",
     1,
     {TEXTOID},

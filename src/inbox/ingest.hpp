@@ -361,6 +361,9 @@ struct Below {
 // dead-letter topic, if any, and conflicting duplicates to eventbox.conflicts
 // (ingest_store.cpp).
 Inserted store_rows(Subscription* sub, const Columns& c, const Below& below);
+// After store_rows() stored a batch below what this process stored before: the lanes'
+// positions go down to it (ingest_store.cpp).
+void stored_below(Subscription* sub, const Columns& c);
 // After the commit of a batch stored by store_rows(): its ids become recent (ingest_store.cpp).
 void rows_committed(Subscription* sub);
 // Stores the lanes' next offsets, compare-and-set from each one's `previous`; returns whether

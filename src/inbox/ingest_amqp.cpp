@@ -120,7 +120,7 @@ void store(AmqpSub* s) {
     columns.records = static_cast<int>(batch->size());
     build(s, *batch, &columns);
     Inserted done = store_rows(&s->sub, columns, Below{amqp_below, s});
-    if (done.rows > 0 && s->below) shmem::inbox_requeued_at_commit();
+    if (done.rows > 0 && s->below) stored_below(&s->sub, columns);
     bool moved = store_lane_offsets(&s->sub, s->ends);
     worker::end_work();
     // The worker commits asynchronously (Kafka is read again from the stored offsets after a

@@ -339,6 +339,21 @@ Inserted store_rows(Subscription* sub, const Columns& c, const Below& below) {
     return done;
 }
 
+// A batch stored below what this process stored before (a record read again): each of its
+// lanes' positions goes down to the batch's first offset there, in the batch's transaction
+// (eventbox._inbox_stored_below(); the other batches need no position written: they store at or
+// above the lane's next offset, which no pass raises a position past).
+void stored_below(Subscription* sub, const Columns& c) {
+    static SPIPlanPtr plan = nullptr;
+    if (plan == nullptr) {
+        Oid types[4] = {TEXTOID, TEXTARRAYOID, INT4ARRAYOID, INT8ARRAYOID};
+        plan = prepare("SELECT eventbox._inbox_stored_below($1, $2, $3, $4)", 4, types);
+    }
+    Datum values[4] = {CStringGetTextDatum(sub->name.c_str()), c.topics.get(), c.partitions.get(),
+                       c.offsets.get()};
+    worker::exec_kept(kWho, plan, values, false, SPI_OK_SELECT);
+}
+
 void rows_committed(Subscription* sub) {
     call_cpp([&] { sub->recent.committed(); });
 }
@@ -494,7 +509,7 @@ std::size_t store_batch(Subscription* sub, std::size_t from, std::size_t to) {
     KafkaBatch batch{sub, messages, columns.records};
     Inserted done = store_rows(sub, columns, Below{kafka_below, &batch});
     if (done.rows > 0 && state.stores_below(sub, messages, columns.records, true))
-        shmem::inbox_requeued_at_commit();
+        stored_below(sub, columns);
     bool moved = store_offsets(sub, from, to);
     worker::end_work();
     after_commit(sub, to - from, columns, done, moved);

@@ -24,23 +24,31 @@ namespace eventbox::supervisor {
 
 namespace {
 
-// Retention. Processed and ignored rows are deleted oldest first through the partial index
-// inbox_done_idx (processed_at, only those statuses), at most kPurgeBatch per transaction, each
-// batch starting where the last one ended (purge_cursor): no batch re-reads what earlier ones
+// Retention. Processed and ignored rows past eventbox.inbox_retention (by processed_at), and
+// dead and unparsable ones past eventbox.dead_retention (by received_at), are deleted oldest
+// received first through inbox_received_idx, their status and processed_at tested on the row:
+// no index mentions a column a handler's outcome changes, so that the mark is a HOT update
+// (docs/design/handlers.md). A row processed after it was received cannot pass the window
+// before its received_at did, so the walk starts nothing later than it has to; it also passes
+// the older rows that do not qualify (still waiting, dead without dead_retention, processed
+// late), once per round. At most kPurgeBatch rows per transaction and kind, each batch starting
+// where the last one ended (purge_cursor, dead_cursor): no batch re-reads what earlier ones
 // deleted (their index entries stay until VACUUM, and would make a round over n rows cost n^2).
 // A round ends with a batch that is not full; the next starts at the beginning again, which also
-// takes rows whose processed_at lies before the cursor because their transaction committed late.
+// takes rows processed since, and rows whose transaction committed late.
 constexpr int kPurgeBatch = 1000;
 // While the ingest or handler workers work, the purge yields to them (workers/purge_pacing.hpp).
 worker::PurgePacing purge_pacing;
 TimestampTz purge_cursor = DT_NOBEGIN;
+TimestampTz dead_cursor = DT_NOBEGIN;
 TimestampTz next_purge = 0;
 worker::LogRate purge_log = {1, 60000};
 
 struct PurgeBatch {
     uint64 inbox_deleted;
-    TimestampTz last_processed_at;
+    TimestampTz last_received_at;
     uint64 dead_deleted;
+    TimestampTz last_dead_received_at;
     uint64 suppressed_deleted;
 };
 
@@ -51,10 +59,11 @@ void purge_batch(void* arg) {
         SPIPlanPtr plan = SPI_prepare(
             "DELETE FROM eventbox.inbox WHERE ctid = ANY (ARRAY("
             "SELECT ctid FROM eventbox.inbox "
-            "WHERE status IN ('processed', 'ignored') AND processed_at >= $1 "
+            "WHERE received_at >= $1 AND received_at < now() - $2 * interval '1 second' "
+            "AND status IN ('processed', 'ignored') "
             "AND processed_at < now() - $2 * interval '1 second' "
-            "ORDER BY processed_at LIMIT $3 FOR UPDATE SKIP LOCKED)) "
-            "RETURNING processed_at",
+            "ORDER BY received_at LIMIT $3 FOR UPDATE SKIP LOCKED)) "
+            "RETURNING received_at",
             3, types);
         if (plan == nullptr) elog(ERROR, "could not prepare the inbox purge");
         Datum values[3] = {TimestampTzGetDatum(purge_cursor), Int32GetDatum(guc::inbox_retention_s),
@@ -65,22 +74,30 @@ void purge_batch(void* arg) {
             bool isnull;
             TimestampTz at = DatumGetTimestampTz(
                 SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
-            if (!isnull && at > batch->last_processed_at) batch->last_processed_at = at;
+            if (!isnull && at > batch->last_received_at) batch->last_received_at = at;
         }
     }
     if (guc::dead_retention_s > 0) {
-        Oid types[2] = {INT4OID, INT4OID};
+        Oid types[3] = {TIMESTAMPTZOID, INT4OID, INT4OID};
         SPIPlanPtr plan = SPI_prepare(
             "DELETE FROM eventbox.inbox WHERE ctid = ANY (ARRAY("
             "SELECT ctid FROM eventbox.inbox "
-            "WHERE status IN ('dead', 'unparsable') "
-            "AND received_at < now() - $1 * interval '1 second' "
-            "ORDER BY received_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
-            2, types);
+            "WHERE received_at >= $1 AND received_at < now() - $2 * interval '1 second' "
+            "AND status IN ('dead', 'unparsable') "
+            "ORDER BY received_at LIMIT $3 FOR UPDATE SKIP LOCKED)) "
+            "RETURNING received_at",
+            3, types);
         if (plan == nullptr) elog(ERROR, "could not prepare the dead inbox purge");
-        Datum values[2] = {Int32GetDatum(guc::dead_retention_s), Int32GetDatum(kPurgeBatch)};
-        worker::exec_kept("eventbox supervisor", plan, values, false, SPI_OK_DELETE);
+        Datum values[3] = {TimestampTzGetDatum(dead_cursor), Int32GetDatum(guc::dead_retention_s),
+                           Int32GetDatum(kPurgeBatch)};
+        worker::exec_kept("eventbox supervisor", plan, values, false, SPI_OK_DELETE_RETURNING);
         batch->dead_deleted = SPI_processed;
+        for (uint64 i = 0; i < SPI_processed; ++i) {
+            bool isnull;
+            TimestampTz at = DatumGetTimestampTz(
+                SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+            if (!isnull && at > batch->last_dead_received_at) batch->last_dead_received_at = at;
+        }
     }
     // What replays and backfills did not send (eventbox.suppressed_sends) goes after the same
     // time as the inbox rows whose runs wrote it.
@@ -111,7 +128,7 @@ long retention_step() {
     }
     TimestampTz now = GetCurrentTimestamp();
     if (now < next_purge) return TimestampDifferenceMilliseconds(now, next_purge);
-    PurgeBatch batch = {0, DT_NOBEGIN, 0, 0};
+    PurgeBatch batch = {0, DT_NOBEGIN, 0, DT_NOBEGIN, 0};
     shmem::set_state("purging");
     TimestampTz started = GetCurrentTimestamp();
     bool ok = run_in_transaction(purge_batch, &batch, "inbox retention", &purge_log);
@@ -123,9 +140,13 @@ long retention_step() {
                        batch.dead_deleted == static_cast<uint64>(kPurgeBatch) ||
                        batch.suppressed_deleted == static_cast<uint64>(kPurgeBatch));
     if (ok && batch.inbox_deleted == static_cast<uint64>(kPurgeBatch))
-        purge_cursor = batch.last_processed_at;
+        purge_cursor = batch.last_received_at;
     else
         purge_cursor = DT_NOBEGIN;
+    if (ok && batch.dead_deleted == static_cast<uint64>(kPurgeBatch))
+        dead_cursor = batch.last_dead_received_at;
+    else
+        dead_cursor = DT_NOBEGIN;
     long wait =
         purge_pacing.after_batch(started / 1000, ended / 1000, ok, full, shmem::inflow_messages());
     next_purge = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), wait);

@@ -28,7 +28,11 @@ from clusters import query, query_one, wait_until
 BACKLOG = 200000
 KAFKA_RECORDS = 20000
 PARTITIONS = 4
-BUFFERS_PER_ROW = 12
+# An inbox row the ingest stores writes its heap page and three index entries (inbox_pkey,
+# inbox_todo_idx, inbox_received_idx: no index is partial on the status since 0.6.0, so the
+# entries a processed mark used to write are written once at the insert instead; about 13
+# buffers per row measured).
+BUFFERS_PER_ROW = 14
 FIXED_BUFFERS = 200
 WORKERS = ("eventbox relay", "eventbox ingest")
 # The tables behind the view eventbox.outbox.
@@ -90,8 +94,18 @@ ACK_ROW = "INSERT INTO eventbox.outbox_acks_%d (acked_at, max_id, ids, partition
 RELAY_BATCH = 1000
 
 
+# Statements that read more than a batch by design, once per event and not per row: the relay's
+# count of a rotated table's acknowledged ids before it truncates the table (a scan of that ack
+# table, once per rotation), and the ingest's lowering of lane positions for a batch stored
+# below what its process stored before (a record read again; an SQL function whose statements
+# are planned at each call, their catalog reads counted on its Result node).
+ONCE_PER_EVENT = ("sum(cardinality(ids))", "eventbox._inbox_stored_below(")
+
+
 def problems(backend, text, plan):
     found = []
+    if any(s in text for s in ONCE_PER_EVENT):
+        return found
     rows = rows_handled(plan)
     if any(ACK_ROW % n in text for n in range(3)):
         rows = max(rows, RELAY_BATCH)
@@ -228,8 +242,9 @@ HANDLER_PARTITIONS = 3
 HANDLER_BUFFERS_PER_ROW = 3
 HANDLER_FIXED_BUFFERS = 30
 # The plain probe for lanes missing from eventbox.offsets (a worker's discovery walk, at most
-# once a second when idle and after its marks are dropped every 10 s) still walks them.
-DISCOVERY_PROBE = "ORDER BY topic, \"partition\" LIMIT 1"
+# once a second when idle and after its marks are dropped every 10 s): over the lanes' positions
+# (eventbox.inbox_positions), from which it walks what was handled since they last moved.
+DISCOVERY_PROBE = "ORDER BY p.topic, p.\"partition\" LIMIT 1"
 # A lane read (live or replay range).
 READ_TEXT = "ORDER BY i.\"offset\" LIMIT $4"
 
@@ -300,7 +315,9 @@ def test_handler_worker_reads_are_bounded_by_their_batch(clusters, kafka, stats)
     plans = worker_plans(cluster, ("eventbox handler",))
     texts = [t for _, t, _ in plans]
     reads = [t for t in texts if READ_TEXT in t]
-    probes = [t for t in texts if "i.\"offset\" >= $4 ORDER BY i.\"offset\" LIMIT 1" in t]
+    # A probe starts at the higher of the worker's mark ($4) and the lane's durable position.
+    probes = [t for t in texts
+              if "i.\"offset\" >= greatest($4, " in t and "ORDER BY i.\"offset\" LIMIT 1" in t]
     discovery = [t for t in texts if DISCOVERY_PROBE in t]
     assert reads and probes, "no lane read or lane probe of a handler worker in the log"
     if ordering == "key":
