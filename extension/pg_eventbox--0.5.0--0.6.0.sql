@@ -532,19 +532,17 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
     SELECT eventbox._inbox_requeued();
 $$;
 
--- Whether this process is an ingest (handler) worker of the extension: the inbox's triggers
--- below leave alone what these write themselves. The ingest stores at or above a lane's next
--- offset to store, which a pass never raises a position past, and lowers the positions itself
--- in the rare batch stored below what it stored before (_inbox_stored_below()); a pass's marks
--- are the positions' own business (docs/design/handlers.md, "Lane positions").
-CREATE FUNCTION eventbox._ingest_worker() RETURNS boolean
-LANGUAGE c STABLE PARALLEL SAFE AS 'MODULE_PATHNAME', 'eventbox_ingest_worker';
-CREATE FUNCTION eventbox._handler_worker() RETURNS boolean
-LANGUAGE c STABLE PARALLEL SAFE AS 'MODULE_PATHNAME', 'eventbox_handler_worker';
+-- The inbox's triggers below leave alone what the extension's workers write themselves, by
+-- eventbox.worker_role (a read-only setting each worker sets at its start, empty elsewhere; read
+-- with current_setting(), which every role that writes the inbox may call). The ingest stores
+-- at or above a lane's next offset to store, which a pass never raises a position past, and
+-- lowers the positions itself in the rare batch stored below what it stored before
+-- (_inbox_stored_below()); a pass's marks are the positions' own business
+-- (docs/design/handlers.md, "Lane positions").
 
 -- The ingest's batch that stores records below what its process stored before (a record read
--- again): each lane's position goes down to the batch's first offset in it. Live range: the
--- ingest stores live and backfill rows.
+-- again), or its first batch in a lane: each lane's position goes down to the batch's first
+-- offset in it. Live range: the ingest stores live and backfill rows.
 CREATE FUNCTION eventbox._inbox_stored_below(subscription text, topics text[],
                                              partitions integer[], offsets bigint[])
 RETURNS void
@@ -571,7 +569,8 @@ END $$;
 -- write is once per transaction and range while the position is low enough.
 CREATE TRIGGER inbox_inserted AFTER INSERT ON eventbox.inbox
     FOR EACH ROW
-    WHEN (NEW.status IN ('received', 'retry') AND NOT eventbox._ingest_worker())
+    WHEN (NEW.status IN ('received', 'retry')
+          AND pg_catalog.current_setting('eventbox.worker_role', true) IS DISTINCT FROM 'ingest')
     EXECUTE FUNCTION eventbox._inbox_requeued_row();
 -- Rows made to wait again (retry(), redrive(), reprocess(), or an UPDATE by hand), and rows
 -- that waited for a retry given a final outcome other than by a handler worker's pass (skip(),
@@ -585,7 +584,9 @@ CREATE TRIGGER inbox_requeued AFTER UPDATE ON eventbox.inbox
                    IS DISTINCT FROM (NEW.subscription, NEW.topic, NEW."partition", NEW."offset",
                                      NEW.mode)))
           OR (OLD.status IN ('received', 'retry') AND NEW.status NOT IN ('received', 'retry')
-              AND OLD.next_attempt_at IS NOT NULL AND NOT eventbox._handler_worker()))
+              AND OLD.next_attempt_at IS NOT NULL
+              AND pg_catalog.current_setting('eventbox.worker_role', true)
+                  IS DISTINCT FROM 'handler'))
     EXECUTE FUNCTION eventbox._inbox_requeued_row();
 -- A row that waited for a retry, deleted: the same (retention deletes no waiting row).
 CREATE TRIGGER inbox_released AFTER DELETE ON eventbox.inbox
@@ -639,7 +640,6 @@ CREATE TRIGGER subscriptions_reads_changed AFTER UPDATE OF ordering, unhandled
 
 REVOKE ALL ON FUNCTION eventbox._inbox_requeued(),
     eventbox._lower_position(text, text, integer, boolean, bigint),
-    eventbox._ingest_worker(), eventbox._handler_worker(),
     eventbox._inbox_stored_below(text, text[], integer[], bigint[]),
     eventbox._inbox_requeued_row(), eventbox._key_block_released(),
     eventbox._positions_reset() FROM PUBLIC;

@@ -115,4 +115,27 @@ SELECT pg_temp.pass('lo_key');
 SELECT message_id, status FROM msgs WHERE sub = 'lo_key' AND message_id LIKE 'orders/4/%'
  ORDER BY 1;
 
+-- A role granted the right to write the inbox writes it: the triggers' conditions read
+-- eventbox.worker_role with current_setting(), which any role may call (a function of the
+-- extension there gave it 42501). The setting is empty here, and nobody can set it.
+SHOW eventbox.worker_role;
+SELECT pg_temp.try('SET eventbox.worker_role = ''ingest''');
+CREATE ROLE regress_eventbox_writer;
+GRANT USAGE ON SCHEMA eventbox TO regress_eventbox_writer;
+GRANT SELECT, INSERT, UPDATE, DELETE ON eventbox.inbox TO regress_eventbox_writer;
+SET ROLE regress_eventbox_writer;
+INSERT INTO eventbox.inbox (subscription, message_id, topic, "partition", "offset")
+VALUES ('lo_key', 'by-writer', 'orders', 5, 0);
+UPDATE eventbox.inbox SET status = 'retry', next_attempt_at = now() + interval '1 hour'
+ WHERE subscription = 'lo_key' AND message_id = 'by-writer';
+UPDATE eventbox.inbox SET status = 'ignored', next_attempt_at = NULL
+ WHERE subscription = 'lo_key' AND message_id = 'by-writer';
+DELETE FROM eventbox.inbox WHERE subscription = 'lo_key' AND message_id = 'by-writer';
+RESET ROLE;
+SELECT "partition", position FROM eventbox.inbox_positions
+ WHERE subscription = 'lo_key' AND "partition" = 5;
+REVOKE ALL ON eventbox.inbox FROM regress_eventbox_writer;
+REVOKE USAGE ON SCHEMA eventbox FROM regress_eventbox_writer;
+DROP ROLE regress_eventbox_writer;
+
 \i :handlers_cleanup

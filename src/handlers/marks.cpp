@@ -534,7 +534,7 @@ void advance_live_position(Datum name, LaneRead& r, bool marks_hold) {
 // In the transaction that commits a pass's last outcomes (a worker's, or eventbox.process()'s
 // caller's): the same rise as the marks', for reads that started at the position or at a mark
 // that still holds, never past the lane's next offset to store as read with the position (the
-// ingest's inserts above it write no position: see eventbox._ingest_worker()).
+// ingest's inserts above it write no position: see the inbox_inserted trigger).
 void advance_positions(Datum name) {
     if (lane_reads.n == 0) return;
     bool marks_hold = marks.on && marks_still_hold();

@@ -339,7 +339,8 @@ Inserted store_rows(Subscription* sub, const Columns& c, const Below& below) {
     return done;
 }
 
-// A batch stored below what this process stored before (a record read again): each of its
+// A batch stored below what this process stored before (a record read again), or its first in
+// a lane (StoredOffsets cannot tell what another process stored there): each of its
 // lanes' positions goes down to the batch's first offset there, in the batch's transaction
 // (eventbox._inbox_stored_below(); the other batches need no position written: they store at or
 // above the lane's next offset, which no pass raises a position past).

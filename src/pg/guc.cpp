@@ -26,6 +26,7 @@ char* database = nullptr;
 char* brokers = nullptr;
 char* kafka_options = nullptr;
 char* amqp_url = nullptr;
+char* worker_role = nullptr;
 char* amqp_options = nullptr;
 char* schema_registry_url = nullptr;
 char* schema_registry_options = nullptr;
@@ -287,6 +288,13 @@ void define_workers() {
         "Rows older than this (inbox: by received_at, outbox: by created_at) are deleted; 0 keeps "
         "them until an operator acts.",
         &dead_retention_s, 0, 0, INT_MAX / 1000, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr, nullptr);
+    // Read-only, set by each worker at its start (set_worker_role()): the inbox's triggers
+    // leave out what the ingest and handler workers write themselves (docs/design/handlers.md,
+    // "Lane positions"), reading it with current_setting(), which every role may call.
+    DefineCustomStringVariable(
+        "eventbox.worker_role", "The pg_eventbox worker this process is; empty in other sessions.",
+        "Read-only: supervisor, relay, ingest or handler.", &worker_role, "", PGC_INTERNAL,
+        GUC_NOT_IN_SAMPLE | GUC_DISALLOW_IN_FILE, nullptr, nullptr, nullptr);
     DefineCustomStringVariable(
         "eventbox.metrics_address",
         "Address (host:port) on which the supervisor serves GET /metrics; empty = off.",
@@ -328,6 +336,10 @@ void define_schema_registry() {
 }
 
 }  // namespace
+
+void set_worker_role(const char* role) {
+    SetConfigOption("eventbox.worker_role", role, PGC_INTERNAL, PGC_S_OVERRIDE);
+}
 
 void define() {
     define_schema_registry();

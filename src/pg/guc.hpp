@@ -30,9 +30,13 @@ extern bool allow_superuser_handlers;
 extern int inbox_retention_s;  // eventbox.inbox_retention (0: keep forever)
 extern int dead_retention_s;   // eventbox.dead_retention (0: keep until an operator acts)
 extern char* metrics_address;  // eventbox.metrics_address ('' = no HTTP endpoint)
+extern char* worker_role;      // eventbox.worker_role (read-only; '' outside the workers)
 
 // Whether eventbox.database lists database `name`.
 bool database_listed(const char* name);
+
+// Sets eventbox.worker_role for this process (a worker's start).
+void set_worker_role(const char* role);
 
 // Defines the settings; called once from _PG_init.
 void define();

@@ -1,6 +1,8 @@
 // Shared memory of the eventbox workers (see pg/shmem.hpp).
 #include "pg/shmem.hpp"
 
+#include "pg/guc.hpp"
+
 extern "C" {
 #include "access/twophase.h"
 #include "access/xact.h"
@@ -76,7 +78,6 @@ struct Shared {
 
 Shared* shared = nullptr;
 int my_slot = -1;
-int my_role = -1;  // attach_worker()'s role
 
 // The handler workers' shared low-water marks (see share_lane_mark()): open addressing by the
 // lane's hash, never deleted (a lane's slot is reused for it); a lane whose names do not fit, or
@@ -217,7 +218,8 @@ int database_group(Oid database) {
 }
 
 void attach_worker(Role role, int index) {
-    my_role = static_cast<int>(role);
+    static const char* const kRoleNames[] = {"supervisor", "relay", "ingest", "handler"};
+    guc::set_worker_role(kRoleNames[static_cast<int>(role)]);
     int base = my_group_base();
     int slot = slot_of(role, index);
     if (base < 0 || slot < 0) return;
@@ -234,10 +236,6 @@ void attach_worker(Role role, int index) {
     SpinLockRelease(&shared->mutex);
     my_slot = slot;
     on_shmem_exit(detach_worker, 0);
-}
-
-bool is_worker(Role role) noexcept {
-    return my_role == static_cast<int>(role);
 }
 
 void set_state(const char* state) {

@@ -37,9 +37,8 @@ int database_group(Oid database);
 
 // Claims the slot of `role` (plus `index` for ingest and handler workers) for this process,
 // released automatically at exit.
+// Also sets eventbox.worker_role (pg/guc.hpp) for the process.
 void attach_worker(Role role, int index = 0);
-// Whether this process is a worker of that role (attach_worker() was called with it).
-bool is_worker(Role role) noexcept;
 void set_state(const char* state);
 void count_messages(uint64 n);
 void count_duplicates(uint64 n);     // records already in the inbox (ingest)

@@ -1,8 +1,7 @@
 // The SQL API's plumbing: eventbox_api_call runs eventbox._<name>(calling role, args...) as the
 // extension owner, so the config tables are writable only through the API while every function
 // still knows who called it (the pattern pg_cron uses for cron.job). Also eventbox.workers() and
-// the internal helpers _check_topic(), _notify_ingest(), _inbox_requeued(), _ingest_worker(),
-// _handler_worker() and _quote().
+// the internal helpers _check_topic(), _notify_ingest(), _inbox_requeued() and _quote().
 extern "C" {
 #include "postgres.h"
 
@@ -117,19 +116,6 @@ EVENTBOX_SQL_FUNCTION(eventbox_inbox_requeued) {
     (void)fcinfo;
     eventbox::shmem::inbox_requeued_at_commit();
     PG_RETURN_VOID();
-}
-
-// eventbox._ingest_worker() and eventbox._handler_worker(): whether this process is an ingest
-// (handler) worker. The inbox's triggers skip the rows these write themselves
-// (docs/design/handlers.md, "Lane positions").
-EVENTBOX_SQL_FUNCTION(eventbox_ingest_worker) {
-    (void)fcinfo;
-    PG_RETURN_BOOL(eventbox::shmem::is_worker(eventbox::shmem::Role::kIngest));
-}
-
-EVENTBOX_SQL_FUNCTION(eventbox_handler_worker) {
-    (void)fcinfo;
-    PG_RETURN_BOOL(eventbox::shmem::is_worker(eventbox::shmem::Role::kHandler));
 }
 
 // eventbox.workers(): one row per running worker.

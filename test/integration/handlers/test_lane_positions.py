@@ -169,3 +169,39 @@ def test_a_blocked_key_does_not_hold_the_position(case):
     seqs = [r[0] for r in retry_conn(lambda c: query(
         c, hc.q("SELECT seq FROM {s}.ledger WHERE seq IN (1, 2) ORDER BY n")))]
     assert seqs == [1, 2], seqs
+
+
+def test_the_ingest_writes_no_position(case):
+    """The ingest worker's inserts leave the inbox's trigger out (eventbox.worker_role 'ingest'
+    in its session): its batches store at or above the lane's next offset to store, which no
+    pass raises a position past. Only the first batch it stores in a lane (it cannot tell what
+    another process stored before) lowers the lane's position to itself, once; a row inserted
+    by hand would write at each transaction."""
+    hc = case(1)
+    hc.setup(LEDGER_DDL, register=False)
+
+    def stored(n):
+        wait_until(lambda: retry_conn(lambda c: query(
+            c, "SELECT count(*) FROM eventbox.inbox WHERE subscription = %s", (hc.sub,)))[0][0]
+            == n or None, 120, 0.2, "%d messages stored" % n)
+
+    def positions():
+        return retry_conn(lambda c: query(
+            c, "SELECT position, version FROM eventbox.inbox_positions WHERE subscription = %s",
+            (hc.sub,)))
+
+    first = orders(0, 200)
+    produce(hc.topic, first)
+    stored(200)
+    assert positions() == [(0, 0)], positions()
+    more = []
+    for k in range(5):  # five more batches at least, each its own transaction
+        batch = orders(200 + 50 * k, 50)
+        produce(hc.topic, batch)
+        more += batch
+        stored(200 + 50 * (k + 1))
+    assert positions() == [(0, 0)], positions()
+    hc.register()
+    all_processed(hc, [m.mid for m in first + more], "450 processed once the handler is registered")
+    wait_until(lambda: (lambda r: r and r[0][0] == r[0][1] == 450 or None)(live_position(hc)),
+               60, 0.2, "the position the passes raised, at the next offset")
