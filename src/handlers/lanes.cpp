@@ -21,9 +21,9 @@ namespace {
 // eventbox.inbox_positions in key order (its primary key), each with one descent of
 // inbox_todo_idx from its position, below which no row waits but those a read left out: handled
 // rows above it are walked (their status is on the row), those below are not; the left-out ones
-// as the probes look for them (marks.cpp, LANE_RETRIES). ORDER BY "offset" LIMIT 1 rather than
+// as the probes look for them (EVENTBOX_LANE_LEFT_OUT). ORDER BY "offset" LIMIT 1 rather than
 // EXISTS, which drops the ORDER BY and lets inbox_pkey look as cheap (the workers turn sorts off).
-#define NEXT_LANE(UPTO)                                                                         \
+#define NEXT_LANE(UPTO) \
     "SELECT p.topic, p.\"partition\" FROM eventbox.inbox_positions p"                           \
     " WHERE p.subscription = $1 AND (p.topic, p.\"partition\") > ($2, $3)" UPTO                 \
     "   AND ((SELECT 1 FROM eventbox.inbox i"                                                   \
@@ -31,12 +31,7 @@ namespace {
     "           AND i.\"partition\" = p.\"partition\" AND (i.mode = 'replay') = p.replay"       \
     "           AND i.\"offset\" >= p.position AND i.status IN ('received', 'retry')"           \
     "         ORDER BY i.\"offset\" LIMIT 1) IS NOT NULL"                                       \
-    "   OR (SELECT 1 FROM eventbox.inbox r WHERE r.subscription = $1 AND r.topic = p.topic"     \
-    "        AND r.\"partition\" = p.\"partition\" AND r.next_attempt_at IS NOT NULL"           \
-    "        AND r.status IN ('received', 'retry') ORDER BY r.next_attempt_at LIMIT 1)"         \
-    "       IS NOT NULL"                                                                        \
-    "   OR (SELECT 1 FROM eventbox.key_blocks b WHERE b.subscription = $1"                      \
-    "        AND b.topic = p.topic AND b.\"partition\" = p.\"partition\" LIMIT 1) IS NOT NULL)" \
+    "   OR " EVENTBOX_LANE_LEFT_OUT("p.topic", "p.\"partition\"") ")"                           \
     " ORDER BY p.topic, p.\"partition\" LIMIT 1"
 KeptStatement next_lane_statement{NEXT_LANE(""), 3, {TEXTOID, TEXTOID, INT4OID}, nullptr};
 KeptStatement next_lane_upto_statement{NEXT_LANE(" AND (p.topic, p.\"partition\") <= ($4, $5)"),
@@ -231,11 +226,12 @@ void read_lane(Pass& p, std::size_t l, int per_lane) {
                       Int64GetDatum(kNoMark)};
     bool from_position = exec_lane_read(lane_statement, args, mark.live, durable.live);
     int n_read = static_cast<int>(SPI_processed);
-    if (n_read > 0 && first_offset_read() < DatumGetInt64(args[10])) {
+    int64 first = n_read > 0 ? first_offset_read() : kNoMark;
+    if (n_read > 0 && first < DatumGetInt64(args[10])) {
         // From a due retry below the mark or position: the messages of its key that reads left
         // out behind it wait above it, and the rise may lower the position to where this read
         // leaves them; the marks (above them) go at commit.
-        durable.live = first_offset_read();
+        durable.live = first;
         shmem::inbox_requeued_at_commit();
         note_lane_read(l, position, false, true, lane, durable, p.memory);
     } else {

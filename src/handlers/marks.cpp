@@ -45,7 +45,7 @@ WorkerMarks marks;
 // Without it the next read and probe would walk the entries of the batch handled before.
 struct LaneRead {
     bool counted;        // an unfiltered live read of a known lane, without replay rows
-    bool from_position;  // an unfiltered live read, without replay rows, from the position
+    bool from_position;  // a live read, without replay rows, from the position (or below it)
     long position;       // in marks
     int n_read;
     int64* offsets;  // of the rows read, in the pass's memory
@@ -197,18 +197,6 @@ void learn_lanes(const char* subscription, bool loaded) {
     "coalesce((SELECT p.position FROM eventbox.inbox_positions p WHERE p.subscription = $1" \
     " AND p.topic = $2 AND p.\"partition\" = $3 AND p.replay = " REPLAY "), -1)"
 
-// Whether a message of lane ($1, $2, $3) waits for a retry, due or not, or a dead one holds a
-// key back: a position passes the messages a read left out (lanes.cpp, LANE_READ), so the
-// probes look for these apart, through inbox_retry_idx (its order pins it) and key_blocks'
-// primary key, one descent each. Such a lane is read at each pass, from its position: the read
-// finds the due retries below it and releases the blocks whose message is no longer dead.
-#define LANE_RETRIES                                                                         \
-    "(SELECT 1 FROM eventbox.inbox r WHERE r.subscription = $1 AND r.topic = $2"             \
-    " AND r.\"partition\" = $3 AND r.next_attempt_at IS NOT NULL"                            \
-    " AND r.status IN ('received', 'retry') ORDER BY r.next_attempt_at LIMIT 1) IS NOT NULL" \
-    " OR (SELECT 1 FROM eventbox.key_blocks b WHERE b.subscription = $1 AND b.topic = $2"    \
-    " AND b.\"partition\" = $3 LIMIT 1) IS NOT NULL"
-
 // Whether a lane a worker knows has work at or above its low-water marks ($4: live range,
 // $5: replay range, read when $6) and its durable positions: one descent of the todo index
 // each, which lands past the entries of the messages handled before. (A probe crossing a range of
@@ -232,14 +220,13 @@ KeptStatement known_lane_statement{
     "      AND i.status IN ('received', 'retry') AND i.mode = 'replay'"
     "      AND i.\"offset\" >= greatest($5, " LANE_POSITION("true") ")"
     "    ORDER BY i.\"offset\" LIMIT 1) IS NOT NULL)"
-    "  OR " LANE_RETRIES ","
+    "  OR " EVENTBOX_LANE_LEFT_OUT("$2", "$3") ","
     " (SELECT o.next_offset FROM eventbox.offsets o"
     "   WHERE o.subscription = $1 AND o.topic = $2 AND o.\"partition\" = $3)",
     6,
     {TEXTOID, TEXTOID, INT4OID, INT8OID, INT8OID, BOOLOID},
     nullptr};
 #undef LANE_POSITION
-#undef LANE_RETRIES
 
 // Whether known lane (topic, partition) has work at or above its marks: false without a probe
 // when the pass read that its live range is drained (and no replays wait), else one probe
@@ -469,7 +456,7 @@ void count_final(const ChosenMessage& m) noexcept {
 
 namespace {
 
-// Where an unfiltered live read lets its range's mark rise once its messages' outcomes commit:
+// Where a live read lets its range's mark (position) rise once its messages' outcomes commit:
 // past the leading ones that got their final outcome, past the last one read when all did;
 // kNoMark when the first did not.
 int64 mark_after(const LaneRead& r) noexcept {
@@ -494,10 +481,6 @@ void advance_replay_position(Datum name, const LaneRead& r) {
     if (SPI_processed != 1) return;
     exec(advance_replay_statement, args, false, SPI_OK_UPDATE);
 }
-
-}  // namespace
-
-namespace {
 
 // Raises the live position of lane read `r` (see advance_positions()) and remembers the raise,
 // so that a later transaction of the same pass raises it only further.

@@ -256,6 +256,20 @@ bool next_known_lane(Datum name, const char* subscription, const char* after_top
 LaneMark lane_mark(const char* subscription, const char* topic, int32 partition, long* position);
 // Raises the lane's mark of a range to the first row of the read in SPI_tuptable.
 void raise_mark(const char* subscription, long position, bool replay, bool filtered);
+// Whether lane (TOPIC, PARTITION) of subscription $1 has a message waiting for a retry, due or
+// not, or a dead one holding a key back: a position passes the messages a read left out
+// (lanes.cpp, LANE_READ), so the probes and the discovery of lanes look for these apart,
+// through inbox_retry_idx (its order pins it) and key_blocks' primary key, one descent each.
+// Such a lane is read at each pass, from its position: the read finds the due retries below it
+// and releases the blocks whose message is no longer dead.
+#define EVENTBOX_LANE_LEFT_OUT(TOPIC, PARTITION)                                              \
+    "(SELECT 1 FROM eventbox.inbox r WHERE r.subscription = $1 AND r.topic = " TOPIC          \
+    " AND r.\"partition\" = " PARTITION                                                       \
+    " AND r.next_attempt_at IS NOT NULL"                                                      \
+    " AND r.status IN ('received', 'retry') ORDER BY r.next_attempt_at LIMIT 1) IS NOT NULL"  \
+    " OR (SELECT 1 FROM eventbox.key_blocks b WHERE b.subscription = $1 AND b.topic = " TOPIC \
+    " AND b.\"partition\" = " PARTITION " LIMIT 1) IS NOT NULL"
+
 // A lane's durable positions as a pass read them (eventbox.inbox_positions, kNoMark: none), read
 // before the lane: a range has no waiting row below its position.
 struct LanePosition {
