@@ -21,6 +21,8 @@ import os
 import time
 import uuid
 
+import pytest
+
 from clusters import Cluster, Kafka, port_free, query, query_one, report, wait_until
 
 SUB = "orders"
@@ -84,8 +86,25 @@ def wait_all(clusters, ids, timeout, what):
             got |= want & s.keys()
         return got == want
 
-    wait_until(probe, timeout, interval=0.5, what=what)
+    try:
+        wait_until(probe, timeout, interval=0.5, what=what)
+    except pytest.fail.Exception as timed_out:
+        pytest.fail("%s\n%s" % (timed_out, why_missing(clusters, ids, seen)))
     return seen, time.monotonic() - t0
+
+
+def why_missing(clusters, ids, seen):
+    """What a timed-out wait_all() leaves to read: the partitions of the records no cluster
+    stored, what each cluster stored of `ids`, and each cluster's last group log lines."""
+    got = set().union(*(s.keys() for s in seen)) if seen else set()
+    missing = sorted({k % PARTITIONS for k, m in enumerate(ids) if m not in got})
+    lines = ["records not stored: %d, of partitions %s; stored by partition: %s"
+             % (len(set(ids) - got), missing, holders(seen, ids))]
+    for c in clusters:
+        group = c.log_lines(r"consumer group|committing offsets|ERROR|WARNING|FATAL")
+        lines.append("--- %s (%s), last group log lines:" % (c.name, c.log))
+        lines += group[-15:]
+    return "\n".join(lines)
 
 
 def overlap(seen, ids):
@@ -118,7 +137,8 @@ def test_three_clusters_share_a_subscription_through_one_group(tmp_path):
     try:
         topic = kafka.topic("group_in", partitions=PARTITIONS)
         for c in clusters:
-            c.start(brokers=kafka.bootstrap)
+            # DEBUG1: the ingest workers' group events (assigned, revoked) reach the log.
+            c.start(brokers=kafka.bootstrap, conf=("log_min_messages=debug1",))
             subscribe(c, topic)
 
         # 1. Every partition assigned, each to one cluster, every record stored once. The
