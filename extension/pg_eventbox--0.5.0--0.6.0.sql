@@ -711,6 +711,33 @@ BEGIN
     PERFORM eventbox._notify_ingest();
 END $$;
 
+-- skip() of a message that waited for a retry lowers its lane's position itself (a handler's own
+-- code calling it in a handler worker, whose writes the inbox's trigger leaves out).
+CREATE OR REPLACE FUNCTION eventbox._skip(caller oid, subscription text, message_id text)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    m eventbox.inbox;
+BEGIN
+    m := eventbox._managed_message(caller, subscription, message_id);
+    IF m.status NOT IN ('received', 'retry', 'dead', 'unparsable') THEN
+        RAISE EXCEPTION 'message % is %, not waiting to be handled', eventbox._quote(message_id),
+            m.status USING ERRCODE = 'object_not_in_prerequisite_state',
+            HINT = 'Only received, retry, dead and unparsable messages can be skipped.';
+    END IF;
+    UPDATE eventbox.inbox i SET status = 'ignored', processed_at = now(), next_attempt_at = NULL,
+           last_error = concat_ws('; ', i.last_error, format('skipped by %s', caller::regrole))
+     WHERE i.subscription = m.subscription AND i.message_id = m.message_id;
+    -- A message that waited for a retry held its key's later messages back, and the position
+    -- may have passed them: they wait from its offset. The inbox's trigger does it too, but not
+    -- in a handler worker (a handler's own code calling skip()), whose writes it leaves out.
+    IF m.status IN ('received', 'retry') AND m.next_attempt_at IS NOT NULL THEN
+        PERFORM eventbox._lower_position(m.subscription, m.topic, m."partition",
+                                         m.mode = 'replay', m."offset");
+    END IF;
+    PERFORM eventbox._notify_ingest();
+END $$;
+
 -- ---- 0.6.0: a processed mark that touches no index (issue 31) ----
 -- No index of eventbox.inbox mentions a column a handler's outcome changes (status, attempts,
 -- processed_at, last_error; next_attempt_at only where a retry set it): marking a message

@@ -782,6 +782,13 @@ BEGIN
     UPDATE eventbox.inbox i SET status = 'ignored', processed_at = now(), next_attempt_at = NULL,
            last_error = concat_ws('; ', i.last_error, format('skipped by %s', caller::regrole))
      WHERE i.subscription = m.subscription AND i.message_id = m.message_id;
+    -- A message that waited for a retry held its key's later messages back, and the position
+    -- may have passed them: they wait from its offset. The inbox's trigger does it too, but not
+    -- in a handler worker (a handler's own code calling skip()), whose writes it leaves out.
+    IF m.status IN ('received', 'retry') AND m.next_attempt_at IS NOT NULL THEN
+        PERFORM eventbox._lower_position(m.subscription, m.topic, m."partition",
+                                         m.mode = 'replay', m."offset");
+    END IF;
     PERFORM eventbox._notify_ingest();
 END $$;
 

@@ -171,6 +171,47 @@ def test_a_blocked_key_does_not_hold_the_position(case):
     assert seqs == [1, 2], seqs
 
 
+SKIPPER_DDL = BLOCK_DDL.replace("    INSERT INTO", """    IF msg.payload ? 'skip' THEN
+        PERFORM {s}.skip_as_owner(msg.payload->>'skip');
+    END IF;
+    INSERT INTO""") + """
+-- skip() needs the subscription's owner: a handler's code reaches it through the owner's function.
+CREATE FUNCTION {s}.skip_as_owner(id text) RETURNS void LANGUAGE sql SECURITY DEFINER
+    SET search_path = pg_catalog AS $$ SELECT eventbox.skip('{sub}', id) $$;
+"""
+
+
+def test_a_skip_from_a_handler_releases_the_key_of_a_retry(case):
+    """A message waiting for its retry holds its key back (ordering 'key') and the position
+    passes it with its key's later messages; a handler's own code skips it (skip() in a handler
+    worker, whose writes the inbox's trigger leaves out): the held messages run, in order, long
+    before the retry would have come due."""
+    hc = case(1)
+    hc.setup(SKIPPER_DDL, ordering="key", max_attempts=10, backoff="1 hour",
+             backoff_max="2 hours")
+    poison = Msg(str(uuid.uuid4()), 0, "held", {"seq": 0, "poison": True}, "Order")
+    held = [Msg(str(uuid.uuid4()), 0, "held", {"seq": i}, "Order") for i in (1, 2)]
+    produce(hc.topic, [poison] + held)
+    others = orders(10, 2000)
+    produce(hc.topic, others)
+    all_processed(hc, [m.mid for m in others], "2000 messages of other keys processed")
+    wait_until(lambda: (lambda r: r and r[0][0] >= 1000 or None)(live_position(hc)), 60, 0.2,
+               "the position past the retry's key's messages")
+
+    def states():
+        return dict(retry_conn(lambda c: query(
+            c, "SELECT message_id, status FROM eventbox.inbox WHERE subscription = %s "
+               "AND message_id = ANY (%s)", (hc.sub, [poison.mid] + [m.mid for m in held]))))
+    assert states() == {poison.mid: "retry", held[0].mid: "received",
+                        held[1].mid: "received"}, states()
+    skipper = Msg(str(uuid.uuid4()), 0, "skipper", {"seq": 5000, "skip": poison.mid}, "Order")
+    produce(hc.topic, [skipper])
+    all_processed(hc, [skipper.mid] + [m.mid for m in held], "the held messages after the skip")
+    assert states()[poison.mid] == "ignored", states()
+    seqs = [r[0] for r in retry_conn(lambda c: query(
+        c, hc.q("SELECT seq FROM {s}.ledger WHERE seq IN (1, 2, 5000) ORDER BY n")))]
+    assert seqs == [5000, 1, 2], seqs
+
 def test_the_ingest_writes_no_position(case):
     """The ingest worker's inserts leave the inbox's trigger out (eventbox.worker_role 'ingest'
     in its session): its batches store at or above the lane's next offset to store, which no
