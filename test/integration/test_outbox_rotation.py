@@ -553,6 +553,25 @@ def test_open_table_rotated_by_size(served):
         conn.close()
 
 
+def why_w_stays(conn, cluster, sent):
+    """What a W that did not move leaves to read: the relay's row of outbox_state (W and the gaps
+    kept), the outbox's status of the rows just sent (pending: their acknowledgements were not
+    written), the relay's wait, the open transactions and the relay's last log lines."""
+    lines = ["relay row (settled_below, gaps): %r" % query(
+                 conn, "SELECT settled_below, gaps::text FROM eventbox.outbox_state WHERE n = -1"),
+             "rotated tables: %r" % states(conn),
+             "sent rows by status: %r" % query(
+                 conn, "SELECT status, count(*) FROM eventbox.outbox "
+                       "WHERE message_id = ANY (%s::uuid[]) GROUP BY status", (sent,)),
+             "open transactions: %r" % query(
+                 conn, "SELECT pid, backend_type, state, wait_event, backend_xid::text, "
+                       "backend_xmin::text, now() - xact_start, left(query, 60) "
+                       "FROM pg_stat_activity WHERE (xact_start IS NOT NULL "
+                       "OR backend_type = 'eventbox relay') AND pid <> pg_backend_pid()")]
+    lines += cluster.log_lines(r"eventbox relay")[-10:]
+    return "\n".join(lines)
+
+
 def test_settled_position_catches_up_with_a_long_poll_interval(served):
     """W is computed at most every 100 ms: the ack pass of a short burst skips it, and the relay,
     idle after it, must still come back for it within that, not after its poll interval. (In
@@ -569,9 +588,11 @@ def test_settled_position_catches_up_with_a_long_poll_interval(served):
             kafka.wait_ids(topic, sent, timeout=60)
             top = query_one(conn, "SELECT max(id) FROM eventbox._outbox_rows")
             start = time.monotonic()
-            wait_until(lambda: settled_below(conn) > top, 10,
-                       what="W past id %d with a poll interval of an hour: %r"
-                       % (top, states(conn)))
+            try:
+                wait_until(lambda: settled_below(conn) > top, 10,
+                           what="W past id %d with a poll interval of an hour" % top)
+            except pytest.fail.Exception as timed_out:
+                pytest.fail("%s\n%s" % (timed_out, why_w_stays(conn, cluster, sent)))
             report("relay_position_catch_up", sent=len(sent),
                    seconds="%.2f" % (time.monotonic() - start))
     finally:
