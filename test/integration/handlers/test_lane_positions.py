@@ -143,32 +143,45 @@ END $$;
 """
 
 
-def test_a_blocked_key_does_not_hold_the_position(case):
-    """A dead message holds its key back (on_dead 'block_key'); the lane's position passes it
-    and the held messages with what is handled after them (docs/design/handlers.md, "Left
-    out"), so the workers' reads do not walk those again at each pass; skipping the dead message
-    releases the key and its messages run in order."""
-    hc = case(1)
-    hc.setup(BLOCK_DDL, ordering="key", max_attempts=1, on_dead="block_key")
+def key_held_behind(hc, poison_status):
+    """A poison message of key 'held', two more of its key, then 2,000 of other keys: waits until
+    those are handled and the lane's position passed the held key's three (docs/design/
+    handlers.md, "Left out": every lane read since starts above them), checks that the poison
+    is `poison_status` and the two wait; returns (poison, held, statuses)."""
     poison = Msg(str(uuid.uuid4()), 0, "held", {"seq": 0, "poison": True}, "Order")
     held = [Msg(str(uuid.uuid4()), 0, "held", {"seq": i}, "Order") for i in (1, 2)]
     produce(hc.topic, [poison] + held)
     others = orders(10, 2000)
     produce(hc.topic, others)
     all_processed(hc, [m.mid for m in others], "2000 messages of other keys processed")
-    # Past the dead message and its key's two: every lane read since starts above them.
     wait_until(lambda: (lambda r: r and r[0][0] >= 1000 or None)(live_position(hc)), 60, 0.2,
-               "the position past the blocked key's messages")
-    states = dict(retry_conn(lambda c: query(
-        c, "SELECT message_id, status FROM eventbox.inbox WHERE subscription = %s "
-           "AND message_id = ANY (%s)", (hc.sub, [poison.mid] + [m.mid for m in held]))))
-    assert states == {poison.mid: "dead", held[0].mid: "received", held[1].mid: "received"}, \
-        states
+               "the position past the held key's messages")
+
+    def statuses():
+        return dict(retry_conn(lambda c: query(
+            c, "SELECT message_id, status FROM eventbox.inbox WHERE subscription = %s "
+               "AND message_id = ANY (%s)", (hc.sub, [poison.mid] + [m.mid for m in held]))))
+    assert statuses() == {poison.mid: poison_status, held[0].mid: "received",
+                          held[1].mid: "received"}, statuses()
+    return poison, held, statuses
+
+
+def ledger_seqs(hc, seqs):
+    return [r[0] for r in retry_conn(lambda c: query(
+        c, hc.q("SELECT seq FROM {s}.ledger WHERE seq = ANY (%s) ORDER BY n"), (list(seqs),)))]
+
+
+def test_a_blocked_key_does_not_hold_the_position(case):
+    """A dead message holds its key back (on_dead 'block_key'); the lane's position passes it
+    and the held messages with what is handled after them, so the workers' reads do not walk
+    those again at each pass; skipping the dead message releases the key and its messages run
+    in order."""
+    hc = case(1)
+    hc.setup(BLOCK_DDL, ordering="key", max_attempts=1, on_dead="block_key")
+    poison, held, _ = key_held_behind(hc, "dead")
     retry_conn(lambda c: query(c, "SELECT eventbox.skip(%s, %s)", (hc.sub, poison.mid)))
     all_processed(hc, [m.mid for m in held], "the held messages after the skip")
-    seqs = [r[0] for r in retry_conn(lambda c: query(
-        c, hc.q("SELECT seq FROM {s}.ledger WHERE seq IN (1, 2) ORDER BY n")))]
-    assert seqs == [1, 2], seqs
+    assert ledger_seqs(hc, (1, 2)) == [1, 2]
 
 
 SKIPPER_DDL = BLOCK_DDL.replace("    INSERT INTO", """    IF msg.payload ? 'skip' THEN
@@ -189,28 +202,12 @@ def test_a_skip_from_a_handler_releases_the_key_of_a_retry(case):
     hc = case(1)
     hc.setup(SKIPPER_DDL, ordering="key", max_attempts=10, backoff="1 hour",
              backoff_max="2 hours")
-    poison = Msg(str(uuid.uuid4()), 0, "held", {"seq": 0, "poison": True}, "Order")
-    held = [Msg(str(uuid.uuid4()), 0, "held", {"seq": i}, "Order") for i in (1, 2)]
-    produce(hc.topic, [poison] + held)
-    others = orders(10, 2000)
-    produce(hc.topic, others)
-    all_processed(hc, [m.mid for m in others], "2000 messages of other keys processed")
-    wait_until(lambda: (lambda r: r and r[0][0] >= 1000 or None)(live_position(hc)), 60, 0.2,
-               "the position past the retry's key's messages")
-
-    def states():
-        return dict(retry_conn(lambda c: query(
-            c, "SELECT message_id, status FROM eventbox.inbox WHERE subscription = %s "
-               "AND message_id = ANY (%s)", (hc.sub, [poison.mid] + [m.mid for m in held]))))
-    assert states() == {poison.mid: "retry", held[0].mid: "received",
-                        held[1].mid: "received"}, states()
+    poison, held, statuses = key_held_behind(hc, "retry")
     skipper = Msg(str(uuid.uuid4()), 0, "skipper", {"seq": 5000, "skip": poison.mid}, "Order")
     produce(hc.topic, [skipper])
     all_processed(hc, [skipper.mid] + [m.mid for m in held], "the held messages after the skip")
-    assert states()[poison.mid] == "ignored", states()
-    seqs = [r[0] for r in retry_conn(lambda c: query(
-        c, hc.q("SELECT seq FROM {s}.ledger WHERE seq IN (1, 2, 5000) ORDER BY n")))]
-    assert seqs == [5000, 1, 2], seqs
+    assert statuses()[poison.mid] == "ignored", statuses()
+    assert ledger_seqs(hc, (1, 2, 5000)) == [5000, 1, 2]
 
 def test_the_ingest_writes_no_position(case):
     """The ingest worker's inserts leave the inbox's trigger out (eventbox.worker_role 'ingest'
