@@ -21,8 +21,6 @@ import os
 import time
 import uuid
 
-import pytest
-
 from clusters import Cluster, Kafka, port_free, query, query_one, report, wait_until
 
 SUB = "orders"
@@ -63,10 +61,15 @@ def stored(cluster):
         c.close()
 
 
+def partition_of(k):
+    """The partition of the k-th record of a wave()."""
+    return k % PARTITIONS
+
+
 def wave(kafka, topic, n):
     """n records spread over the partitions; returns their ids."""
     ids = [str(uuid.uuid4()) for _ in range(n)]
-    kafka.produce(topic, [(m, i % PARTITIONS, "k%d" % i, {"n": i}, "OrderCreated")
+    kafka.produce(topic, [(m, partition_of(i), "k%d" % i, {"n": i}, "OrderCreated")
                           for i, m in enumerate(ids)])
     return ids
 
@@ -86,10 +89,8 @@ def wait_all(clusters, ids, timeout, what):
             got |= want & s.keys()
         return got == want
 
-    try:
-        wait_until(probe, timeout, interval=0.5, what=what)
-    except pytest.fail.Exception as timed_out:
-        pytest.fail("%s\n%s" % (timed_out, why_missing(clusters, ids, seen)))
+    wait_until(probe, timeout, interval=0.5, what=what,
+               explain=lambda: why_missing(clusters, ids, seen))
     return seen, time.monotonic() - t0
 
 
@@ -97,7 +98,7 @@ def why_missing(clusters, ids, seen):
     """What a timed-out wait_all() leaves to read: the partitions of the records no cluster
     stored, what each cluster stored of `ids`, and each cluster's last group log lines."""
     got = set().union(*(s.keys() for s in seen)) if seen else set()
-    missing = sorted({k % PARTITIONS for k, m in enumerate(ids) if m not in got})
+    missing = sorted({partition_of(k) for k, m in enumerate(ids) if m not in got})
     lines = ["records not stored: %d, of partitions %s; stored by partition: %s"
              % (len(set(ids) - got), missing, holders(seen, ids))]
     for c in clusters:

@@ -588,11 +588,9 @@ def test_settled_position_catches_up_with_a_long_poll_interval(served):
             kafka.wait_ids(topic, sent, timeout=60)
             top = query_one(conn, "SELECT max(id) FROM eventbox._outbox_rows")
             start = time.monotonic()
-            try:
-                wait_until(lambda: settled_below(conn) > top, 10,
-                           what="W past id %d with a poll interval of an hour" % top)
-            except pytest.fail.Exception as timed_out:
-                pytest.fail("%s\n%s" % (timed_out, why_w_stays(conn, cluster, sent)))
+            wait_until(lambda: settled_below(conn) > top, 10,
+                       what="W past id %d with a poll interval of an hour" % top,
+                       explain=lambda: why_w_stays(conn, cluster, sent))
             report("relay_position_catch_up", sent=len(sent),
                    seconds="%.2f" % (time.monotonic() - start))
     finally:

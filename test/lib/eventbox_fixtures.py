@@ -69,16 +69,20 @@ def env(name):
     return value
 
 
-def wait_until(predicate, timeout, interval=0.1, what="condition"):
+def wait_until(predicate, timeout, interval=0.1, what="condition", explain=None):
     """Polls predicate() until it returns a truthy value; returns that value.
-    Fails the test with `what` after `timeout` seconds."""
+    Fails the test with `what` after `timeout` seconds, followed by the text explain() returns
+    then, when given (the state as it is at the timeout, for a failure one can name)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() >= deadline:
-            pytest.fail("timed out after %.0f s waiting for %s" % (timeout, what))
+            message = "timed out after %.0f s waiting for %s" % (timeout, what)
+            if explain is not None:
+                message += "\n" + explain()
+            pytest.fail(message)
         time.sleep(interval)
 
 
